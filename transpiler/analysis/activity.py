@@ -1,0 +1,222 @@
+"""Activity: which names each statement reads, binds and mutates.
+
+Requires: nothing (a gast FunctionDef).
+Provides, on every statement of the function (nested blocks included, nested function
+bodies excluded -- analyse them on their own):
+  READ       names the statement may read (free names of nested defs/lambdas/comprehensions too)
+  MODIFIED   names it may bind, delete or mutate (``x`` of ``x.a = v`` / ``x[i] = v``)
+  COMPOSITES composite targets written, as source text (``self.h``, ``x[i]``)
+and on the FunctionDef: SCOPE, a ``Scope``.
+"""
+import dataclasses
+
+import gast
+
+from transpiler.pyct import anno
+from transpiler.pyct import codegen
+
+_FUNCS = (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda)
+_COMPS = (gast.ListComp, gast.SetComp, gast.DictComp, gast.GeneratorExp)
+
+
+@dataclasses.dataclass
+class Scope:
+    params: frozenset
+    locals: frozenset      # every name bound in the function body (params included)
+    globals: frozenset     # declared ``global``
+    nonlocals: frozenset   # declared ``nonlocal``
+
+    @property
+    def declared(self):
+        return self.globals | self.nonlocals
+
+
+@dataclasses.dataclass
+class Effects:
+    """What the header of one statement does (for compound statements: test, iter, target...)."""
+    reads: set = dataclasses.field(default_factory=set)
+    binds: set = dataclasses.field(default_factory=set)     # certainly bound afterwards
+    mutated: set = dataclasses.field(default_factory=set)   # bases of attribute/subscript writes
+    deleted: set = dataclasses.field(default_factory=set)
+    composites: set = dataclasses.field(default_factory=set)
+
+    def expr(self, node):
+        if node is None:
+            return
+        if isinstance(node, gast.Name):
+            (self.reads if isinstance(node.ctx, gast.Load) else self.binds).add(node.id)
+        elif isinstance(node, (gast.Lambda,) + _COMPS):
+            self.reads |= free_names(node)
+        elif isinstance(node, gast.NamedExpr):
+            self.expr(node.value)
+            self.target(node.target)
+        else:
+            for child in gast.iter_child_nodes(node):
+                self.expr(child)
+
+    def target(self, node, deleting=False):
+        if isinstance(node, gast.Name):
+            (self.deleted if deleting else self.binds).add(node.id)
+        elif isinstance(node, (gast.Tuple, gast.List)):
+            for elt in node.elts:
+                self.target(elt, deleting)
+        elif isinstance(node, gast.Starred):
+            self.target(node.value, deleting)
+        elif isinstance(node, (gast.Attribute, gast.Subscript)):
+            base = node.value
+            while isinstance(base, (gast.Attribute, gast.Subscript)):
+                base = base.value
+            if isinstance(base, gast.Name):
+                self.reads.add(base.id)
+                self.mutated.add(base.id)
+            self.composites.add(codegen.to_source(gast.Expr(value=node)).strip())
+            self.expr(node.value)
+            if isinstance(node, gast.Subscript):
+                self.expr(node.slice)
+
+
+def free_names(node):
+    """Names read inside a nested function/lambda/comprehension and not bound there."""
+    bound, read = set(), set()
+    for n in gast.walk(node):
+        if isinstance(n, gast.Name):
+            (read if isinstance(n.ctx, gast.Load) else bound).add(n.id)
+        elif isinstance(n, (gast.Global, gast.Nonlocal)):
+            bound.difference_update(n.names)
+    if isinstance(node, (gast.FunctionDef, gast.AsyncFunctionDef)):
+        bound.add(node.name)
+    return read - bound
+
+
+def header_effects(stmt):
+    """Effects of ``stmt`` itself, not of the blocks it contains."""
+    e = Effects()
+    if isinstance(stmt, gast.Assign):
+        e.expr(stmt.value)
+        for t in stmt.targets:
+            e.target(t)
+    elif isinstance(stmt, gast.AugAssign):
+        e.expr(stmt.value)
+        e.expr(_as_load(stmt.target))
+        e.target(stmt.target)
+    elif isinstance(stmt, gast.AnnAssign):
+        if stmt.value is not None:
+            e.expr(stmt.value)
+            e.target(stmt.target)
+    elif isinstance(stmt, gast.Delete):
+        for t in stmt.targets:
+            e.target(t, deleting=True)
+    elif isinstance(stmt, (gast.Import, gast.ImportFrom)):
+        e.binds |= {(a.asname or a.name).split('.')[0] for a in stmt.names}
+    elif isinstance(stmt, (gast.FunctionDef, gast.AsyncFunctionDef, gast.ClassDef)):
+        e.binds.add(stmt.name)
+        for d in stmt.decorator_list:
+            e.expr(d)
+        if isinstance(stmt, gast.ClassDef):
+            e.reads |= free_names(stmt)
+        else:
+            e.reads |= free_names(stmt) | _arg_defaults_reads(stmt.args)
+    elif isinstance(stmt, (gast.If, gast.While)):
+        e.expr(stmt.test)
+    elif isinstance(stmt, (gast.For, gast.AsyncFor)):
+        e.expr(stmt.iter)
+        e.target(stmt.target)
+        for extra in anno.getanno(stmt, anno.Key.EXTRA_LOOP_TEST, []):
+            e.expr(extra)
+    elif isinstance(stmt, (gast.With, gast.AsyncWith)):
+        for item in stmt.items:
+            e.expr(item.context_expr)
+            if item.optional_vars is not None:
+                e.target(item.optional_vars)
+    elif isinstance(stmt, (gast.Global, gast.Nonlocal, gast.Try)):
+        pass
+    else:   # Expr, Return, Raise, Assert, Pass, Break, Continue, ...
+        for child in gast.iter_child_nodes(stmt):
+            e.expr(child)
+    return e
+
+
+def _as_load(target):
+    if isinstance(target, gast.Name):
+        return gast.Name(id=target.id, ctx=gast.Load(), annotation=None, type_comment=None)
+    return target
+
+
+def _arg_defaults_reads(args):
+    e = Effects()
+    for d in args.defaults + [d for d in args.kw_defaults if d is not None]:
+        e.expr(d)
+    return e.reads
+
+
+def blocks(stmt):
+    """The statement lists directly inside ``stmt``."""
+    if isinstance(stmt, (gast.FunctionDef, gast.AsyncFunctionDef, gast.ClassDef)):
+        return []
+    out = [getattr(stmt, f) for f in ('body', 'orelse', 'finalbody') if hasattr(stmt, f)]
+    out += [h.body for h in getattr(stmt, 'handlers', [])]
+    return out
+
+
+def _analyze_block(stmts):
+    read, modified, composites = set(), set(), set()
+    for stmt in stmts:
+        e = header_effects(stmt)
+        r, m, c = set(e.reads), e.binds | e.mutated | e.deleted, set(e.composites)
+        for h in getattr(stmt, 'handlers', []):
+            if h.type is not None:
+                r |= _reads_of(h.type)
+            if h.name is not None:
+                m.add(h.name.id)
+        for block in blocks(stmt):
+            br, bm, bc = _analyze_block(block)
+            r, m, c = r | br, m | bm, c | bc
+        anno.setanno(stmt, anno.Key.READ, frozenset(r))
+        anno.setanno(stmt, anno.Key.MODIFIED, frozenset(m))
+        anno.setanno(stmt, anno.Key.COMPOSITES, frozenset(c))
+        read, modified, composites = read | r, modified | m, composites | c
+    return read, modified, composites
+
+
+def _reads_of(expr):
+    e = Effects()
+    e.expr(expr)
+    return e.reads
+
+
+def block_read(stmts):
+    return frozenset().union(*[anno.getanno(s, anno.Key.READ, frozenset()) for s in stmts])
+
+
+def block_modified(stmts):
+    return frozenset().union(*[anno.getanno(s, anno.Key.MODIFIED, frozenset()) for s in stmts])
+
+
+def _scope(fn):
+    a = fn.args
+    params = {x.id for x in a.posonlyargs + a.args + a.kwonlyargs}
+    params |= {x.id for x in (a.vararg, a.kwarg) if x is not None}
+    declared_g, declared_nl = set(), set()
+    bound = set(params)
+    stack = list(fn.body)
+    while stack:
+        stmt = stack.pop()
+        if isinstance(stmt, gast.Global):
+            declared_g |= set(stmt.names)
+        elif isinstance(stmt, gast.Nonlocal):
+            declared_nl |= set(stmt.names)
+        e = header_effects(stmt)
+        bound |= e.binds | e.deleted
+        bound |= {h.name.id for h in getattr(stmt, 'handlers', []) if h.name is not None}
+        for block in blocks(stmt):
+            stack.extend(block)
+    locals_ = bound - declared_g - declared_nl
+    return Scope(frozenset(params), frozenset(locals_), frozenset(declared_g), frozenset(declared_nl))
+
+
+def analyze(fn):
+    """Annotate the statements of FunctionDef ``fn`` and return its Scope."""
+    _analyze_block(fn.body)
+    scope = _scope(fn)
+    anno.setanno(fn, anno.Key.SCOPE, scope)
+    return scope

@@ -1,0 +1,47 @@
+"""Reaching definitions, in the form the converters need: which names are certainly bound
+before each statement *of the generated code*, hence which state variables may be
+undefined there (and need a ``tg.Undefined(name)`` placeholder).
+
+Requires: activity, liveness (through ``state.state_of``).
+Provides on every statement: DEFINED_IN (frozenset of names certainly bound before it).
+
+A converted ``if``/loop binds all its state variables (its call returns them), so after
+it -- and at the start of its body functions, whose parameters they are -- they count as
+defined. A ``try`` is not converted; names it may bind count as defined after it (a wrong
+guess then fails loudly with UnboundLocalError rather than hiding a value).
+"""
+import gast
+
+from transpiler.analysis import activity
+from transpiler.analysis import state
+from transpiler.pyct import anno
+
+
+def _block(stmts, defined, scope):
+    for stmt in stmts:
+        defined = _stmt(stmt, defined, scope)
+    return defined
+
+
+def _stmt(stmt, defined, scope):
+    anno.setanno(stmt, anno.Key.DEFINED_IN, frozenset(defined))
+    e = activity.header_effects(stmt)
+    if isinstance(stmt, (gast.If, gast.While, gast.For)):
+        inside = defined | set(state.state_of(stmt, scope))
+        body_in = inside | (e.binds if isinstance(stmt, gast.For) else set())
+        _block(stmt.body, body_in, scope)
+        _block(stmt.orelse, inside, scope)
+        return inside
+    if isinstance(stmt, gast.With):
+        return _block(stmt.body, defined | e.binds, scope)
+    if isinstance(stmt, gast.Try):
+        for block in activity.blocks(stmt):
+            _block(block, defined, scope)
+        return defined | anno.getanno(stmt, anno.Key.MODIFIED, frozenset())
+    return (defined | e.binds) - e.deleted
+
+
+def analyze(fn):
+    """Annotate every statement of FunctionDef ``fn`` (analysed by activity and liveness)."""
+    scope = anno.getanno(fn, anno.Key.SCOPE)
+    _block(fn.body, set(scope.params), scope)

@@ -1,0 +1,55 @@
+"""Loading generated source as a live function.
+
+The generated source (one ``def``) is compiled under a unique fake filename that is
+registered in ``linecache``, so tracebacks and ``inspect`` show the generated code.
+
+Closures and extra names, the choice made here: the new function keeps the user
+function's *real* ``__globals__`` dict (so ``global`` writes and later rebinding of module
+names behave exactly as in the original), and every other name it needs -- the user
+function's free variables and the caller's ``extra_names`` such as ``tg`` -- becomes a
+free variable. To get a code object with those free variables, the ``def`` is compiled
+inside a factory function (built as an AST around the parsed source, so line numbers stay
+those of the registered text) that binds each name as a local. The function is then
+rebuilt with ``types.FunctionType`` from that code object, the real globals, and a closure
+made of the *user's own cells* for free variables (so reads see later rebinding and
+``nonlocal`` writes reach the user's scope) and fresh cells for extra names.
+"""
+import ast
+import itertools
+import linecache
+import types
+
+_counter = itertools.count()
+
+
+def fake_filename(name):
+    return f'<tograph generated {name} #{next(_counter)}>'
+
+
+def register(filename, source):
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+
+
+def load(source, name, globals_dict, free_cells, extra_names, filename=None):
+    """Compile ``source`` (defining function ``name``) and return (function, filename).
+
+    free_cells: {name: cell} of the user function; extra_names: {name: value}.
+    """
+    filename = filename or fake_filename(name)
+    register(filename, source)
+    module = ast.parse(source, filename)
+    outer = list(free_cells) + [n for n in extra_names if n not in free_cells]
+    factory = ast.FunctionDef(
+        name='__tg_factory', args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[],
+                                               kw_defaults=[], kwarg=None, defaults=[]),
+        body=[ast.Assign(targets=[ast.Name(id=n, ctx=ast.Store())], value=ast.Constant(None))
+              for n in outer] + module.body + [ast.Return(value=ast.Name(id=name, ctx=ast.Load()))],
+        decorator_list=[], returns=None, lineno=1, col_offset=0)
+    module.body = [factory]
+    ast.fix_missing_locations(module)
+    scratch = {'__builtins__': globals_dict.get('__builtins__', __builtins__)}
+    exec(compile(module, filename, 'exec'), scratch)
+    code = scratch['__tg_factory']().__code__
+    cells = tuple(free_cells[n] if n in free_cells else types.CellType(extra_names[n])
+                  for n in code.co_freevars)
+    return types.FunctionType(code, globals_dict, name, None, cells), filename

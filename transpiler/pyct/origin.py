@@ -1,0 +1,46 @@
+"""Origins: every AST node remembers the user (file, line, col) it came from.
+
+``annotate`` runs right after parsing; converters give the nodes they create the origin
+of the construct they replace (``templates.replace(..., origin=node)`` or ``inherit``).
+"""
+import collections
+
+import gast
+
+from transpiler.pyct import anno
+
+Location = collections.namedtuple('Location', 'filename lineno col_offset')
+
+
+def annotate(tree, filename, line_offset, col_offset):
+    """Set ORIGIN on every node with a position: parsed line 1 is user line 1 + line_offset."""
+    for node in gast.walk(tree):
+        if getattr(node, 'lineno', None) is not None:
+            loc = Location(filename, node.lineno + line_offset, node.col_offset + col_offset)
+            anno.setanno(node, anno.Key.ORIGIN, loc)
+
+
+def of(node):
+    return anno.getanno(node, anno.Key.ORIGIN)
+
+
+def inherit(nodes, source):
+    """Give every node under ``nodes`` without an origin the origin of ``source``."""
+    loc = source if isinstance(source, Location) else of(source)
+    if loc is None:
+        return
+    for top in (nodes if isinstance(nodes, list) else [nodes]):
+        for node in gast.walk(top):
+            if not anno.hasanno(node, anno.Key.ORIGIN):
+                anno.setanno(node, anno.Key.ORIGIN, loc)
+
+
+def fill_from_parents(tree):
+    """Nodes still without an origin take the origin of their nearest ancestor."""
+    def visit(node, loc):
+        loc = of(node) or loc
+        if loc is not None and not anno.hasanno(node, anno.Key.ORIGIN):
+            anno.setanno(node, anno.Key.ORIGIN, loc)
+        for child in gast.iter_child_nodes(node):
+            visit(child, loc)
+    visit(tree, None)

@@ -1,0 +1,85 @@
+"""Templates: build AST from a small string of Python with placeholder names.
+
+    replace('''
+        def body_name(params):
+            body
+            return state
+    ''', body_name='if_body', params=['y'], body=stmts, state=['y'])
+
+A placeholder is a Name in the template. Its replacement may be
+- a str: a name (also for function names and parameters);
+- an AST node: deep-copied in, its context set from the placeholder (Load/Store);
+- a list: in statement position, statements spliced in; as parameters, one parameter
+  per element; in expression position, a tuple of the elements.
+Nodes created by the template get the ``origin`` of the construct they come from.
+"""
+import copy
+import textwrap
+
+import gast
+
+from transpiler.pyct import origin as origin_lib
+
+
+def _set_ctx(node, ctx):
+    if isinstance(node, (gast.Name, gast.Attribute, gast.Subscript, gast.Starred)):
+        node.ctx = ctx()
+        if isinstance(node, gast.Starred):
+            _set_ctx(node.value, ctx)
+    elif isinstance(node, (gast.Tuple, gast.List)):
+        node.ctx = ctx()
+        for e in node.elts:
+            _set_ctx(e, ctx)
+    return node
+
+
+def _to_expr(value, ctx):
+    if isinstance(value, str):
+        return gast.Name(id=value, ctx=ctx(), annotation=None, type_comment=None)
+    if isinstance(value, (list, tuple)):
+        return gast.Tuple(elts=[_to_expr(v, ctx) for v in value], ctx=ctx())
+    node = copy.deepcopy(value)
+    return _set_ctx(node, ctx) if ctx is not gast.Load else node
+
+
+class _Replacer(gast.NodeTransformer):
+    def __init__(self, replacements):
+        self.repl = replacements
+
+    def visit_Expr(self, node):
+        if isinstance(node.value, gast.Name) and isinstance(self.repl.get(node.value.id), list):
+            return [copy.deepcopy(s) for s in self.repl[node.value.id]]
+        return self.generic_visit(node)
+
+    def visit_Name(self, node):
+        if node.id not in self.repl:
+            return node
+        return _to_expr(self.repl[node.id], type(node.ctx))
+
+    def visit_FunctionDef(self, node):
+        if node.name in self.repl:
+            node.name = self.repl[node.name]
+        return self.generic_visit(node)
+
+    def visit_arguments(self, node):
+        params = []
+        for arg in node.args:
+            value = self.repl.get(arg.id, arg.id)
+            for name in ([value] if isinstance(value, str) else value):
+                params.append(gast.Name(id=name, ctx=gast.Param(), annotation=None, type_comment=None))
+        node.args = params
+        return node
+
+
+def replace(template, origin=None, **replacements):
+    """Statements of ``template`` with placeholders replaced (see module docstring)."""
+    module = gast.parse(textwrap.dedent(template))
+    stmts = _Replacer(replacements).visit(module).body
+    if origin is not None:
+        origin_lib.inherit(stmts, origin)
+    return stmts
+
+
+def replace_as_expression(template, origin=None, **replacements):
+    (stmt,) = replace(template, origin, **replacements)
+    return stmt.value
