@@ -2,7 +2,7 @@
 before each statement *of the generated code*, hence which state variables may be
 undefined there (and need a ``tg.Undefined(name)`` placeholder).
 
-Requires: activity, liveness (through ``state.state_of``).
+Requires: activity, state (STATE).
 Provides on every statement: DEFINED_IN (frozenset of names certainly bound before it).
 
 A converted ``if``/loop binds all its state variables (its call returns them), so after
@@ -13,7 +13,6 @@ guess then fails loudly with UnboundLocalError rather than hiding a value).
 import gast
 
 from transpiler.analysis import activity
-from transpiler.analysis import state
 from transpiler.pyct import anno
 
 
@@ -27,7 +26,7 @@ def _stmt(stmt, defined, scope):
     anno.setanno(stmt, anno.Key.DEFINED_IN, frozenset(defined))
     e = activity.header_effects(stmt)
     if isinstance(stmt, (gast.If, gast.While, gast.For)):
-        inside = defined | set(state.state_of(stmt, scope))
+        inside = defined | set(anno.getanno(stmt, anno.Key.STATE))
         body_in = inside | (e.binds if isinstance(stmt, gast.For) else set())
         _block(stmt.body, body_in, scope)
         _block(stmt.orelse, inside, scope)

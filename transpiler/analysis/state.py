@@ -1,6 +1,7 @@
-"""The state of a converted ``if`` or loop: the variables its body functions take and return.
+"""STATE: the state of a converted ``if`` or loop: the variables its body functions take and return.
 
-Requires: activity, liveness. Used by reaching_defs and the control-flow converters.
+Requires: activity, liveness. Provides: STATE on every if/while/for (nested function
+bodies excluded). Used by reaching_defs and the control-flow converters.
 
 if:   names modified in a branch that are live after it or read in a branch before written
 loop: names modified in the body that are live at the loop head (read before written in the
@@ -38,3 +39,15 @@ def state_of(stmt, scope):
     else:
         raise TypeError(stmt)
     return tuple(sorted((modified & live & scope.locals) - scope.declared))
+
+
+def analyze(fn):
+    """Set STATE on the if/while/for statements of FunctionDef ``fn``."""
+    scope = anno.getanno(fn, anno.Key.SCOPE)
+    stack = list(fn.body)
+    while stack:
+        stmt = stack.pop()
+        if isinstance(stmt, (gast.If, gast.While, gast.For)):
+            anno.setanno(stmt, anno.Key.STATE, state_of(stmt, scope))
+        for block in activity.blocks(stmt):
+            stack.extend(block)

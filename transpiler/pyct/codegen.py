@@ -22,4 +22,14 @@ def to_source(node):
         ast.parse(source)
     except Exception:  # noqa: BLE001 - astunparse fails on constructs newer than it
         source = ast.unparse(tree)
-    return source.strip('\n') + '\n'
+    return _without_blank_lines(source.strip('\n') + '\n')
+
+
+def _without_blank_lines(source):
+    compact = ''.join(line for line in source.splitlines(True) if line.strip())
+    try:
+        if ast.dump(ast.parse(compact)) == ast.dump(ast.parse(source)):
+            return compact
+    except SyntaxError:
+        pass
+    return source

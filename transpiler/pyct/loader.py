@@ -30,26 +30,44 @@ def register(filename, source):
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
 
 
+def compile_function(source, name, outer_names, filename):
+    """Code object of function ``name`` defined by ``source``, with ``outer_names`` free."""
+    register(filename, source)
+    module = ast.parse(source, filename)
+    factory = ast.FunctionDef(
+        name='__tg_factory', args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[],
+                                               kw_defaults=[], kwarg=None, defaults=[]),
+        body=[ast.Assign(targets=[ast.Name(id=n, ctx=ast.Store())], value=ast.Constant(None))
+              for n in outer_names] + module.body + [ast.Return(value=ast.Name(id=name, ctx=ast.Load()))],
+        decorator_list=[], returns=None, lineno=1, col_offset=0)
+    module.body = [factory]
+    ast.fix_missing_locations(module)
+    scratch = {}
+    exec(compile(module, filename, 'exec'), scratch)
+    return scratch['__tg_factory']().__code__
+
+
+def make_function(code, globals_dict, free_cells, extra_names, like=None):
+    """A function running ``code`` with the user's cells and fresh cells for extra names.
+    ``like``: a function whose defaults, kwdefaults, annotations, names and doc are copied."""
+    cells = tuple(free_cells[n] if n in free_cells else types.CellType(extra_names[n])
+                  for n in code.co_freevars)
+    fn = types.FunctionType(code, globals_dict, code.co_name, None, cells)
+    if like is not None:
+        fn.__defaults__ = like.__defaults__
+        fn.__kwdefaults__ = like.__kwdefaults__
+        fn.__annotations__ = dict(getattr(like, '__annotations__', {}))
+        fn.__doc__, fn.__module__ = like.__doc__, like.__module__
+        fn.__name__, fn.__qualname__ = like.__name__, like.__qualname__
+    return fn
+
+
 def load(source, name, globals_dict, free_cells, extra_names, filename=None):
     """Compile ``source`` (defining function ``name``) and return (function, filename).
 
     free_cells: {name: cell} of the user function; extra_names: {name: value}.
     """
     filename = filename or fake_filename(name)
-    register(filename, source)
-    module = ast.parse(source, filename)
     outer = list(free_cells) + [n for n in extra_names if n not in free_cells]
-    factory = ast.FunctionDef(
-        name='__tg_factory', args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[],
-                                               kw_defaults=[], kwarg=None, defaults=[]),
-        body=[ast.Assign(targets=[ast.Name(id=n, ctx=ast.Store())], value=ast.Constant(None))
-              for n in outer] + module.body + [ast.Return(value=ast.Name(id=name, ctx=ast.Load()))],
-        decorator_list=[], returns=None, lineno=1, col_offset=0)
-    module.body = [factory]
-    ast.fix_missing_locations(module)
-    scratch = {'__builtins__': globals_dict.get('__builtins__', __builtins__)}
-    exec(compile(module, filename, 'exec'), scratch)
-    code = scratch['__tg_factory']().__code__
-    cells = tuple(free_cells[n] if n in free_cells else types.CellType(extra_names[n])
-                  for n in code.co_freevars)
-    return types.FunctionType(code, globals_dict, name, None, cells), filename
+    code = compile_function(source, name, outer, filename)
+    return make_function(code, globals_dict, free_cells, extra_names), filename

@@ -1,0 +1,153 @@
+"""The torch-free entry point: a Python function -> converted source and a live function.
+
+    convert(fn, extra_globals) -> Converted      # extra_globals: e.g. {'tg': operators}
+    to_source(fn) -> str
+
+Converters run in a fixed order; the analyses run once, after the jump lowering (whose
+flags they must see) and before the converters that read them.
+"""
+import ast
+import dataclasses
+import inspect
+
+import gast
+
+from transpiler.analysis import activity
+from transpiler.analysis import liveness
+from transpiler.analysis import reaching_defs
+from transpiler.analysis import state
+from transpiler.converters import asserts
+from transpiler.converters import base
+from transpiler.converters import break_statements
+from transpiler.converters import call_trees
+from transpiler.converters import conditional_expressions
+from transpiler.converters import continue_statements
+from transpiler.converters import control_flow
+from transpiler.converters import functions
+from transpiler.converters import logical
+from transpiler.converters import loops
+from transpiler.converters import return_statements
+from transpiler.converters import try_statements
+from transpiler.converters import unsupported
+from transpiler.pyct import codegen
+from transpiler.pyct import loader
+from transpiler.pyct import naming
+from transpiler.pyct import origin
+from transpiler.pyct import parser
+
+BEFORE_ANALYSIS = (unsupported, functions, call_trees, asserts, try_statements,
+                   return_statements, break_statements, continue_statements)
+AFTER_ANALYSIS = (control_flow, loops, conditional_expressions, logical)
+
+
+@dataclasses.dataclass
+class Converted:
+    fn: object          # the converted function (bound again if a bound method was given)
+    source: str         # the generated source (what to_code shows)
+    filename: str       # fake file name of the generated code, registered in linecache
+    line_map: dict      # generated lineno -> (user filename, user lineno)
+
+
+@dataclasses.dataclass
+class _Compiled:
+    code: object
+    source: str
+    filename: str
+    line_map: dict
+
+
+_cache = {}
+
+
+def _unwrap(fn):
+    if inspect.ismethod(fn):
+        return fn.__func__, fn.__self__
+    return fn, None
+
+
+def _strip_signature(node):
+    """Annotations and non-literal defaults are evaluated by the original ``def``; the
+    loader copies them onto the new function, so the generated ``def`` must not evaluate them."""
+    a = node.args
+    for arg in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]:
+        if arg is not None:
+            arg.annotation = None
+    node.returns = None
+    defaults = a.defaults + [d for d in a.kw_defaults if d is not None]
+    if not all(isinstance(d, gast.Constant) for d in defaults):
+        a.defaults, a.kw_defaults = [], [None] * len(a.kw_defaults)
+
+
+def _convert_tree(fn):
+    node, filename = parser.parse_function(fn)
+    namer = naming.Namer.for_tree(node, fn.__code__.co_freevars + fn.__code__.co_names)
+    if isinstance(node, gast.Lambda):
+        node = functions.as_function_def(node, namer.new('lam'))
+    ctx = base.Context(namer=namer, filename=filename)
+    for converter in BEFORE_ANALYSIS:
+        node = converter.transform(node, ctx)
+    for fn_node in [n for n in gast.walk(node) if isinstance(n, gast.FunctionDef)]:
+        activity.analyze(fn_node)
+        liveness.analyze(fn_node)
+        state.analyze(fn_node)
+        reaching_defs.analyze(fn_node)
+    for converter in AFTER_ANALYSIS:
+        node = converter.transform(node, ctx)
+    _strip_signature(node)
+    origin.fill_from_parents(node)
+    return node
+
+
+def _generated_nodes(node, is_node):
+    """stmt/expr nodes in a fixed pre-order, skipping parts gast and ast spell differently."""
+    kind = type(node).__name__
+    if kind in ('stmt', 'expr') or is_node(node) and kind not in ('arguments',):
+        if hasattr(node, 'lineno') or kind in ('Name', 'Constant'):
+            yield node
+        for field in node._fields:
+            if field in ('annotation', 'returns', 'type_comment', 'type_params') or \
+                    (kind == 'ExceptHandler' and field == 'name'):
+                continue
+            value = getattr(node, field, None)
+            for child in value if isinstance(value, list) else [value]:
+                if is_node(child) and type(child).__name__ != 'arguments':
+                    yield from _generated_nodes(child, is_node)
+
+
+def _line_map(tree, source):
+    out = {}
+    gen_nodes = _generated_nodes(ast.parse(source), lambda n: isinstance(n, ast.AST))
+    conv_nodes = _generated_nodes(gast.Module(body=[tree], type_ignores=[]),
+                                  lambda n: isinstance(n, gast.AST))
+    for g, c in zip(gen_nodes, conv_nodes):
+        if type(g).__name__ != type(c).__name__:
+            break
+        loc = origin.of(c)
+        if loc is not None and getattr(g, 'lineno', None) is not None:
+            out.setdefault(g.lineno, (loc.filename, loc.lineno))
+    return out
+
+
+def to_source(fn):
+    """The generated source of ``fn`` (a function, lambda or bound method)."""
+    return codegen.to_source(_convert_tree(_unwrap(fn)[0]))
+
+
+def convert(fn, extra_globals):
+    """Convert ``fn``; the result's function calls ``extra_globals`` names (e.g. ``tg``)."""
+    fn, bound_self = _unwrap(fn)
+    key = (fn.__code__, tuple(sorted(extra_globals)))
+    compiled = _cache.get(key)
+    if compiled is None:
+        tree = _convert_tree(fn)
+        source = codegen.to_source(tree)
+        filename = loader.fake_filename(fn.__qualname__)
+        outer = list(fn.__code__.co_freevars) + [n for n in extra_globals
+                                                 if n not in fn.__code__.co_freevars]
+        code = loader.compile_function(source, tree.name, outer, filename)
+        compiled = _cache[key] = _Compiled(code, source, filename, _line_map(tree, source))
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+    new_fn = loader.make_function(compiled.code, fn.__globals__, cells, extra_globals, like=fn)
+    if bound_self is not None:
+        new_fn = new_fn.__get__(bound_self)
+    return Converted(new_fn, compiled.source, compiled.filename, dict(compiled.line_map))

@@ -1,0 +1,118 @@
+"""Shared pieces of the converters: the context, a transformer base, and the helpers that
+build body functions and state-passing calls (used by control_flow and loops)."""
+import dataclasses
+
+import gast
+
+from transpiler.analysis import activity
+from transpiler.errors import ConversionError
+from transpiler.pyct import anno
+from transpiler.pyct import naming
+from transpiler.pyct import origin as origin_lib
+from transpiler.pyct import templates
+
+_COMPS = (gast.ListComp, gast.SetComp, gast.DictComp, gast.GeneratorExp)
+
+
+@dataclasses.dataclass
+class Context:
+    namer: naming.Namer
+    filename: str
+
+
+class Transformer(gast.NodeTransformer):
+    """Leaves comprehensions alone and tracks the Scope of the user function being visited
+    (generated body functions share the scope of the function they sit in)."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.scopes = []
+
+    @property
+    def scope(self):
+        return self.scopes[-1]
+
+    def _visit_comprehension(self, node):
+        return node
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _visit_comprehension
+
+    def visit_FunctionDef(self, node):
+        scope = anno.getanno(node, anno.Key.SCOPE)
+        if scope is not None:
+            self.scopes.append(scope)
+        node = self.generic_visit(node)
+        if scope is not None:
+            self.scopes.pop()
+        return node
+
+
+def not_(name):
+    return gast.UnaryOp(op=gast.Not(), operand=gast.Name(id=name, ctx=gast.Load(), annotation=None,
+                                                         type_comment=None))
+
+
+def names_tuple(names):
+    return gast.Tuple(elts=[gast.Constant(value=n, kind=None) for n in names], ctx=gast.Load())
+
+
+def declarations(block, scope):
+    """``global``/``nonlocal`` statements a body function holding ``block`` needs."""
+    modified = activity.block_modified(block)
+    out = []
+    for kind, names in ((gast.Global, scope.globals), (gast.Nonlocal, scope.nonlocals)):
+        if modified & names:
+            out.append(kind(names=sorted(modified & names)))
+    return out
+
+
+def check_no_del(block, state, construct):
+    for stmt in block:
+        for node in gast.walk(stmt):
+            if isinstance(node, gast.Delete):
+                for t in node.targets:
+                    if isinstance(t, gast.Name) and t.id in state:
+                        raise ConversionError.at(
+                            node, f'`del {t.id}` inside a converted {construct}: {t.id!r} is '
+                            'carried by the statement and must stay defined')
+
+
+def body_function(name, params, block, state, scope, origin):
+    """``def name(*params): <decls> <block>; return (*state,)``"""
+    return templates.replace('''
+        def fn_name(params):
+            body
+            return state
+    ''', origin, fn_name=name, params=list(params),
+        body=declarations(block, scope) + block, state=list(state))
+
+
+def undefined_inits(stmt, state):
+    """``v = tg.Undefined('v')`` for each state variable that may be unbound before ``stmt``."""
+    defined = anno.getanno(stmt, anno.Key.DEFINED_IN, frozenset())
+    out = []
+    for v in state:
+        if v not in defined:
+            out += templates.replace('var = tg.Undefined(var_name)', stmt, var=v,
+                                     var_name=gast.Constant(value=v, kind=None))
+    return out
+
+
+def state_call(state, call, origin):
+    """``(*state,) = <call>``, or the bare call when there is no state."""
+    if not state:
+        return templates.replace('call', origin, call=call)
+    return templates.replace('state = call', origin, state=list(state), call=call)
+
+
+def tg_call(op, args, origin, keywords=()):
+    """``tg.<op>(*args, **keywords)`` (args are used as given, not copied)."""
+    call = templates.replace_as_expression(f'tg.{op}()', origin)
+    call.args, call.keywords = list(args), list(keywords)
+    return call
+
+
+def thunk(expr):
+    """``lambda: expr``"""
+    return gast.Lambda(args=gast.arguments(args=[], posonlyargs=[], vararg=None, kwonlyargs=[],
+                                           kw_defaults=[], kwarg=None, defaults=[]), body=expr)

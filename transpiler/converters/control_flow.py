@@ -1,0 +1,38 @@
+"""``if``/``elif``/``else`` -> ``tg.if_stmt``.
+
+    def if_body(y):
+        y = x * 2
+        return (y,)
+    def else_body(y):
+        y = -x
+        return (y,)
+    y = tg.Undefined('y')            # only if y may be unbound here
+    (y,) = tg.if_stmt(test, if_body, else_body, (y,), ('y',))
+
+Requires the analyses (activity, liveness, reaching_defs); the state is the STATE annotation.
+Variables only read come from the closure. Inner statements are converted first.
+"""
+from transpiler.converters import base
+from transpiler.pyct import anno
+
+
+class IfTransformer(base.Transformer):
+
+    def visit_If(self, node):
+        state = anno.getanno(node, anno.Key.STATE)   # annotations of the original node
+        node = self.generic_visit(node)
+        base.check_no_del(node.body + node.orelse, state, 'if statement')
+        namer = self.ctx.namer
+        body_name, else_name = namer.new('if_body'), namer.new('else_body')
+        call = base.templates.replace_as_expression(
+            'tg.if_stmt(test, body_name, else_name, state, names)', node, test=node.test,
+            body_name=body_name, else_name=else_name, state=list(state),
+            names=base.names_tuple(state))
+        return (base.body_function(body_name, state, node.body, state, self.scope, node)
+                + base.body_function(else_name, state, node.orelse, state, self.scope, node)
+                + base.undefined_inits(node, state)
+                + base.state_call(state, call, node))
+
+
+def transform(node, ctx):
+    return IfTransformer(ctx).visit(node)

@@ -1,0 +1,49 @@
+"""``and``/``or``/``not`` and comparison chains -> ``tg.and_``/``tg.or_``/``tg.not_``.
+
+    a and b and c  ->  tg.and_(a, lambda: b, lambda: c)      (short-circuit, returns an operand)
+    not x          ->  tg.not_(x)
+    a < b < c      ->  tg.and_(a < b, lambda: b < c)         (b evaluated once: a walrus
+                                                              temporary when b is not a name
+                                                              or constant)
+"""
+import gast
+
+from transpiler.converters import base
+
+
+_lazy = base.thunk
+
+
+class LogicalTransformer(base.Transformer):
+
+    def visit_BoolOp(self, node):
+        node = self.generic_visit(node)
+        op = 'and_' if isinstance(node.op, gast.And) else 'or_'
+        return self._call(op, [node.values[0]] + [_lazy(v) for v in node.values[1:]], node)
+
+    def visit_UnaryOp(self, node):
+        node = self.generic_visit(node)
+        if not isinstance(node.op, gast.Not):
+            return node
+        return self._call('not_', [node.operand], node)
+
+    def visit_Compare(self, node):
+        node = self.generic_visit(node)
+        if len(node.ops) == 1:
+            return node
+        operands, links = [node.left] + list(node.comparators), []
+        for i, op in enumerate(node.ops):
+            right = operands[i + 1]
+            if i + 1 < len(node.ops) and not isinstance(right, (gast.Name, gast.Constant)):
+                tmp = self.ctx.namer.new('cmp')
+                operands[i + 1] = gast.Name(id=tmp, ctx=gast.Load(), annotation=None, type_comment=None)
+                right = gast.NamedExpr(target=gast.Name(id=tmp, ctx=gast.Store(), annotation=None,
+                                                        type_comment=None), value=right)
+            links.append(gast.Compare(left=operands[i], ops=[op], comparators=[right]))
+        return self._call('and_', [links[0]] + [_lazy(c) for c in links[1:]], node)
+
+    _call = staticmethod(base.tg_call)
+
+
+def transform(node, ctx):
+    return LogicalTransformer(ctx).visit(node)

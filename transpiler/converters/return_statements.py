@@ -1,0 +1,70 @@
+"""``return`` anywhere -> ``do_return``/``retval`` flags, as TF AutoGraph does.
+
+    do_return = False
+    retval = tg.UndefinedReturn()
+    ...  return v  ->  do_return = True; retval = v      (later statements: if not do_return)
+    loops that may return stop: while-test `not do_return and test`, for extra test
+    return retval
+
+A function whose returns are all top-level statements is left alone. A function that may
+fall off its end gets an explicit ``return None`` first, so ``retval`` is always set.
+"""
+import gast
+
+from transpiler.converters import base
+from transpiler.converters import jumps
+from transpiler.pyct import anno
+from transpiler.pyct import templates
+
+
+def _needs_flags(fn):
+    return jumps.contains([s for s in fn.body if not isinstance(s, gast.Return)], gast.Return, True)
+
+
+class ReturnTransformer(base.Transformer):
+
+    def visit_Lambda(self, node):
+        return self.generic_visit(node)
+
+    def visit_FunctionDef(self, node):
+        node = self.generic_visit(node)   # nested functions first: their returns are their own
+        if not _needs_flags(node):
+            return node
+        do_return, retval = self.ctx.namer.new('do_return'), self.ctx.namer.new('retval')
+        body = list(node.body)
+        if not isinstance(body[-1], (gast.Return, gast.Raise)):
+            body.append(gast.Return(value=None))
+            anno.setanno(body[-1], anno.Key.ORIGIN, anno.getanno(node.body[-1], anno.Key.ORIGIN))
+
+        def replace(ret):
+            value = ret.value if ret.value is not None else gast.Constant(value=None, kind=None)
+            return templates.replace('do_return = True\nretval = value', ret,
+                                     do_return=do_return, retval=retval, value=value)
+
+        def on_loop(loop):
+            add_loop_test(loop, base.not_(do_return))
+            if loop.orelse:
+                loop.orelse = templates.replace('if not_flag:\n    orelse', loop.orelse[0],
+                                                not_flag=base.not_(do_return), orelse=loop.orelse)
+
+        lowered, _, _ = jumps.Lowering(gast.Return, replace, do_return, True, on_loop).block(body)
+        node.body = templates.replace('''
+            do_return = False
+            retval = tg.UndefinedReturn()
+            body
+            return retval
+        ''', node.body[0], do_return=do_return, retval=retval, body=lowered)
+        return node
+
+
+def add_loop_test(loop, test):
+    """Make ``loop`` also require ``test`` (an expression over loop state) before each iteration."""
+    if isinstance(loop, gast.While):
+        loop.test = gast.BoolOp(op=gast.And(), values=[test, loop.test])
+    else:
+        anno.setanno(loop, anno.Key.EXTRA_LOOP_TEST,
+                     [test] + anno.getanno(loop, anno.Key.EXTRA_LOOP_TEST, []))
+
+
+def transform(node, ctx):
+    return ReturnTransformer(ctx).visit(node)

@@ -1,0 +1,25 @@
+"""Constructs we refuse, with the user's file:line: generators, async code, ``match``,
+and the name ``tg`` (reserved for the operator module the generated code calls)."""
+import gast
+
+from transpiler.errors import ConversionError
+
+_REFUSED = {
+    gast.Yield: 'generator functions (yield) are not supported',
+    gast.YieldFrom: 'generator functions (yield from) are not supported',
+    gast.Await: 'async code is not supported',
+    gast.AsyncFunctionDef: 'async functions are not supported',
+    gast.AsyncFor: 'async for is not supported',
+    gast.AsyncWith: 'async with is not supported',
+    getattr(gast, 'Match', ()): 'match statements are not supported; use if/elif',
+}
+
+
+def transform(node, ctx):
+    for n in gast.walk(node):
+        for kind, reason in _REFUSED.items():
+            if kind and isinstance(n, kind):
+                raise ConversionError.at(n, reason)
+        if isinstance(n, gast.Name) and n.id == 'tg':
+            raise ConversionError.at(n, "the name 'tg' is reserved for the converted code's operators")
+    return node
