@@ -1,0 +1,386 @@
+"""Functional control flow: ``cond`` and ``while_loop``, as ``torch.cond``/``tf.while_loop``.
+
+With a concrete predicate they simply run Python. With a symbolic one they trace both
+branches (or the loop test and body) into child graphs and add a single ``cond``
+(``while``) node whose outputs replace the branch (loop) results.
+
+Values flow as nested tuples/lists/dicts ("pytrees"). Tensor leaves become subgraph inputs
+and outputs; a Python leaf stays a Python value when every path agrees on it, and becomes
+a 0-d tensor when paths disagree (a Python counter updated in a tensor loop). Branch
+outputs must agree in structure and dtype; differing shapes give a dynamic dimension. Loop
+variables keep their dtype (a Python number's dtype may widen); a shape that changes
+across iterations becomes dynamic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import torch
+import torch.utils._pytree as pytree
+
+from .errors import BranchMismatchError, GraphError
+from .graph import Graph, Node
+from .meta import TensorMeta
+from .source_info import format_location, user_location
+from .symbolic import (SymbolicTensor, building, contains_symbolic, current_graph,
+                       is_symbolic, record_tuple_outputs, to_node, wrap_node)
+
+_NUMBER = (bool, int, float)
+_MAX_RETRACES = 6
+
+
+def python_number_dtype(value) -> torch.dtype:
+    if isinstance(value, bool):
+        return torch.bool
+    if isinstance(value, int):
+        return torch.int64
+    return torch.get_default_dtype()
+
+
+def _leaf_meta(value) -> Optional[TensorMeta]:
+    if isinstance(value, SymbolicTensor):
+        return value._node.meta
+    if isinstance(value, torch.Tensor):
+        return TensorMeta.of(value)
+    return None
+
+
+def _leaf_name(names: Optional[Sequence[str]], spec, index: int) -> str:
+    if names is not None and index < len(names):
+        return repr(names[index])
+    return f"#{index}"
+
+
+def _example(value) -> Optional[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        with torch._C.DisableTorchFunction():
+            return torch.empty(tuple(value.shape), dtype=value.dtype, device="meta")
+    return None
+
+
+def _owner_graph(*values) -> Graph:
+    graph = current_graph()
+    if graph is not None:
+        return graph
+    for leaf in pytree.tree_leaves(values):
+        if isinstance(leaf, SymbolicTensor):
+            return leaf._node.graph.root
+    raise GraphError("no graph to record control flow into")
+
+
+# --------------------------------------------------------------------------- subgraphs
+@dataclass
+class Slot:
+    """One leaf of the values flowing into a subgraph: a tensor input or a Python constant."""
+    meta: Optional[TensorMeta]      # None: a Python constant passed as is
+    const: Any = None
+    example: Any = None
+
+
+def _trace(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec) -> Tuple[Graph, list, Any]:
+    """Trace ``fn`` on placeholders for the tensor slots; returns (graph, out leaves, spec)."""
+    sub = Graph(parent=parent, name=label)
+    leaves = []
+    with building(sub):
+        for i, slot in enumerate(slots):
+            if slot.meta is None:
+                leaves.append(slot.const)
+            else:
+                ph = sub.placeholder(slot.meta, name="arg")
+                leaves.append(wrap_node(ph, slot.example))
+        out = fn(*pytree.tree_unflatten(leaves, spec))
+    out_leaves, out_spec = pytree.tree_flatten(out)
+    return sub, out_leaves, out_spec
+
+
+def _finish(sub: Graph, leaves: list, as_tensor: List[Optional[torch.dtype]]) -> None:
+    """Set a subgraph's outputs: the leaves that are graph values, as nodes of ``sub``."""
+    outs = []
+    with building(sub):
+        for leaf, dtype in zip(leaves, as_tensor):
+            if dtype is None:
+                continue
+            if not isinstance(leaf, torch.Tensor):
+                leaf = torch.tensor(leaf, dtype=dtype)
+            elif leaf.dtype != dtype:
+                leaf = leaf.to(dtype)
+            outs.append(to_node(sub, leaf))
+    sub.outputs = tuple(outs)
+
+
+def _align_captures(subs: Sequence[Graph]) -> List[Node]:
+    """Give every subgraph the same captured inputs, in one order; return the outer values."""
+    union: List[Node] = []
+    seen = set()
+    for sub in subs:
+        for outer, _ in sub.captures:
+            if id(outer) not in seen:
+                seen.add(id(outer))
+                union.append(outer)
+    for sub in subs:
+        for outer in union:
+            sub.capture(outer)
+        order = {id(outer): i for i, outer in enumerate(union)}
+        inner_of = {id(inner): order[id(outer)] for outer, inner in sub.captures}
+        explicit = [n for n in sub.nodes if n.op == "placeholder" and id(n) not in inner_of]
+        captured = sorted((n for n in sub.nodes if id(n) in inner_of), key=lambda n: inner_of[id(n)])
+        rest = [n for n in sub.nodes if n.op != "placeholder"]
+        sub.nodes = explicit + captured + rest
+        sub.captures.sort(key=lambda pair: order[id(pair[0])])
+    return union
+
+
+def _merge_leaf(a, b, name: str, where: str):
+    """How a leaf that two paths produce leaves the construct.
+
+    Returns ("const", value) when both are the same Python value, or ("tensor", meta)
+    for a graph output (Python numbers become 0-d tensors).
+    """
+    ma, mb = _leaf_meta(a), _leaf_meta(b)
+    if ma is None and mb is None:
+        if type(a) is type(b) and (a is b or (_is_plain(a) and a == b)):
+            return "const", a
+        if isinstance(a, _NUMBER) and isinstance(b, _NUMBER) and type(a) is type(b):
+            dtype = python_number_dtype(a)
+            return "tensor", TensorMeta((), dtype)
+        raise BranchMismatchError(
+            f"{where}: {name} is {_kind(a)} on one path and {_kind(b)} on the other")
+    if ma is None or mb is None:
+        number, meta = (a, mb) if ma is None else (b, ma)
+        if isinstance(number, _NUMBER) and \
+                torch.promote_types(python_number_dtype(number), meta.dtype) == meta.dtype:
+            return "tensor", meta.join(TensorMeta((), meta.dtype))
+        raise BranchMismatchError(
+            f"{where}: {name} is {_kind(a)} on one path and {_kind(b)} on the other")
+    if ma.dtype != mb.dtype:
+        raise BranchMismatchError(
+            f"{where}: {name} has dtype {ma.dtype} on one path and {mb.dtype} on the other")
+    return "tensor", ma.join(mb)
+
+
+def _is_plain(v) -> bool:
+    return v is None or isinstance(v, (bool, int, float, complex, str, bytes, torch.dtype,
+                                       torch.device, type(Ellipsis)))
+
+
+def _kind(v) -> str:
+    meta = _leaf_meta(v)
+    if meta is not None:
+        return f"a {str(meta)} tensor"
+    return f"{type(v).__name__} {v!r}" if _is_plain(v) else f"a {type(v).__name__}"
+
+
+# --------------------------------------------------------------------------- cond
+def cond(pred, true_fn: Callable, false_fn: Callable, operands=(), names=None):
+    """``true_fn(*operands)`` if ``pred`` else ``false_fn(*operands)``; one ``cond`` node
+    when ``pred`` is symbolic. ``names`` (optional) name the output leaves in errors."""
+    operands = tuple(operands) if isinstance(operands, (tuple, list)) else (operands,)
+    if not is_symbolic(pred):
+        return true_fn(*operands) if pred else false_fn(*operands)
+    return staged_cond(pred, true_fn, false_fn, operands, names)
+
+
+def _check_pred(pred: SymbolicTensor, where: str) -> None:
+    meta = pred._node.meta
+    if meta.shape is not None and meta.is_static and int(torch.Size(meta.shape).numel()) != 1:
+        raise GraphError(f"{where}: the condition has shape {tuple(meta.shape)}; Boolean value "
+                         f"of a tensor with more than one value is ambiguous")
+
+
+def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
+    location = location or user_location()
+    where = format_location(location)
+    _check_pred(pred, where)
+    graph = _owner_graph(pred, operands)
+    flat, spec = pytree.tree_flatten(operands)
+    slots = [Slot(_leaf_meta(v), None if _leaf_meta(v) is not None else v, _example(v))
+             for v in flat]
+    then_g, then_out, then_spec = _trace(graph, "then", true_fn, slots, spec)
+    else_g, else_out, else_spec = _trace(graph, "else", false_fn, slots, spec)
+    if then_spec != else_spec:
+        raise BranchMismatchError(
+            f"{where}: the branches of the tensor condition return different structures: "
+            f"{_describe_spec(then_spec)} vs {_describe_spec(else_spec)}")
+    plans = [_merge_leaf(a, b, _leaf_name(names, then_spec, i), where)
+             for i, (a, b) in enumerate(zip(then_out, else_out))]
+    dtypes = [meta.dtype if kind == "tensor" else None for kind, meta in plans]
+    _finish(then_g, then_out, dtypes)
+    _finish(else_g, else_out, dtypes)
+    captured = _align_captures([then_g, else_g])
+    with building(graph):
+        inputs = [to_node(graph, pred)] + [to_node(graph, v) for v in flat if _leaf_meta(v)]
+    metas = tuple(meta for kind, meta in plans if kind == "tensor")
+    node = graph.add_node("cond", None, tuple(inputs) + tuple(captured), meta=metas,
+                          attrs={"n_operands": len(inputs) - 1}, subgraphs=[then_g, else_g],
+                          location=location)
+    examples = [_example(a) if _leaf_meta(a) is not None else None
+                for (kind, _), a in zip(plans, then_out) if kind == "tensor"]
+    outs = iter(record_tuple_outputs(node, metas, examples))
+    leaves = [next(outs) if kind == "tensor" else value for kind, value in plans]
+    return pytree.tree_unflatten(leaves, then_spec)
+
+
+def _describe_spec(spec) -> str:
+    return str(spec).replace("\n", "").replace("  ", "")
+
+
+# --------------------------------------------------------------------------- while
+def while_loop(cond_fn: Callable, body_fn: Callable, loop_vars, names=None):
+    """Repeat ``loop_vars = body_fn(*loop_vars)`` while ``cond_fn(*loop_vars)``.
+
+    Returns the final loop variables (a tuple, or the same structure as given). A single
+    ``while`` node when the condition is symbolic; Python iteration otherwise (switching
+    to a ``while`` node as soon as the condition becomes symbolic).
+    """
+    as_tuple = isinstance(loop_vars, (tuple, list))
+    state = tuple(loop_vars) if as_tuple else (loop_vars,)
+    graph, mark = _mark(state)
+    test = cond_fn(*state)
+    while not is_symbolic(test):
+        if not test:
+            return _as_given(state, loop_vars, as_tuple)
+        state = _as_state(body_fn(*state), len(state))
+        graph, mark = _mark(state)
+        test = cond_fn(*state)
+    if graph is not None and test._node.graph is graph:
+        graph.rollback(mark)          # the test is traced again inside the loop
+    result = staged_while(cond_fn, body_fn, state, names)
+    return _as_given(result, loop_vars, as_tuple)
+
+
+def _mark(state):
+    """The graph ops on ``state`` record into, and a rollback mark in it (or None, 0)."""
+    graph = current_graph()
+    if graph is None:
+        symbolic = [v for v in pytree.tree_leaves(state) if isinstance(v, SymbolicTensor)]
+        graph = symbolic[0]._node.graph.root if symbolic else None
+    return graph, (graph.mark() if graph is not None else 0)
+
+
+def _as_state(out, n: int) -> tuple:
+    if n == 1 and not isinstance(out, tuple):
+        return (out,)
+    return tuple(out)
+
+
+def _as_given(state, loop_vars, as_tuple):
+    if not as_tuple:
+        return state[0]
+    return list(state) if isinstance(loop_vars, list) else tuple(state)
+
+
+def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None):
+    """Trace ``cond_fn``/``body_fn`` into a ``while`` node; returns the final state tuple."""
+    location = location or user_location()
+    where = format_location(location)
+    graph = _owner_graph(state)
+    flat, spec = pytree.tree_flatten(state)
+    # slots: None -> Python constant (unchanged by the body); else the loop-carried meta
+    slots: List[Slot] = [Slot(_leaf_meta(v), None if _leaf_meta(v) else v, _example(v))
+                         for v in flat]
+    widenable = [_leaf_meta(v) is None for v in flat]
+    for _ in range(_MAX_RETRACES):
+        body_g, out, out_spec = _trace(graph, "body", lambda *s: _as_state(body_fn(*s), len(state)),
+                                       slots, spec)
+        if out_spec != spec:
+            raise BranchMismatchError(
+                f"{where}: the loop body changes the structure of the loop variables: "
+                f"{_describe_spec(spec)} -> {_describe_spec(out_spec)}")
+        changed = False
+        for i, (slot, new) in enumerate(zip(slots, out)):
+            wider = _widen(slot, new, widenable[i], _leaf_name(names, spec, i), where)
+            if wider is not None:
+                slots[i] = wider
+                changed = True
+        if not changed:
+            break
+        body_g.forget_all()
+    else:
+        raise GraphError(f"{where}: the loop variables' types did not settle")
+    cond_g, test_out, _ = _trace(graph, "cond", lambda *s: cond_fn(*s), slots, spec)
+    test_leaves = pytree.tree_leaves(test_out)
+    if len(test_leaves) != 1:
+        raise GraphError(f"{where}: the loop condition must be a single value")
+    test = test_leaves[0]
+    if is_symbolic(test):
+        _check_pred(test, where)
+    dtypes = [None if s.meta is None else s.meta.dtype for s in slots]
+    _finish(body_g, out, dtypes)
+    _finish(cond_g, [test], [test._node.meta.dtype if is_symbolic(test) else torch.bool])
+    captured = _align_captures([cond_g, body_g])
+    with building(graph):
+        init = []
+        for v, slot in zip(flat, slots):
+            if slot.meta is None:
+                continue
+            if not isinstance(v, torch.Tensor):
+                v = torch.tensor(v, dtype=slot.meta.dtype)
+            elif v.dtype != slot.meta.dtype:
+                v = v.to(slot.meta.dtype)
+            init.append(to_node(graph, v))
+    metas = tuple(s.meta for s in slots if s.meta is not None)
+    node = graph.add_node("while", None, tuple(init) + tuple(captured), meta=metas,
+                          attrs={"n_vars": len(init)}, subgraphs=[cond_g, body_g],
+                          location=location)
+    examples = [s.example for s in slots if s.meta is not None]
+    outs = iter(record_tuple_outputs(node, metas, examples))
+    leaves = [next(outs) if s.meta is not None else s.const for s in slots]
+    return pytree.tree_unflatten(leaves, spec)
+
+
+def _widen(slot: Slot, new, widenable: bool, name: str, where: str) -> Optional[Slot]:
+    """A more general slot if the body's output for it does not fit; else None."""
+    new_meta = _leaf_meta(new)
+    if slot.meta is None:
+        if new_meta is None and (new is slot.const or (_is_plain(new) and new == slot.const
+                                                       and type(new) is type(slot.const))):
+            return None
+        if isinstance(slot.const, _NUMBER):
+            dtype = python_number_dtype(slot.const)
+            if new_meta is not None:
+                dtype = torch.promote_types(dtype, new_meta.dtype)
+            elif isinstance(new, _NUMBER):
+                dtype = torch.promote_types(dtype, python_number_dtype(new))
+            else:
+                raise BranchMismatchError(
+                    f"{where}: loop variable {name} changes from {_kind(slot.const)} to {_kind(new)}")
+            meta = TensorMeta((), dtype)
+            if new_meta is not None:
+                meta = TensorMeta((), dtype).join(TensorMeta(new_meta.shape, dtype)) \
+                    if new_meta.shape != () else meta
+            return Slot(meta, None, torch.empty(() if meta.shape is None else
+                                                [2 if d is None else d for d in meta.shape],
+                                                dtype=dtype, device="meta"))
+        raise BranchMismatchError(
+            f"{where}: loop variable {name} changes from {_kind(slot.const)} to {_kind(new)}")
+    if new_meta is None:
+        if isinstance(new, _NUMBER):
+            dtype = torch.promote_types(slot.meta.dtype, python_number_dtype(new))
+            if dtype == slot.meta.dtype:
+                return None
+            new_meta = TensorMeta((), dtype)
+        else:
+            raise BranchMismatchError(
+                f"{where}: loop variable {name} changes from a tensor to {_kind(new)}")
+    if new_meta.dtype != slot.meta.dtype:
+        dtype = torch.promote_types(slot.meta.dtype, new_meta.dtype)
+        if not widenable or dtype != new_meta.dtype:
+            raise BranchMismatchError(
+                f"{where}: loop variable {name} changes dtype from {slot.meta.dtype} to "
+                f"{new_meta.dtype} in the loop body")
+        joined = TensorMeta(slot.meta.shape, dtype).join(TensorMeta(new_meta.shape, dtype))
+        return Slot(joined, None, torch.empty(_hint(joined, slot.example), dtype=dtype, device="meta"))
+    joined = slot.meta.join(new_meta)
+    if joined == slot.meta:
+        return None
+    return Slot(joined, None, torch.empty(_hint(joined, slot.example), dtype=joined.dtype,
+                                          device="meta"))
+
+
+def _hint(meta: TensorMeta, example) -> list:
+    if meta.shape is None:
+        return list(example.shape) if example is not None else [2]
+    if example is not None and example.dim() == len(meta.shape):
+        return [e if d is None else d for e, d in zip(example.shape, meta.shape)]
+    return [2 if d is None else d for d in meta.shape]

@@ -1,0 +1,290 @@
+"""Lower a graph, once, to generated straight-line Python, and run it.
+
+The generated function calls each node's target in topological order, deletes every value
+right after its last use, and runs ``cond``/``while`` subgraphs as nested generated
+functions. The source is registered with ``linecache``, so tracebacks show it; an error
+while running a node is re-raised naming the op, the node and the user source line that
+created it. ``executable.source`` holds the text for inspection.
+"""
+from __future__ import annotations
+
+import itertools
+import keyword
+import linecache
+import math
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+
+from .graph import Graph, Node, iter_nodes
+from .source_info import format_location
+
+_FILE_IDS = itertools.count(1)
+_LINE_NODES: Dict[str, Dict[int, Node]] = {}
+
+
+class Executable:
+    """A compiled graph: call it with values for its inputs."""
+
+    def __init__(self, fn, source: str, filename: str, out_structure):
+        self.fn = fn
+        self.source = source
+        self.filename = filename
+        self._structure = out_structure
+
+    def __call__(self, *args):
+        try:
+            flat = self.fn(*args)
+        except Exception as e:
+            raise _located(e) from e
+        return _rebuild(self._structure, flat)
+
+
+def _rebuild(structure, flat):
+    it = iter(flat)
+
+    def walk(s):
+        if isinstance(s, _Slot):
+            return next(it)
+        if isinstance(s, tuple):
+            items = tuple(walk(v) for v in s)
+            return type(s)(*items) if hasattr(s, "_fields") else items
+        if isinstance(s, list):
+            return [walk(v) for v in s]
+        if isinstance(s, dict):
+            return {k: walk(v) for k, v in s.items()}
+        return s
+    return walk(structure)
+
+
+class _Slot:
+    __slots__ = ()
+
+
+def _located(e: Exception) -> Exception:
+    """The same kind of error, naming the failing node's op and user source line."""
+    tb = e.__traceback__
+    node = None
+    while tb is not None:
+        lines = _LINE_NODES.get(tb.tb_frame.f_code.co_filename)
+        if lines is not None and tb.tb_lineno in lines:
+            node = lines[tb.tb_lineno]
+        tb = tb.tb_next
+    if node is None or getattr(e, "_tograph_located", False):
+        return e
+    msg = (f"{format_location(node.location)}: error in graph op {node.op!r} "
+           f"(node %{node.name}): {e}")
+    try:
+        new = type(e)(msg)
+    except Exception:
+        new = RuntimeError(msg)
+    new._tograph_located = True
+    new.location = node.location
+    return new
+
+
+# --------------------------------------------------------------------------- code generation
+class _Lowering:
+    """Builds the Python source (and its globals) for one graph and its subgraphs."""
+
+    def __init__(self):
+        self.globals: Dict[str, Any] = {"torch": torch}
+        self.lines: List[str] = []
+        self.line_nodes: Dict[int, Node] = {}
+        self._global_ids: Dict[int, str] = {}
+        self._counter = itertools.count(1)
+
+    # names ------------------------------------------------------------------------------
+    def global_for(self, value, base: str) -> str:
+        key = id(value)
+        if key in self._global_ids:
+            return self._global_ids[key]
+        name = f"_{_ident(base)}_{next(self._counter)}"
+        self.globals[name] = value
+        self._global_ids[key] = name
+        return name
+
+    def expr(self, value, names: Dict[int, str]) -> str:
+        if isinstance(value, Node):
+            return names[id(value)]
+        if isinstance(value, bool) or value is None:
+            return repr(value)
+        if isinstance(value, int):
+            return repr(value)
+        if isinstance(value, float):
+            return repr(value) if math.isfinite(value) else f"float({str(value)!r})"
+        if isinstance(value, str):
+            return repr(value)
+        if value is Ellipsis:
+            return "..."
+        if isinstance(value, torch.dtype):
+            return str(value)
+        if isinstance(value, slice):
+            return f"slice({self.expr(value.start, names)}, {self.expr(value.stop, names)}, " \
+                   f"{self.expr(value.step, names)})"
+        if isinstance(value, tuple) and not hasattr(value, "_fields"):
+            inner = ", ".join(self.expr(v, names) for v in value)
+            return f"({inner},)" if len(value) == 1 else f"({inner})"
+        if isinstance(value, list):
+            return "[" + ", ".join(self.expr(v, names) for v in value) + "]"
+        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return "{" + ", ".join(f"{k!r}: {self.expr(v, names)}" for k, v in value.items()) + "}"
+        return self.global_for(value, "k")
+
+    # functions -----------------------------------------------------------------------------
+    def function(self, graph: Graph, fname: str, inputs: Sequence[Node], outputs: Sequence[Any],
+                 keep_effects: bool = True):
+        """Emit ``def fname(*inputs): ...; return (outputs,)``; returns nothing.
+
+        Only nodes the outputs need are emitted, plus impure ones when ``keep_effects``."""
+        roots = list(iter_nodes(list(outputs)))
+        if keep_effects:
+            roots += [n for n in graph.nodes if n.impure]
+        needed = _needed(roots)
+        names: Dict[int, str] = {}
+        used = set(self.globals) | set(keyword.kwlist) | {fname}
+
+        def bind(node: Node) -> str:
+            name = _ident(node.name.lstrip("_"))
+            while name in used:
+                name = f"{name}_"
+            used.add(name)
+            names[id(node)] = name
+            return name
+        params = [bind(n) for n in inputs]
+        body_nodes = [n for n in graph.nodes if n.op != "placeholder" and id(n) in needed]
+        last_use = _last_uses(body_nodes, outputs)
+        out_ids = {id(n) for n in iter_nodes(list(outputs))}
+        subfns = []
+        text: List[tuple] = []      # (line, node or None)
+        for index, node in enumerate(body_nodes):
+            code, extra = self.node_code(node, names, bind)
+            subfns.extend(extra)
+            for line in code:
+                text.append((line, node))
+            dead = [names[id(n)] for n in last_use.get(index, ())
+                    if id(n) not in out_ids and id(n) in names]
+            if dead:
+                text.append(("del " + ", ".join(dead), None))
+        for sub_graph, sub_name, sub_inputs, sub_outputs in subfns:
+            self.function(sub_graph, sub_name, sub_inputs, sub_outputs)
+        self.lines.append(f"def {fname}({', '.join(params)}):")
+        for line, node in text:
+            self.lines.append("    " + line)
+            if node is not None:
+                self.line_nodes[len(self.lines)] = node
+        rets = [self.expr(o, names) for o in outputs]
+        self.lines.append("    return (" + "".join(r + ", " for r in rets) + ")")
+        self.lines.append("")
+
+    def node_code(self, node: Node, names, bind):
+        extra = []
+        if node.op == "constant":
+            value = node.attrs["value"]
+            return [f"{bind(node)} = {self.global_for(value, node.name)}"], extra
+        args = [self.expr(a, names) for a in node.args]
+        if node.op == "get":
+            return [f"{bind(node)} = {args[0]}[{node.attrs['index']}]"], extra
+        if node.op == "cond":
+            then_g, else_g = node.subgraphs
+            fnames = [self.fresh(f"{node.name}_then"), self.fresh(f"{node.name}_else")]
+            for sub, fn in zip((then_g, else_g), fnames):
+                extra.append((sub, fn, sub.inputs, list(sub.outputs)))
+            operands = ", ".join(args[1:])
+            return [f"{bind(node)} = {fnames[0]}({operands}) if {args[0]} else "
+                    f"{fnames[1]}({operands})"], extra
+        if node.op == "while":
+            cond_g, body_g = node.subgraphs
+            n = node.attrs["n_vars"]
+            fc, fb = self.fresh(f"{node.name}_cond"), self.fresh(f"{node.name}_body")
+            extra.append((cond_g, fc, cond_g.inputs, list(cond_g.outputs)))
+            extra.append((body_g, fb, body_g.inputs, list(body_g.outputs)))
+            state = bind(node)
+            init = "".join(a + ", " for a in args[:n])
+            caps = "".join(", " + a for a in args[n:])
+            return [f"{state} = ({init})",
+                    f"while {fc}(*{state}{caps})[0]:",
+                    f"    {state} = {fb}(*{state}{caps})"], extra
+        target = self.global_for(node.target, node.op)
+        kwargs = [f"{k}={self.expr(v, names)}" for k, v in node.kwargs.items()]
+        call = f"{target}({', '.join(args + kwargs)})"
+        if node.meta is None:
+            return [call], extra
+        return [f"{bind(node)} = {call}"], extra
+
+    def fresh(self, base: str) -> str:
+        name = f"_{_ident(base)}_{next(self._counter)}"
+        self.globals[name] = None         # reserved: generated below as a module-level def
+        return name
+
+
+def _ident(name: str) -> str:
+    out = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "v"
+    return "v" + out if out[0].isdigit() or keyword.iskeyword(out) else out
+
+
+def _needed(roots: List[Node]) -> set:
+    """Ids of the nodes the roots depend on, the roots included."""
+    needed = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if id(node) in needed:
+            continue
+        needed.add(id(node))
+        stack.extend(node.inputs)
+    return needed
+
+
+def _last_uses(nodes: List[Node], outputs) -> Dict[int, List[Node]]:
+    """For each node position, the values whose last reader is that node."""
+    last: Dict[int, int] = {}
+    value_of: Dict[int, Node] = {}
+    for index, node in enumerate(nodes):
+        for value in node.inputs:
+            last[id(value)] = index
+            value_of[id(value)] = value
+    by_index: Dict[int, List[Node]] = {}
+    for key, index in last.items():
+        by_index.setdefault(index, []).append(value_of[key])
+    return by_index
+
+
+def lower(graph: Graph, inputs: Optional[Sequence[Node]] = None, outputs: Any = None,
+          name: str = "graph_fn", keep_effects: bool = True) -> Executable:
+    """Compile ``graph`` to a Python function of ``inputs`` returning ``outputs``."""
+    inputs = list(graph.inputs if inputs is None else inputs)
+    outputs = graph.outputs if outputs is None else outputs
+    flat: List[Any] = []
+
+    def collect(s):
+        if isinstance(s, Node):
+            flat.append(s)
+            return _Slot()
+        if isinstance(s, tuple):
+            items = tuple(collect(v) for v in s)
+            return type(s)(*items) if hasattr(s, "_fields") else items
+        if isinstance(s, list):
+            return [collect(v) for v in s]
+        if isinstance(s, dict):
+            return {k: collect(v) for k, v in s.items()}
+        return s
+    structure = collect(outputs)
+    lowering = _Lowering()
+    lowering.function(graph, name, inputs, flat, keep_effects)
+    source = "\n".join(lowering.lines) + "\n"
+    filename = f"<tograph-exec-{next(_FILE_IDS)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    _LINE_NODES[filename] = lowering.line_nodes
+    namespace = dict(lowering.globals)
+    exec(compile(source, filename, "exec"), namespace)
+    return Executable(namespace[name], source, filename, structure)
+
+
+def compile_graph(graph: Graph) -> Executable:
+    """The executable of ``graph`` for its own inputs and outputs (cached on the graph)."""
+    key = ("exec", id(graph.outputs))
+    exe = graph._cache.get(key)
+    if exe is None:
+        exe = graph._cache[key] = lower(graph)
+    return exe

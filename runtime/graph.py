@@ -1,0 +1,270 @@
+"""The graph IR: one ``Node`` class and one ``Graph`` class.
+
+A node is one operation and the value it produces. Its ``args``/``kwargs`` are nested
+Python structures in which other nodes appear as leaves (constants stay inline), exactly
+as the operation will be called. Multi-output operations (``cond``, ``while``, ``max``
+with ``dim``...) produce a tuple, read back by ``getitem`` nodes.
+
+``cond`` and ``while`` nodes own child graphs (``node.subgraphs``). A child graph's
+inputs are its explicit operands followed by the values it *captures* from enclosing
+graphs (closure variables of a branch or loop body); the owning node lists the outer
+values in the same order as its inputs.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from .meta import meta_text
+from .source_info import Location, format_location
+
+_IDENT = re.compile(r"[^0-9a-zA-Z_]")
+
+
+def map_nodes(value: Any, fn: Callable[["Node"], Any]) -> Any:
+    """Rebuild a nested tuple/list/dict/slice structure with ``fn`` applied to its nodes."""
+    if isinstance(value, Node):
+        return fn(value)
+    if isinstance(value, tuple):
+        mapped = tuple(map_nodes(v, fn) for v in value)
+        return type(value)(*mapped) if hasattr(value, "_fields") else mapped
+    if isinstance(value, list):
+        return [map_nodes(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: map_nodes(v, fn) for k, v in value.items()}
+    if isinstance(value, slice):
+        return slice(map_nodes(value.start, fn), map_nodes(value.stop, fn), map_nodes(value.step, fn))
+    return value
+
+
+def iter_nodes(value: Any) -> Iterator["Node"]:
+    """The nodes inside a nested structure, in order."""
+    found: List[Node] = []
+    map_nodes(value, lambda n: found.append(n) or n)
+    return iter(found)
+
+
+class Node:
+    """One operation in a graph and the value it produces.
+
+    op        short readable name of the operation (``"matmul"``, ``"cond"``, ``"placeholder"``)
+    target    the callable that runs it (torch function or tensor method), or None for
+              the built-in ops interpreted by the executor (placeholder, constant, getitem,
+              cond, while, print, assert)
+    args/kwargs  how ``target`` is called; nodes appear as leaves
+    attrs     op-specific facts (a constant's value, a placeholder's declared shape...)
+    meta      TensorMeta of the value, a tuple of them for multi-output ops, None for no value
+    subgraphs child graphs: ``[then, else]`` for cond, ``[cond, body]`` for while
+    location  (file, line) of the user code that created it, or None
+    """
+
+    __slots__ = ("op", "target", "args", "kwargs", "attrs", "meta", "name", "graph",
+                 "subgraphs", "location", "impure")
+
+    def __init__(self, graph: "Graph", op: str, target: Optional[Callable], args: tuple,
+                 kwargs: dict, meta: Any, name: str, attrs: Optional[dict] = None,
+                 subgraphs: Optional[List["Graph"]] = None,
+                 location: Optional[Location] = None, impure: bool = False):
+        self.graph = graph
+        self.op = op
+        self.target = target
+        self.args = args
+        self.kwargs = kwargs
+        self.attrs = attrs or {}
+        self.meta = meta
+        self.name = name
+        self.subgraphs = subgraphs or []
+        self.location = location
+        self.impure = impure
+
+    @property
+    def inputs(self) -> List["Node"]:
+        """The nodes this node reads, in argument order."""
+        return list(iter_nodes((self.args, self.kwargs)))
+
+    def __repr__(self) -> str:
+        return f"%{self.name}"
+
+
+class Graph:
+    """A static dataflow graph: placeholders, nodes in topological order, outputs.
+
+    ``Graph()`` also serves as the TF1-style default graph: ``with Graph().as_default():``.
+    """
+
+    def __init__(self, parent: Optional["Graph"] = None, name: str = "graph"):
+        self.parent = parent
+        self.name = name
+        self.nodes: List[Node] = []
+        self.outputs: Any = ()
+        self.captures: List[Tuple[Node, Node]] = []   # (outer value, inner placeholder)
+        self._capture_map: Dict[int, Node] = {}
+        self._constants: Dict[int, Tuple[Any, Node]] = {}
+        self._names: Dict[str, Node] = {} if parent is None else parent._names
+        self._counters: Dict[str, itertools.count] = {} if parent is None else parent._counters
+        self._cache: Dict[Any, Any] = {}               # compiled executables, keyed by caller
+
+    # ---------------------------------------------------------------- structure
+    @property
+    def root(self) -> "Graph":
+        g = self
+        while g.parent is not None:
+            g = g.parent
+        return g
+
+    @property
+    def inputs(self) -> List[Node]:
+        """Placeholder nodes, in order: explicit inputs first, then captured values."""
+        return [n for n in self.nodes if n.op == "placeholder"]
+
+    def ancestors(self) -> Iterator["Graph"]:
+        g: Optional[Graph] = self
+        while g is not None:
+            yield g
+            g = g.parent
+
+    def walk(self) -> Iterator[Node]:
+        """Every node of this graph and of its child graphs, depth first."""
+        for node in self.nodes:
+            yield node
+            for sub in node.subgraphs:
+                yield from sub.walk()
+
+    def tensor(self, name: str):
+        """The symbolic tensor called ``name`` (TF's ``get_tensor_by_name``)."""
+        from .symbolic import wrap_node
+        key = name[:-2] if name.endswith(":0") else name
+        node = self._names.get(key)
+        if node is None:
+            raise KeyError(f"no tensor named {name!r} in this graph")
+        return wrap_node(node)
+
+    def node(self, name: str) -> Node:
+        return self._names[name]
+
+    # ---------------------------------------------------------------- building
+    def fresh_name(self, base: str) -> str:
+        base = _IDENT.sub("_", base) or "v"
+        if base[0].isdigit():
+            base = "v" + base
+        counter = self._counters.setdefault(base, itertools.count(1))
+        while True:
+            name = f"{base}_{next(counter)}"
+            if name not in self._names:
+                return name
+
+    def unique_name(self, wanted: str) -> str:
+        """A user-given name if free (``input_a``), else the name with a numeric suffix."""
+        return wanted if wanted not in self._names else self.fresh_name(wanted)
+
+    def add_node(self, op: str, target=None, args=(), kwargs=None, meta=None, *,
+                 name: Optional[str] = None, attrs=None, subgraphs=None, location=None,
+                 impure=False, index: Optional[int] = None) -> Node:
+        for value in iter_nodes((args, kwargs or {})):
+            if value.graph is not self:
+                raise AssertionError(f"{value} belongs to another graph; capture it first")
+        name = self.unique_name(name) if name else self.fresh_name(op)
+        node = Node(self, op, target, tuple(args), dict(kwargs or {}), meta, name, attrs,
+                    subgraphs, location, impure)
+        self._names[name] = node
+        if index is None:
+            self.nodes.append(node)
+        else:
+            self.nodes.insert(index, node)
+        return node
+
+    def placeholder(self, meta, name: str = "input", attrs=None, location=None) -> Node:
+        index = len(self.inputs)
+        return self.add_node("placeholder", meta=meta, name=name, attrs=attrs,
+                             location=location, index=index)
+
+    def constant(self, value, name: Optional[str] = None, location=None) -> Node:
+        """A node holding ``value`` (a tensor kept by reference: parameters stay live)."""
+        from .meta import TensorMeta
+        key = id(value)
+        if name is None and key in self._constants:
+            return self._constants[key][1]
+        node = self.add_node("constant", meta=TensorMeta.of(value), name=name or "const",
+                             attrs={"value": value}, location=location)
+        if name is None:
+            self._constants[key] = (value, node)
+        return node
+
+    def capture(self, node: Node) -> Node:
+        """The value of ``node`` (from this graph or an enclosing one) as seen in this graph."""
+        if node.graph is self:
+            return node
+        if self.parent is None:
+            raise AssertionError(f"{node} is not from this graph or an enclosing one")
+        outer = self.parent.capture(node)
+        inner = self._capture_map.get(id(outer))
+        if inner is None:
+            inner = self.placeholder(node.meta, name=node.name, attrs={"captured": True})
+            self.captures.append((outer, inner))
+            self._capture_map[id(outer)] = inner
+        return inner
+
+    def mark(self) -> int:
+        """A point to roll back to: the number of non-placeholder nodes so far."""
+        return sum(1 for n in self.nodes if n.op != "placeholder")
+
+    def rollback(self, mark: int) -> None:
+        """Forget the non-placeholder nodes added after ``mark`` (an abandoned attempt)."""
+        kept, dropped, seen = [], [], 0
+        for node in self.nodes:
+            if node.op == "placeholder" or seen < mark:
+                kept.append(node)
+                seen += node.op != "placeholder"
+            else:
+                dropped.append(node)
+        for node in dropped:
+            self.forget(node)
+        gone = {id(n) for n in dropped}
+        self._constants = {k: v for k, v in self._constants.items() if id(v[1]) not in gone}
+        self.nodes = kept
+
+    def forget(self, node: Node) -> None:
+        """Release the names of ``node`` and of everything in its subgraphs."""
+        self._names.pop(node.name, None)
+        for sub in node.subgraphs:
+            sub.forget_all()
+
+    def forget_all(self) -> None:
+        """Release the names of every node of this (abandoned) graph."""
+        for node in self.nodes:
+            self.forget(node)
+
+    # ---------------------------------------------------------------- default graph
+    @contextlib.contextmanager
+    def as_default(self):
+        """Make this the graph that ``placeholder``/``constant`` and ops on them record into."""
+        from . import session
+        session._DEFAULT_STACK.append(self)
+        try:
+            yield self
+        finally:
+            session._DEFAULT_STACK.pop()
+
+    # ---------------------------------------------------------------- use
+    def optimize(self) -> "Graph":
+        """The optimized graph that calls execute (passes come with the optimizer)."""
+        from .passes import optimize
+        return optimize(self)
+
+    def __call__(self, *inputs):
+        """Run the graph on values for its explicit inputs; returns its outputs."""
+        from .executor import compile_graph
+        return compile_graph(self)(*inputs)
+
+    def save(self, path) -> None:
+        from .serialize import save
+        save(self, path)
+
+    def __str__(self) -> str:
+        from .printer import format_graph
+        return format_graph(self)
+
+    def __repr__(self) -> str:
+        return f"<Graph {self.name}: {len(self.nodes)} nodes>"

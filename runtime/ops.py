@@ -1,0 +1,53 @@
+"""Facts about operations, as tables: their readable names, and which ones are impure.
+
+Purity matters to the optimizer: CSE and DCE never merge or drop an impure node
+(random draws, in-place mutation, printing, assertions).
+"""
+from __future__ import annotations
+
+import torch
+
+# Random operations: each run must draw new numbers.
+RANDOM = {
+    "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like",
+    "normal", "bernoulli", "multinomial", "poisson", "dropout", "dropout1d", "dropout2d",
+    "dropout3d", "alpha_dropout", "feature_alpha_dropout", "rrelu", "gumbel_softmax",
+    "uniform_", "normal_", "bernoulli_", "exponential_", "random_", "cauchy_",
+    "log_normal_", "geometric_", "native_dropout", "fractional_max_pool2d",
+}
+# Ops interpreted by the executor itself (no torch target) that have effects.
+EFFECTFUL_BUILTINS = {"print", "assert"}
+
+
+def op_name(func) -> str:
+    """``torch.matmul`` -> ``matmul``; ``Tensor.__add__`` -> ``add``; ``Tensor.T`` -> ``T``."""
+    name = getattr(func, "__name__", None) or type(func).__name__
+    if name == "__get__" and hasattr(func, "__self__"):
+        name = getattr(func.__self__, "__name__", name)
+    if name.startswith("__") and name.endswith("__") and len(name) > 4:
+        name = name[2:-2]
+    return name
+
+
+def is_inplace(func, kwargs) -> bool:
+    """Mutates an argument: ``add_``, ``x += y``, ``x[i] = v``, ``out=`` forms."""
+    name = getattr(func, "__name__", "")
+    if name == "__setitem__" or (name.startswith("__i") and name.endswith("__")
+                                 and name not in ("__index__", "__init__", "__iter__",
+                                                  "__int__", "__invert__")):
+        return True
+    if name.endswith("_") and not name.endswith("__"):
+        return True
+    return kwargs.get("out") is not None
+
+
+def is_impure(func, kwargs) -> bool:
+    """Cannot be merged, reordered across effects, or dropped when unused."""
+    if is_inplace(func, kwargs):
+        return True
+    name = op_name(func)
+    if name in RANDOM:
+        return True
+    if name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout"):
+        return bool(kwargs.get("training", True))
+    return False

@@ -1,0 +1,198 @@
+"""Shape and dtype of an operation's output, by running it on ``meta`` tensors.
+
+Requires: the op's arguments, with symbolic tensors (meta-backed) and concrete tensors.
+Provides: ``Inferred(meta, example)``: the output's ``TensorMeta`` (a tuple of them for
+multi-output ops, None for none) and meta tensors standing for the outputs.
+
+Results are cached by (op, argument metadata): running an op on meta tensors costs tens
+to hundreds of microseconds. Dimensions known only at run time (``None``) are found by
+running the op a second time with different sizes for the dynamic input dimensions: an
+output dimension that changes with them is dynamic. Ops whose output size depends on
+data (``nonzero``, ``masked_select``, boolean indexing, ``unique``) have no meta kernel;
+they run under ``FakeTensorMode`` with a ``ShapeEnv``, where such sizes come out symbolic.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, NamedTuple, Optional
+
+import torch
+
+from .errors import GraphError
+from .meta import TensorMeta
+from .ops import is_inplace
+
+_CACHE: Dict[Any, "Inferred"] = {}
+_CACHE_LIMIT = 100_000
+
+
+class Inferred(NamedTuple):
+    meta: Any
+    example: Any
+
+
+def _meta_like(t: torch.Tensor, shape=None) -> torch.Tensor:
+    shape = tuple(t.shape) if shape is None else tuple(shape)
+    if shape == tuple(t.shape):
+        return torch.empty_strided(shape, tuple(t.stride()), dtype=t.dtype, device="meta")
+    return torch.empty(shape, dtype=t.dtype, device="meta")
+
+
+def _symbolic_meta(t) -> Optional[TensorMeta]:
+    node = getattr(t, "_node", None)
+    return None if node is None else node.meta
+
+
+def _map(value, fn):
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, tuple):
+        items = tuple(_map(v, fn) for v in value)
+        return type(value)(*items) if hasattr(value, "_fields") else items
+    if isinstance(value, list):
+        return [_map(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: _map(v, fn) for k, v in value.items()}
+    return value
+
+
+def _key_leaf(v):
+    if isinstance(v, torch.Tensor):
+        meta = _symbolic_meta(v)
+        dyn = None if meta is None else meta.shape
+        return ("T", tuple(v.shape), tuple(v.stride()), v.dtype, dyn)
+    if isinstance(v, (tuple, list)):
+        return (type(v).__name__,) + tuple(_key_leaf(x) for x in v)
+    if isinstance(v, dict):
+        return ("dict",) + tuple((k, _key_leaf(x)) for k, x in v.items())
+    if isinstance(v, slice):
+        return ("slice", _key_leaf(v.start), _key_leaf(v.stop), _key_leaf(v.step))
+    hash(v)
+    return (type(v), v)
+
+
+def _run(func, args, kwargs):
+    with torch._C.DisableTorchFunction(), torch.no_grad():
+        return func(*args, **kwargs)
+
+
+def _to_meta_args(args, kwargs, resize=None):
+    """Arguments as plain meta tensors; ``resize`` maps id(symbolic) -> other sizes."""
+    def conv(t):
+        shape = None if resize is None else resize.get(id(t))
+        return _meta_like(t, shape)
+    return _map(args, conv), _map(kwargs, conv)
+
+
+def _describe(out) -> Inferred:
+    if out is None:
+        return Inferred(None, None)
+    if isinstance(out, torch.Tensor):
+        example = _meta_like(out) if type(out) is not torch.Tensor else out
+        return Inferred(TensorMeta.of(out), example)
+    if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
+        examples = [_meta_like(o) for o in out]
+        container = examples if isinstance(out, list) else \
+            (type(out)(examples) if type(out) is not tuple else tuple(examples))
+        return Inferred(tuple(TensorMeta.of(o) for o in out), container)
+    if isinstance(out, (bool, int, float, complex)):
+        return Inferred(None, out)
+    raise GraphError(f"unsupported output of type {type(out).__name__}")
+
+
+def _fake_infer(func, args, kwargs) -> Inferred:
+    """Run under FakeTensorMode: data-dependent sizes come out as symbols -> None."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+
+    def fake(t):
+        return mode.from_tensor(torch.empty(tuple(t.shape), dtype=t.dtype))
+    with torch._C.DisableTorchFunction():
+        fargs, fkwargs = _map(args, fake), _map(kwargs, fake)
+    with mode, torch._C.DisableTorchFunction(), torch.no_grad():
+        out = func(*fargs, **fkwargs)
+
+    def describe(o):
+        dims = tuple(d if isinstance(d, int) else None for d in o.shape)
+        hint = [2 if d is None else d for d in dims]
+        return TensorMeta(dims, o.dtype), torch.empty(hint, dtype=o.dtype, device="meta")
+    if isinstance(out, torch.Tensor):
+        return Inferred(*describe(out))
+    pairs = [describe(o) for o in out]
+    return Inferred(tuple(p[0] for p in pairs), type(out)(p[1] for p in pairs)
+                    if type(out) is not tuple else tuple(p[1] for p in pairs))
+
+
+def _dynamic_inputs(args, kwargs):
+    found = []
+    _map((args, kwargs), lambda t: found.append(t) if (
+        _symbolic_meta(t) is not None and not _symbolic_meta(t).is_static) else None)
+    return found
+
+
+def _generalize(first: Inferred, func, args, kwargs, dynamic) -> Inferred:
+    """Mark output dims that follow the run-time-sized input dims as dynamic (None)."""
+    unknown_rank = any(_symbolic_meta(t).shape is None for t in dynamic)
+    resize = {}
+    for t in dynamic:
+        meta = _symbolic_meta(t)
+        dims = meta.shape if meta.shape is not None else (None,) * t.dim()
+        resize[id(t)] = [s + 1 if d is None else s for s, d in zip(t.shape, dims)]
+    hints = {s for t in dynamic for s, d in zip(t.shape, _symbolic_meta(t).shape or
+                                                  (None,) * t.dim()) if d is None}
+    try:
+        margs, mkwargs = _to_meta_args(args, kwargs, resize)
+        second = _describe(_run(func, margs, mkwargs)).meta
+    except Exception:
+        second = None
+
+    def join(m1: TensorMeta, m2: Optional[TensorMeta]) -> TensorMeta:
+        if unknown_rank:
+            return TensorMeta(None, m1.dtype)
+        if m2 is None:
+            return TensorMeta(tuple(None if d in hints else d for d in m1.shape), m1.dtype)
+        return m1.join(TensorMeta(m2.shape, m1.dtype))
+    meta = first.meta
+    if isinstance(meta, TensorMeta):
+        meta = join(meta, second if isinstance(second, TensorMeta) else None)
+    elif isinstance(meta, tuple):
+        seconds = second if isinstance(second, tuple) else (None,) * len(meta)
+        meta = tuple(join(a, b) for a, b in zip(meta, seconds))
+    return Inferred(meta, first.example)
+
+
+def infer(func, args, kwargs, node_args=None, node_kwargs=None) -> Inferred:
+    """Output meta of ``func(*args, **kwargs)``; args hold symbolic and concrete tensors."""
+    with torch._C.DisableTorchFunction():
+        return _infer(func, args, kwargs)
+
+
+def _infer(func, args, kwargs) -> Inferred:
+    inplace = is_inplace(func, kwargs)
+    key = None
+    if not inplace:
+        try:
+            key = (func, _key_leaf(tuple(args)), _key_leaf(dict(kwargs)))
+            hit = _CACHE.get(key)
+            if hit is not None:
+                return hit
+        except TypeError:
+            key = None
+    if inplace:
+        # run on the symbolic tensors themselves: their own sizes must follow (unsqueeze_)
+        margs = _map(args, lambda t: t if _symbolic_meta(t) is not None else _meta_like(t))
+        mkwargs = _map(kwargs, lambda t: t if _symbolic_meta(t) is not None else _meta_like(t))
+    else:
+        margs, mkwargs = _to_meta_args(args, kwargs)
+    try:
+        result = _describe(_run(func, margs, mkwargs))
+    except NotImplementedError:
+        result = _fake_infer(func, args, kwargs)
+    dynamic = _dynamic_inputs(args, kwargs)
+    if dynamic and result.meta is not None:
+        result = _generalize(result, func, args, kwargs, dynamic)
+    if key is not None:
+        if len(_CACHE) > _CACHE_LIMIT:
+            _CACHE.clear()
+        _CACHE[key] = result
+    return result

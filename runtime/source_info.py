@@ -1,0 +1,79 @@
+"""Where in the user's source a graph operation came from.
+
+The location of an operation is the innermost stack frame that belongs to user code:
+frames inside ``runtime/``, ``transpiler/`` and ``torch`` are skipped. Frames of generated
+(converted) code are mapped back to the user's file and line through source maps that the
+code generator registers here.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Dict, Optional, Tuple
+
+Location = Tuple[str, int]
+
+_PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SKIP_DIRS = tuple(
+    os.path.join(_PKG_ROOT, d) + os.sep for d in ("runtime", "transpiler")
+)
+_TORCH_DIR = None
+_STDLIB = os.path.dirname(os.__file__) + os.sep
+_SOURCE_MAPS: Dict[str, Dict[int, Location]] = {}
+
+
+def register_source_map(filename: str, line_map: Dict[int, Location]) -> None:
+    """Declare that lines of generated file ``filename`` come from user locations."""
+    _SOURCE_MAPS[filename] = dict(line_map)
+
+
+def map_location(filename: str, lineno: int) -> Optional[Location]:
+    """The user location of a generated line, or the location itself for user files."""
+    line_map = _SOURCE_MAPS.get(filename)
+    if line_map is not None:
+        return line_map.get(lineno)
+    return (filename, lineno)
+
+
+def _is_library(filename: str) -> bool:
+    global _TORCH_DIR
+    if _TORCH_DIR is None:
+        import torch
+        _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+    if filename in _SOURCE_MAPS:
+        return False
+    if filename.startswith("<") and filename not in _SOURCE_MAPS:
+        return filename.startswith("<frozen") or filename == "<string>"
+    if filename.startswith(_SKIP_DIRS) or filename.startswith(_TORCH_DIR):
+        return True
+    return filename.startswith(_STDLIB) and "site-packages" not in filename
+
+
+def user_location(skip: int = 1) -> Optional[Location]:
+    """The innermost user (or converted-user) frame on the stack, as (file, line)."""
+    frame = sys._getframe(skip)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not _is_library(filename):
+            loc = map_location(filename, frame.f_lineno)
+            if loc is not None:
+                return loc
+        frame = frame.f_back
+    return None
+
+
+def location_of_traceback(tb) -> Optional[Location]:
+    """The innermost user location in a traceback (for errors raised while running)."""
+    found = None
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not _is_library(filename):
+            loc = map_location(filename, tb.tb_lineno)
+            if loc is not None:
+                found = loc
+        tb = tb.tb_next
+    return found
+
+
+def format_location(loc: Optional[Location]) -> str:
+    return "<unknown location>" if loc is None else f"{loc[0]}:{loc[1]}"

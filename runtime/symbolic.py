@@ -1,0 +1,325 @@
+"""Symbolic tensors: torch tensors that record operations into a graph instead of computing.
+
+A ``SymbolicTensor`` is a ``torch.Tensor`` subclass over a ``meta`` tensor (shape and
+dtype, no data). Every torch function, tensor method and operator that touches one goes
+through ``__torch_function__`` and becomes a node; the output's shape and dtype come from
+running the same op on meta tensors (see ``shape_inference``).
+
+Asking for a concrete value (``bool``, ``int``, ``float``, ``.item()``, iteration, ``len``
+of a run-time dimension) raises ``TracingError`` naming the user's ``file:line``: that is
+tensor-dependent Python control flow, which needs conversion by ``@to_graph``.
+
+While a function is traced (``tracing()``), a ``TorchFunctionMode`` also sees calls with
+no symbolic argument, so random factories (``torch.randn``) become graph nodes instead of
+one frozen sample.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, List, Optional
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from . import graph_ops
+from .errors import GraphError, TracingError
+from .graph import Graph, Node, map_nodes
+from .meta import TensorMeta, shape_text
+from .ops import is_impure, is_inplace, op_name
+from .shape_inference import infer
+from .source_info import format_location, user_location
+
+_BUILD_STACK: List[Graph] = []
+
+_CONCRETE = {
+    torch.Tensor.__bool__: "bool()", torch.Tensor.__int__: "int()",
+    torch.Tensor.__float__: "float()", torch.Tensor.__index__: "use as an index or int",
+    torch.Tensor.__complex__: "complex()", torch.Tensor.item: ".item()",
+    torch.Tensor.tolist: ".tolist()", torch.Tensor.numpy: ".numpy()",
+    torch.Tensor.__array__: "conversion to numpy", torch.Tensor.__iter__: "iteration",
+    torch.Tensor.__reversed__: "reversed()",
+}
+_GETTERS = {
+    torch.Tensor.dtype.__get__, torch.Tensor.ndim.__get__, torch.Tensor.dim,
+    torch.Tensor.is_floating_point, torch.Tensor.is_complex, torch.Tensor.layout.__get__,
+    torch.Tensor.element_size, torch.Tensor.requires_grad.__get__, torch.Tensor.ndimension,
+    torch.Tensor.is_sparse.__get__, torch.Tensor.is_quantized.__get__, torch.Tensor.is_signed,
+    torch.Tensor.is_contiguous, torch.Tensor.stride, torch.Tensor.storage_offset,
+    torch.Tensor.is_nested.__get__,
+    torch.Tensor.is_mkldnn.__get__, torch.Tensor.is_leaf.__get__,
+}
+_DEVICE_QUERIES = {torch.Tensor.device.__get__: torch.device("cpu"),
+                   torch.Tensor.is_cuda.__get__: False, torch.Tensor.is_meta.__get__: False,
+                   torch.Tensor.is_cpu.__get__: True}
+_SIZE_QUERIES = {torch.Tensor.shape.__get__, torch.Tensor.size, torch.Tensor.numel,
+                 torch.Tensor.__len__, torch.Tensor.nelement}
+_TEXT = {torch.Tensor.__repr__, torch.Tensor.__str__, torch.Tensor.__format__}
+
+
+class SymbolicTensor(torch.Tensor):
+    """A tensor value of a graph being built: knows its node, shape and dtype, not its data."""
+
+    _node: Node
+
+    @staticmethod
+    def __new__(cls, node: Node, example: torch.Tensor):
+        self = torch.Tensor._make_subclass(cls, example, False)
+        self._node = node
+        return self
+
+    def __init__(self, node, example):  # noqa: D401 - construction happens in __new__
+        pass
+
+    @property
+    def node(self) -> Node:
+        return self._node
+
+    @property
+    def name(self) -> str:
+        return self._node.name
+
+    @property
+    def graph(self) -> Graph:
+        return self._node.graph
+
+    def __hash__(self):
+        return id(self)
+
+    def __deepcopy__(self, memo):
+        return self
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return dispatch(func, args, kwargs or {})
+
+
+def describe(t: SymbolicTensor) -> str:
+    """``Tensor("matmul_1", shape=(2, 2), dtype=torch.float32)``: a node, not numbers."""
+    meta = t._node.meta
+    shape = "<unknown rank>" if meta.shape is None else \
+        "(" + ", ".join("None" if d is None else str(d) for d in meta.shape) + \
+        ("," if len(meta.shape) == 1 else "") + ")"
+    return f'Tensor("{t._node.name}", shape={shape}, dtype={meta.dtype})'
+
+
+def is_symbolic(value: Any) -> bool:
+    return isinstance(value, SymbolicTensor)
+
+
+def contains_symbolic(value: Any) -> bool:
+    if isinstance(value, SymbolicTensor):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(contains_symbolic(v) for v in value)
+    if isinstance(value, dict):
+        return any(contains_symbolic(v) for v in value.values())
+    if isinstance(value, slice):
+        return any(contains_symbolic(v) for v in (value.start, value.stop, value.step))
+    return False
+
+
+# ------------------------------------------------------------------------- nodes <-> tensors
+def wrap_node(node: Node, example: Optional[torch.Tensor] = None) -> SymbolicTensor:
+    """The symbolic tensor for a tensor-valued node."""
+    if example is None:
+        example = node.attrs.get("_example")
+        if example is None:
+            meta: TensorMeta = node.meta
+            shape = [2 if d is None else d for d in (meta.shape if meta.shape is not None else (2,))]
+            example = torch.empty(shape, dtype=meta.dtype, device="meta")
+    node.attrs["_example"] = example
+    return SymbolicTensor(node, example)
+
+
+def current_graph() -> Optional[Graph]:
+    return _BUILD_STACK[-1] if _BUILD_STACK else None
+
+
+@contextlib.contextmanager
+def building(graph: Graph):
+    """Record operations into ``graph`` (a graph or subgraph being built)."""
+    _BUILD_STACK.append(graph)
+    try:
+        yield graph
+    finally:
+        _BUILD_STACK.pop()
+
+
+def _target_graph(args) -> Graph:
+    graph = current_graph()
+    owners = {id(t._node.graph.root): t for t in _symbolic_leaves(args)}
+    if graph is None:
+        if len(owners) > 1:
+            raise GraphError("an operation mixes tensors from different graphs")
+        if not owners:
+            raise GraphError("no graph to record into")
+        return next(iter(owners.values()))._node.graph.root
+    chain = {id(g) for g in graph.ancestors()}
+    for t in _symbolic_leaves(args):
+        if id(t._node.graph) not in chain:
+            raise GraphError(
+                f"tensor {t._node.name!r} belongs to another graph (or to a branch or loop "
+                f"body that has finished); it cannot be used at {format_location(user_location())}")
+    return graph
+
+
+def _symbolic_leaves(value) -> List[SymbolicTensor]:
+    found: List[SymbolicTensor] = []
+
+    def visit(v):
+        if isinstance(v, SymbolicTensor):
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                visit(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                visit(x)
+        elif isinstance(v, slice):
+            visit(v.start), visit(v.stop), visit(v.step)
+    visit(value)
+    return found
+
+
+def to_node(graph: Graph, value: Any) -> Any:
+    """Replace symbolic tensors by (captured) nodes and concrete tensors by constants."""
+    def leaf(v):
+        if isinstance(v, SymbolicTensor):
+            return graph.capture(v._node)
+        if isinstance(v, torch.Tensor):
+            return graph.constant(v)
+        return v
+
+    def walk(v):
+        if isinstance(v, torch.Tensor):
+            return leaf(v)
+        if isinstance(v, tuple):
+            items = tuple(walk(x) for x in v)
+            return type(v)(*items) if hasattr(v, "_fields") else items
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, slice):
+            return slice(walk(v.start), walk(v.stop), walk(v.step))
+        return v
+    return walk(value)
+
+
+# ------------------------------------------------------------------------- dispatch
+def _needs_conversion(what: str) -> TracingError:
+    loc = user_location()
+    return TracingError(
+        f"{format_location(loc)}: {what} of a symbolic tensor: its value is only known when "
+        f"the graph runs. Tensor-dependent Python control flow needs conversion "
+        f"(decorate the function with @to_graph, or use runtime.cond / runtime.while_loop)")
+
+
+def _size(t: SymbolicTensor, func, args):
+    meta: TensorMeta = t._node.meta
+    if func is torch.Tensor.__len__:
+        if meta.shape is None or not meta.shape or meta.shape[0] is None:
+            if meta.shape == ():
+                raise TypeError("len() of a 0-d tensor")
+            raise _needs_conversion("len() of a dimension known only at run time")
+        return meta.shape[0]
+    if func in (torch.Tensor.numel, torch.Tensor.nelement):
+        if not meta.is_static:
+            return dispatch_record(graph_ops.numel, (t,), {})
+        return int(torch.Size(meta.shape).numel())
+    if meta.shape is None:
+        raise _needs_conversion("the shape (rank unknown until run time)")
+    dims = [d if d is not None else None for d in meta.shape]
+    if any(d is None for d in dims):
+        dims = [d if d is not None else
+                dispatch_record(graph_ops.dim_size, (t, i), {}) for i, d in enumerate(dims)]
+    if func is torch.Tensor.size and len(args) > 1:
+        return dims[args[1]]
+    return torch.Size(dims) if all(isinstance(d, int) for d in dims) else tuple(dims)
+
+
+def dispatch(func, args, kwargs):
+    """Route a torch call with a symbolic argument: answer a query, refuse, or record."""
+    if func in _TEXT:
+        t = args[0]
+        return describe(t) if isinstance(t, SymbolicTensor) else func(*args, **kwargs)
+    if func in _CONCRETE:
+        raise _needs_conversion(_CONCRETE[func])
+    if func in _GETTERS:
+        with torch._C.DisableTorchFunction():
+            return func(*args, **kwargs)
+    if func in _DEVICE_QUERIES:
+        return _DEVICE_QUERIES[func]
+    if func in _SIZE_QUERIES:
+        return _size(args[0], func, args)
+    return dispatch_record(func, args, kwargs)
+
+
+def dispatch_record(func, args, kwargs):
+    graph = _target_graph((args, kwargs))
+    location = user_location()
+    node_args = to_node(graph, tuple(args))
+    node_kwargs = to_node(graph, dict(kwargs))
+    try:
+        result = infer(func, args, kwargs, node_args, node_kwargs)
+    except TracingError:
+        raise
+    except Exception as e:  # the same error eager torch would give, at the user's line
+        raise type(e)(f"{format_location(location)}: {op_name(func)}: {e}") if _simple_ctor(e) \
+            else e
+    if result.meta is None and result.example is not None:
+        raise _needs_conversion(f"{op_name(func)}() returns a Python value that depends on "
+                                f"tensor data; using it")
+    impure = is_impure(func, kwargs)
+    node = graph.add_node(op_name(func), func, node_args, node_kwargs, result.meta,
+                          location=location, impure=impure)
+    return _wrap_result(node, result.example, result.meta, func, args, kwargs)
+
+
+def _simple_ctor(e: Exception) -> bool:
+    try:
+        type(e)("x")
+        return True
+    except Exception:
+        return False
+
+
+def _wrap_result(node: Node, example, meta, func, args, kwargs):
+    if meta is None:
+        return example            # None, or a Python value that does not depend on data
+    if isinstance(meta, TensorMeta):
+        return wrap_node(node, example)
+    items = record_tuple_outputs(node, meta, example)
+    return items if isinstance(example, list) else type(example)(items)
+
+
+def record_tuple_outputs(node: Node, metas, examples=None) -> List[SymbolicTensor]:
+    """``get`` nodes reading each output of a multi-output node, as symbolic tensors."""
+    outs = []
+    for i, m in enumerate(metas):
+        get = node.graph.add_node("get", None, (node,), meta=m, attrs={"index": i},
+                                  location=node.location)
+        outs.append(wrap_node(get, None if examples is None else examples[i]))
+    return outs
+
+
+# ------------------------------------------------------------------------- tracing mode
+class _TracingMode(TorchFunctionMode):
+    """Sees every torch call during a trace: random ops with no symbolic input still
+    become nodes (they must draw new numbers on every run)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if contains_symbolic(args) or contains_symbolic(kwargs):
+            return dispatch(func, args, kwargs)
+        if is_impure(func, kwargs) and current_graph() is not None and \
+                not is_inplace(func, kwargs):
+            return dispatch_record(func, args, kwargs)
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def tracing(graph: Graph):
+    """Trace Python code into ``graph``: record into it, and capture random factories."""
+    with building(graph), _TracingMode():
+        yield graph
