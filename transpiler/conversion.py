@@ -99,19 +99,17 @@ def _convert_tree(fn):
 
 
 def _generated_nodes(node, is_node):
-    """stmt/expr nodes in a fixed pre-order, skipping parts gast and ast spell differently."""
+    """All nodes in a fixed pre-order, skipping the parts gast and ast spell differently."""
+    yield node
     kind = type(node).__name__
-    if kind in ('stmt', 'expr') or is_node(node) and kind not in ('arguments',):
-        if hasattr(node, 'lineno') or kind in ('Name', 'Constant'):
-            yield node
-        for field in node._fields:
-            if field in ('annotation', 'returns', 'type_comment', 'type_params') or \
-                    (kind == 'ExceptHandler' and field == 'name'):
-                continue
-            value = getattr(node, field, None)
-            for child in value if isinstance(value, list) else [value]:
-                if is_node(child) and type(child).__name__ != 'arguments':
-                    yield from _generated_nodes(child, is_node)
+    for field in node._fields:
+        if field in ('annotation', 'returns', 'type_comment', 'type_params') or \
+                (kind == 'ExceptHandler' and field == 'name'):
+            continue
+        value = getattr(node, field, None)
+        for child in value if isinstance(value, list) else [value]:
+            if is_node(child) and type(child).__name__ != 'arguments':
+                yield from _generated_nodes(child, is_node)
 
 
 def _line_map(tree, source):

@@ -48,12 +48,9 @@ class ReturnTransformer(base.Transformer):
                                                 not_flag=base.not_(do_return), orelse=loop.orelse)
 
         lowered, _, _ = jumps.Lowering(gast.Return, replace, do_return, True, on_loop).block(body)
-        node.body = templates.replace('''
-            do_return = False
-            retval = tg.UndefinedReturn()
-            body
-            return retval
-        ''', node.body[0], do_return=do_return, retval=retval, body=lowered)
+        node.body = (templates.replace('do_return = False\nretval = tg.UndefinedReturn()', node,
+                                       do_return=do_return, retval=retval)
+                     + lowered + templates.replace('return retval', body[-1], retval=retval))
         return node
 
 
