@@ -21,7 +21,7 @@ import torch.utils._pytree as pytree
 
 from .errors import BranchMismatchError, GraphError
 from .graph import Graph, Node
-from .meta import TensorMeta
+from .meta import TensorMeta, meta_empty
 from .source_info import format_location, user_location
 from .symbolic import (SymbolicTensor, building, contains_symbolic, current_graph,
                        is_symbolic, record_tuple_outputs, to_node, wrap_node)
@@ -39,6 +39,8 @@ def python_number_dtype(value) -> torch.dtype:
 
 
 def _leaf_meta(value) -> Optional[TensorMeta]:
+    if isinstance(value, Fill):
+        return value.meta
     if isinstance(value, SymbolicTensor):
         return value._node.meta
     if isinstance(value, torch.Tensor):
@@ -53,9 +55,11 @@ def _leaf_name(names: Optional[Sequence[str]], spec, index: int) -> str:
 
 
 def _example(value) -> Optional[torch.Tensor]:
+    if isinstance(value, Fill):
+        return value.example
     if isinstance(value, torch.Tensor):
         with torch._C.DisableTorchFunction():
-            return torch.empty(tuple(value.shape), dtype=value.dtype, device="meta")
+            return meta_empty(value.shape, value.dtype)
     return None
 
 
@@ -69,6 +73,57 @@ def _owner_graph(*values) -> Graph:
     raise GraphError("no graph to record control flow into")
 
 
+# --------------------------------------------------------------------------- unobservable
+class Unobservable:
+    """Base of values that no path can read (the return value before any ``return``).
+
+    When one path of a cond or loop has such a value and another path a real one, the
+    real one wins, and the unobservable side gets a zero placeholder of the same type."""
+
+    __tograph_unobservable__ = True
+
+
+class Fill:
+    """A zero tensor of ``meta``, made inside the subgraph whose output it stands for."""
+
+    def __init__(self, meta: TensorMeta, example=None):
+        self.meta = meta
+        self.example = example
+
+    def make(self) -> torch.Tensor:
+        shape = [2 if d is None else d for d in (self.meta.shape or ())] \
+            if self.example is None else list(self.example.shape)
+        return torch.zeros(shape, dtype=self.meta.dtype)
+
+
+def _unobservable(v) -> bool:
+    return getattr(type(v), "__tograph_unobservable__", False)
+
+
+def _fill_like(value):
+    """``value``'s structure, tensors replaced by zero ``Fill``s, Python values kept."""
+    leaves, spec = pytree.tree_flatten(value)
+    filled = [Fill(_leaf_meta(v), _example(v)) if _leaf_meta(v) is not None else v
+              for v in leaves]
+    return pytree.tree_unflatten(filled, spec)
+
+
+def reconcile(a, b):
+    """Replace an unobservable value on one side by a placeholder shaped like the other."""
+    if _unobservable(a) and not _unobservable(b):
+        return _fill_like(b), b
+    if _unobservable(b) and not _unobservable(a):
+        return a, _fill_like(a)
+    if isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) == len(b) \
+            and not hasattr(a, "_fields"):
+        pairs = [reconcile(x, y) for x, y in zip(a, b)]
+        return type(a)(p[0] for p in pairs), type(b)(p[1] for p in pairs)
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+        pairs = {k: reconcile(a[k], b[k]) for k in a}
+        return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
+    return a, b
+
+
 # --------------------------------------------------------------------------- subgraphs
 @dataclass
 class Slot:
@@ -80,6 +135,13 @@ class Slot:
 
 def _trace(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec) -> Tuple[Graph, list, Any]:
     """Trace ``fn`` on placeholders for the tensor slots; returns (graph, out leaves, spec)."""
+    sub, out = _trace_tree(parent, label, fn, slots, spec)
+    out_leaves, out_spec = pytree.tree_flatten(out)
+    return sub, out_leaves, out_spec
+
+
+def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec):
+    """Trace ``fn`` on placeholders for the tensor slots; returns (graph, its result)."""
     sub = Graph(parent=parent, name=label)
     leaves = []
     with building(sub):
@@ -90,8 +152,7 @@ def _trace(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec) -> 
                 ph = sub.placeholder(slot.meta, name="arg")
                 leaves.append(wrap_node(ph, slot.example))
         out = fn(*pytree.tree_unflatten(leaves, spec))
-    out_leaves, out_spec = pytree.tree_flatten(out)
-    return sub, out_leaves, out_spec
+    return sub, out
 
 
 def _finish(sub: Graph, leaves: list, as_tensor: List[Optional[torch.dtype]]) -> None:
@@ -101,6 +162,8 @@ def _finish(sub: Graph, leaves: list, as_tensor: List[Optional[torch.dtype]]) ->
         for leaf, dtype in zip(leaves, as_tensor):
             if dtype is None:
                 continue
+            if isinstance(leaf, Fill):
+                leaf = leaf.make()
             if not isinstance(leaf, torch.Tensor):
                 leaf = torch.tensor(leaf, dtype=dtype)
             elif leaf.dtype != dtype:
@@ -138,6 +201,12 @@ def _merge_leaf(a, b, name: str, where: str):
     for a graph output (Python numbers become 0-d tensors).
     """
     ma, mb = _leaf_meta(a), _leaf_meta(b)
+    undefined = [getattr(v, "__tograph_undefined__", False) for v in (a, b)]
+    if undefined[0] != undefined[1]:
+        raise BranchMismatchError(
+            f"{where}: variable {name} is assigned on only one path of tensor-dependent "
+            f"control flow and used after it; define it on every path (e.g. assign it "
+            f"before the `if`)")
     if ma is None and mb is None:
         if type(a) is type(b) and (a is b or (_is_plain(a) and a == b)):
             return "const", a
@@ -165,6 +234,8 @@ def _is_plain(v) -> bool:
 
 
 def _kind(v) -> str:
+    if getattr(v, "__tograph_undefined__", False):
+        return "undefined"
     meta = _leaf_meta(v)
     if meta is not None:
         return f"a {str(meta)} tensor"
@@ -196,8 +267,11 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
     flat, spec = pytree.tree_flatten(operands)
     slots = [Slot(_leaf_meta(v), None if _leaf_meta(v) is not None else v, _example(v))
              for v in flat]
-    then_g, then_out, then_spec = _trace(graph, "then", true_fn, slots, spec)
-    else_g, else_out, else_spec = _trace(graph, "else", false_fn, slots, spec)
+    then_g, then_tree = _trace_tree(graph, "then", true_fn, slots, spec)
+    else_g, else_tree = _trace_tree(graph, "else", false_fn, slots, spec)
+    then_tree, else_tree = reconcile(then_tree, else_tree)
+    then_out, then_spec = pytree.tree_flatten(then_tree)
+    else_out, else_spec = pytree.tree_flatten(else_tree)
     if then_spec != else_spec:
         raise BranchMismatchError(
             f"{where}: the branches of the tensor condition return different structures: "
@@ -214,8 +288,8 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
     node = graph.add_node("cond", None, tuple(inputs) + tuple(captured), meta=metas,
                           attrs={"n_operands": len(inputs) - 1}, subgraphs=[then_g, else_g],
                           location=location)
-    examples = [_example(a) if _leaf_meta(a) is not None else None
-                for (kind, _), a in zip(plans, then_out) if kind == "tensor"]
+    examples = [_example(a if not isinstance(a, Fill) else b) if _leaf_meta(a) is not None else None
+                for (kind, _), a, b in zip(plans, then_out, else_out) if kind == "tensor"]
     outs = iter(record_tuple_outputs(node, metas, examples))
     leaves = [next(outs) if kind == "tensor" else value for kind, value in plans]
     return pytree.tree_unflatten(leaves, then_spec)
@@ -235,13 +309,13 @@ def while_loop(cond_fn: Callable, body_fn: Callable, loop_vars, names=None):
     """
     as_tuple = isinstance(loop_vars, (tuple, list))
     state = tuple(loop_vars) if as_tuple else (loop_vars,)
-    graph, mark = _mark(state)
+    graph, mark = graph_mark(state)
     test = cond_fn(*state)
     while not is_symbolic(test):
         if not test:
             return _as_given(state, loop_vars, as_tuple)
         state = _as_state(body_fn(*state), len(state))
-        graph, mark = _mark(state)
+        graph, mark = graph_mark(state)
         test = cond_fn(*state)
     if graph is not None and test._node.graph is graph:
         graph.rollback(mark)          # the test is traced again inside the loop
@@ -249,7 +323,7 @@ def while_loop(cond_fn: Callable, body_fn: Callable, loop_vars, names=None):
     return _as_given(result, loop_vars, as_tuple)
 
 
-def _mark(state):
+def graph_mark(state):
     """The graph ops on ``state`` record into, and a rollback mark in it (or None, 0)."""
     graph = current_graph()
     if graph is None:
@@ -275,14 +349,19 @@ def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None):
     location = location or user_location()
     where = format_location(location)
     graph = _owner_graph(state)
-    flat, spec = pytree.tree_flatten(state)
-    # slots: None -> Python constant (unchanged by the body); else the loop-carried meta
-    slots: List[Slot] = [Slot(_leaf_meta(v), None if _leaf_meta(v) else v, _example(v))
-                         for v in flat]
-    widenable = [_leaf_meta(v) is None for v in flat]
+    body = lambda *s: _as_state(body_fn(*s), len(state))  # noqa: E731
+    for _ in range(_MAX_RETRACES):       # settle unobservable initial values first
+        flat, spec = pytree.tree_flatten(state)
+        slots = [Slot(_leaf_meta(v), None if _leaf_meta(v) else v, _example(v)) for v in flat]
+        body_g, out_tree = _trace_tree(graph, "body", body, slots, spec)
+        new_state, _ = reconcile(state, out_tree)
+        if _same_tree(new_state, state):
+            break
+        body_g.forget_all()
+        state = new_state
+    widenable = [_leaf_meta(v) is None or isinstance(v, Fill) for v in flat]
     for _ in range(_MAX_RETRACES):
-        body_g, out, out_spec = _trace(graph, "body", lambda *s: _as_state(body_fn(*s), len(state)),
-                                       slots, spec)
+        out, out_spec = pytree.tree_flatten(reconcile(state, out_tree)[1])
         if out_spec != spec:
             raise BranchMismatchError(
                 f"{where}: the loop body changes the structure of the loop variables: "
@@ -296,6 +375,7 @@ def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None):
         if not changed:
             break
         body_g.forget_all()
+        body_g, out_tree = _trace_tree(graph, "body", body, slots, spec)
     else:
         raise GraphError(f"{where}: the loop variables' types did not settle")
     cond_g, test_out, _ = _trace(graph, "cond", lambda *s: cond_fn(*s), slots, spec)
@@ -314,6 +394,8 @@ def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None):
         for v, slot in zip(flat, slots):
             if slot.meta is None:
                 continue
+            if isinstance(v, Fill) or _unobservable(v):
+                v = Fill(slot.meta, slot.example).make()
             if not isinstance(v, torch.Tensor):
                 v = torch.tensor(v, dtype=slot.meta.dtype)
             elif v.dtype != slot.meta.dtype:
@@ -329,9 +411,24 @@ def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None):
     return pytree.tree_unflatten(leaves, spec)
 
 
+def _same_tree(a, b) -> bool:
+    la, sa = pytree.tree_flatten(a)
+    lb, sb = pytree.tree_flatten(b)
+    return sa == sb and all(x is y for x, y in zip(la, lb))
+
+
 def _widen(slot: Slot, new, widenable: bool, name: str, where: str) -> Optional[Slot]:
     """A more general slot if the body's output for it does not fit; else None."""
     new_meta = _leaf_meta(new)
+    if slot.meta is None and _unobservable(slot.const):
+        if _unobservable(new):
+            return None
+        if new_meta is not None:
+            return Slot(new_meta, None, _example(new))
+        if isinstance(new, _NUMBER):
+            return Slot(TensorMeta((), python_number_dtype(new)), None,
+                        meta_empty((), python_number_dtype(new)))
+        return Slot(None, new)
     if slot.meta is None:
         if new_meta is None and (new is slot.const or (_is_plain(new) and new == slot.const
                                                        and type(new) is type(slot.const))):
@@ -349,9 +446,8 @@ def _widen(slot: Slot, new, widenable: bool, name: str, where: str) -> Optional[
             if new_meta is not None:
                 meta = TensorMeta((), dtype).join(TensorMeta(new_meta.shape, dtype)) \
                     if new_meta.shape != () else meta
-            return Slot(meta, None, torch.empty(() if meta.shape is None else
-                                                [2 if d is None else d for d in meta.shape],
-                                                dtype=dtype, device="meta"))
+            return Slot(meta, None, meta_empty(() if meta.shape is None else
+                                               [2 if d is None else d for d in meta.shape], dtype))
         raise BranchMismatchError(
             f"{where}: loop variable {name} changes from {_kind(slot.const)} to {_kind(new)}")
     if new_meta is None:
@@ -370,12 +466,11 @@ def _widen(slot: Slot, new, widenable: bool, name: str, where: str) -> Optional[
                 f"{where}: loop variable {name} changes dtype from {slot.meta.dtype} to "
                 f"{new_meta.dtype} in the loop body")
         joined = TensorMeta(slot.meta.shape, dtype).join(TensorMeta(new_meta.shape, dtype))
-        return Slot(joined, None, torch.empty(_hint(joined, slot.example), dtype=dtype, device="meta"))
+        return Slot(joined, None, meta_empty(_hint(joined, slot.example), dtype))
     joined = slot.meta.join(new_meta)
     if joined == slot.meta:
         return None
-    return Slot(joined, None, torch.empty(_hint(joined, slot.example), dtype=joined.dtype,
-                                          device="meta"))
+    return Slot(joined, None, meta_empty(_hint(joined, slot.example), joined.dtype))
 
 
 def _hint(meta: TensorMeta, example) -> list:

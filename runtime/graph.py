@@ -21,6 +21,12 @@ from .meta import meta_text
 from .source_info import Location, format_location
 
 _IDENT = re.compile(r"[^0-9a-zA-Z_]")
+_NODES_ADDED = [0]
+
+
+def node_count() -> int:
+    """How many nodes were ever added to any graph (to tell whether code recorded any)."""
+    return _NODES_ADDED[0]
 
 
 def map_nodes(value: Any, fn: Callable[["Node"], Any]) -> Any:
@@ -169,6 +175,7 @@ class Graph:
         node = Node(self, op, target, tuple(args), dict(kwargs or {}), meta, name, attrs,
                     subgraphs, location, impure)
         self._names[name] = node
+        _NODES_ADDED[0] += 1
         if index is None:
             self.nodes.append(node)
         else:

@@ -64,3 +64,9 @@ def meta_text(meta) -> str:
     if isinstance(meta, tuple):
         return "(" + ", ".join(meta_text(m) for m in meta) + ")"
     return str(meta)
+
+
+def meta_empty(shape, dtype: torch.dtype) -> torch.Tensor:
+    """A meta tensor (no data) of this shape, never recorded into a graph being traced."""
+    with torch._C.DisableTorchFunction():
+        return torch.empty(tuple(shape), dtype=dtype, device="meta")

@@ -66,6 +66,9 @@ _DENIED = {
     "torch.Tensor.__deepcopy__", "torch.Tensor.share_memory_",
 }
 
+# functions of runtime.graph_ops that are helpers (decorators), not graph targets
+_GRAPH_OPS_HELPERS = {"register", "effect"}
+
 _PYTYPES = {"bool": bool, "int": int, "float": float, "complex": complex}
 
 
@@ -143,7 +146,7 @@ def _graph_op_targets() -> Dict[str, Callable]:
     for name, value in vars(graph_ops).items():
         if callable(value) and not name.startswith("_") and \
                 getattr(value, "__module__", None) == graph_ops.__name__ and \
-                not isinstance(value, type) and name != "register":
+                not isinstance(value, type) and name not in _GRAPH_OPS_HELPERS:
             table[f"runtime.graph_ops.{name}"] = value
     table.update(graph_ops.REGISTRY)
     return table

@@ -87,16 +87,17 @@ def _describe(out) -> Inferred:
     if out is None:
         return Inferred(None, None)
     if isinstance(out, torch.Tensor):
-        example = _meta_like(out) if type(out) is not torch.Tensor else out
+        example = out if type(out) is torch.Tensor and out.is_meta else _meta_like(out)
         return Inferred(TensorMeta.of(out), example)
     if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
         examples = [_meta_like(o) for o in out]
         container = examples if isinstance(out, list) else \
             (type(out)(examples) if type(out) is not tuple else tuple(examples))
         return Inferred(tuple(TensorMeta.of(o) for o in out), container)
-    if isinstance(out, (bool, int, float, complex)):
-        return Inferred(None, out)
-    raise GraphError(f"unsupported output of type {type(out).__name__}")
+    if isinstance(out, (list, tuple)) and any(isinstance(o, torch.Tensor) for o in out):
+        raise GraphError(f"unsupported output: a {type(out).__name__} mixing tensors and "
+                         f"other values")
+    return Inferred(None, out)      # a Python value: metadata (dtype, size) or a scalar
 
 
 def _fake_infer(func, args, kwargs) -> Inferred:
@@ -161,6 +162,47 @@ def _generalize(first: Inferred, func, args, kwargs, dynamic) -> Inferred:
     return Inferred(meta, first.example)
 
 
+_INDEXING = {torch.Tensor.__getitem__, torch.Tensor.__setitem__}
+
+
+def _is_index_scalar(v) -> bool:
+    return isinstance(v, torch.Tensor) and v.dim() == 0 and \
+        not v.dtype.is_floating_point and v.dtype != torch.bool
+
+
+def _has_tensor_scalars(index) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return any(_is_index_scalar(v) or (isinstance(v, slice) and any(
+        isinstance(b, torch.Tensor) for b in (v.start, v.stop, v.step))) for v in items)
+
+
+def _infer_indexing(func, args, kwargs) -> Inferred:
+    """Indexing with 0-d integer tensors (``x[i]`` in a tensor loop) or tensor slice bounds
+    (``x[:n]``): meta tensors have no values, so infer with 0 / a full slice, and mark the
+    dimensions a tensor-bounded slice produces as dynamic."""
+    index = args[1]
+    items = index if isinstance(index, tuple) else (index,)
+    meta_items, dynamic, position = [], [], 0
+    for v in items:
+        if _is_index_scalar(v):
+            meta_items.append(0)
+        elif isinstance(v, slice) and any(isinstance(b, torch.Tensor)
+                                          for b in (v.start, v.stop, v.step)):
+            meta_items.append(slice(None))
+            dynamic.append(position)
+            position += 1
+        else:
+            meta_items.append(v)
+            if v is None or isinstance(v, slice):
+                position += 1
+    meta_index = tuple(meta_items) if isinstance(index, tuple) else meta_items[0]
+    result = _infer(func, (args[0], meta_index) + tuple(args[2:]), kwargs)
+    if isinstance(result.meta, TensorMeta) and dynamic and result.meta.shape is not None:
+        dims = tuple(None if i in dynamic else d for i, d in enumerate(result.meta.shape))
+        result = Inferred(TensorMeta(dims, result.meta.dtype), result.example)
+    return result
+
+
 def infer(func, args, kwargs, node_args=None, node_kwargs=None) -> Inferred:
     """Output meta of ``func(*args, **kwargs)``; args hold symbolic and concrete tensors."""
     with torch._C.DisableTorchFunction():
@@ -168,6 +210,10 @@ def infer(func, args, kwargs, node_args=None, node_kwargs=None) -> Inferred:
 
 
 def _infer(func, args, kwargs) -> Inferred:
+    if getattr(func, "_tograph_effect", False):
+        return Inferred(None, None)
+    if func in _INDEXING and len(args) > 1 and _has_tensor_scalars(args[1]):
+        return _infer_indexing(func, args, kwargs)
     inplace = is_inplace(func, kwargs)
     key = None
     if not inplace:

@@ -24,7 +24,7 @@ from torch.overrides import TorchFunctionMode
 from . import graph_ops
 from .errors import GraphError, TracingError
 from .graph import Graph, Node, map_nodes
-from .meta import TensorMeta, shape_text
+from .meta import TensorMeta, meta_empty
 from .ops import is_impure, is_inplace, op_name
 from .shape_inference import infer
 from .source_info import format_location, user_location
@@ -53,6 +53,8 @@ _DEVICE_QUERIES = {torch.Tensor.device.__get__: torch.device("cpu"),
                    torch.Tensor.is_cpu.__get__: True}
 _SIZE_QUERIES = {torch.Tensor.shape.__get__, torch.Tensor.size, torch.Tensor.numel,
                  torch.Tensor.__len__, torch.Tensor.nelement}
+_DATA_DEPENDENT_SCALARS = {"equal", "allclose", "is_nonzero", "item", "tolist",
+                           "is_same_size", "data_ptr"}
 _TEXT = {torch.Tensor.__repr__, torch.Tensor.__str__, torch.Tensor.__format__}
 
 
@@ -126,7 +128,7 @@ def wrap_node(node: Node, example: Optional[torch.Tensor] = None) -> SymbolicTen
         if example is None:
             meta: TensorMeta = node.meta
             shape = [2 if d is None else d for d in (meta.shape if meta.shape is not None else (2,))]
-            example = torch.empty(shape, dtype=meta.dtype, device="meta")
+            example = meta_empty(shape, meta.dtype)
     node.attrs["_example"] = example
     return SymbolicTensor(node, example)
 
@@ -207,7 +209,16 @@ def to_node(graph: Graph, value: Any) -> Any:
 
 
 # ------------------------------------------------------------------------- dispatch
+_TRACING_ERRORS = [0]
+
+
+def tracing_error_count() -> int:
+    """How many 'needs conversion' errors were raised (caught ones included)."""
+    return _TRACING_ERRORS[0]
+
+
 def _needs_conversion(what: str) -> TracingError:
+    _TRACING_ERRORS[0] += 1
     loc = user_location()
     return TracingError(
         f"{format_location(loc)}: {what} of a symbolic tensor: its value is only known when "
@@ -255,7 +266,9 @@ def dispatch(func, args, kwargs):
     return dispatch_record(func, args, kwargs)
 
 
-def dispatch_record(func, args, kwargs):
+def dispatch_record(func, args, kwargs, concrete: bool = False):
+    """Add a node calling ``func``; ``concrete``: no symbolic argument (run it for real if
+    it yields a Python value rather than tensors)."""
     graph = _target_graph((args, kwargs))
     location = user_location()
     node_args = to_node(graph, tuple(args))
@@ -265,11 +278,18 @@ def dispatch_record(func, args, kwargs):
     except TracingError:
         raise
     except Exception as e:  # the same error eager torch would give, at the user's line
-        raise type(e)(f"{format_location(location)}: {op_name(func)}: {e}") if _simple_ctor(e) \
-            else e
+        error = type(e)(f"{format_location(location)}: {op_name(func)}: {e}") \
+            if _simple_ctor(e) else e
+        error._tograph_user_error = True
+        error.location = location
+        raise error from None
     if result.meta is None and result.example is not None:
-        raise _needs_conversion(f"{op_name(func)}() returns a Python value that depends on "
-                                f"tensor data; using it")
+        if concrete:
+            return func(*args, **kwargs)
+        if op_name(func) in _DATA_DEPENDENT_SCALARS:
+            raise _needs_conversion(f"{op_name(func)}() returns a Python value that depends "
+                                    f"on tensor data; using it")
+        return result.example       # metadata: a dtype, a static size
     impure = is_impure(func, kwargs)
     node = graph.add_node(op_name(func), func, node_args, node_kwargs, result.meta,
                           location=location, impure=impure)
@@ -305,17 +325,25 @@ def record_tuple_outputs(node: Node, metas, examples=None) -> List[SymbolicTenso
 
 # ------------------------------------------------------------------------- tracing mode
 class _TracingMode(TorchFunctionMode):
-    """Sees every torch call during a trace: random ops with no symbolic input still
-    become nodes (they must draw new numbers on every run)."""
+    """Sees every torch call during a trace. Calls on concrete values that make tensors
+    (``torch.zeros(3)``, ``torch.randn(2)``, ``w.t()``) become nodes too: every run must
+    make a fresh tensor (it may be mutated in place) and draw new random numbers."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if contains_symbolic(args) or contains_symbolic(kwargs):
             return dispatch(func, args, kwargs)
-        if is_impure(func, kwargs) and current_graph() is not None and \
-                not is_inplace(func, kwargs):
-            return dispatch_record(func, args, kwargs)
-        return func(*args, **kwargs)
+        if func in _PASSTHROUGH or current_graph() is None:
+            return func(*args, **kwargs)
+        return dispatch_record(func, args, kwargs, concrete=True)
+
+
+_PASSTHROUGH = set(_CONCRETE) | _GETTERS | set(_DEVICE_QUERIES) | _SIZE_QUERIES | _TEXT | {
+    torch.Tensor.__hash__, torch.Tensor.data_ptr,
+    torch.Tensor.__deepcopy__, torch.Tensor.__reduce_ex__, torch.Tensor.__setstate__,
+    torch.Tensor.grad.__get__, torch.Tensor.data.__get__, torch.Tensor.requires_grad_,
+    torch.Tensor.__dlpack__, torch.Tensor.untyped_storage, torch.Tensor.get_device,
+}
 
 
 @contextlib.contextmanager

@@ -1,0 +1,169 @@
+"""Calls in converted code: ``tg.call(f, *args, **kwargs)``.
+
+User functions (and the ``forward`` of user ``nn.Module``s) are converted recursively
+through the converter the front door registers, so their control flow is converted too;
+calls into torch, numpy, the standard library and builtins run as they are. A few builtins
+get graph meanings when an argument is symbolic: ``len``, ``range``, ``enumerate``,
+``zip``, ``int``, ``float``, ``bool``, ``min``, ``max``, ``print``; ``torch.stack`` and
+``torch.cat`` accept lists built in tensor loops.
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+import inspect
+import sys
+from typing import Callable, Optional
+
+import torch
+
+from ..symbolic import contains_symbolic, is_symbolic
+from .effects import print_
+from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicZip, TensorList,
+                        is_symbolic_iterable, length_of)
+from .logical import ifexp
+
+_CONVERTER: list = [None]          # fn -> converted fn, or None when it cannot be converted
+_LIBRARY_ROOTS = ("torch", "numpy", "runtime", "transpiler", "builtins", "functools",
+                  "typing", "collections", "itertools", "math", "operator", "abc", "copy",
+                  "inspect", "contextlib", "enum", "dataclasses", "warnings", "_pytest",
+                  "pytest", "hypothesis", "unittest", "random", "re", "json", "os", "sys")
+
+
+def set_converter(converter: Optional[Callable]) -> None:
+    """Register the function that converts user functions (the transpiler's front door)."""
+    _CONVERTER[0] = converter
+
+
+def _is_user_function(f) -> bool:
+    if not (inspect.isfunction(f) or inspect.ismethod(f)):
+        return False
+    module = getattr(f, "__module__", None) or ""
+    root = module.split(".")[0]
+    if root in _LIBRARY_ROOTS or root in sys.stdlib_module_names:
+        return False
+    return getattr(f, "__code__", None) is not None or inspect.ismethod(f)
+
+
+def _user_module_forward(f):
+    if isinstance(f, torch.nn.Module):
+        forward = type(f).forward
+        if _is_user_function(forward) and not (f._forward_hooks or f._forward_pre_hooks or
+                                                torch.nn.modules.module._global_forward_hooks or
+                                                torch.nn.modules.module._global_forward_pre_hooks):
+            return f.forward
+    return None
+
+
+def _max_min(pick_second, args, kwargs):
+    """``max``/``min`` of symbolic values, with Python's semantics (returns an operand)."""
+    if len(args) == 1 and not kwargs:
+        (items,) = args
+        if is_symbolic(items):
+            return (items.max() if pick_second is _gt else items.min()) if items.dim() == 1 \
+                else builtins.max(items)   # raises the same error Python would
+        items = list(items)
+    else:
+        items = list(args)
+    key = kwargs.get("key")
+    best = items[0]
+    for item in items[1:]:
+        a, b = (key(best), key(item)) if key else (best, item)
+        best = ifexp(pick_second(b, a), lambda item=item: item, lambda best=best: best)
+    return best
+
+
+def _gt(b, a):
+    return b > a
+
+
+def _lt(b, a):
+    return b < a
+
+
+def _int(x, *rest):
+    return x.to(torch.int64) if is_symbolic(x) and not rest else builtins.int(x, *rest)
+
+
+def _float(x):
+    return x.to(torch.float64) if is_symbolic(x) else builtins.float(x)
+
+
+def _bool(x):
+    return (x != 0) if is_symbolic(x) else builtins.bool(x)
+
+
+def _len(x):
+    if is_symbolic(x) or isinstance(x, TensorList):
+        return x.length() if isinstance(x, TensorList) else length_of(x)
+    return builtins.len(x)
+
+
+def _stack(tensors, dim=0, **kwargs):
+    if isinstance(tensors, TensorList):
+        return tensors.stack if dim == 0 else torch.movedim(tensors.stack, 0, dim)
+    return torch.stack(tensors, dim, **kwargs)
+
+
+def _cat(tensors, dim=0, **kwargs):
+    if isinstance(tensors, TensorList):
+        stack = tensors.stack
+        d = dim if dim >= 0 else dim + stack.dim() - 1
+        moved = torch.movedim(stack, 0, d)
+        return moved.flatten(d, d + 1)
+    return torch.cat(tensors, dim, **kwargs)
+
+
+_SYMBOLIC_BUILTINS = {
+    builtins.len: _len,
+    builtins.range: lambda *a: SymbolicRange(*a),
+    builtins.enumerate: lambda x, start=0: SymbolicEnumerate(x, start),
+    builtins.zip: lambda *xs: SymbolicZip(*xs),
+    builtins.int: _int,
+    builtins.float: _float,
+    builtins.bool: _bool,
+    builtins.max: lambda *a, **k: _max_min(_gt, a, k),
+    builtins.min: lambda *a, **k: _max_min(_lt, a, k),
+    torch.stack: _stack,
+    torch.cat: _cat,
+    torch.concat: _cat,
+}
+
+
+def _has_symbolic(args, kwargs) -> bool:
+    return any(is_symbolic_iterable(a) for a in args) or contains_symbolic(args) or \
+        contains_symbolic(kwargs) or any(isinstance(a, TensorList) for a in args)
+
+
+def call(f, *args, **kwargs):
+    """Call ``f`` as converted code should: converting user functions first."""
+    if f is builtins.print:
+        return print_(*args, **kwargs)
+    special = _SYMBOLIC_BUILTINS.get(f) if _hashable(f) else None
+    if special is not None and _has_symbolic(args, kwargs):
+        return special(*args, **kwargs)
+    target = _converted(f)
+    return target(*args, **kwargs)
+
+
+def _hashable(f) -> bool:
+    try:
+        hash(f)
+        return True
+    except TypeError:
+        return False
+
+
+def _converted(f):
+    converter = _CONVERTER[0]
+    if converter is None:
+        return f
+    forward = _user_module_forward(f)
+    if forward is not None:
+        return converter(forward) or f
+    if _is_user_function(f):
+        return converter(f) or f
+    if isinstance(f, functools.partial) and _is_user_function(f.func):
+        inner = converter(f.func)
+        return functools.partial(inner, *f.args, **f.keywords) if inner else f
+    return f

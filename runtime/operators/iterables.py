@@ -1,0 +1,185 @@
+"""Iterables whose length is known only when the graph runs.
+
+``range``, ``enumerate`` and ``zip`` over symbolic values, and ``TensorList``: a Python
+list grown by ``append`` inside a tensor loop, held as one stacked tensor whose leading
+dimension is dynamic. Each exposes ``length()`` (an int or a symbolic 0-d tensor) and
+``item(i)`` (the i-th element for a symbolic index), which is what a tensor ``for`` loop
+needs.
+"""
+from __future__ import annotations
+
+import torch
+import torch.utils._pytree as pytree
+
+from ..errors import TracingError
+from ..source_info import format_location, user_location
+from ..symbolic import is_symbolic
+
+
+class TensorList:
+    """A list of same-typed tensors stacked along a new leading dimension."""
+
+    def __init__(self, stack: torch.Tensor):
+        self.stack = stack
+
+    def append(self, value) -> None:
+        value = value if isinstance(value, torch.Tensor) else \
+            torch.tensor(value, dtype=self.stack.dtype)
+        if value.dtype != self.stack.dtype:
+            raise TracingError(
+                f"{format_location(user_location())}: appending a {value.dtype} tensor to a "
+                f"list of {self.stack.dtype} tensors built in a tensor loop")
+        self.stack = torch.cat([self.stack, value.unsqueeze(0)], 0)
+
+    def extend(self, values) -> None:
+        for value in values:
+            self.append(value)
+
+    def pop(self, index=-1):
+        item = self.stack[index]
+        if index != -1:
+            raise TracingError(f"{format_location(user_location())}: only pop() of the last "
+                               f"element is supported on a list built in a tensor loop")
+        self.stack = self.stack[:-1]
+        return item
+
+    def length(self):
+        return length_of(self.stack)
+
+    def item(self, i):
+        return self.stack[i]
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return TensorList(self.stack[index])
+        return self.stack[index]
+
+    def __setitem__(self, index, value) -> None:
+        self.stack = self.stack.clone()
+        self.stack[index] = value
+
+    def __len__(self):
+        raise _dynamic("len() of a list built in a tensor loop")
+
+    def __iter__(self):
+        raise _dynamic("iteration over a list built in a tensor loop")
+
+    def __repr__(self) -> str:
+        return f"TensorList({self.stack!r})"
+
+
+pytree.register_pytree_node(TensorList, lambda t: ([t.stack], None),
+                            lambda children, _: TensorList(children[0]))
+
+
+def _dynamic(what: str) -> TracingError:
+    return TracingError(f"{format_location(user_location())}: {what}: its length is known only "
+                        f"when the graph runs; this use needs conversion (@to_graph)")
+
+
+def length_of(x):
+    """``len(x)`` for a tensor: an int when static, else a symbolic 0-d int64 tensor."""
+    if is_symbolic(x):
+        dim = x._node.meta.shape
+        if dim is not None and dim and dim[0] is not None:
+            return dim[0]
+        return x.shape[0]
+    return len(x)
+
+
+class SymbolicRange:
+    """``range(start, stop, step)`` with a symbolic bound."""
+
+    def __init__(self, *args):
+        start, stop, step = (0, args[0], 1) if len(args) == 1 else \
+            (args[0], args[1], args[2] if len(args) > 2 else 1)
+        self.start, self.stop, self.step = start, stop, step
+
+    def length(self):
+        span = self.stop - self.start
+        count = (span + self.step - (1 if _positive(self.step) else -1)) // self.step
+        return torch.clamp(count, min=0) if is_symbolic(count) else max(0, count)
+
+    def item(self, i):
+        return self.start + i * self.step
+
+
+def _positive(step) -> bool:
+    if is_symbolic(step):
+        raise TracingError(f"{format_location(user_location())}: range() with a tensor step "
+                           f"is not supported")
+    return step > 0
+
+
+class SymbolicEnumerate:
+    def __init__(self, source, start=0):
+        self.source, self.start = as_source(source), start
+
+    def length(self):
+        return self.source.length()
+
+    def item(self, i):
+        return (self.start + i, self.source.item(i))
+
+
+class SymbolicZip:
+    def __init__(self, *sources):
+        self.sources = [as_source(s) for s in sources]
+
+    def length(self):
+        lengths = [s.length() for s in self.sources]
+        result = lengths[0]
+        for n in lengths[1:]:
+            if is_symbolic(result) or is_symbolic(n):
+                result = torch.minimum(torch.as_tensor(result), torch.as_tensor(n))
+            else:
+                result = min(result, n)
+        return result
+
+    def item(self, i):
+        return tuple(s.item(i) for s in self.sources)
+
+
+class _TensorSource:
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def length(self):
+        return length_of(self.tensor)
+
+    def item(self, i):
+        return self.tensor[i]
+
+
+class _RangeSource:
+    """A Python ``range`` (or its rest) iterated with a symbolic index."""
+
+    def __init__(self, r: range):
+        self.range = r
+
+    def length(self):
+        return len(self.range)
+
+    def item(self, i):
+        return self.range.start + i * self.range.step
+
+
+def as_source(value):
+    """An object with ``length()``/``item(i)`` for a tensor ``for`` loop, or None."""
+    if isinstance(value, (SymbolicRange, SymbolicEnumerate, SymbolicZip, TensorList,
+                          _TensorSource, _RangeSource)):
+        return value
+    if isinstance(value, torch.Tensor):
+        return _TensorSource(value)
+    if isinstance(value, range):
+        return _RangeSource(value)
+    if isinstance(value, (list, tuple)) and value and \
+            all(isinstance(v, torch.Tensor) for v in value):
+        return _TensorSource(torch.stack(list(value)))
+    raise TracingError(f"{format_location(user_location())}: cannot iterate a "
+                       f"{type(value).__name__} with a run-time index")
+
+
+def is_symbolic_iterable(value) -> bool:
+    return is_symbolic(value) or isinstance(
+        value, (SymbolicRange, SymbolicEnumerate, SymbolicZip, TensorList))

@@ -1,0 +1,44 @@
+"""``and``, ``or``, ``not`` and the ternary ``a if t else b``.
+
+Python values: exactly Python's semantics (short-circuit, the deciding operand is the
+result). Symbolic tensors: a ``cond`` node whose branches compute the rest lazily, so the
+right operand is evaluated only on the path where Python would evaluate it.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..control_flow import staged_cond
+from ..symbolic import is_symbolic
+
+
+def and_(a, *rest):
+    """``a and b and ...``: ``rest`` are zero-argument functions computing the operands."""
+    if not rest:
+        return a
+    if not is_symbolic(a):
+        return and_(rest[0](), *rest[1:]) if a else a
+    return staged_cond(a, lambda: and_(rest[0](), *rest[1:]), lambda: a, ())
+
+
+def or_(a, *rest):
+    """``a or b or ...``: ``rest`` are zero-argument functions computing the operands."""
+    if not rest:
+        return a
+    if not is_symbolic(a):
+        return a if a else or_(rest[0](), *rest[1:])
+    return staged_cond(a, lambda: a, lambda: or_(rest[0](), *rest[1:]), ())
+
+
+def not_(a):
+    """``not a``: a bool tensor for a symbolic ``a``."""
+    if is_symbolic(a):
+        return torch.logical_not(a)
+    return not a
+
+
+def ifexp(test, true_fn, false_fn):
+    """``true_fn() if test else false_fn()``."""
+    if not is_symbolic(test):
+        return true_fn() if test else false_fn()
+    return staged_cond(test, true_fn, false_fn, ())

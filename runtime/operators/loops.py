@@ -1,0 +1,198 @@
+"""``while`` and ``for`` statements of converted code.
+
+    (i, s) = tg.while_stmt(loop_test, loop_body, (i, s), ('i', 's'))
+    (s,) = tg.for_stmt(iterable, extra_test, loop_body, (s,), ('s',))
+
+A loop runs as Python while its test is a Python value, and is staged into one ``while``
+node from the moment its test becomes symbolic (``while True`` with a tensor ``break``;
+a counter assigned under a tensor ``if``): iterations already run stay unrolled, the
+rest loops in the graph. ``for`` over a symbolic tensor (its first dimension), over
+``range``/``enumerate``/``zip`` with symbolic arguments, or over a list built in a tensor
+loop is a ``while`` node over an index. ``for`` over a Python iterable is a Python loop;
+when a ``break`` becomes tensor-dependent, the rest of a ``range`` becomes a ``while``
+node and the rest of any other iterable is unrolled under ``cond`` guards.
+
+Before staging, the body is traced once more to find lists grown by ``append`` (they
+become ``TensorList``s) and variables first assigned in the loop (an error unless the
+loop provably runs once: then the first iteration is peeled off).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..control_flow import graph_mark, staged_cond, staged_while
+from ..errors import BranchMismatchError, GraphError
+from ..graph import Graph
+from ..source_info import format_location, user_location
+from ..symbolic import building, current_graph, is_symbolic
+from .iterables import TensorList, _RangeSource, as_source, is_symbolic_iterable
+from .special_values import Undefined
+
+
+# --------------------------------------------------------------------------- while
+def while_stmt(test, body, state, names):
+    state = tuple(state)
+    graph, mark = graph_mark(state)
+    verdict = test(*state)
+    while not is_symbolic(verdict):
+        if not verdict:
+            return state
+        state = tuple(body(*state))
+        graph, mark = graph_mark(state)
+        verdict = test(*state)
+    if graph is not None and verdict._node.graph is graph:
+        graph.rollback(mark)
+    location = user_location()
+    state = _prepare_state(lambda *s: body(*s), state, names, location, "while")
+    return staged_while(test, lambda *s: tuple(body(*s)), state, names=names, location=location)
+
+
+# --------------------------------------------------------------------------- for
+def for_stmt(iterable, extra_test, body, state, names):
+    state = tuple(state)
+    if is_symbolic_iterable(iterable):
+        return _staged_for(as_source(iterable), extra_test, body, state, names)
+    if isinstance(iterable, range):
+        return _python_range_for(iterable, extra_test, body, state, names)
+    iterator = iter(iterable)
+    for item in iterator:
+        if extra_test is not None:
+            go = extra_test(*state)
+            if is_symbolic(go):
+                return _guarded_rest(go, item, iterator, extra_test, body, state, names)
+            if not go:
+                break
+        state = tuple(body(item, *state))
+    return state
+
+
+def _python_range_for(r: range, extra_test, body, state, names):
+    for index, item in enumerate(r):
+        if extra_test is not None:
+            go = extra_test(*state)
+            if is_symbolic(go):
+                return _staged_for(_RangeSource(r[index:]), extra_test, body, state, names)
+            if not go:
+                break
+        state = tuple(body(item, *state))
+    return state
+
+
+def _guarded_rest(go, item, iterator, extra_test, body, state, names):
+    """The remaining iterations of a Python loop, each under a ``cond`` on the test."""
+    def step(item, go, state):
+        return staged_cond(go, lambda *s: tuple(body(item, *s)), lambda *s: tuple(s),
+                           state, names=names)
+    state = step(item, go, state)
+    for item in iterator:
+        go = extra_test(*state)
+        state = step(item, go, state) if is_symbolic(go) else \
+            (tuple(body(item, *state)) if go else state)
+    return state
+
+
+def _staged_for(source, extra_test, body, state, names):
+    location = user_location()
+    n = source.length()
+
+    def loop_body(i, *s):
+        return (i + 1,) + tuple(body(source.item(i), *s))
+
+    def loop_test(i, *s):
+        more = i < n
+        if extra_test is None:
+            return more
+        go = extra_test(*s)
+        if is_symbolic(go) or is_symbolic(more):
+            return torch.logical_and(torch.as_tensor(more), torch.as_tensor(go))
+        return more and go
+    if isinstance(n, int) and n == 0:
+        return state
+    full = (0,) + state
+    full_names = ("<index>",) + tuple(names)
+    try:
+        full = _prepare_state(loop_body, full, full_names, location, "for")
+    except _NeedsPeel:
+        if not isinstance(n, int):
+            raise _first_assigned(location) from None
+        if extra_test is not None and not _truthy_python(extra_test(*state)):
+            return state
+        full = loop_body(*full)                          # the first iteration, unrolled
+        if n == 1:
+            return full[1:]
+        full = _prepare_state(loop_body, full, full_names, location, "for")
+    out = staged_while(loop_test, loop_body, full, names=full_names, location=location)
+    return tuple(out[1:])
+
+
+def _truthy_python(value) -> bool:
+    return True if is_symbolic(value) else bool(value)
+
+
+# --------------------------------------------------------------------------- staging prep
+class _NeedsPeel(Exception):
+    pass
+
+
+def _first_assigned(location) -> GraphError:
+    return BranchMismatchError(
+        f"{format_location(location)}: a variable is first assigned inside a tensor-dependent "
+        f"loop and used after it; it is undefined if the loop runs zero times. Assign it "
+        f"before the loop")
+
+
+def _prepare_state(body, state, names, location, kind):
+    """Lists the body appends to become TensorLists; a variable the body defines but that
+    is undefined before the loop needs the first iteration peeled (or is an error)."""
+    lists = [i for i, v in enumerate(state) if isinstance(v, list)]
+    undefined = [i for i, v in enumerate(state) if isinstance(v, Undefined)]
+    if not lists and not undefined:
+        return state
+    graph = current_graph()
+    if graph is None:
+        return state
+    probe_graph = Graph(parent=graph, name="probe")
+    probe_state = tuple(list(v) if isinstance(v, list) else v for v in state)
+    try:
+        with building(probe_graph):
+            out = tuple(body(*probe_state))
+    finally:
+        probe_graph.forget_all()
+    for i in undefined:
+        if not isinstance(out[i], Undefined):
+            if kind == "for":
+                raise _NeedsPeel()
+            name = names[i] if i < len(names) else f"#{i}"
+            raise BranchMismatchError(
+                f"{format_location(location)}: variable {name!r} is first assigned inside the "
+                f"tensor-dependent `while` loop and used after it; it is undefined if the loop "
+                f"runs zero times. Assign it before the loop")
+    new_state = list(state)
+    for i in lists:
+        before, after = state[i], out[i]
+        if isinstance(after, (list, TensorList)) and _grew(before, after):
+            new_state[i] = _as_tensor_list(before, after, location)
+    return tuple(new_state)
+
+
+def _grew(before: list, after) -> bool:
+    if isinstance(after, TensorList):
+        return True
+    return len(after) > len(before) and all(a is b for a, b in zip(before, after))
+
+
+def _as_tensor_list(before: list, after, location) -> TensorList:
+    if isinstance(after, TensorList):
+        elem = after.stack
+        shape, dtype = tuple(elem.shape[1:]), elem.dtype
+    else:
+        new = after[len(before)]
+        if not isinstance(new, torch.Tensor) and not isinstance(new, (bool, int, float)):
+            raise GraphError(f"{format_location(location)}: a list appended to in a "
+                             f"tensor-dependent loop must hold tensors or numbers")
+        new = new if isinstance(new, torch.Tensor) else torch.tensor(new)
+        shape, dtype = tuple(new.shape), new.dtype
+    if before:
+        items = [b if isinstance(b, torch.Tensor) else torch.tensor(b, dtype=dtype) for b in before]
+        return TensorList(torch.stack(items))
+    return TensorList(torch.empty((0,) + tuple(int(d) for d in shape), dtype=dtype))

@@ -1,0 +1,49 @@
+"""Values that stand for "not assigned yet" in converted code.
+
+``Undefined('y')`` is what a variable holds before its first assignment on some path;
+reading it raises the error Python would (``UnboundLocalError`` naming the variable).
+``UndefinedReturn()`` is the return value before any ``return`` ran: no path can observe
+it, so a tensor branch that returns pairs with a placeholder on the other side.
+"""
+from __future__ import annotations
+
+from ..control_flow import Unobservable
+
+
+class Undefined:
+    """A variable that has not been assigned on this path."""
+
+    __slots__ = ("name",)
+    __tograph_undefined__ = True
+
+    def __init__(self, name: str):
+        object.__setattr__(self, "name", name)
+
+    def __repr__(self) -> str:
+        return f"Undefined({self.name!r})"
+
+    def _fail(self, *args, **kwargs):
+        raise UnboundLocalError(
+            f"local variable {self.name!r} referenced before assignment")
+
+    __getattr__ = _fail
+    __call__ = _fail
+    __bool__ = _fail
+    __iter__ = _fail
+    __len__ = _fail
+    __getitem__ = _fail
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _fail
+    __truediv__ = __rtruediv__ = __neg__ = __lt__ = __gt__ = __le__ = __ge__ = _fail
+
+
+class UndefinedReturn(Unobservable):
+    """The return value before any ``return`` statement has run."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UndefinedReturn()"
+
+
+def is_undefined(value) -> bool:
+    return isinstance(value, (Undefined, UndefinedReturn))

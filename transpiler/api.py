@@ -1,0 +1,398 @@
+"""The front door: ``to_graph``, ``to_code``; the one place the transpiler meets ``runtime``.
+
+    @to_graph
+    def f(x, n): ...
+    f(x, 3)          # convert once, trace once per input signature, optimize, execute
+    f.graph(x, 3)    # the traced Graph for that signature
+
+Conversion (source to source) happens once per function. Each new input signature
+(tensor shapes, dtypes, requires_grad; Python argument values) is traced into a graph:
+tensors become placeholders, Python values are specialized. If conversion or tracing
+fails, the function runs eagerly with one ``FallbackWarning`` naming the reason and the
+user's ``file:line``; ``strict=True`` raises ``ConversionError`` instead.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.utils._pytree as pytree
+
+import runtime
+from runtime import operators as tg
+from runtime.errors import GraphError
+from runtime.executor import lower
+from runtime.meta import TensorMeta
+from runtime.operators.iterables import TensorList
+from runtime.operators.special_values import Undefined, UndefinedReturn
+from runtime.source_info import register_source_map
+from runtime.symbolic import SymbolicTensor, tracing, wrap_node
+
+from . import conversion
+from .errors import ConversionError
+from .side_effects import Snapshot
+
+RETRACE_WARN_AFTER = 4
+
+
+class FallbackWarning(UserWarning):
+    """A function could not be converted or traced and ran eagerly instead."""
+
+
+class RetracingWarning(UserWarning):
+    """A converted function was traced again and again for new input signatures."""
+
+
+# --------------------------------------------------------------------------- conversion
+_CONVERTED: Dict[Any, Any] = {}
+
+
+def _origin(fn) -> Tuple[Optional[str], Optional[int]]:
+    target = inspect.unwrap(getattr(fn, "__func__", fn))
+    code = getattr(target, "__code__", None)
+    return (code.co_filename, code.co_firstlineno) if code is not None else (None, None)
+
+
+def convert_function(fn):
+    """The converted version of a user function (cached), with its source map registered."""
+    key = (getattr(fn, "__func__", fn), getattr(fn, "__self__", None))
+    try:
+        hit = _CONVERTED.get(key)
+    except TypeError:
+        hit, key = None, None
+    if hit is not None:
+        return hit
+    converted = conversion.convert(fn, {"tg": tg})
+    register_source_map(converted.filename, converted.line_map)
+    inner = converted.fn
+
+    @functools.wraps(inner)
+    def run(*args, **kwargs):
+        result = inner(*args, **kwargs)
+        return None if isinstance(result, UndefinedReturn) else result
+    run.__tograph_source__ = converted.source
+    if key is not None:
+        _CONVERTED[key] = run
+    return run
+
+
+def _recursive_converter(fn):
+    """How ``tg.call`` converts a user function it meets; None when there is no source."""
+    try:
+        return convert_function(fn)
+    except ConversionError as e:
+        if "source" in e.reason.lower() and "not" in e.reason.lower():
+            return None
+        raise
+    except (OSError, TypeError):
+        return None
+
+
+tg.set_converter(_recursive_converter)
+
+
+def _python_function(fn):
+    """The Python function to convert for ``fn`` (a function, method, lambda or Module)."""
+    if isinstance(fn, GraphFunction):
+        fn = fn.python_function
+    if isinstance(fn, torch.nn.Module):
+        return fn.forward
+    return fn
+
+
+def to_code(fn) -> str:
+    """The readable Python source that ``to_graph`` generates for ``fn``."""
+    return conversion.to_source(_python_function(fn))
+
+
+# --------------------------------------------------------------------------- signatures
+def _leaf_key(v):
+    if isinstance(v, torch.Tensor):
+        return ("T", tuple(v.shape), v.dtype, v.requires_grad, v.device.type)
+    if isinstance(v, (bool, int, float, complex, str, bytes, type(None))):
+        return (type(v), v)
+    if isinstance(v, torch.nn.Module):
+        return ("M", id(v), v.training)
+    try:
+        hash(v)
+        return (type(v), v)
+    except TypeError:
+        return ("O", id(v))
+
+
+def signature_of(args, kwargs):
+    flat, spec = pytree.tree_flatten((args, kwargs))
+    return (str(spec),) + tuple(_leaf_key(v) for v in flat), flat, spec
+
+
+def _describe_change(names: List[str], old, new) -> str:
+    if old[0] != new[0]:
+        return "the structure of the arguments changed"
+    parts = []
+    for i, (a, b) in enumerate(zip(old[1:], new[1:])):
+        if a != b:
+            name = names[i] if i < len(names) else f"argument #{i}"
+            if a[0] == "T" and b[0] == "T":
+                what = [f"{label} {x} -> {y}" for label, x, y in
+                        zip(("shape", "dtype", "requires_grad", "device"), a[1:], b[1:]) if x != y]
+                parts.append(f"{name}: " + ", ".join(what))
+            else:
+                parts.append(f"{name}: {a[-1]!r} -> {b[-1]!r}")
+    return "; ".join(parts) or "the signature changed"
+
+
+# --------------------------------------------------------------------------- entries
+class _Traced:
+    """One input signature's graph, compiled; calling it runs the graph."""
+
+    def __init__(self, graph, optimized, executable, list_outputs):
+        self.graph = graph
+        self.optimized = optimized
+        self.executable = executable
+        self.list_outputs = list_outputs
+
+    def __call__(self, flat):
+        out = self.executable(*[v for v in flat if isinstance(v, torch.Tensor)])
+        return _unstack_lists(out) if self.list_outputs else out
+
+
+class _ListOut:
+    """Marks an output that was a list built in a tensor loop (a stacked tensor at run time)."""
+
+    def __init__(self, node):
+        self.node = node
+
+
+def _unstack_lists(out):
+    if isinstance(out, _ListResult):
+        return list(out.tensor.unbind(0))
+    if isinstance(out, tuple):
+        items = tuple(_unstack_lists(v) for v in out)
+        return type(out)(*items) if hasattr(out, "_fields") else items
+    if isinstance(out, list):
+        return [_unstack_lists(v) for v in out]
+    if isinstance(out, dict):
+        return {k: _unstack_lists(v) for k, v in out.items()}
+    return out
+
+
+class _ListResult(tuple):
+    """At run time: the stacked tensor of a list output, before it is unstacked."""
+
+    @property
+    def tensor(self):
+        return self[0]
+
+
+class _Fallback:
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+# --------------------------------------------------------------------------- GraphFunction
+class GraphFunction:
+    """A converted function: callable like the original, traced per input signature."""
+
+    def __init__(self, fn, strict: bool = False):
+        self._fn = fn
+        self._strict = strict
+        self._entries: Dict[Any, Any] = {}
+        self._history: List[Any] = []
+        self._bound = weakref.WeakKeyDictionary()
+        target = _python_function(fn)
+        try:
+            functools.update_wrapper(self, target)
+        except (AttributeError, TypeError):
+            pass
+        self._param_names = _param_names(target)
+
+    # -- descriptor: @to_graph on a method in a class body
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        bound = self._bound.get(obj)
+        if bound is None:
+            bound = GraphFunction(self._fn.__get__(obj, objtype), self._strict)
+            self._bound[obj] = bound
+        return bound
+
+    @property
+    def python_function(self):
+        return self._fn
+
+    # -- calling
+    def __call__(self, *args, **kwargs):
+        key, flat, spec = signature_of(args, kwargs)
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._build(key, args, kwargs, flat, spec)
+        if isinstance(entry, _Fallback):
+            return self._fn(*args, **kwargs)
+        return entry(flat)
+
+    def graph(self, *args, **kwargs) -> "runtime.Graph":
+        """The graph traced for this input signature, before optimization."""
+        key, flat, spec = signature_of(args, kwargs)
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._build(key, args, kwargs, flat, spec, fallback_ok=False)
+        if isinstance(entry, _Fallback):
+            raise ConversionError(entry.reason, *_origin(self._fn))
+        return entry.graph
+
+    def get_concrete(self, *args, **kwargs) -> _Traced:
+        """The compiled entry (graph, optimized graph, executable) for this signature."""
+        self.graph(*args, **kwargs)
+        return self._entries[signature_of(args, kwargs)[0]]
+
+    # -- tracing
+    def _build(self, key, args, kwargs, flat, spec, fallback_ok=True):
+        self._note_retrace(key)
+        try:
+            entry = self._trace(args, kwargs, flat, spec)
+        except Exception as e:
+            if getattr(e, "_tograph_user_error", False):
+                raise
+            reason = _reason(e, self._fn)
+            if self._strict or not fallback_ok:
+                if isinstance(e, ConversionError):
+                    raise
+                if isinstance(e, (GraphError, NotImplementedError, UnboundLocalError)):
+                    raise ConversionError(reason, *_location(e, self._fn)) from e
+                raise
+            warnings.warn(FallbackWarning(f"{reason} -- running {self.__name__} eagerly"),
+                          stacklevel=4)
+            entry = _Fallback(reason)
+        self._entries[key] = entry
+        return entry
+
+    def _note_retrace(self, key) -> None:
+        self._history.append(key)
+        if len(self._history) > RETRACE_WARN_AFTER:
+            change = _describe_change(self._param_names, self._history[-2], key)
+            warnings.warn(RetracingWarning(
+                f"{getattr(self, '__name__', 'function')} was traced {len(self._history)} times; "
+                f"this time because {change}. Python values and tensor shapes are part of the "
+                f"trace: pass changing numbers as tensors to reuse one graph"), stacklevel=4)
+
+    def _trace(self, args, kwargs, flat, spec) -> _Traced:
+        target = _python_function(self._fn)
+        converted = convert_function(target)
+        graph = runtime.Graph(name=getattr(target, "__name__", "graph"))
+        names = _leaf_names(self._param_names, args, kwargs, len(flat))
+        sym = []
+        for value, name in zip(flat, names):
+            if isinstance(value, torch.Tensor):
+                node = graph.placeholder(TensorMeta.of(value), name=name)
+                sym.append(wrap_node(node))
+            else:
+                sym.append(value)
+        sargs, skwargs = pytree.tree_unflatten(sym, spec)
+        snapshot = Snapshot.take(target, args, kwargs)
+        try:
+            with tracing(graph):
+                out = converted(*sargs, **skwargs)
+        except BaseException:
+            snapshot.restore()
+            raise
+        changed = snapshot.changes()
+        if changed:
+            snapshot.restore()
+            raise GraphError(f"{changed} (a Python side effect that a graph cannot repeat on "
+                             f"every call)")
+        outputs, has_lists = _output_structure(graph, out)
+        graph.outputs = outputs
+        optimized = graph.optimize()
+        executable = lower(optimized)
+        return _Traced(graph, optimized, executable, has_lists)
+
+    def __repr__(self) -> str:
+        return f"<to_graph {getattr(self, '__qualname__', self._fn)!r}>"
+
+
+def _output_structure(graph, out):
+    """The graph outputs for a traced result: nodes for symbolic tensors, values as is."""
+    from runtime.symbolic import building, to_node
+    has_lists = []
+
+    def walk(v):
+        if isinstance(v, UndefinedReturn):
+            return None
+        if isinstance(v, Undefined):
+            raise GraphError(f"the result holds variable {v.name!r}, which is not defined")
+        if isinstance(v, TensorList):
+            has_lists.append(True)
+            return _ListResult((walk(v.stack),))
+        if isinstance(v, torch.Tensor):
+            with building(graph):
+                return to_node(graph, v)
+        if isinstance(v, tuple):
+            items = tuple(walk(x) for x in v)
+            return type(v)(*items) if hasattr(v, "_fields") else items
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        return v
+    return walk(out), bool(has_lists)
+
+
+def _param_names(fn) -> List[str]:
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+def _leaf_names(params: List[str], args, kwargs, n: int) -> List[str]:
+    """Readable placeholder names: the parameter name, with an index inside containers."""
+    names = []
+    for i, a in enumerate(args):
+        base = params[i] if i < len(params) else f"arg{i}"
+        count = len(pytree.tree_leaves(a))
+        names += [base] if count == 1 else [f"{base}_{j}" for j in range(count)]
+    for k, v in kwargs.items():
+        count = len(pytree.tree_leaves(v))
+        names += [k] if count == 1 else [f"{k}_{j}" for j in range(count)]
+    return (names + [f"input{i}" for i in range(len(names), n)])[:n]
+
+
+def _location(e: Exception, fn) -> Tuple[Optional[str], Optional[int]]:
+    loc = getattr(e, "location", None)
+    if loc:
+        return loc
+    text = str(e)
+    head = text.split(": ", 1)[0]
+    if ":" in head:
+        file, _, line = head.rpartition(":")
+        if line.isdigit():
+            return file, int(line)
+    return _origin(fn)
+
+
+def _reason(e: Exception, fn) -> str:
+    text = str(e) or type(e).__name__
+    file, line = _location(e, fn)
+    if file and not text.startswith(str(file)):
+        text = f"{file}:{line}: {text}"
+    return text
+
+
+# --------------------------------------------------------------------------- to_graph
+def to_graph(fn=None, *, strict: bool = False):
+    """Convert ``fn`` (function, lambda, bound method or ``nn.Module``) to a graph function.
+
+    Works as ``@to_graph``, ``to_graph(fn)``, ``to_graph(fn, strict=True)`` and
+    ``@to_graph(strict=True)``.
+    """
+    if fn is None:
+        return lambda f: to_graph(f, strict=strict)
+    if isinstance(fn, GraphFunction):
+        return fn if fn._strict == strict else GraphFunction(fn.python_function, strict)
+    if not callable(fn):
+        raise TypeError(f"to_graph needs a function or nn.Module, got {type(fn).__name__}")
+    return GraphFunction(fn, strict)

@@ -1,0 +1,145 @@
+"""Detect Python side effects of a trace: state outside the function that it mutated.
+
+A graph repeats tensor work on every call, but not Python work: a global counter bumped,
+a list of the caller's appended to, an attribute of ``self`` reassigned. Such a function
+cannot be a graph. ``Snapshot.take`` records, one level deep, the state a function can
+reach -- the globals its code names, its closure cells, its arguments, and the object a
+bound method belongs to -- and ``changes()`` says what differs after tracing, so the
+front door can restore it and fall back to eager execution.
+"""
+from __future__ import annotations
+
+import inspect
+import types
+from typing import Any, Dict, List, Tuple
+
+_ATOMS = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _state_of(obj) -> Any:
+    """A shallow fingerprint of a mutable object (identities of what it holds)."""
+    if isinstance(obj, list):
+        return ("list", tuple(id(v) for v in obj))
+    if isinstance(obj, dict):
+        return ("dict", tuple((k, id(v)) for k, v in obj.items() if _hashable(k)))
+    if isinstance(obj, (set, bytearray)):
+        return ("set", frozenset(id(v) for v in obj)) if isinstance(obj, set) else bytes(obj)
+    if isinstance(obj, (types.ModuleType, types.FunctionType, type, types.BuiltinFunctionType)):
+        return None
+    attrs = getattr(obj, "__dict__", None)
+    if isinstance(attrs, dict) and not _is_tensor(obj):
+        items = tuple((k, id(v)) for k, v in attrs.items() if not k.startswith("_tograph"))
+        if hasattr(obj, "_buffers") and isinstance(obj._buffers, dict):
+            items += tuple(("buffer:" + k, id(v)) for k, v in obj._buffers.items())
+        return ("obj", items)
+    return None
+
+
+def _is_tensor(obj) -> bool:
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
+
+
+def _hashable(k) -> bool:
+    try:
+        hash(k)
+        return True
+    except TypeError:
+        return False
+
+
+def _copy(obj):
+    if isinstance(obj, list):
+        return list(obj)
+    if isinstance(obj, dict):
+        return dict(obj)
+    if isinstance(obj, set):
+        return set(obj)
+    attrs = getattr(obj, "__dict__", None)
+    if isinstance(attrs, dict):
+        return dict(attrs)
+    return None
+
+
+class Snapshot:
+    def __init__(self):
+        self._globals: List[Tuple[dict, str, Any]] = []       # (namespace, name, value)
+        self._cells: List[Tuple[Any, Any]] = []
+        self._objects: List[Tuple[str, Any, Any, Any]] = []   # (label, obj, fingerprint, copy)
+
+    @classmethod
+    def take(cls, fn, args, kwargs) -> "Snapshot":
+        snap = cls()
+        func = getattr(fn, "__func__", fn)
+        code = getattr(func, "__code__", None)
+        ns = getattr(func, "__globals__", {})
+        if code is not None:
+            for name in _names_used(code):
+                if name in ns:
+                    snap._globals.append((ns, name, ns[name]))
+                    snap._watch(f"global {name!r}", ns[name])
+            for name, cell in zip(code.co_freevars, func.__closure__ or ()):
+                try:
+                    value = cell.cell_contents
+                except ValueError:
+                    value = _EMPTY
+                snap._cells.append((name, cell, value))
+                snap._watch(f"closure variable {name!r}", value)
+        owner = getattr(fn, "__self__", None)
+        if owner is not None:
+            snap._watch("an attribute of the object the method belongs to", owner)
+        for i, a in enumerate(args):
+            snap._watch(f"argument #{i}", a)
+        for k, v in kwargs.items():
+            snap._watch(f"argument {k!r}", v)
+        return snap
+
+    def _watch(self, label: str, obj) -> None:
+        if isinstance(obj, _ATOMS):
+            return
+        state = _state_of(obj)
+        if state is not None:
+            self._objects.append((label, obj, state, _copy(obj)))
+
+    def changes(self) -> str:
+        """A description of the first mutation found, or '' if none."""
+        for ns, name, value in self._globals:
+            if ns.get(name, _EMPTY) is not value:
+                return f"the function assigns global {name!r}"
+        for name, cell, value in self._cells:
+            try:
+                now = cell.cell_contents
+            except ValueError:
+                now = _EMPTY
+            if now is not value:
+                return f"the function assigns nonlocal variable {name!r}"
+        for label, obj, state, _ in self._objects:
+            if _state_of(obj) != state:
+                return f"the function mutates {label}"
+        return ""
+
+    def restore(self) -> None:
+        for ns, name, value in self._globals:
+            ns[name] = value
+        for name, cell, value in self._cells:
+            if value is not _EMPTY:
+                cell.cell_contents = value
+        for label, obj, state, copy in self._objects:
+            if copy is None or _state_of(obj) == state:
+                continue
+            if isinstance(obj, (list, dict, set)):
+                obj.clear()
+                obj.update(copy) if not isinstance(obj, list) else obj.extend(copy)
+            elif isinstance(getattr(obj, "__dict__", None), dict):
+                obj.__dict__.clear()
+                obj.__dict__.update(copy)
+
+
+_EMPTY = object()
+
+
+def _names_used(code) -> List[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names.update(_names_used(const))
+    return sorted(names)
