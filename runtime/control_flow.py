@@ -133,23 +133,26 @@ class Slot:
     example: Any = None
 
 
-def _trace(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec) -> Tuple[Graph, list, Any]:
+def _trace(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec,
+           names=None) -> Tuple[Graph, list, Any]:
     """Trace ``fn`` on placeholders for the tensor slots; returns (graph, out leaves, spec)."""
-    sub, out = _trace_tree(parent, label, fn, slots, spec)
+    sub, out = _trace_tree(parent, label, fn, slots, spec, names)
     out_leaves, out_spec = pytree.tree_flatten(out)
     return sub, out_leaves, out_spec
 
 
-def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec):
+def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec, names=None):
     """Trace ``fn`` on placeholders for the tensor slots; returns (graph, its result)."""
     sub = Graph(parent=parent, name=label)
     leaves = []
+    labels = list(names) if names is not None and len(names) == len(slots) else \
+        ["arg"] * len(slots)
     with building(sub):
         for i, slot in enumerate(slots):
             if slot.meta is None:
                 leaves.append(slot.const)
             else:
-                ph = sub.placeholder(slot.meta, name="arg")
+                ph = sub.placeholder(slot.meta, name=_clean(labels[i]))
                 leaves.append(wrap_node(ph, slot.example))
         out = fn(*pytree.tree_unflatten(leaves, spec))
     return sub, out
@@ -242,6 +245,10 @@ def _kind(v) -> str:
     return f"{type(v).__name__} {v!r}" if _is_plain(v) else f"a {type(v).__name__}"
 
 
+def _clean(name: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in str(name)).strip("_") or "arg"
+
+
 # --------------------------------------------------------------------------- cond
 def cond(pred, true_fn: Callable, false_fn: Callable, operands=(), names=None):
     """``true_fn(*operands)`` if ``pred`` else ``false_fn(*operands)``; one ``cond`` node
@@ -267,8 +274,8 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
     flat, spec = pytree.tree_flatten(operands)
     slots = [Slot(_leaf_meta(v), None if _leaf_meta(v) is not None else v, _example(v))
              for v in flat]
-    then_g, then_tree = _trace_tree(graph, "then", true_fn, slots, spec)
-    else_g, else_tree = _trace_tree(graph, "else", false_fn, slots, spec)
+    then_g, then_tree = _trace_tree(graph, "then", true_fn, slots, spec, names)
+    else_g, else_tree = _trace_tree(graph, "else", false_fn, slots, spec, names)
     then_tree, else_tree = reconcile(then_tree, else_tree)
     then_out, then_spec = pytree.tree_flatten(then_tree)
     else_out, else_spec = pytree.tree_flatten(else_tree)
@@ -353,7 +360,7 @@ def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None):
     for _ in range(_MAX_RETRACES):       # settle unobservable initial values first
         flat, spec = pytree.tree_flatten(state)
         slots = [Slot(_leaf_meta(v), None if _leaf_meta(v) else v, _example(v)) for v in flat]
-        body_g, out_tree = _trace_tree(graph, "body", body, slots, spec)
+        body_g, out_tree = _trace_tree(graph, "body", body, slots, spec, names)
         new_state, _ = reconcile(state, out_tree)
         if _same_tree(new_state, state):
             break
@@ -375,10 +382,10 @@ def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None):
         if not changed:
             break
         body_g.forget_all()
-        body_g, out_tree = _trace_tree(graph, "body", body, slots, spec)
+        body_g, out_tree = _trace_tree(graph, "body", body, slots, spec, names)
     else:
         raise GraphError(f"{where}: the loop variables' types did not settle")
-    cond_g, test_out, _ = _trace(graph, "cond", lambda *s: cond_fn(*s), slots, spec)
+    cond_g, test_out, _ = _trace(graph, "cond", lambda *s: cond_fn(*s), slots, spec, names)
     test_leaves = pytree.tree_leaves(test_out)
     if len(test_leaves) != 1:
         raise GraphError(f"{where}: the loop condition must be a single value")

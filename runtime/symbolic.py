@@ -160,8 +160,9 @@ def _target_graph(args) -> Graph:
     for t in _symbolic_leaves(args):
         if id(t._node.graph) not in chain:
             raise GraphError(
-                f"tensor {t._node.name!r} belongs to another graph (or to a branch or loop "
-                f"body that has finished); it cannot be used at {format_location(user_location())}")
+                f"{format_location(user_location())}: tensor {t._node.name!r} belongs to "
+                f"another graph (or to a branch or loop body that has finished) and cannot "
+                f"be used here")
     return graph
 
 

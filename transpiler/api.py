@@ -396,3 +396,40 @@ def to_graph(fn=None, *, strict: bool = False):
     if not callable(fn):
         raise TypeError(f"to_graph needs a function or nn.Module, got {type(fn).__name__}")
     return GraphFunction(fn, strict)
+
+
+# --------------------------------------------------------------------------- CLI support
+def load_target(spec: str):
+    """``FILE.py:FUNC`` (``FUNC`` may be dotted, e.g. ``Model.forward``) -> the object."""
+    import importlib.util
+    import os
+    import sys
+    path, _, name = spec.rpartition(":")
+    if not path or not name:
+        raise ValueError(f"expected FILE.py:FUNC, got {spec!r}")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no such file: {path}")
+    module_name = "_tograph_cli_" + os.path.splitext(os.path.basename(path))[0]
+    loader_spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[module_name] = module
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    loader_spec.loader.exec_module(module)
+    obj = module
+    for part in name.split("."):
+        if not hasattr(obj, part):
+            raise AttributeError(f"{path} has no {name!r}")
+        obj = getattr(obj, part)
+    if isinstance(obj, GraphFunction):
+        obj = obj.python_function
+    if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
+        obj = obj()
+    return obj
+
+
+def parse_args_text(text: str) -> tuple:
+    """``'torch.randn(4, 8), 3'`` -> a tuple of arguments (evaluated with torch in scope)."""
+    if not text.strip():
+        return ()
+    value = eval(f"({text},)", {"torch": torch, "__builtins__": __builtins__})  # noqa: S307
+    return tuple(value)

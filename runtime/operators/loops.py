@@ -103,13 +103,15 @@ def _staged_for(source, extra_test, body, state, names):
         if extra_test is None:
             return more
         go = extra_test(*s)
-        if is_symbolic(go) or is_symbolic(more):
-            return torch.logical_and(torch.as_tensor(more), torch.as_tensor(go))
-        return more and go
+        if not is_symbolic(go):
+            return more if go else False
+        if not is_symbolic(more):
+            return go if more else False
+        return torch.logical_and(more, go)
     if isinstance(n, int) and n == 0:
         return state
     full = (0,) + state
-    full_names = ("<index>",) + tuple(names)
+    full_names = ("index",) + tuple(names)
     try:
         full = _prepare_state(loop_body, full, full_names, location, "for")
     except _NeedsPeel:
