@@ -125,6 +125,10 @@ def test_index_with_symbolic_tensor(graph, run, same, meta_matches):
     trace_and_run(graph, run, same, meta_matches, lambda x, i: x[i], X, torch.tensor([1, 1, 0]))
 
 
+def test_index_with_0d_symbolic_tensor(graph, run, same, meta_matches):
+    trace_and_run(graph, run, same, meta_matches, lambda x, i: x[i], X, torch.tensor(1))
+
+
 def test_stack_and_cat_of_lists(graph, run, same, meta_matches):
     trace_and_run(graph, run, same, meta_matches,
                   lambda x, y: (torch.stack([x, y, x]), torch.cat([x, y], 1),
