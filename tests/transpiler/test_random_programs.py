@@ -72,7 +72,7 @@ def _define(source):
     return namespace['f']
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.lists(st.tuples(*[st.integers(-5, 8)] * 3), min_size=1, max_size=4))
 def test_converted_equals_original(source, inputs):
     f = _define(source)

@@ -1,6 +1,4 @@
 """Differential tests: converted code run through fake_tg equals the original on Python values."""
-import functools
-
 import pytest
 
 import fake_tg
@@ -228,7 +226,3 @@ def test_try_uses_eager_only():
     fake_tg.calls.clear()
     assert convert(try_block)(-2) == -1
     assert fake_tg.calls['eager_only'] == 1
-
-
-def test_partial_is_not_needed_for_bound_methods():
-    assert convert(functools.partial(branches).func)(3) == 6
