@@ -69,6 +69,22 @@ _DENIED = {
 # functions of runtime.graph_ops that are helpers (decorators), not graph targets
 _GRAPH_OPS_HELPERS = {"register", "effect"}
 
+# Operations torch.overrides lists as "ignored" (no tensor argument to dispatch on, or
+# deprecated wrappers) that tracing still records: factories seen by the tracing
+# TorchFunctionMode, ``Tensor.new_*``. They only build tensors.
+_ALSO_ALLOWED = {f"torch.{n}" for n in (
+    "tensor", "as_tensor", "scalar_tensor", "zeros", "ones", "full", "empty", "empty_strided",
+    "empty_permuted", "arange", "range", "linspace", "logspace", "eye", "rand", "rand_like",
+    "randn", "randn_like", "randint", "randint_like", "randperm", "normal", "tril_indices",
+    "triu_indices", "vander", "bartlett_window", "blackman_window", "hamming_window",
+    "hann_window", "kaiser_window", "fill", "as_strided", "result_type", "promote_types",
+    "can_cast", "fft.fftfreq", "fft.rfftfreq", "functional.broadcast_shapes",
+    "Tensor.new_tensor", "Tensor.new_zeros", "Tensor.new_ones", "Tensor.new_full",
+    "Tensor.new_empty", "Tensor.new_empty_strided", "Tensor.unflatten", "Tensor.stride",
+    "nn.functional.sigmoid", "nn.functional.tanh", "nn.functional.hardsigmoid",
+    "nn.functional.hardswish", "nn.functional.upsample", "nn.functional.upsample_bilinear",
+    "nn.functional.upsample_nearest")}
+
 _PYTYPES = {"bool": bool, "int": int, "float": float, "complex": complex}
 
 
@@ -96,8 +112,8 @@ def _torch_targets() -> Tuple[Dict[str, Callable], Dict[Any, str]]:
     """(name -> callable, callable -> name) for the torch operations a graph may call.
 
     Built once: torch's testing overrides (every function ``__torch_function__`` can
-    report) plus the in-place public functions torch lists as overridable, named by the
-    namespace torch indexes them under."""
+    report), the in-place public functions torch lists as overridable, and the factories
+    in ``_ALSO_ALLOWED``, named by the namespace torch indexes them under."""
     if "targets" in _TABLES:
         return _TABLES["targets"]
     from torch import overrides
@@ -116,6 +132,9 @@ def _torch_targets() -> Tuple[Dict[str, Callable], Dict[Any, str]]:
     allowed = list(overrides.get_testing_overrides())
     for func, name in index.items():
         last = name.rsplit(".", 1)[-1]
+        if name in _ALSO_ALLOWED and not isinstance(func, type):
+            allowed.append(func)
+            continue
         if isinstance(func, type) or func in ignored or name.endswith(".__set__"):
             continue
         if last.endswith("_") and not last.startswith("_") and \

@@ -378,6 +378,27 @@ def test_graph_ops_targets_and_registry(tmp_path):
     assert ph.op == "placeholder"
 
 
+def test_factories_and_effects_recorded_while_tracing(tmp_path, capsys):
+    from runtime.operators.effects import assert_stmt, print_
+    from runtime.symbolic import tracing
+    g = runtime.Graph()
+    with g.as_default(), tracing(g):
+        x = runtime.placeholder(torch.float32, shape=(None,), name="x")
+        base = torch.zeros(()) + torch.tensor(1.5) + torch.ones_like(x).sum()
+        y = x.new_full((2,), 3.0) * base
+        print_("y is", y, sep="|")
+        assert_stmt(base > 0, lambda: "base must be positive")
+    g.outputs = (y.node,)
+    ops = {n.op for n in g.nodes}
+    assert {"zeros", "tensor", "new_full", "print_values", "assert_true"} <= ops
+    g2 = round_trip(g, tmp_path)
+    assert str(g2) == str(g)
+    assert [n.impure for n in g2.nodes] == [n.impure for n in g.nodes]
+    capsys.readouterr()
+    same(g2(torch.ones(3)), (torch.full((2,), 13.5),))
+    assert capsys.readouterr().out == "y is|tensor([13.5000, 13.5000])\n"
+
+
 def test_unsavable_values_raise_graph_error(tmp_path):
     g = runtime.Graph()
     with g.as_default():
