@@ -1,0 +1,35 @@
+"""The examples run standalone and show what they promise."""
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_example(name):
+    env = dict(os.environ, PYTHONIOENCODING="utf-8")
+    env.pop("PYTHONPATH", None)             # the example must find the package itself
+    proc = subprocess.run([sys.executable, os.path.join("examples", name)], cwd=ROOT,
+                          capture_output=True, text=True, encoding="utf-8", env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_static_vs_dynamic():
+    out = run_example("static_vs_dynamic.py")
+    static, dynamic = out.split("2. Dynamic graph")
+    # the symbolic c: a node with name, shape and dtype, no values
+    assert 'Tensor("matmul_1", shape=(2, 2), dtype=torch.float32)' in static
+    before_run = static.split("Session.run")[0]
+    assert "[2., 4.]" not in before_run
+    # the graph listing
+    assert "%input_a: f32[2,2]" in static
+    assert "%matmul_1: f32[2,2] = matmul %input_a %const_b" in static
+    # the values after Session.run, and the fetch of [c, b]
+    assert before_run != static
+    after_run = static[len(before_run):]
+    assert "[[2., 4.],\n        [6., 8.]]" in after_run
+    assert "c = tensor([[2., 4.]" in after_run and "b = tensor([[1., 2.]" in after_run
+    # eager PyTorch prints values at once
+    assert "tensor([[2., 4.],\n        [6., 8.]], grad_fn=<MmBackward0>)" in dynamic
