@@ -24,7 +24,8 @@ from .graph import Graph, Node
 from .meta import TensorMeta, meta_empty
 from .source_info import format_location, user_location
 from .symbolic import (SymbolicTensor, building, contains_symbolic, current_graph,
-                       is_symbolic, record_tuple_outputs, to_node, wrap_node)
+                       is_symbolic, rebound_mark, record_tuple_outputs, restore_rebound,
+                       to_node, wrap_node)
 
 _NUMBER = (bool, int, float)
 _MAX_RETRACES = 6
@@ -147,14 +148,18 @@ def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec
     leaves = []
     labels = list(names) if names is not None and len(names) == len(slots) else \
         ["arg"] * len(slots)
-    with building(sub):
-        for i, slot in enumerate(slots):
-            if slot.meta is None:
-                leaves.append(slot.const)
-            else:
-                ph = sub.placeholder(slot.meta, name=_clean(labels[i]))
-                leaves.append(wrap_node(ph, slot.example))
-        out = fn(*pytree.tree_unflatten(leaves, spec))
+    mark = rebound_mark()
+    try:
+        with building(sub):
+            for i, slot in enumerate(slots):
+                if slot.meta is None:
+                    leaves.append(slot.const)
+                else:
+                    ph = sub.placeholder(slot.meta, name=_clean(labels[i]))
+                    leaves.append(wrap_node(ph, slot.example))
+            out = fn(*pytree.tree_unflatten(leaves, spec))
+    finally:
+        restore_rebound(mark, sub)
     return sub, out
 
 
@@ -326,7 +331,8 @@ def while_loop(cond_fn: Callable, body_fn: Callable, loop_vars, names=None):
         test = cond_fn(*state)
     if graph is not None and test._node.graph is graph:
         graph.rollback(mark)          # the test is traced again inside the loop
-    result = staged_while(cond_fn, body_fn, state, names)
+    owner = current_graph() or test._node.graph.root
+    result = staged_while(cond_fn, body_fn, state, names, graph=owner)
     return _as_given(result, loop_vars, as_tuple)
 
 
@@ -351,11 +357,11 @@ def _as_given(state, loop_vars, as_tuple):
     return list(state) if isinstance(loop_vars, list) else tuple(state)
 
 
-def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None):
+def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None, graph=None):
     """Trace ``cond_fn``/``body_fn`` into a ``while`` node; returns the final state tuple."""
     location = location or user_location()
     where = format_location(location)
-    graph = _owner_graph(state)
+    graph = graph or _owner_graph(state)
     body = lambda *s: _as_state(body_fn(*s), len(state))  # noqa: E731
     for _ in range(_MAX_RETRACES):       # settle unobservable initial values first
         flat, spec = pytree.tree_flatten(state)

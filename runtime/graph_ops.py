@@ -38,6 +38,13 @@ def dim_size(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 @register
+def setitem(x: torch.Tensor, index, value) -> torch.Tensor:
+    """``x[index] = value`` as an op whose result is the mutated ``x`` (so later reads
+    of ``x`` depend on it)."""
+    x[index] = value
+    return x
+
+
 def numel(x: torch.Tensor) -> torch.Tensor:
     """The run-time number of elements of ``x``, as a 0-d int64 tensor."""
     return torch.tensor(x.numel(), dtype=torch.int64)

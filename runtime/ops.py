@@ -32,7 +32,7 @@ def op_name(func) -> str:
 def is_inplace(func, kwargs) -> bool:
     """Mutates an argument: ``add_``, ``x += y``, ``x[i] = v``, ``out=`` forms."""
     name = getattr(func, "__name__", "")
-    if name == "__setitem__" or (name.startswith("__i") and name.endswith("__")
+    if name in ("__setitem__", "setitem") or (name.startswith("__i") and name.endswith("__")
                                  and name not in ("__index__", "__init__", "__iter__",
                                                   "__int__", "__invert__")):
         return True

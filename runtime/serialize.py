@@ -684,8 +684,24 @@ def _loads(data: bytes) -> Graph:
             f"(truncated or padded file)")
     reader = _Reader(doc, blob)
     graph = reader.graph(doc.get("graph"), None, {})
+    _check_values_used(graph)
     verify(graph)
     return graph
+
+
+def _check_values_used(graph: Graph) -> None:
+    """Every node read by another node or returned produces a value (has a meta): nodes
+    with no value (print, assert) bind no variable in the executor."""
+    from .graph import iter_nodes
+    graphs = [graph] + [sub for node in graph.walk() for sub in node.subgraphs]
+    for g in graphs:
+        for node in g.nodes:
+            for value in node.inputs:
+                _expect(value.meta is not None,
+                        f"node %{node.name} reads %{value.name}, which produces no value")
+        for value in iter_nodes(g.outputs):
+            _expect(value.meta is not None,
+                    f"graph {g.name!r} returns %{value.name}, which produces no value")
 
 
 def load(path) -> Graph:

@@ -21,6 +21,7 @@ from .errors import FeedError, GraphError
 from .executor import lower
 from .graph import Graph, Node
 from .meta import TensorMeta
+from .ops import is_inplace
 from .source_info import user_location
 from .symbolic import SymbolicTensor, wrap_node
 
@@ -114,6 +115,8 @@ class Session:
 
     # ----------------------------------------------------------------------------- fetch
     def _node_of(self, item, role: str) -> Node:
+        if isinstance(item, Node) and item.graph is self.graph:
+            return item
         if isinstance(item, SymbolicTensor):
             node = item._node
             if node.graph is not self.graph:
@@ -154,7 +157,7 @@ class Session:
         feeds: Dict[int, torch.Tensor] = {}
         fed_nodes: Dict[int, Node] = {}
         for key, value in (feed_dict or {}).items():
-            node = self._node_of(key, "feed key")
+            node = self._node_of(getattr(key, "_fed_as", key), "feed key")
             if node.op != "placeholder":
                 raise FeedError(f"cannot feed {node.name!r}: it is a {node.op!r} node, "
                                 f"not a placeholder")
@@ -170,8 +173,13 @@ class Session:
         exe = self.graph._cache.get(key)
         if exe is None:
             exe = lower(self.graph, order, structure, name="session_run", keep_effects=False)
+            exe.mutates = any(n.impure and n.target is not None and is_inplace(n.target, n.kwargs)
+                              for n in self.graph.walk())
             self.graph._cache[key] = exe
-        return exe(*(feeds[id(n)] for n in order))
+        values = [feeds[id(n)] for n in order]
+        if exe.mutates:     # feeds are the caller's: in-place ops must not change them
+            values = [v.clone() for v in values]
+        return exe(*values)
 
 
 def _structure_key(structure):

@@ -17,6 +17,7 @@ from typing import Any, Dict, NamedTuple, Optional
 
 import torch
 
+from . import graph_ops
 from .errors import GraphError
 from .meta import TensorMeta
 from .ops import is_inplace
@@ -104,7 +105,7 @@ def _fake_infer(func, args, kwargs) -> Inferred:
     """Run under FakeTensorMode: data-dependent sizes come out as symbols -> None."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
-    mode = FakeTensorMode(shape_env=ShapeEnv())
+    mode = FakeTensorMode(shape_env=ShapeEnv(), static_shapes=True)
 
     def fake(t):
         return mode.from_tensor(torch.empty(tuple(t.shape), dtype=t.dtype))
@@ -122,6 +123,14 @@ def _fake_infer(func, args, kwargs) -> Inferred:
     pairs = [describe(o) for o in out]
     return Inferred(tuple(p[0] for p in pairs), type(out)(p[1] for p in pairs)
                     if type(out) is not tuple else tuple(p[1] for p in pairs))
+
+
+def _run_any(func, args, kwargs) -> Inferred:
+    """On meta tensors; under FakeTensorMode for ops whose output size depends on data."""
+    try:
+        return _describe(_run(func, args, kwargs))
+    except NotImplementedError:
+        return _fake_infer(func, args, kwargs)
 
 
 def _dynamic_inputs(args, kwargs):
@@ -143,7 +152,7 @@ def _generalize(first: Inferred, func, args, kwargs, dynamic) -> Inferred:
                                                   (None,) * t.dim()) if d is None}
     try:
         margs, mkwargs = _to_meta_args(args, kwargs, resize)
-        second = _describe(_run(func, margs, mkwargs)).meta
+        second = _run_any(func, margs, mkwargs).meta
     except Exception:
         second = None
 
@@ -162,7 +171,7 @@ def _generalize(first: Inferred, func, args, kwargs, dynamic) -> Inferred:
     return Inferred(meta, first.example)
 
 
-_INDEXING = {torch.Tensor.__getitem__, torch.Tensor.__setitem__}
+_INDEXING = {torch.Tensor.__getitem__, torch.Tensor.__setitem__, graph_ops.setitem}
 
 
 def _is_index_scalar(v) -> bool:
@@ -230,10 +239,7 @@ def _infer(func, args, kwargs) -> Inferred:
         mkwargs = _map(kwargs, lambda t: t if _symbolic_meta(t) is not None else _meta_like(t))
     else:
         margs, mkwargs = _to_meta_args(args, kwargs)
-    try:
-        result = _describe(_run(func, margs, mkwargs))
-    except NotImplementedError:
-        result = _fake_infer(func, args, kwargs)
+    result = _run_any(func, margs, mkwargs)
     dynamic = _dynamic_inputs(args, kwargs)
     if dynamic and result.meta is not None:
         result = _generalize(result, func, args, kwargs, dynamic)

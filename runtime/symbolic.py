@@ -87,6 +87,9 @@ class SymbolicTensor(torch.Tensor):
     def __hash__(self):
         return id(self)
 
+    def __iter__(self):
+        raise _needs_conversion("iteration")
+
     def __deepcopy__(self, memo):
         return self
 
@@ -267,6 +270,36 @@ def dispatch(func, args, kwargs):
     return dispatch_record(func, args, kwargs)
 
 
+def _rebind(t: SymbolicTensor, node: Node, example) -> SymbolicTensor:
+    """After an in-place op, the Python object ``t`` stands for the op's result."""
+    _REBOUND.append((t, t._node))
+    if t._node.op == "placeholder" and not hasattr(t, "_fed_as"):
+        t._fed_as = t._node          # still the key to feed, as in TF
+    t._node = node
+    node.attrs["_example"] = example
+    return t
+
+
+_REBOUND: List[tuple] = []       # (tensor, node before the in-place op), for subgraph exits
+
+
+def restore_rebound(mark: int, graph: Graph) -> None:
+    """Undo rebinding done while tracing ``graph`` (a finished branch or loop body): the
+    objects stand again for their value outside it (mutated in place at run time)."""
+    keep = _REBOUND[:mark]
+    for t, old in reversed(_REBOUND[mark:]):
+        if t._node.graph is graph or any(g is graph for g in t._node.graph.ancestors()):
+            if not (old.graph is graph or any(g is graph for g in old.graph.ancestors())):
+                t._node = old
+                continue
+        keep.append((t, old))
+    _REBOUND[:] = keep
+
+
+def rebound_mark() -> int:
+    return len(_REBOUND)
+
+
 def dispatch_record(func, args, kwargs, concrete: bool = False):
     """Add a node calling ``func``; ``concrete``: no symbolic argument (run it for real if
     it yields a Python value rather than tensors)."""
@@ -284,6 +317,8 @@ def dispatch_record(func, args, kwargs, concrete: bool = False):
         error._tograph_user_error = True
         error.location = location
         raise error from None
+    if func is torch.Tensor.__setitem__ and isinstance(args[0], SymbolicTensor):
+        func, result = graph_ops.setitem, infer(graph_ops.setitem, args, kwargs)
     if result.meta is None and result.example is not None:
         if concrete:
             return func(*args, **kwargs)
@@ -294,6 +329,11 @@ def dispatch_record(func, args, kwargs, concrete: bool = False):
     impure = is_impure(func, kwargs)
     node = graph.add_node(op_name(func), func, node_args, node_kwargs, result.meta,
                           location=location, impure=impure)
+    if is_inplace(func, kwargs) and isinstance(result.meta, TensorMeta):
+        target = kwargs.get("out") if kwargs.get("out") is not None else args[0]
+        if isinstance(target, SymbolicTensor):
+            rebound = _rebind(target, node, result.example)
+            return None if func is graph_ops.setitem else rebound
     return _wrap_result(node, result.example, result.meta, func, args, kwargs)
 
 

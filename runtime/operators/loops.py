@@ -24,7 +24,8 @@ from ..control_flow import graph_mark, staged_cond, staged_while
 from ..errors import BranchMismatchError, GraphError
 from ..graph import Graph
 from ..source_info import format_location, user_location
-from ..symbolic import building, current_graph, is_symbolic
+from ..symbolic import (building, current_graph, is_symbolic, rebound_mark,
+                        restore_rebound)
 from .iterables import TensorList, _RangeSource, as_source, is_symbolic_iterable
 from .special_values import Undefined
 
@@ -155,10 +156,12 @@ def _prepare_state(body, state, names, location, kind):
         return state
     probe_graph = Graph(parent=graph, name="probe")
     probe_state = tuple(list(v) if isinstance(v, list) else v for v in state)
+    mark = rebound_mark()
     try:
         with building(probe_graph):
             out = tuple(body(*probe_state))
     finally:
+        restore_rebound(mark, probe_graph)
         probe_graph.forget_all()
     for i in undefined:
         if not isinstance(out[i], Undefined):

@@ -17,6 +17,22 @@ from transpiler.pyct import codegen
 
 _FUNCS = (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda)
 _COMPS = (gast.ListComp, gast.SetComp, gast.DictComp, gast.GeneratorExp)
+# Methods that mutate their receiver in place: ``lst.append(v)`` modifies ``lst``.
+_MUTATORS = frozenset({'append', 'extend', 'insert', 'pop', 'remove', 'clear', 'update',
+                       'setdefault', 'add', 'discard', 'sort', 'reverse', 'popitem'})
+
+
+def _mutated_receiver(call):
+    """``lst`` for ``lst.append(v)`` or ``tg.call(lst.append, v)``; also ``x`` of ``x.add_(1)``."""
+    callee = call.func
+    if isinstance(callee, gast.Attribute) and callee.attr == 'call' and \
+            isinstance(callee.value, gast.Name) and callee.value.id == 'tg' and call.args:
+        callee = call.args[0]
+    if isinstance(callee, gast.Attribute) and isinstance(callee.value, gast.Name):
+        name = callee.attr
+        if name in _MUTATORS or (name.endswith('_') and not name.endswith('__')):
+            return callee.value.id
+    return None
 
 
 @dataclasses.dataclass
@@ -50,6 +66,10 @@ class Effects:
         elif isinstance(node, gast.NamedExpr):
             self.expr(node.value)
             self.target(node.target)
+        elif isinstance(node, gast.Call) and _mutated_receiver(node) is not None:
+            self.mutated.add(_mutated_receiver(node))
+            for child in gast.iter_child_nodes(node):
+                self.expr(child)
         else:
             for child in gast.iter_child_nodes(node):
                 self.expr(child)
