@@ -552,3 +552,47 @@ def test_torch_ops_in_allow_list():
         assert serialize.resolve_target(name) == fn
     for bad in [torch.load, torch.save, print, eval, os.system, graph_ops.register]:
         assert serialize.target_name(bad) is None
+
+
+def test_random_corruption_only_raises_graph_load_error():
+    """Random byte flips and random JSON edits: either a clean GraphLoadError, or a graph
+    that verifies and compiles (no other exception, no generated-code syntax error)."""
+    import copy
+    import random
+    from runtime.executor import lower
+    data = serialize.dumps(control_flow_graph())
+    doc, blob = split_file(data)
+    rng = random.Random(0)
+    weird = [None, True, 0, -1, 2 ** 70, 1.5, "x", "'); import os #", [], {}, {"node": "x"},
+             {"tuple": []}, {"tensor": 0}, {"dtype": "float32"}, {"float": "nan"}, [1, [2]],
+             {"dict": [["a", 1]]}, {"slice": [None, None, None]}, "torch.add"]
+
+    def paths(o, p=()):
+        yield p
+        items = o.items() if isinstance(o, dict) else enumerate(o) if isinstance(o, list) else ()
+        for k, v in items:
+            yield from paths(v, p + (k,))
+    all_paths = [p for p in paths(doc) if p]
+    candidates = []
+    for _ in range(400):
+        b = bytearray(data)
+        for _ in range(rng.randint(1, 4)):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        candidates.append(bytes(b))
+    for _ in range(600):
+        d = copy.deepcopy(doc)
+        p = rng.choice(all_paths)
+        o = d
+        for key in p[:-1]:
+            o = o[key]
+        o[p[-1]] = copy.deepcopy(rng.choice(weird))
+        candidates.append(join_file(d, blob))
+    loaded = 0
+    for candidate in candidates:
+        try:
+            g2 = serialize.loads(candidate)
+        except GraphLoadError:
+            continue
+        loaded += 1
+        lower(g2)
+    assert 0 < loaded < len(candidates)
