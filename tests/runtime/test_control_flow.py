@@ -285,9 +285,6 @@ def test_while_shape_changing_gives_dynamic_dim(graph, run, same):
     check()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: while_loop whose loop vars are all Python numbers "
-                                       "and whose test reads a placeholder: 'no graph to record "
-                                       "control flow into' (same with a concrete tensor var)")
 def test_while_python_counter_and_float_accumulator(graph, run, same):
     x = runtime.placeholder(F32, shape=(), name="x")
     k, acc = runtime.while_loop(lambda k, acc: acc < x, lambda k, acc: (k + 1, acc + 0.5 * k),

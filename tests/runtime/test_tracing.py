@@ -205,8 +205,6 @@ def test_inplace_chain_and_setitem_on_result(graph, run, same):
     same(run(z, {x: X}), e)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: in-place ops do not rebind the mutated tensor; "
-                                       "fetching it skips the mutation")
 def test_inplace_mutation_seen_through_original_tensor(graph, run, same):
     x = runtime.placeholder(F32, shape=(2, 3), name="x")
     y = x.clone()
@@ -218,8 +216,6 @@ def test_inplace_mutation_seen_through_original_tensor(graph, run, same):
     same(run(y, {x: X}), expected)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: setitem on a symbolic tensor is dropped when "
-                                       "only the indexed tensor is fetched")
 def test_setitem_with_symbolic_value(graph, run, same):
     x = runtime.placeholder(F32, shape=(2, 3), name="x")
     v = runtime.placeholder(F32, shape=(3,), name="v")
@@ -230,15 +226,14 @@ def test_setitem_with_symbolic_value(graph, run, same):
     same(run(y, {x: X, v: Y[1]}), expected)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an in-place op on a placeholder mutates the "
-                                       "caller's feed tensor, so a second run differs")
 def test_inplace_on_placeholder_does_not_mutate_feed(graph, run, same):
     x = runtime.placeholder(F32, shape=(2, 3), name="x")
     y = x.add_(1)
     feed = X.clone()
-    first = run(y, {x: feed})
-    same(feed, X)
-    same(run(y, {x: feed}), first)
+    first = run(y, {"x": feed})
+    same(first, X + 1)
+    same(feed, X)                               # the caller's tensor is untouched
+    same(run(y, {"x": feed}), first)            # and a second run gives the same values
 
 
 # ------------------------------------------------------------------------ dynamic sizes
@@ -246,9 +241,7 @@ def test_inplace_on_placeholder_does_not_mutate_feed(graph, run, same):
     (lambda x: torch.nonzero(x), (None, 2)),
     (lambda x: torch.masked_select(x, x > 0), (None,)),
     (lambda x: x[x > 0], (None,)),
-    pytest.param(lambda x: x[x.sum(1) > 0], (None, 3), marks=pytest.mark.xfail(
-        strict=True, reason="BUG: shape_inference._fake_infer makes every input dim symbolic, "
-                            "so static dims of data-dependent results become None")),
+    (lambda x: x[x.sum(1) > 0], (None, 3)),
     (lambda x: torch.unique(x), (None,)),
 ])
 def test_data_dependent_sizes_are_dynamic(graph, run, same, fn, shape):
@@ -259,8 +252,6 @@ def test_data_dependent_sizes_are_dynamic(graph, run, same, fn, shape):
         same(run(y, {x: v}), fn(v))
 
 
-@pytest.mark.xfail(strict=True, reason="imprecise: nonzero on an input with a dynamic dim "
-                                       "loses its static column count (rank), giving (None, None)")
 def test_nonzero_of_dynamic_input_keeps_rank_column(graph):
     x = runtime.placeholder(F32, shape=(None, 3), name="x")
     assert torch.nonzero(x).node.meta.shape == (None, 2)
@@ -354,10 +345,9 @@ def test_while_on_symbolic_tensor_raises(graph):
     _check_tracing_error(excinfo, f.__code__.co_firstlineno + 1)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Tensor.__iter__ skips __torch_function__; iterating "
-                                       "a tensor with a dynamic first dim silently yields 2 rows")
-def test_for_over_dynamic_first_dim_raises(graph):
-    x = runtime.placeholder(F32, shape=(None, 3), name="x")
+@pytest.mark.parametrize("shape", [(None, 3), (2, 3)])
+def test_for_over_symbolic_tensor_raises(graph, shape):
+    x = runtime.placeholder(F32, shape=shape, name="x")
 
     def f():
         total = 0
@@ -367,14 +357,6 @@ def test_for_over_dynamic_first_dim_raises(graph):
     with pytest.raises(TracingError) as excinfo:
         f()
     _check_tracing_error(excinfo, f.__code__.co_firstlineno + 2)
-
-
-def test_for_over_static_first_dim_unrolls(graph, run, same):
-    x = runtime.placeholder(F32, shape=(2, 3), name="x")
-    total = 0
-    for row in x:
-        total = total + row
-    same(run(total, {x: X}), X[0] + X[1])
 
 
 def test_data_dependent_python_value_raises(graph):
