@@ -404,6 +404,76 @@ def for_python_floats(x, ws):
     return x
 
 
+# ---------------------------------------------------------------- more mixes
+@case((T([1.0, 2.0]),), (T([40.0, 1.0]),), (T([0.01, 0.01]),), cond=True, loop=True,
+      xfail="BUG: `while True:` whose only exit is a `return` under a tensor if -> "
+            "ConversionError 'retval is None on one path'")
+def return_inside_while_true(x):
+    i = 0
+    while True:
+        if x.sum() > 20:
+            return x, i
+        x = x * 3
+        i += 1
+
+
+@case((M,), (M2,), (M3,), cond=True, loop=True)
+def ternary_in_loop(x):
+    s = torch.zeros(2)
+    for row in x:
+        s = s + (row if row.sum() > 0 else -row)
+    return s
+
+
+@case((M,), (M2,), (M3,), cond=True, loop=True)
+def dict_carried_over_rows(x):
+    stats = {"pos": T(0), "neg": T(0), "sum": torch.zeros(2)}
+    for row in x:
+        if row.sum() > 0:
+            stats["pos"] = stats["pos"] + 1
+        else:
+            stats["neg"] = stats["neg"] + 1
+        stats["sum"] = stats["sum"] + row
+    return stats
+
+
+@case((T(12),), (T(5),), (T(1),), cond=True, loop=True)
+def collatz_steps(n):
+    steps = 0
+    while n != 1:
+        if n % 2 == 0:
+            n = n // 2
+        else:
+            n = 3 * n + 1
+        steps += 1
+    return steps
+
+
+@case((M,), (M2,), (M3,), cond=True, loop=True)
+def while_over_index_with_break_and_continue(x):
+    i = T(0)
+    s = torch.zeros(())
+    while i < x.shape[0]:
+        row = x[i]
+        i = i + 1
+        if row[0] < 0:
+            continue
+        if row[1] < 0:
+            break
+        s = s + row.sum()
+    return s, i
+
+
+@case((M, T(2)), (M2, T(0)), cond=True, loop=True)
+def nested_loop_tensor_if_python_inner(x, k):
+    s = torch.zeros(2)
+    for i in range(k):
+        for j in range(2):
+            if x[j].sum() > 0:
+                s = s + x[j] * (j + 1)
+    return s
+
+
 @pytest.mark.parametrize("fn,inputs,cond,loop", CASES)
 def test_program(fn, inputs, cond, loop):
     g = check(fn, *inputs)
