@@ -33,6 +33,8 @@ def verify(graph: Graph, _names: Set[str] = None) -> None:
         for value in node.inputs:
             if id(value) not in defined:
                 _fail(graph, node, f"uses %{value.name} before it is defined (or from another graph)")
+            if value.meta is None:
+                _fail(graph, node, f"uses %{value.name}, which produces no value")
         if node.op == "get":
             src = node.args[0]
             if not isinstance(src.meta, tuple) or not 0 <= node.attrs["index"] < len(src.meta):

@@ -28,7 +28,8 @@ def _mutated_receiver(call):
     if isinstance(callee, gast.Attribute) and callee.attr == 'call' and \
             isinstance(callee.value, gast.Name) and callee.value.id == 'tg' and call.args:
         callee = call.args[0]
-    if isinstance(callee, gast.Attribute) and isinstance(callee.value, gast.Name):
+    if isinstance(callee, gast.Attribute) and isinstance(callee.value, gast.Name) and \
+            callee.value.id != 'tg':
         name = callee.attr
         if name in _MUTATORS or (name.endswith('_') and not name.endswith('__')):
             return callee.value.id
