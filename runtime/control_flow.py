@@ -23,6 +23,7 @@ from .errors import BranchMismatchError, GraphError
 from .graph import Graph, Node
 from .meta import TensorMeta, meta_empty
 from .source_info import format_location, user_location
+from .tensor_list import TensorList, stack_list
 from .symbolic import (SymbolicTensor, building, contains_symbolic, current_graph,
                        is_symbolic, rebound_mark, record_tuple_outputs, restore_rebound,
                        to_node, wrap_node)
@@ -282,6 +283,7 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
     then_g, then_tree = _trace_tree(graph, "then", true_fn, slots, spec, names)
     else_g, else_tree = _trace_tree(graph, "else", false_fn, slots, spec, names)
     then_tree, else_tree = reconcile(then_tree, else_tree)
+    then_tree, else_tree = _grown_lists(then_g, then_tree, else_g, else_tree)
     then_out, then_spec = pytree.tree_flatten(then_tree)
     else_out, else_spec = pytree.tree_flatten(else_tree)
     if then_spec != else_spec:
@@ -299,12 +301,43 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
     metas = tuple(meta for kind, meta in plans if kind == "tensor")
     node = graph.add_node("cond", None, tuple(inputs) + tuple(captured), meta=metas,
                           attrs={"n_operands": len(inputs) - 1}, subgraphs=[then_g, else_g],
-                          location=location)
+                          location=location, impure=_has_effects(then_g, else_g))
     examples = [_example(a if not isinstance(a, Fill) else b) if _leaf_meta(a) is not None else None
                 for (kind, _), a, b in zip(plans, then_out, else_out) if kind == "tensor"]
     outs = iter(record_tuple_outputs(node, metas, examples))
     leaves = [next(outs) if kind == "tensor" else value for kind, value in plans]
     return pytree.tree_unflatten(leaves, then_spec)
+
+
+def _grown_lists(then_g, then_tree, else_g, else_tree):
+    """Lists of different lengths on the two paths (``append`` in one branch) become
+    TensorLists, stacked inside each branch: their length is known only at run time."""
+    def walk(a, b):
+        if isinstance(a, list) and isinstance(b, list) and len(a) != len(b) and \
+                all(isinstance(v, (torch.Tensor, int, float)) for v in a + b):
+            like = (a + b)[0]
+            with building(then_g):
+                ta = stack_list(a, like)
+            with building(else_g):
+                tb = stack_list(b, like)
+            return ta, tb
+        if isinstance(a, TensorList) != isinstance(b, TensorList) and \
+                isinstance(a, (list, TensorList)) and isinstance(b, (list, TensorList)):
+            like = a if isinstance(a, TensorList) else b
+            with building(then_g):
+                ta = a if isinstance(a, TensorList) else stack_list(a, like)
+            with building(else_g):
+                tb = b if isinstance(b, TensorList) else stack_list(b, like)
+            return ta, tb
+        if isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) == len(b) \
+                and not hasattr(a, "_fields"):
+            pairs = [walk(x, y) for x, y in zip(a, b)]
+            return type(a)(p[0] for p in pairs), type(b)(p[1] for p in pairs)
+        if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+            pairs = {k: walk(a[k], b[k]) for k in a}
+            return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
+        return a, b
+    return walk(then_tree, else_tree)
 
 
 def _describe_spec(spec) -> str:
@@ -417,11 +450,16 @@ def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None, grap
     metas = tuple(s.meta for s in slots if s.meta is not None)
     node = graph.add_node("while", None, tuple(init) + tuple(captured), meta=metas,
                           attrs={"n_vars": len(init)}, subgraphs=[cond_g, body_g],
-                          location=location)
+                          location=location, impure=_has_effects(cond_g, body_g))
     examples = [s.example for s in slots if s.meta is not None]
     outs = iter(record_tuple_outputs(node, metas, examples))
     leaves = [next(outs) if s.meta is not None else s.const for s in slots]
     return pytree.tree_unflatten(leaves, spec)
+
+
+def _has_effects(*graphs: Graph) -> bool:
+    """Whether running these subgraphs does something besides computing their outputs."""
+    return any(node.impure for g in graphs for node in g.walk())
 
 
 def _same_tree(a, b) -> bool:

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from .graph import Graph, Node, iter_nodes
+from .graph import Graph, Node, iter_nodes, same_tuple
 from .source_info import format_location
 
 _FILE_IDS = itertools.count(1)
@@ -47,20 +47,13 @@ def _rebuild(structure, flat):
         if isinstance(s, _Slot):
             return next(it)
         if isinstance(s, tuple):
-            return _same_tuple(s, [walk(v) for v in s])
+            return same_tuple(s, [walk(v) for v in s])
         if isinstance(s, list):
             return [walk(v) for v in s]
         if isinstance(s, dict):
             return {k: walk(v) for k, v in s.items()}
         return s
     return walk(structure)
-
-
-def _same_tuple(like: tuple, items: list) -> tuple:
-    """A tuple of the same kind as ``like`` (namedtuples and tuple subclasses kept)."""
-    if type(like) is tuple:
-        return tuple(items)
-    return type(like)(*items) if hasattr(like, "_fields") else type(like)(items)
 
 
 class _Slot:
@@ -268,7 +261,7 @@ def lower(graph: Graph, inputs: Optional[Sequence[Node]] = None, outputs: Any = 
             flat.append(s)
             return _Slot()
         if isinstance(s, tuple):
-            return _same_tuple(s, [collect(v) for v in s])
+            return same_tuple(s, [collect(v) for v in s])
         if isinstance(s, list):
             return [collect(v) for v in s]
         if isinstance(s, dict):

@@ -29,13 +29,19 @@ def node_count() -> int:
     return _NODES_ADDED[0]
 
 
+def same_tuple(like: tuple, items) -> tuple:
+    """A tuple of the same kind as ``like`` (namedtuples and tuple subclasses kept)."""
+    if type(like) is tuple:
+        return tuple(items)
+    return type(like)(*items) if hasattr(like, "_fields") else type(like)(items)
+
+
 def map_nodes(value: Any, fn: Callable[["Node"], Any]) -> Any:
     """Rebuild a nested tuple/list/dict/slice structure with ``fn`` applied to its nodes."""
     if isinstance(value, Node):
         return fn(value)
     if isinstance(value, tuple):
-        mapped = tuple(map_nodes(v, fn) for v in value)
-        return type(value)(*mapped) if hasattr(value, "_fields") else mapped
+        return same_tuple(value, [map_nodes(v, fn) for v in value])
     if isinstance(value, list):
         return [map_nodes(v, fn) for v in value]
     if isinstance(value, dict):

@@ -133,6 +133,28 @@ def _run_any(func, args, kwargs) -> Inferred:
         return _fake_infer(func, args, kwargs)
 
 
+_RETRY_SIZES = (1, 2, 3, 4, 5, 6, 8, 16)
+
+
+def _retry_with_other_sizes(func, args, kwargs, dynamic) -> Inferred:
+    """The op failed with the example sizes of run-time dimensions (``x[:2] + ones(3)``
+    where ``x[:2]`` has a dynamic length): try other sizes for them; the first that works
+    gives the output's meta. If none works, the op fails for every size: raise."""
+    error = None
+    for size in _RETRY_SIZES:
+        resize = {}
+        for t in dynamic:
+            meta = _symbolic_meta(t)
+            dims = meta.shape if meta.shape is not None else (None,) * t.dim()
+            resize[id(t)] = [size if d is None else s for s, d in zip(t.shape, dims)]
+        try:
+            margs, mkwargs = _to_meta_args(args, kwargs, resize)
+            return _run_any(func, margs, mkwargs)
+        except Exception as e:  # noqa: PERF203 - trying sizes until one fits
+            error = e
+    raise error
+
+
 def _dynamic_inputs(args, kwargs):
     found = []
     _map((args, kwargs), lambda t: found.append(t) if (
@@ -239,8 +261,13 @@ def _infer(func, args, kwargs) -> Inferred:
         mkwargs = _map(kwargs, lambda t: t if _symbolic_meta(t) is not None else _meta_like(t))
     else:
         margs, mkwargs = _to_meta_args(args, kwargs)
-    result = _run_any(func, margs, mkwargs)
     dynamic = _dynamic_inputs(args, kwargs)
+    try:
+        result = _run_any(func, margs, mkwargs)
+    except Exception:
+        if not dynamic or inplace:
+            raise
+        result = _retry_with_other_sizes(func, args, kwargs, dynamic)
     if dynamic and result.meta is not None:
         result = _generalize(result, func, args, kwargs, dynamic)
     if key is not None:

@@ -31,6 +31,7 @@ from runtime.operators.iterables import TensorList
 from runtime.operators.special_values import Undefined, UndefinedReturn
 from runtime.source_info import register_source_map
 from runtime.symbolic import SymbolicTensor, tracing, wrap_node
+from runtime.tensor_list import take_converted
 
 from . import conversion
 from .errors import ConversionError
@@ -82,6 +83,9 @@ def convert_function(fn):
 
 def _recursive_converter(fn):
     """How ``tg.call`` converts a user function it meets; None when there is no source."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is not None and code.co_filename.startswith("<tograph generated"):
+        return None                      # defined inside converted code: converted already
     try:
         return convert_function(fn)
     except ConversionError as e:
@@ -292,7 +296,8 @@ class GraphFunction:
             else:
                 sym.append(value)
         sargs, skwargs = pytree.tree_unflatten(sym, spec)
-        snapshot = Snapshot.take(target, args, kwargs)
+        snapshot = Snapshot.take(target, sargs, skwargs)   # what the trace really receives
+        take_converted()
         try:
             with tracing(graph):
                 out = converted(*sargs, **skwargs)
@@ -300,6 +305,10 @@ class GraphFunction:
             snapshot.restore()
             raise
         changed = snapshot.changes()
+        seen = snapshot.sees(take_converted())
+        if seen and not changed:
+            changed = (f"the function appends to {seen} in tensor-dependent control flow, "
+                       f"a list the caller can see")
         if changed:
             snapshot.restore()
             raise GraphError(f"{changed} (a Python side effect that a graph cannot repeat on "

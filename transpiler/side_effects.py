@@ -100,6 +100,23 @@ class Snapshot:
         if state is not None:
             self._objects.append((label, obj, state, _copy(obj)))
 
+    def sees(self, objects) -> str:
+        """The label of a watched object that is (or directly holds) one of ``objects``."""
+        wanted = {id(o) for o in objects}
+        for ns, name, value in self._globals:
+            if id(value) in wanted:
+                return f"global {name!r}"
+        for name, cell, value in self._cells:
+            if id(value) in wanted:
+                return f"closure variable {name!r}"
+        for label, obj, state, _ in self._objects:
+            held = state[1] if isinstance(state, tuple) and len(state) == 2 else ()
+            if id(obj) in wanted or any(
+                    (item[1] if isinstance(item, tuple) else item) in wanted
+                    for item in (held if isinstance(held, (tuple, frozenset)) else ())):
+                return label
+        return ""
+
     def changes(self) -> str:
         """A description of the first mutation found, or '' if none."""
         for ns, name, value in self._globals:

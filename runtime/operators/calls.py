@@ -130,6 +130,9 @@ _SYMBOLIC_BUILTINS = {
 }
 
 
+_ITERATION_BUILTINS = {builtins.range, builtins.enumerate, builtins.zip}
+
+
 def _has_symbolic(args, kwargs) -> bool:
     return any(is_symbolic_iterable(a) for a in args) or contains_symbolic(args) or \
         contains_symbolic(kwargs) or any(isinstance(a, TensorList) for a in args)
@@ -140,8 +143,11 @@ def call(f, *args, **kwargs):
     if f is builtins.print:
         return print_(*args, **kwargs)
     special = _SYMBOLIC_BUILTINS.get(f) if _hashable(f) else None
-    if special is not None and _has_symbolic(args, kwargs):
-        return special(*args, **kwargs)
+    if special is not None:
+        symbolic = any(is_symbolic_iterable(a) for a in args) if f in _ITERATION_BUILTINS \
+            else _has_symbolic(args, kwargs)
+        if symbolic:
+            return special(*args, **kwargs)
     target = _converted(f)
     return target(*args, **kwargs)
 

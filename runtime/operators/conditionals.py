@@ -11,10 +11,16 @@ from __future__ import annotations
 
 from ..control_flow import staged_cond
 from ..symbolic import is_symbolic
+from ..tensor_list import TensorList, note_converted
+from .object_state import unwrap_state, wrap_state, wrapping
 
 
 def if_stmt(test, body, orelse, state, names):
     if not is_symbolic(test):
         return body(*state) if test else orelse(*state)
-    return staged_cond(test, lambda *s: tuple(body(*s)), lambda *s: tuple(orelse(*s)),
-                       tuple(state), names=names)
+    out = staged_cond(test, wrapping(body), wrapping(orelse), wrap_state(tuple(state)),
+                      names=names)
+    for before, after in zip(state, out):
+        if isinstance(before, list) and isinstance(after, TensorList):
+            note_converted(before)
+    return unwrap_state(out)

@@ -9,72 +9,11 @@ needs.
 from __future__ import annotations
 
 import torch
-import torch.utils._pytree as pytree
 
 from ..errors import TracingError
 from ..source_info import format_location, user_location
 from ..symbolic import is_symbolic
-
-
-class TensorList:
-    """A list of same-typed tensors stacked along a new leading dimension."""
-
-    def __init__(self, stack: torch.Tensor):
-        self.stack = stack
-
-    def append(self, value) -> None:
-        value = value if isinstance(value, torch.Tensor) else \
-            torch.tensor(value, dtype=self.stack.dtype)
-        if value.dtype != self.stack.dtype:
-            raise TracingError(
-                f"{format_location(user_location())}: appending a {value.dtype} tensor to a "
-                f"list of {self.stack.dtype} tensors built in a tensor loop")
-        self.stack = torch.cat([self.stack, value.unsqueeze(0)], 0)
-
-    def extend(self, values) -> None:
-        for value in values:
-            self.append(value)
-
-    def pop(self, index=-1):
-        item = self.stack[index]
-        if index != -1:
-            raise TracingError(f"{format_location(user_location())}: only pop() of the last "
-                               f"element is supported on a list built in a tensor loop")
-        self.stack = self.stack[:-1]
-        return item
-
-    def length(self):
-        return length_of(self.stack)
-
-    def item(self, i):
-        return self.stack[i]
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return TensorList(self.stack[index])
-        return self.stack[index]
-
-    def __setitem__(self, index, value) -> None:
-        self.stack = self.stack.clone()
-        self.stack[index] = value
-
-    def __len__(self):
-        raise _dynamic("len() of a list built in a tensor loop")
-
-    def __iter__(self):
-        raise _dynamic("iteration over a list built in a tensor loop")
-
-    def __repr__(self) -> str:
-        return f"TensorList({self.stack!r})"
-
-
-pytree.register_pytree_node(TensorList, lambda t: ([t.stack], None),
-                            lambda children, _: TensorList(children[0]))
-
-
-def _dynamic(what: str) -> TracingError:
-    return TracingError(f"{format_location(user_location())}: {what}: its length is known only "
-                        f"when the graph runs; this use needs conversion (@to_graph)")
+from ..tensor_list import TensorList
 
 
 def length_of(x):

@@ -26,7 +26,9 @@ from ..graph import Graph
 from ..source_info import format_location, user_location
 from ..symbolic import (building, current_graph, is_symbolic, rebound_mark,
                         restore_rebound)
-from .iterables import TensorList, _RangeSource, as_source, is_symbolic_iterable
+from ..tensor_list import TensorList, note_converted, stack_list
+from .iterables import _RangeSource, as_source, is_symbolic_iterable
+from .object_state import ObjectState, unwrap_state, wrap_state, wrapping
 from .special_values import Undefined
 
 
@@ -44,8 +46,15 @@ def while_stmt(test, body, state, names):
     if graph is not None and verdict._node.graph is graph:
         graph.rollback(mark)
     location = user_location()
-    state = _prepare_state(lambda *s: body(*s), state, names, location, "while")
-    return staged_while(test, lambda *s: tuple(body(*s)), state, names=names, location=location)
+    state = wrap_state(state)
+    state = _prepare_state(wrapping(body), state, names, location, "while")
+    out = staged_while(wrapping_test(test), wrapping(body), state, names=names,
+                       location=location)
+    return unwrap_state(out)
+
+
+def wrapping_test(test):
+    return lambda *s: test(*unwrap_state(s))
 
 
 # --------------------------------------------------------------------------- for
@@ -95,37 +104,39 @@ def _guarded_rest(go, item, iterator, extra_test, body, state, names):
 def _staged_for(source, extra_test, body, state, names):
     location = user_location()
     n = source.length()
+    state = wrap_state(state)
+    wrapped_body = wrapping(body, skip=1)
 
     def loop_body(i, *s):
-        return (i + 1,) + tuple(body(source.item(i), *s))
+        return (i + 1,) + tuple(wrapped_body(source.item(i), *s))
 
     def loop_test(i, *s):
         more = i < n
         if extra_test is None:
             return more
-        go = extra_test(*s)
+        go = extra_test(*unwrap_state(s))
         if not is_symbolic(go):
             return more if go else False
         if not is_symbolic(more):
             return go if more else False
         return torch.logical_and(more, go)
     if isinstance(n, int) and n == 0:
-        return state
+        return unwrap_state(state)
     full = (0,) + state
     full_names = ("index",) + tuple(names)
     try:
         full = _prepare_state(loop_body, full, full_names, location, "for")
-    except _NeedsPeel:
+    except _NeedsPeel as peel:
         if not isinstance(n, int):
-            raise _first_assigned(location) from None
-        if extra_test is not None and not _truthy_python(extra_test(*state)):
-            return state
+            raise _first_assigned(location, peel.name) from None
+        if extra_test is not None and not _truthy_python(extra_test(*unwrap_state(state))):
+            return unwrap_state(state)
         full = loop_body(*full)                          # the first iteration, unrolled
         if n == 1:
-            return full[1:]
+            return unwrap_state(full[1:])
         full = _prepare_state(loop_body, full, full_names, location, "for")
     out = staged_while(loop_test, loop_body, full, names=full_names, location=location)
-    return tuple(out[1:])
+    return unwrap_state(tuple(out[1:]))
 
 
 def _truthy_python(value) -> bool:
@@ -134,14 +145,16 @@ def _truthy_python(value) -> bool:
 
 # --------------------------------------------------------------------------- staging prep
 class _NeedsPeel(Exception):
-    pass
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
 
 
-def _first_assigned(location) -> GraphError:
+def _first_assigned(location, name: str) -> GraphError:
     return BranchMismatchError(
-        f"{format_location(location)}: a variable is first assigned inside a tensor-dependent "
-        f"loop and used after it; it is undefined if the loop runs zero times. Assign it "
-        f"before the loop")
+        f"{format_location(location)}: variable {name!r} is first assigned inside a "
+        f"tensor-dependent loop and used after it; it is undefined if the loop runs zero "
+        f"times. Assign it before the loop")
 
 
 def _prepare_state(body, state, names, location, kind):
@@ -149,6 +162,7 @@ def _prepare_state(body, state, names, location, kind):
     is undefined before the loop needs the first iteration peeled (or is an error)."""
     lists = [i for i, v in enumerate(state) if isinstance(v, list)]
     undefined = [i for i, v in enumerate(state) if isinstance(v, Undefined)]
+    objects = [v for v in state if isinstance(v, ObjectState)]
     if not lists and not undefined:
         return state
     graph = current_graph()
@@ -163,15 +177,14 @@ def _prepare_state(body, state, names, location, kind):
     finally:
         restore_rebound(mark, probe_graph)
         probe_graph.forget_all()
+        for obj in objects:
+            obj.restore()
     for i in undefined:
         if not isinstance(out[i], Undefined):
-            if kind == "for":
-                raise _NeedsPeel()
             name = names[i] if i < len(names) else f"#{i}"
-            raise BranchMismatchError(
-                f"{format_location(location)}: variable {name!r} is first assigned inside the "
-                f"tensor-dependent `while` loop and used after it; it is undefined if the loop "
-                f"runs zero times. Assign it before the loop")
+            if kind == "for":
+                raise _NeedsPeel(name)
+            raise _first_assigned(location, name)
     new_state = list(state)
     for i in lists:
         before, after = state[i], out[i]
@@ -187,17 +200,6 @@ def _grew(before: list, after) -> bool:
 
 
 def _as_tensor_list(before: list, after, location) -> TensorList:
-    if isinstance(after, TensorList):
-        elem = after.stack
-        shape, dtype = tuple(elem.shape[1:]), elem.dtype
-    else:
-        new = after[len(before)]
-        if not isinstance(new, torch.Tensor) and not isinstance(new, (bool, int, float)):
-            raise GraphError(f"{format_location(location)}: a list appended to in a "
-                             f"tensor-dependent loop must hold tensors or numbers")
-        new = new if isinstance(new, torch.Tensor) else torch.tensor(new)
-        shape, dtype = tuple(new.shape), new.dtype
-    if before:
-        items = [b if isinstance(b, torch.Tensor) else torch.tensor(b, dtype=dtype) for b in before]
-        return TensorList(torch.stack(items))
-    return TensorList(torch.empty((0,) + tuple(int(d) for d in shape), dtype=dtype))
+    """The list ``before`` as a TensorList, typed like what the body appended to it."""
+    note_converted(before)
+    return stack_list(before, after if isinstance(after, TensorList) else after[len(before)])

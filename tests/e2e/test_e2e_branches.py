@@ -287,8 +287,7 @@ def python_float_then_tensor(x):
     return y
 
 
-@case((POS,), (NEG,), cond=True,
-      xfail="BUG: obj.attr assigned in a tensor if -> internal AssertionError 'not from this graph'")
+@case((POS,), (NEG,), cond=True)
 def attr_on_local_object(x):
     o = types.SimpleNamespace(v=x, w=1)
     if x.sum() > 0:

@@ -98,7 +98,6 @@ ASSERT_DROPPED = "BUG: assert inside a tensor loop/branch body never fires at ru
     "(node lost from the subgraph)"
 
 
-@pytest.mark.xfail(strict=True, reason=ASSERT_DROPPED)
 def test_assert_in_tensor_loop():
     g = to_graph(asserts_in_loop, strict=True)
     ok = T([[1.0, 2.0], [3.0, 4.0]])
@@ -113,7 +112,6 @@ def asserts_in_branch(x):
     return x
 
 
-@pytest.mark.xfail(strict=True, reason=ASSERT_DROPPED)
 def test_assert_in_tensor_branch():
     g = to_graph(asserts_in_branch, strict=True)
     assert_same(g(POS), POS)
@@ -409,9 +407,7 @@ def loop_var_not_provable(x, n):
 @pytest.mark.parametrize("fn,args,word", [
     (one_branch_var, (POS,), "only_here"),
     (dtype_mismatch, (POS,), "r"),
-    pytest.param(loop_var_not_provable, (POS, T(3)), "inner_only", marks=pytest.mark.xfail(
-        strict=True, reason="BUG: 'first assigned inside a tensor-dependent loop' error does "
-                            "not name the variable")),
+    (loop_var_not_provable, (POS, T(3)), "inner_only"),
 ], ids=["one_branch", "dtype_mismatch", "loop_not_provable"])
 def test_clear_error_names_variable(fn, args, word):
     from runtime.errors import BranchMismatchError
@@ -467,7 +463,6 @@ DYN_STATIC = "BUG: a dynamic dim (mask select / branch shapes differ) combined w
     "size fails at trace time with RuntimeError; even default mode does not fall back"
 
 
-@pytest.mark.xfail(strict=True, reason=DYN_STATIC)
 def test_mask_select_then_reshape_default_mode():
     g = to_graph(data_dependent_shape)
     ok = (torch.arange(8.0), T([1, 1, 1, 1, 0, 0, 0, 0]))
@@ -476,7 +471,6 @@ def test_mask_select_then_reshape_default_mode():
         assert_same(g(*ok), data_dependent_shape(*ok))
 
 
-@pytest.mark.xfail(strict=True, reason=DYN_STATIC)
 def test_branch_shapes_then_static_op_default_mode():
     g = to_graph(branch_shape_then_static)
     with warnings.catch_warnings():

@@ -72,8 +72,7 @@ def user_function_under_tensor_if(x):
     return y
 
 
-@case((POS, 3), (POS, 0), cond=False,
-      xfail="BUG: a self-recursive function cannot be converted: KeyError in pyct/loader.py")
+@case((POS, 3), (POS, 0), cond=False)
 def python_recursion(x, n):
     return x if n == 0 else python_recursion(x * 2, n - 1) + 1
 
@@ -83,7 +82,7 @@ TG_RESERVED = "BUG: a nested def/lambda with control flow inside a converted fun
     "ConversionError 'the name tg is reserved'"
 
 
-@case((POS,), (NEG,), cond=True, xfail=TG_RESERVED)
+@case((POS,), (NEG,), cond=True)
 def local_lambda(x):
     f = lambda v: v * 2 if v.sum() > 0 else v * 3  # noqa: E731
     return f(x) + f(-x)
@@ -94,7 +93,7 @@ def lambda_map(x):
     return list(map(lambda v: v + 1, [x, x * 2]))
 
 
-@case((POS,), (NEG,), cond=True, xfail=TG_RESERVED)
+@case((POS,), (NEG,), cond=True)
 def nested_function(x):
     def inner(v):
         if v.max() > 2:
@@ -103,7 +102,7 @@ def nested_function(x):
     return inner(x) * inner(x * 2)
 
 
-@case((POS,), (NEG,), cond=True, xfail=TG_RESERVED)
+@case((POS,), (NEG,), cond=True)
 def nested_closure_over_local(x):
     k = x.sum()
 

@@ -279,8 +279,7 @@ def setitem_in_loop(n):
     return y
 
 
-@case((M,), (M2,), cond=True, loop=True,
-      xfail="BUG: obj.attr assigned in a tensor loop -> 'belongs to another graph' error")
+@case((M,), (M2,), cond=True, loop=True)
 def attr_in_loop(x):
     o = types.SimpleNamespace(total=torch.zeros(2))
     for row in x:
@@ -330,9 +329,7 @@ def append_runtime_length(n, x):
     return torch.stack(out).sum(0), len(out)
 
 
-@case((M,), (M2,), (M3,), cond=True, loop=True,
-      xfail="BUG: list.append under a tensor if inside a tensor loop -> "
-            "'branches return different structures'")
+@case((M,), (M2,), (M3,), cond=True, loop=True)
 def append_under_tensor_if(x):
     out = [torch.zeros(2)]
     for row in x:
@@ -357,9 +354,7 @@ def for_python_list_of_tensors(a, b, c):
     return s
 
 
-@case((T([1.0, 2.0]), T([3.0, 4.0])), loop=False,
-      xfail="BUG: zip/enumerate over Python tuples of tensors is staged as a while node "
-            "(stacked) instead of unrolled")
+@case((T([1.0, 2.0]), T([3.0, 4.0])), loop=False)
 def for_python_tuple_zip_enumerate(a, b):
     s = torch.zeros(2)
     for i, (p, q) in enumerate(zip((a, b), (b, a))):
@@ -387,9 +382,7 @@ def python_loop_with_tensor_if(x):
     return x
 
 
-@case((T([1.0, 2.0]), T([1.0, 2.0, 3.0])), loop=False,
-      xfail="BUG: enumerate over a Python tuple of tensors of different shapes fails "
-            "(it is stacked into a while loop instead of unrolled)")
+@case((T([1.0, 2.0]), T([1.0, 2.0, 3.0])), loop=False)
 def enumerate_tuple_different_shapes(a, b):
     s = T(0.0)
     for i, t in enumerate((a, b)):
@@ -405,9 +398,7 @@ def for_python_floats(x, ws):
 
 
 # ---------------------------------------------------------------- more mixes
-@case((T([1.0, 2.0]),), (T([40.0, 1.0]),), (T([0.01, 0.01]),), cond=True, loop=True,
-      xfail="BUG: `while True:` whose only exit is a `return` under a tensor if -> "
-            "ConversionError 'retval is None on one path'")
+@case((T([1.0, 2.0]),), (T([40.0, 1.0]),), (T([0.01, 0.01]),), cond=True, loop=True)
 def return_inside_while_true(x):
     i = 0
     while True:

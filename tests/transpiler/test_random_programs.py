@@ -44,7 +44,7 @@ def block(draw, depth, in_loop, counter):
             stmts.append(lines)
         elif kind == 'while':
             w = f'w{next(counter)}'
-            lines = [f'{w} = 0', f'while {w} < {draw(st.integers(0, 4))} and {draw(conds)}:']
+            lines = [f'{w} = 0', f'while {w} < {draw(st.integers(0, 4))} and ({draw(conds)}):']
             lines += _indent([f'{w} += 1'] + draw(block(depth + 1, True, counter)))
             stmts.append(lines)
         elif kind == 'return':

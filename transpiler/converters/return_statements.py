@@ -7,7 +7,8 @@
     return retval
 
 A function whose returns are all top-level statements is left alone. A function that may
-fall off its end gets an explicit ``return None`` first, so ``retval`` is always set.
+fall off its end gets an explicit ``return None`` first, so ``retval`` is always set (not
+after ``while True:`` without ``break``, whose end no path reaches).
 """
 import gast
 
@@ -21,6 +22,21 @@ def _needs_flags(fn):
     return jumps.contains([s for s in fn.body if not isinstance(s, gast.Return)], gast.Return, True)
 
 
+def _falls_through(stmts):
+    """Whether control may reach the end of ``stmts`` (conservative: True when unsure)."""
+    if not stmts:
+        return True
+    last = stmts[-1]
+    if isinstance(last, (gast.Return, gast.Raise)):
+        return False
+    if isinstance(last, gast.If):
+        return _falls_through(last.body) or _falls_through(last.orelse)
+    if isinstance(last, gast.While) and isinstance(last.test, gast.Constant) and \
+            last.test.value is True:
+        return jumps.contains(last.body, gast.Break, False)   # only a break leaves it
+    return True
+
+
 class ReturnTransformer(base.Transformer):
 
     def visit_Lambda(self, node):
@@ -32,7 +48,7 @@ class ReturnTransformer(base.Transformer):
             return node
         do_return, retval = self.ctx.namer.new('do_return'), self.ctx.namer.new('retval')
         body = list(node.body)
-        if not isinstance(body[-1], (gast.Return, gast.Raise)):
+        if _falls_through(body):
             body.append(gast.Return(value=None))
             anno.setanno(body[-1], anno.Key.ORIGIN, anno.getanno(node.body[-1], anno.Key.ORIGIN))
 

@@ -34,6 +34,10 @@ def compile_function(source, name, outer_names, filename):
     """Code object of function ``name`` defined by ``source``, with ``outer_names`` free."""
     register(filename, source)
     module = ast.parse(source, filename)
+    if name not in outer_names:
+        # the function's own name stays a global, as in the original (recursion by name);
+        # without this, the factory's local binding would turn it into a free variable
+        module.body.insert(0, ast.Global(names=[name]))
     factory = ast.FunctionDef(
         name='__tg_factory', args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[],
                                                kw_defaults=[], kwarg=None, defaults=[]),

@@ -1,0 +1,81 @@
+"""Plain Python objects whose attributes tensor-dependent control flow assigns.
+
+    o = Namespace(v=x)
+    if x.sum() > 0:
+        o.v = x * 2          # a tensor branch assigns an attribute of a local object
+
+Such an object is part of the state of the ``if``/loop. While staged, it travels as an
+``ObjectState``: a pytree node whose leaves are the object's attribute values. Unflattening
+one sets the attributes on the (same) object, so each branch or loop body trace sees its
+own placeholders, and after the ``cond``/``while`` node the object holds its outputs.
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+import torch.utils._pytree as pytree
+
+from ..tensor_list import TensorList
+
+
+class ObjectState:
+    """An object and a frozen copy of its attributes."""
+
+    def __init__(self, obj, attrs: dict):
+        self.obj = obj
+        self.attrs = attrs
+
+    @classmethod
+    def of(cls, obj) -> "ObjectState":
+        return cls(obj, dict(vars(obj)))
+
+    def restore(self) -> None:
+        """Put the frozen attributes back (after a trace that must leave no trace)."""
+        current = vars(self.obj)
+        for key in [k for k in current if k not in self.attrs]:
+            del current[key]
+        current.update(self.attrs)
+
+
+def _flatten(state: ObjectState):
+    keys = sorted(state.attrs)
+    return [state.attrs[k] for k in keys], (state.obj, tuple(keys))
+
+
+def _unflatten(values, context):
+    obj, keys = context
+    attrs = dict(zip(keys, values))
+    vars(obj).update(attrs)
+    return ObjectState(obj, attrs)
+
+
+pytree.register_pytree_node(ObjectState, _flatten, _unflatten)
+
+
+def is_plain_object(value) -> bool:
+    """An instance with a ``__dict__`` that is a value holder, not code or a module."""
+    if isinstance(value, (torch.Tensor, torch.nn.Module, TensorList, type, types.ModuleType,
+                          types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
+        return False
+    if type(value).__module__.split(".")[0] == "runtime":   # our own markers
+        return False
+    return isinstance(getattr(value, "__dict__", None), dict)
+
+
+def wrap_state(state: tuple) -> tuple:
+    return tuple(ObjectState.of(v) if is_plain_object(v) else v for v in state)
+
+
+def unwrap_state(state) -> tuple:
+    return tuple(v.obj if isinstance(v, ObjectState) else v for v in state)
+
+
+def wrapping(fn, skip: int = 0):
+    """``fn`` taking and returning plain state, as a function of wrapped state; the first
+    ``skip`` arguments (a loop item) pass as they are."""
+    def run(*args):
+        head, state = args[:skip], args[skip:]
+        out = fn(*head, *unwrap_state(state))
+        return wrap_state(tuple(out))
+    return run
