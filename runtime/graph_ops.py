@@ -68,3 +68,9 @@ def assert_true(test: torch.Tensor, where: str, message=None) -> None:
     if not bool(test):
         text = f"{where}: assertion failed" if message is None else str(message)
         raise AssertionError(text)
+
+
+@effect
+def set_grad_enabled(mode: bool) -> None:
+    """Autograd on/off, as ``with torch.no_grad():`` in traced code switches it."""
+    torch._C._set_grad_enabled(bool(mode))

@@ -15,8 +15,8 @@ RANDOM = {
     "uniform_", "normal_", "bernoulli_", "exponential_", "random_", "cauchy_",
     "log_normal_", "geometric_", "native_dropout", "fractional_max_pool2d",
 }
-# Ops interpreted by the executor itself (no torch target) that have effects.
-EFFECTFUL_BUILTINS = {"print", "assert"}
+# Ops that change global state: autograd on/off (``with torch.no_grad():`` in traced code).
+GLOBAL_STATE = {"set_grad_enabled"}
 
 
 def op_name(func) -> str:
@@ -46,7 +46,7 @@ def is_impure(func, kwargs) -> bool:
     if is_inplace(func, kwargs):
         return True
     name = op_name(func)
-    if name in RANDOM or name in ("print_values", "assert_true"):
+    if name in RANDOM or name in GLOBAL_STATE or name in ("print_values", "assert_true"):
         return True
     if name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout"):
         return bool(kwargs.get("training", True))

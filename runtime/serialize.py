@@ -44,7 +44,6 @@ from . import graph_ops
 from .errors import GraphError, GraphLoadError
 from .graph import Graph, Node
 from .meta import TensorMeta
-from .ops import EFFECTFUL_BUILTINS
 
 MAGIC = b"TOGRAPH\x00"
 VERSION = 1
@@ -556,8 +555,7 @@ class _Reader:
         tname = nj.get("target")
         if tname is None:
             target = None
-            _expect(op in _BUILTIN_OPS or op in EFFECTFUL_BUILTINS,
-                    f"{where} has no target")
+            _expect(op in _BUILTIN_OPS, f"{where} has no target")
         else:
             _expect(op not in _BUILTIN_OPS, f"{where}: a {op!r} node has no target")
             target = resolve_target(tname)

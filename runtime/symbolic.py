@@ -53,6 +53,7 @@ _DEVICE_QUERIES = {torch.Tensor.device.__get__: torch.device("cpu"),
                    torch.Tensor.is_cpu.__get__: True}
 _SIZE_QUERIES = {torch.Tensor.shape.__get__, torch.Tensor.size, torch.Tensor.numel,
                  torch.Tensor.__len__, torch.Tensor.nelement}
+_SUBSTITUTES = {torch._C._set_grad_enabled: graph_ops.set_grad_enabled}
 _DATA_DEPENDENT_SCALARS = {"equal", "allclose", "is_nonzero", "item", "tolist",
                            "is_same_size", "data_ptr"}
 _TEXT = {torch.Tensor.__repr__, torch.Tensor.__str__, torch.Tensor.__format__}
@@ -305,6 +306,7 @@ def dispatch_record(func, args, kwargs, concrete: bool = False):
     it yields a Python value rather than tensors)."""
     graph = _target_graph((args, kwargs))
     location = user_location()
+    func = _SUBSTITUTES.get(func, func)
     node_args = to_node(graph, tuple(args))
     node_kwargs = to_node(graph, dict(kwargs))
     try:
@@ -389,6 +391,7 @@ _PASSTHROUGH = set(_CONCRETE) | _GETTERS | set(_DEVICE_QUERIES) | _SIZE_QUERIES 
 
 @contextlib.contextmanager
 def tracing(graph: Graph):
-    """Trace Python code into ``graph``: record into it, and capture random factories."""
+    """Trace Python code into ``graph``: record into it, and capture random factories.
+    ``with torch.no_grad():`` in traced code records its grad-mode switches as ops."""
     with building(graph), _TracingMode():
         yield graph

@@ -12,12 +12,15 @@ from __future__ import annotations
 import builtins
 import functools
 import inspect
+import os
 import sys
 from typing import Callable, Optional
 
 import torch
 
-from ..symbolic import contains_symbolic, is_symbolic
+from ..errors import GraphError
+from ..source_info import format_location, user_location
+from ..symbolic import contains_symbolic, current_graph, is_symbolic
 from .effects import print_
 from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicZip, TensorList,
                         is_symbolic_iterable, length_of)
@@ -138,8 +141,24 @@ def _has_symbolic(args, kwargs) -> bool:
         contains_symbolic(kwargs) or any(isinstance(a, TensorList) for a in args)
 
 
+_NONDETERMINISTIC_MODULES = ("random", "numpy.random", "time", "secrets", "uuid", "datetime")
+
+
+def _nondeterministic(f) -> bool:
+    """A Python function whose result changes from call to call (random numbers, clocks)."""
+    owner = getattr(f, "__self__", None)
+    module = getattr(f, "__module__", None) or type(owner).__module__ if owner is not None \
+        else getattr(f, "__module__", None) or ""
+    return any(module == m or module.startswith(m + ".") for m in _NONDETERMINISTIC_MODULES) \
+        or f in (os.urandom, os.getpid)
+
+
 def call(f, *args, **kwargs):
     """Call ``f`` as converted code should: converting user functions first."""
+    if current_graph() is not None and _nondeterministic(f):
+        raise GraphError(f"{format_location(user_location())}: calls "
+                         f"{getattr(f, '__qualname__', f)}(), a Python value that changes on "
+                         f"every call; a graph would freeze the value seen while tracing")
     if f is builtins.print:
         return print_(*args, **kwargs)
     special = _SYMBOLIC_BUILTINS.get(f) if _hashable(f) else None
