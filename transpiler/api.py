@@ -193,8 +193,10 @@ class _ListResult(tuple):
 
 
 class _Fallback:
-    def __init__(self, reason: str):
-        self.reason = reason
+    """A signature whose trace failed: calls run the Python function."""
+
+    def __init__(self, reason: str, filename=None, lineno=None):
+        self.reason, self.filename, self.lineno = reason, filename, lineno
 
 
 # --------------------------------------------------------------------------- GraphFunction
@@ -245,7 +247,7 @@ class GraphFunction:
         if entry is None:
             entry = self._build(key, args, kwargs, flat, spec, fallback_ok=False)
         if isinstance(entry, _Fallback):
-            raise ConversionError(entry.reason, *_origin(self._fn))
+            raise ConversionError(entry.reason, entry.filename, entry.lineno)
         return entry.graph
 
     def get_concrete(self, *args, **kwargs) -> _Traced:
@@ -262,15 +264,17 @@ class GraphFunction:
             if getattr(e, "_tograph_user_error", False):
                 raise
             reason = _reason(e, self._fn)
+            file, line = _location(e, self._fn)
             if self._strict or not fallback_ok:
                 if isinstance(e, ConversionError):
                     raise
                 if isinstance(e, (GraphError, NotImplementedError, UnboundLocalError)):
-                    raise ConversionError(reason, *_location(e, self._fn)) from e
+                    raise ConversionError(reason, file, line) from e
                 raise
-            warnings.warn(FallbackWarning(f"{reason} -- running {self.__name__} eagerly"),
-                          stacklevel=4)
-            entry = _Fallback(reason)
+            warnings.warn(FallbackWarning(f"{file}:{line}: {reason} -- running "
+                                          f"{getattr(self, '__name__', 'the function')} "
+                                          f"eagerly"), stacklevel=4)
+            entry = _Fallback(reason, file, line)
         self._entries[key] = entry
         return entry
 
@@ -371,6 +375,9 @@ def _leaf_names(params: List[str], args, kwargs, n: int) -> List[str]:
 
 
 def _location(e: Exception, fn) -> Tuple[Optional[str], Optional[int]]:
+    """The user's file and line an error is about (else where ``fn`` is defined)."""
+    if isinstance(e, ConversionError) and e.filename:
+        return e.filename, e.lineno
     loc = getattr(e, "location", None)
     if loc:
         return loc
@@ -384,11 +391,13 @@ def _location(e: Exception, fn) -> Tuple[Optional[str], Optional[int]]:
 
 
 def _reason(e: Exception, fn) -> str:
+    """The error's text without a leading ``file:line:`` (that is kept apart)."""
+    if isinstance(e, ConversionError):
+        return e.reason
     text = str(e) or type(e).__name__
     file, line = _location(e, fn)
-    if file and not text.startswith(str(file)):
-        text = f"{file}:{line}: {text}"
-    return text
+    prefix = f"{file}:{line}: "
+    return text[len(prefix):] if text.startswith(prefix) else text
 
 
 # --------------------------------------------------------------------------- to_graph
