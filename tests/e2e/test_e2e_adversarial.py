@@ -1,0 +1,1265 @@
+"""Adversarial new-user programs: state shapes, mixed Python/tensor logic, calls, effects."""
+import collections
+import functools
+import os
+import random
+import re
+import time
+import types
+import warnings
+
+import pytest
+import torch
+
+from e2e_helpers import _clone, assert_same, check, op_counts
+from transpiler import ConversionError, FallbackWarning, to_graph
+
+T = torch.tensor
+THIS = os.path.basename(__file__)
+CASES = []
+
+
+def case(*inputs, cond=None, loop=None, xfail=None):
+    """cond/loop: True/False = must (not) hold cond/while nodes; None = not checked."""
+    def deco(fn):
+        marks = [pytest.mark.xfail(strict=True, reason=xfail)] if xfail else []
+        CASES.append(pytest.param(fn, inputs, cond, loop, id=fn.__name__, marks=marks))
+        return fn
+    return deco
+
+
+M = T([[1.0, 2.0], [3.0, -4.0], [0.5, 0.5], [-2.0, 1.0]])
+M2 = T([[-1.0, -2.0], [3.0, 4.0], [5.0, 0.5], [2.0, 1.0]])
+M3 = T([[9.0, 9.0], [-3.0, -4.0], [0.5, -0.5], [1.0, 1.0]])
+POS = T([1.0, 2.0, 3.0])
+NEG = T([-1.0, -2.0, 0.5])
+ZERO = T([0.0, 0.0, 0.0])
+
+
+# ================================================================ loop-carried state
+@case((M,), (M2,), (M3,), cond=True, loop=True)
+def dict_updated_in_branch_in_loop(x):
+    d = {"pos": torch.zeros(()), "neg": torch.zeros(()), "n": 0}
+    for row in x:
+        if row.sum() > 0:
+            d["pos"] = d["pos"] + row.sum()
+            d["n"] += 1
+        else:
+            d["neg"] = d["neg"] - row.sum()
+    return d
+
+
+@case((T([1.0, 2.0]), T([0.5, 0.5])), (T([20.0, 1.0]), T([1.0, 1.0])), loop=True)
+def nested_tuple_state(x, y):
+    state = (x, (T(0), y))
+    while state[0].sum() < 10:
+        a, (n, b) = state
+        state = (a * 2, (n + 1, b + a))
+    return state
+
+
+@case((T(10),), (T(1),), (T(100),), loop=True)
+def fibonacci_tensor_limit(limit):
+    a, b = T(0), T(1)
+    while b < limit:
+        a, b = b, a + b
+    return a, b
+
+
+@case((T(3),), (T(0),), (T(5),), loop=True)
+def setitem_tensor_index_in_while(n):
+    x = torch.zeros(5)
+    i = T(0)
+    while i < n:
+        x[i] = i * 2.0
+        i += 1
+    return x
+
+
+@case((M,), (M2,), (M3,), cond=False, loop=True)
+def setitem_augassign_tensor_index(x):
+    hist = torch.zeros(3, dtype=torch.int64)
+    for row in x:
+        k = (row.sum() > 0).long() + (row.sum() > 3).long()
+        hist[k] += 1
+    return hist
+
+
+@case((M,), (M2,), (M3,), cond=True, loop=True)
+def attr_augassign_in_loop(x):
+    acc = types.SimpleNamespace(total=torch.zeros(2), count=0)
+    for row in x:
+        if row.sum() > 0:
+            acc.total += row
+            acc.count += 1
+    return acc.total, acc.count
+
+
+@case((T([1.0, 2.0]),), (T([60.0, 1.0]),), loop=True)
+def dict_int_counter_in_while(x):
+    d = {"v": x, "steps": 0}
+    while d["v"].sum() < 50:
+        d["v"] = d["v"] * 2
+        d["steps"] += 1
+    return d["v"], d["steps"]
+
+
+@case((T(5),), (T(0),), (T(1),), loop=True)
+def list_of_two_swapped_in_loop(n):
+    pair = [T(1.0), T(2.0)]
+    i = T(0)
+    while i < n:
+        pair = [pair[1], pair[0] * 3]
+        i = i + 1
+    return pair
+
+
+@case((T([1.0, -1.0]),), (T([-3.0, 2.0]),), cond=True, loop=False)
+def dict_updated_in_branch(x):
+    cfg = {"scale": T(1.0), "shift": T(0.0)}
+    if x.sum() > 0:
+        cfg["scale"] = x.sum()
+    else:
+        cfg["shift"] = x.min()
+    return x * cfg["scale"] + cfg["shift"], cfg
+
+
+# ================================================================ branches
+@case((T(-5.0),), (T(0.5),), (T(1.5),), (T(3.0),), (T(10.0),), cond=True)
+def elif_chain_int64_results(s):
+    if s < 0:
+        k = T(0)
+    elif s < 1:
+        k = T(1)
+    elif s < 2:
+        k = T(2)
+    elif s < 5:
+        k = T(3)
+    else:
+        k = T(4)
+    return k * 10
+
+
+@case((POS,), (NEG,), (ZERO,), cond=True)
+def ternary_in_ternary_python_float(x):
+    s = x.sum()
+    return s * 2 if s > 1 else (s - 1 if s < 0 else 3.0)
+
+
+@case((POS,), (NEG,), (T([0.5, 0.0, 0.0]),), cond=True,
+      xfail="BUG: `c and a or b` with a bool c and float a/b raises BranchMismatchError "
+      "(the inner `and` mixes bool/float) although the whole expression is always float")
+def and_or_operand_values(x):
+    s = x.sum()
+    r = s > 1 and s * 2 or s - 1
+    return r
+
+
+@case((POS, 1), (NEG, 1), (POS, 0))
+def python_and_tensor_in_if(x, n):
+    if n > 0 and x.sum() > 0:
+        return x * n
+    return x - n
+
+
+@case((POS, 0), (NEG, 0), (POS, 2))
+def python_or_tensor_in_if(x, n):
+    if n > 1 or x.sum() > 0:
+        y = x + n
+    else:
+        y = -x
+    return y
+
+
+@case((POS,), (NEG,), (T([2.0, 2.0, 0.5]),), cond=True)
+def chained_comparison_value(x):
+    return 0 < x.sum() < 5
+
+
+@case((POS, NEG, ZERO), (NEG, ZERO, POS), (ZERO, POS, POS), cond=True)
+def chained_three_tensors(a, b, c):
+    if a.sum() < b.sum() <= c.sum():
+        return a
+    elif not (b.sum() < c.sum()):
+        return b
+    return c
+
+
+@case((POS,), (NEG,), cond=True)
+def not_and_or_mix(x):
+    a = x.max() > 2
+    b = x.min() < 0
+    if not a and not b:
+        return x
+    if a or not b:
+        return x * 2
+    return x * 3
+
+
+@case((T([1, 2, 3]),), (T([-1, 0, 1]),), (T([5, 5, 5]),), cond=True)
+def int_and_bool_tensors_in_branches(x):
+    flag = x > 0
+    if flag.all():
+        out = x * 2
+        mask = flag
+    elif flag.any():
+        out = x // 2
+        mask = ~flag
+    else:
+        out = x % 3
+        mask = flag
+    return out, mask
+
+
+@case((T([1.0, 2.0], dtype=torch.float64),), (T([-1.0, 2.0], dtype=torch.float64),), cond=True)
+def float64_branch(x):
+    if x.prod() > 0:
+        y = x.sqrt()
+    else:
+        y = x * 1e-10 + 1.0
+    return y, y.dtype == torch.float64
+
+
+@case((POS,), (NEG,), cond=True)
+def branch_reassigns_python_then_tensor(x):
+    k = 2
+    if x.sum() > 0:
+        k = x.sum()
+    return x * k
+
+
+@case((POS,), (NEG,), cond=True)
+def if_with_no_grad_inside(x):
+    if x.sum() > 0:
+        with torch.no_grad():
+            y = x * 3
+    else:
+        y = x + 1
+    return y
+
+
+# ================================================================ loops
+@case((M,), (M2,), (M3,), loop=True)
+def while_inside_for(x):
+    total = T(0)
+    for row in x:
+        j = T(0)
+        while j < row.abs().sum():
+            j = j + 1
+        total = total + j
+    return total
+
+
+@case((M,), (M2,), (M3,), cond=True, loop=True)
+def break_inner_only(x):
+    s = torch.zeros(())
+    outer = 0
+    for row in x:
+        for v in row:
+            if v < 0:
+                break
+            s = s + v
+        outer += 1
+    return s, outer
+
+
+@case((M,), (M2,), (M3,), cond=True, loop=True)
+def continue_in_nested(x):
+    s = torch.zeros(())
+    for row in x:
+        if row[0] < 0:
+            continue
+        for v in row:
+            if v < 0:
+                continue
+            s = s + v
+    return s
+
+
+@case((POS,), (T([0.0, 5.0, 1.0]),), cond=True,
+      xfail="BUG: spurious torch UserWarning 'To copy construct from a tensor' at the user line: "
+      "the Python loop index i silently becomes a tensor when the loop has a tensor break")
+def for_else_python_range_tensor_break(x):
+    found = T(-1)
+    for i in range(3):
+        if x[i] > 2:
+            found = T(i)
+            break
+    else:
+        found = T(99)
+    return found
+
+
+@case((M,), (M3,), cond=True, loop=True)
+def for_else_tensor_rows(x):
+    y = x
+    for row in x:
+        if row.sum() > 10:
+            break
+    else:
+        y = x * 0
+    return y
+
+
+@case((T([1.0, 2.0]), T(3.0)), (T([10.0, 2.0]), T(3.0)), (T([0.1, 0.1]), T(100.0)),
+      loop=True)
+def while_cond_python_then_tensor(x, k):
+    go = 1
+    steps = 0
+    while go:
+        x = x * 2
+        steps += 1
+        go = x.sum() < k
+    return x, steps
+
+
+@case((M,), (M2,), (M3,), cond=True, loop=True)
+def cat_grows_in_branch(x):
+    acc = torch.zeros(0)
+    for row in x:
+        if row.sum() > 0:
+            acc = torch.cat([acc, row])
+    return acc
+
+
+@case((T(1), T(8)), (T(0), T(3)), (T(5), T(5)), loop=True)
+def range_tensor_start_stop_step2(a, b):
+    s = T(0)
+    for i in range(a, b, 2):
+        s = s + i * i
+    return s
+
+
+@case((M,), (M2,), loop=True)
+def enumerate_start_one(x):
+    s = torch.zeros(2)
+    for i, row in enumerate(x, start=1):
+        s = s + row * i
+    return s
+
+
+@case((M, M2), (M2, M3), cond=True, loop=True)
+def zip_two_tensors_break(x, y):
+    s = torch.zeros(2)
+    for a, b in zip(x, y):
+        if (a * b).sum() < -5:
+            break
+        s = s + a * b
+    return s
+
+
+@case((POS, NEG, ZERO), (NEG, POS, POS), (ZERO, ZERO, POS), cond=True)
+def list_of_tensors_tensor_break(a, b, c):
+    s = torch.zeros(3)
+    n = 0
+    for t in [a, b, c]:
+        if t.sum() < 0:
+            break
+        s = s + t
+        n += 1
+    return s, n
+
+
+@case((M,), (M2,), cond=True)
+def range_len_tensor_if(x):
+    s = torch.zeros(())
+    for i in range(len(x)):
+        if x[i, 0] > x[i, 1]:
+            s = s + x[i, 0] * i
+    return s
+
+
+@case((T(1234),), (T(0),), (T(9),), loop=True)
+def digit_sum(n):
+    s = T(0)
+    while n > 0:
+        s = s + n % 10
+        n = n // 10
+    return s
+
+
+@case((T(48), T(18)), (T(7), T(0)), (T(17), T(5)), loop=True)
+def gcd_tensor(a, b):
+    while b != 0:
+        a, b = b, a % b
+    return a
+
+
+@case((T([3.0, 10.0]),), (T([0.5, 0.5]),), loop=True)
+def while_any(x):
+    steps = 0
+    while (x > 1).any():
+        x = x / 2
+        steps += 1
+    return x, steps
+
+
+@case((T([3.0, 10.0]),), (T([0.5, 5.0]),), (T([1.5, 0.1]),), loop=True)
+def while_not_all(x):
+    while not (x < 1).all():
+        x = torch.where(x >= 1, x - 1, x)
+    return x
+
+
+@case((T([1.0, 2.0], dtype=torch.float64),), (T([100.0, 1.0], dtype=torch.float64),), loop=True)
+def float64_loop(x):
+    i = 0
+    while x.sum() < 50:
+        x = x * 1.1 + 0.5
+        i += 1
+    return x, i
+
+
+@case((M, T(1.0)), (M2, T(100.0)), (M3, T(-1.0)), cond=True, loop=True)
+def early_return_nested_loops(x, thr):
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            if x[i, j] > thr:
+                return x[i, j], i, j
+    return T(0.0), -1, -1
+
+
+@case((M, T(1)), (M2, T(3)), (M3, T(0)), cond=True, loop=True)
+def early_return_tensor_loops(x, k):
+    i = T(0)
+    while i < 4:
+        for row in x:
+            if row.sum() > 10 + i:
+                return row * i
+        i = i + k + 1
+    return x[0]
+
+
+@case((T(3),), (T(1),), loop=True)
+def return_list_built_in_loop(n):
+    out = []
+    i = T(0)
+    while i < n:
+        out.append(i * 2)
+        i = i + 1
+    return out
+
+
+@case((M,), (M3,), cond=True, loop=True)
+def return_list_filtered_rows(x):
+    out = []
+    for row in x:
+        if row.sum() > 0:
+            out.append(row)
+    return out
+
+
+@case((T(4),), (T(1),), loop=True,
+      xfail="BUG: reversed(range(n_tensor)): TypeError 'SymbolicRange' object is not reversible")
+def reversed_range_tensor(n):
+    s = T(0)
+    for i in reversed(range(n)):
+        s = s * 10 + i
+    return s
+
+
+@case((T([1.0, 2.0]),), (T([30.0, 1.0]),), loop=True,
+      xfail="BUG: walrus in a tensor while condition: 'the result holds variable s, which is "
+      "not defined' (the name bound in the test is not loop state)")
+def walrus_in_while(x):
+    while (s := x.sum()) < 20:
+        x = x * 2
+    return x, s
+
+
+@case((T([1.0, 1.0]),), (T([5.0, 3.0]),), loop=True)
+def while_shape_in_condition(x):
+    while x.shape[0] < 8 and x.sum() < 100:
+        x = torch.cat([x, x * 2])
+    return x
+
+
+@case((M,), (M2,), (M3,), loop=True)
+def while_else_clause(x):
+    i = T(0)
+    s = torch.zeros(2)
+    while i < x.shape[0]:
+        s = s + x[i]
+        i = i + 1
+    else:
+        s = s * 10
+    return s
+
+
+@case((T(5),), (T(0),), loop=True)
+def inplace_on_local_in_loop(n):
+    acc = torch.zeros(3)
+    i = T(0)
+    while i < n:
+        acc.add_(1.0)
+        acc[0].mul_(2.0)
+        i = i + 1
+    return acc
+
+
+@case((T([5, 3, 9, 1]),), (T([1, 2, 3, 4]),), (T([4, 3, 2, 1]),), cond=True, loop=False)
+def bubble_sort_clone_swap(x):
+    x = x.clone()
+    n = x.shape[0]
+    for i in range(n):
+        for j in range(n - 1 - i):
+            if x[j] > x[j + 1]:
+                a = x[j].clone()
+                x[j] = x[j + 1]
+                x[j + 1] = a
+    return x
+
+
+@case((T([5, 3, 9, 1]),), (T([1, 2, 3, 4]),), cond=True, loop=False)
+def swap_with_views_eager_quirk(x):
+    # views alias: eager turns a "swap" into a duplication; the graph must agree
+    x = x.clone()
+    for j in range(3):
+        if x[j] > x[j + 1]:
+            x[j], x[j + 1] = x[j + 1], x[j]
+    return x
+
+
+# ================================================================ returns
+Pair = collections.namedtuple("Pair", ["lo", "hi"])
+
+
+@case((POS, False), (NEG, False), (POS, True), cond=None)
+def return_none_python_path(x, skip):
+    if skip:
+        return None
+    if x.sum() > 0:
+        return x
+    return -x
+
+
+@case((POS,), (NEG,), cond=True)
+def return_dict_from_branches(x):
+    if x.sum() > 0:
+        return {"y": x * 2, "sign": T(1)}
+    return {"y": -x, "sign": T(-1)}
+
+
+@case((POS,), (NEG,), cond=True)
+def return_namedtuple(x):
+    if x.min() < 0:
+        return Pair(x.min(), x.max())
+    return Pair(x.max() * 0, x.max())
+
+
+@case((POS,), (NEG,), cond=True)
+def return_python_int_or_tensor_int(x):
+    if x.sum() > 0:
+        return 1
+    return x.sum().long()
+
+
+@case((POS,), (NEG,), cond=True)
+def return_python_bool_or_tensor_bool(x):
+    if x.max() > 2:
+        return True
+    return x.min() > -1.5
+
+
+# ================================================================ calls
+def level3(v):
+    while v.abs().sum() > 4:
+        v = v / 2
+    return v
+
+
+def level2(v):
+    if v.sum() > 0:
+        return level3(v * 3)
+    return level3(v) - 1
+
+
+def level1(v, w):
+    return level2(v) + level2(w)
+
+
+@case((POS, NEG), (NEG, NEG * 3), (ZERO, POS), cond=True, loop=True)
+def three_level_calls(a, b):
+    return level1(a, b)
+
+
+class Normalizer:
+    def __init__(self, eps):
+        self.eps = eps
+        self.calls = 0
+
+    def norm(self, v):
+        n = v.norm()
+        if n < self.eps:
+            return v
+        return v / n
+
+    def apply_rows(self, x):
+        out = torch.zeros_like(x)
+        for i in range(x.shape[0]):
+            out[i] = self.norm(x[i])
+        return out
+
+
+@case((M,), (M * 0.01,), cond=True)
+def helper_class_methods(x):
+    return Normalizer(0.1).apply_rows(x)
+
+
+def scaled_clip(x, lo, hi, scale=1.0):
+    y = x * scale
+    if y.max() > hi:
+        y = y - (y.max() - hi)
+    if y.min() < lo:
+        y = y + (lo - y.min())
+    return y
+
+
+@case((POS,), (NEG * 4,), cond=True)
+def partial_with_kwargs(x):
+    f = functools.partial(scaled_clip, lo=-2.0, scale=2.0)
+    return f(x, hi=3.0)
+
+
+def rec_halve(x, depth):
+    if depth == 0:
+        return x
+    if x.sum() > 1:
+        x = x / 2
+    return rec_halve(x, depth - 1) + depth
+
+
+@case((POS, 3), (NEG, 2), (POS * 10, 0), cond=None)
+def recursion_python_int_tensor_if(x, d):
+    return rec_halve(x, d)
+
+
+def is_even(n, x):
+    return x if n == 0 else is_odd(n - 1, x * 2 if x.sum() > 0 else x + 1)
+
+
+def is_odd(n, x):
+    return -x if n == 0 else is_even(n - 1, x)
+
+
+@case((POS, 3), (NEG, 2), (POS, 1), cond=True)
+def mutual_recursion(x, n):
+    return is_even(n, x)
+
+
+def my_decorator(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs) * 2
+    return wrapper
+
+
+@my_decorator
+def decorated_helper(x):
+    if x.sum() > 0:
+        return x
+    return -x
+
+
+@case((POS,), (NEG,), cond=True,
+      xfail="BUG (silently wrong): a functools.wraps decorator is dropped: the callee is "
+      "converted from __wrapped__, so the wrapper's `* 2` never happens")
+def calls_wrapped_function(x):
+    return decorated_helper(x) + 1
+
+
+class StaticHolder:
+    @staticmethod
+    def pick(x):
+        return x if x.sum() > 0 else x * 0
+
+    @classmethod
+    def twice(cls, x):
+        return cls.pick(cls.pick(x) - 1)
+
+
+@case((POS,), (NEG,), (T([1.0, 0.5, 0.0]),), cond=True)
+def static_and_class_methods(x):
+    return StaticHolder.twice(x)
+
+
+def takes_star(a, b, c):
+    if a.sum() > b.sum():
+        return a * c
+    return b * c
+
+
+@case((POS, NEG), (NEG, POS), cond=True)
+def star_unpack_call(x, y):
+    args = (x, y)
+    return takes_star(*args, c=2.0)
+
+
+@case((M,), (M2,), cond=True,
+      xfail="BUG: lambdas created in a list comprehension are not converted (bool() of a "
+      "symbolic tensor at the lambda line)")
+def lambdas_in_list(x):
+    fs = [lambda v, k=k: v * k if v.sum() > 0 else v - k for k in range(3)]
+    return [f(x[i]) for i, f in enumerate(fs)]
+
+
+# ================================================================ builtins
+@case((POS, NEG), (NEG, POS), (ZERO, NEG), cond=None)
+def builtin_max_two_sums(x, y):
+    return max(x.sum(), y.sum())
+
+
+@case((POS,), (NEG,), (ZERO,), cond=None)
+def builtin_min_with_python(x):
+    return min(x.sum(), 3.0), max(-1.0, x.max())
+
+
+@case((POS,), (NEG,), cond=None,
+      xfail="BUG (silently wrong kind): max(1, x.max()) returns Python int 1 in eager, the "
+      "graph returns float32 tensor(1.) (int branch promoted instead of mismatch/fallback)")
+def builtin_max_python_int_vs_float_tensor(x):
+    return max(1, x.max())
+
+
+@case((POS,), (NEG,), cond=None)
+def builtin_abs_of_sum(x):
+    return abs(x.sum()) + abs(-2)
+
+
+@case((M,), (M[:2],), loop=False)
+def builtin_len_static(x):
+    n = len(x)
+    return x * n + n ** 2
+
+
+@case((T([1.0, 2.0]),), (T([0.2, 0.3]),), (T([2.6, 0.0]),), loop=None)
+def builtin_int_in_python_arith(x):
+    k = int(x.sum())
+    y = x
+    for _ in range(k):
+        y = y + 1
+    return y, k * 2 + 1
+
+
+@case((POS,), (NEG,), cond=None)
+def builtin_float_then_branch(x):
+    f = float(x.max())
+    if f > 2.5:
+        return x * f
+    return x - f
+
+
+@case((POS, 2.0), (POS, POS), (NEG, NEG))
+def builtin_isinstance_dispatch(x, s):
+    if isinstance(s, torch.Tensor):
+        return x * s if s.sum() > 0 else x - s
+    return x * s
+
+
+def item_in_branch(x):
+    v = x.sum().item()
+    if v > 0:
+        return x * v
+    return x
+
+
+@case((POS,), (NEG,), cond=None)
+def bool_of_comparison_stored(x):
+    pos = bool(x.sum() > 0)
+    if pos:
+        return x, pos
+    return -x, pos
+
+
+def list_comprehension_tensor_ternary(x):
+    return torch.stack([r if r.sum() > 0 else -r for r in x])
+
+
+def sum_generator_over_rows(x):
+    return sum(r.max() for r in x)
+
+
+@case((POS,), (NEG,), (ZERO,), cond=None)
+def round_and_divmod_python(x):
+    q, r = divmod(7, 3)
+    return x * q + r, round(2.6)
+
+
+def builtin_any_over_rows(x):
+    if any(r.sum() > 5 for r in x):
+        return x * 2
+    return x
+
+
+# ================================================================ nn modules
+class LayerGated(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(3)])
+        self.head = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(),
+                                        torch.nn.Linear(4, 2))
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            h = layer(x)
+            if h.mean() > 0:
+                x = torch.relu(h) + x
+            else:
+                x = x - 0.1 * i
+        x = self.drop(x)
+        steps = 0
+        while x.abs().max() > 2.0:
+            x = x * 0.5
+            steps += 1
+        return self.head(x), steps
+
+
+MX = [torch.randn(2, 4, generator=torch.Generator().manual_seed(s)) * (s + 1) for s in range(3)]
+
+
+def _grads(module, out):
+    y = out[0] if isinstance(out, tuple) else out
+    return torch.autograd.grad(y.sum(), list(module.parameters()), allow_unused=True)
+
+
+@pytest.mark.parametrize("x", MX)
+def test_module_list_sequential_eval_exact_with_grads(x):
+    m = LayerGated().eval()
+    g = to_graph(m, strict=True)
+    exp, got = m(x), g(x)
+    assert_same(got, exp)
+    for a, b in zip(_grads(m, got), _grads(m, exp)):
+        if b is None:
+            assert a is None or torch.all(a == 0)
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    c = op_counts(g.graph(x))
+    assert c["cond"] == 3 and c["while"] == 1, c
+
+
+def test_module_train_mode_dropout_random():
+    m = LayerGated().train()
+    g = to_graph(m, strict=True)
+    x = MX[2]
+    outs = [g(x)[0] for _ in range(4)]
+    assert all(o.shape == (2, 2) for o in outs)
+    assert any(not torch.equal(outs[0], o) for o in outs[1:]), "dropout mask baked in"
+    # same seed, same RNG stream as eager
+    torch.manual_seed(123)
+    exp = m(x)
+    torch.manual_seed(123)
+    got = g(x)
+    assert_same(got, exp)
+
+
+def test_module_eval_train_switch():
+    m = LayerGated()
+    g = to_graph(m, strict=True)
+    x = MX[1]
+    m.eval()
+    assert_same(g(x), m(x))
+    m.train()
+    torch.manual_seed(5)
+    exp = m(x)
+    torch.manual_seed(5)
+    assert_same(g(x), exp)
+    m.eval()
+    assert_same(g(x), m(x))
+
+
+class Counting(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.counter = 0
+        self.w = torch.nn.Parameter(T([1.0, -1.0, 0.5]))
+
+    def forward(self, x):
+        self.counter += 1
+        if (x * self.w).sum() > 0:
+            return x * self.w
+        return x - self.w
+
+
+def test_module_counter_attribute_every_call():
+    m_e, m_g = Counting(), Counting()
+    g = to_graph(m_g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        for x in (POS, NEG, POS, POS):
+            assert_same(g(x), m_e(x))
+    assert m_g.counter == m_e.counter == 4
+
+
+def test_grad_through_while_on_params():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 3)
+
+    def f(x):
+        h = lin(x)
+        n = 0
+        while h.norm() < 20 and n < 10:
+            h = lin(h) * 1.5 + x
+            n += 1
+        return h.sum()
+    g = to_graph(f, strict=True)
+    for x in (POS, NEG, ZERO):
+        exp, got = f(x), g(x)
+        assert_same(got, exp)
+        ge = torch.autograd.grad(exp, list(lin.parameters()))
+        gg = torch.autograd.grad(got, list(lin.parameters()))
+        for a, b in zip(gg, ge):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert op_counts(g.graph(POS))["while"] == 1
+
+
+# ================================================================ aliasing / in-place
+def inplace_on_input_in_loop(x):
+    while x.sum() < 10:
+        x.mul_(2)
+    return x
+
+
+def alias_augassign_in_branch(x):
+    y = x
+    if x.sum() > 0:
+        y += 1
+    return x
+
+
+def inplace_input_under_if_returns_none(x):
+    if x.sum() > 0:
+        x.add_(1)
+
+
+def view_zero_in_branch(x):
+    v = x[0]
+    if x.sum() > 0:
+        v.zero_()
+    return x * 1
+
+
+INPLACE = [
+    pytest.param(inplace_on_input_in_loop, [T([1.0, 2.0]), T([20.0, 1.0])],
+                 id="inplace_on_input_in_loop"),
+    pytest.param(alias_augassign_in_branch, [POS, NEG], id="alias_augassign_in_branch"),
+    pytest.param(inplace_input_under_if_returns_none, [POS, NEG],
+                 id="inplace_input_under_if_returns_none"),
+    pytest.param(view_zero_in_branch, [POS, NEG], id="view_zero_in_branch"),
+]
+
+
+@pytest.mark.parametrize("fn,xs", INPLACE)
+def test_inplace_visible_to_caller(fn, xs):
+    """Eager mutates the caller's tensor; the graph (or its fallback) must do the same."""
+    g = to_graph(fn)
+    for x in xs:
+        xe, xg = x.clone(), x.clone()
+        exp = fn(xe)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FallbackWarning)
+            got = g(xg)
+        assert_same(got, exp)
+        assert_same(xg, xe, "caller's tensor")
+
+
+# ================================================================ side effects
+LOG = []
+
+
+def appends_global_in_branch(x):
+    for row in x:
+        if row.sum() > 0:
+            LOG.append(row.sum())
+    return x * 2
+
+
+def test_global_list_append_in_tensor_branch():
+    g = to_graph(appends_global_in_branch)
+    for x in (M, M2, M3, M):
+        LOG.clear()
+        exp = appends_global_in_branch(x)
+        n_e = [float(v) for v in LOG]
+        LOG.clear()
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            got = g(x)
+        assert_same(got, exp)
+        assert [float(v) for v in LOG] == n_e
+        fb = [w for w in rec if issubclass(w.category, FallbackWarning)]
+        assert len(fb) <= 1
+        if fb:
+            assert re.search(re.escape(THIS) + r":\d+", str(fb[0].message)), fb[0].message
+    with pytest.raises(ConversionError):
+        to_graph(appends_global_in_branch, strict=True)(M)
+
+
+def uses_python_random(x):
+    if x.sum() > 0:
+        return x * random.random()
+    return x
+
+
+def uses_torch_rand(x):
+    if x.sum() > 0:
+        return x * torch.rand(3)
+    return x + torch.randn(3)
+
+
+def uses_rand_in_loop(n):
+    s = torch.zeros(())
+    i = T(0)
+    while i < n:
+        s = s + torch.rand(())
+        i = i + 1
+    return s
+
+
+@pytest.mark.parametrize("fn,x", [(uses_python_random, POS), (uses_torch_rand, POS),
+                                  (uses_torch_rand, NEG), (uses_rand_in_loop, T(3))],
+                         ids=["python_random", "torch_rand_then", "torch_rand_else",
+                              "rand_in_loop"])
+def test_randomness_fresh_each_call(fn, x):
+    g = to_graph(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        a, b, c = g(x), g(x), g(x)
+    assert not (torch.equal(a, b) and torch.equal(b, c)), "random draw baked into the graph"
+
+
+@pytest.mark.parametrize("fn,x", [(uses_torch_rand, POS), (uses_torch_rand, NEG),
+                                  (uses_rand_in_loop, T(4))],
+                         ids=["then", "else", "loop"])
+def test_torch_rand_same_stream_as_eager(fn, x):
+    g = to_graph(fn, strict=True)
+    g(x)
+    torch.manual_seed(7)
+    exp = fn(x)
+    torch.manual_seed(7)
+    got = g(x)
+    assert_same(got, exp)
+
+
+def prints_nested(x):
+    for row in x:
+        j = T(0)
+        while j < 2:
+            if row[j] > 0:
+                print("pos", j)
+            else:
+                print("neg")
+            j = j + 1
+    return x
+
+
+def test_print_nested_tensor_loops(capsys):
+    g = to_graph(prints_nested, strict=True)
+    g(M)
+    capsys.readouterr()
+    for x in (M, M2, M3):
+        prints_nested(x)
+        exp = capsys.readouterr().out
+        g(x)
+        got = capsys.readouterr().out
+        assert got.split() == exp.split(), (got, exp)
+
+
+def uses_time(x):
+    t = time.time()
+    return x * 0 + t
+
+
+def test_time_dependent_code():
+    """Documented: time.time() runs when the graph runs (or the function falls back)."""
+    g = to_graph(uses_time)
+    x = T([0.0], dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        a = g(x)
+        time.sleep(0.05)
+        b = g(x)
+    assert float(b) - float(a) >= 0.04, "time.time() was baked in at trace time"
+
+
+# ================================================================ fallbacks / consistency
+def inconsistent_return_structure(x):
+    if x.sum() > 0:
+        return x
+    return x, x
+
+
+def bool_or_int_operand(x, n):
+    return x.sum() > 0 or n
+
+
+def list_comprehension_filter(x):
+    return [r * 2 for r in x if r.sum() > 0]
+
+
+def tolist_in_branch(x):
+    vals = x.tolist()
+    if x.sum() > 0:
+        return vals
+    return [v * 2 for v in vals]
+
+
+def string_state_in_branch(x):
+    mode = "keep"
+    if x.sum() > 0:
+        mode = "double"
+    return x * (2 if mode == "double" else 3)
+
+
+def none_in_branch(x):
+    y = x if x.sum() > 0 else None
+    if y is None:
+        return x - 1
+    return y
+
+
+def raises_in_branch(x):
+    if x.sum() < -100:
+        raise ValueError("very negative")
+    return x + 1
+
+
+def sorted_by_tensor_key(a, b, c):
+    return torch.stack(sorted([a, b, c], key=lambda t: t.sum()))
+
+
+DEFAULT_MODE = [
+    (inconsistent_return_structure, [(POS,), (NEG,), (POS,)]),
+    (bool_or_int_operand, [(POS, 5), (NEG, 5), (ZERO, 5)]),
+    (list_comprehension_filter, [(M,), (M2,), (M3,)]),
+    (tolist_in_branch, [(POS,), (NEG,)]),
+    (item_in_branch, [(POS,), (NEG,)]),
+    (list_comprehension_tensor_ternary, [(M,), (M2,)]),
+    (sum_generator_over_rows, [(M,), (M2,)]),
+    (builtin_any_over_rows, [(M,), (M3,)]),
+    (and_or_operand_values, [(POS,), (NEG,), (T([0.5, 0.0, 0.0]),)]),
+    (reversed_range_tensor, [(T(4),), (T(1),)]),
+    (walrus_in_while, [(T([1.0, 2.0]),), (T([30.0, 1.0]),)]),
+    (lambdas_in_list, [(M,), (M2,)]),
+    (string_state_in_branch, [(POS,), (NEG,)]),
+    (none_in_branch, [(POS,), (NEG,)]),
+    (raises_in_branch, [(POS,), (NEG,)]),
+    (sorted_by_tensor_key, [(POS, NEG, ZERO), (ZERO, POS, NEG)]),
+]
+
+
+@pytest.mark.parametrize("fn,inputs", DEFAULT_MODE, ids=[c[0].__name__ for c in DEFAULT_MODE])
+def test_default_mode_faithful(fn, inputs):
+    """Whatever cannot be a faithful graph must fall back (once, naming file:line)."""
+    g = to_graph(fn)
+    for i, args in enumerate(inputs):
+        exp = fn(*_clone(args))
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            got = g(*_clone(args))
+        assert_same(got, exp)
+        fb = [w for w in rec if issubclass(w.category, FallbackWarning)]
+        if i == 0:
+            assert len(fb) <= 1
+            if fb:
+                assert re.search(re.escape(THIS) + r":\d+", str(fb[0].message)), fb[0].message
+        else:
+            assert not fb, "FallbackWarning emitted again: " + str(fb[0].message)
+
+
+def test_raise_in_tensor_branch_at_run_time():
+    g = to_graph(raises_in_branch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        assert_same(g(POS), POS + 1)
+        with pytest.raises(ValueError, match="very negative"):
+            g(NEG * 100)
+        assert_same(g(NEG), NEG + 1)
+
+
+def test_strict_inconsistent_return_raises():
+    with pytest.raises(ConversionError) as info:
+        to_graph(inconsistent_return_structure, strict=True)(POS)
+    assert re.search(re.escape(THIS) + r":\d+", str(info.value)), str(info.value)
+
+
+# ================================================================ error quality
+def elif_missing_var(x):
+    s = x.sum()
+    if s > 3:
+        res = x * 3
+    elif s > 1:
+        res = x * 2
+    elif s > 0:
+        pass
+    else:
+        res = -x
+    return res
+
+
+def del_in_one_branch(x):
+    tmp = x * 2
+    if x.sum() > 0:
+        del tmp
+        out = x
+    else:
+        out = x + 1
+    return out, tmp
+
+
+@pytest.mark.parametrize("fn,word", [(elif_missing_var, "res"), (del_in_one_branch, "tmp")],
+                         ids=["elif_missing", "del_in_branch"])
+def test_error_names_variable_and_line(fn, word):
+    from runtime.errors import BranchMismatchError
+    with pytest.raises((ConversionError, BranchMismatchError)) as info:
+        to_graph(fn, strict=True)(POS)
+    text = str(info.value)
+    assert re.search(r"'%s'|\b%s\b" % (word, word), text), text
+    assert re.search(re.escape(THIS) + r":\d+", text), text
+
+
+def matmul_after_growth(x, w):
+    h = x
+    for row in w:
+        if row.sum() > 0:
+            h = torch.cat([h, row])
+    return h @ w
+
+
+def test_runtime_shape_error_in_loop_names_line():
+    g = to_graph(matmul_after_growth, strict=True)
+    x, w = T([1.0, 2.0]), T([[-1.0, -2.0], [-3.0, 1.0]])
+    assert_same(g(x, w), matmul_after_growth(x, w))
+    with pytest.raises(Exception) as info:
+        g(x, T([[1.0, 2.0], [-3.0, 1.0]]))
+    line = matmul_after_growth.__code__.co_firstlineno + 5
+    assert f"{THIS}:{line}" in str(info.value), str(info.value)
+
+
+def bad_index_in_loop(x, n):
+    i = T(0)
+    s = torch.zeros(())
+    while i < n:
+        s = s + x[i]
+        i = i + 1
+    return s
+
+
+def test_runtime_index_error_in_while_names_line():
+    g = to_graph(bad_index_in_loop, strict=True)
+    assert_same(g(POS, T(2)), bad_index_in_loop(POS, T(2)))
+    with pytest.raises(Exception) as info:
+        g(POS, T(5))
+    line = bad_index_in_loop.__code__.co_firstlineno + 4
+    assert f"{THIS}:{line}" in str(info.value), str(info.value)
+
+
+# ================================================================ the program table
+@pytest.mark.parametrize("fn,inputs,cond,loop", CASES)
+def test_program(fn, inputs, cond, loop):
+    g = check(fn, *inputs)
+    counts = op_counts(g.graph(*_clone(inputs[0])))
+    if cond is not None:
+        assert (counts["cond"] > 0) == cond, f"cond nodes: {counts['cond']} (expected {cond})"
+    if loop is not None:
+        assert (counts["while"] > 0) == loop, f"while nodes: {counts['while']} (expected {loop})"
