@@ -215,6 +215,8 @@ class GraphFunction:
         except (AttributeError, TypeError):
             pass
         self._param_names = _param_names(target)
+        owner = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
+        self._module = owner if isinstance(owner, torch.nn.Module) else None
 
     # -- descriptor: @to_graph on a method in a class body
     def __get__(self, obj, objtype=None):
@@ -231,8 +233,14 @@ class GraphFunction:
         return self._fn
 
     # -- calling
-    def __call__(self, *args, **kwargs):
+    def _signature(self, args, kwargs):
         key, flat, spec = signature_of(args, kwargs)
+        if self._module is not None:          # train/eval changes dropout, batch norm...
+            key = key + (tuple(m.training for m in self._module.modules()),)
+        return key, flat, spec
+
+    def __call__(self, *args, **kwargs):
+        key, flat, spec = self._signature(args, kwargs)
         entry = self._entries.get(key)
         if entry is None:
             entry = self._build(key, args, kwargs, flat, spec)
@@ -242,7 +250,7 @@ class GraphFunction:
 
     def graph(self, *args, **kwargs) -> "runtime.Graph":
         """The graph traced for this input signature, before optimization."""
-        key, flat, spec = signature_of(args, kwargs)
+        key, flat, spec = self._signature(args, kwargs)
         entry = self._entries.get(key)
         if entry is None:
             entry = self._build(key, args, kwargs, flat, spec, fallback_ok=False)
@@ -253,7 +261,7 @@ class GraphFunction:
     def get_concrete(self, *args, **kwargs) -> _Traced:
         """The compiled entry (graph, optimized graph, executable) for this signature."""
         self.graph(*args, **kwargs)
-        return self._entries[signature_of(args, kwargs)[0]]
+        return self._entries[self._signature(args, kwargs)[0]]
 
     # -- tracing
     def _build(self, key, args, kwargs, flat, spec, fallback_ok=True):
