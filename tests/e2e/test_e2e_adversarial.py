@@ -1254,6 +1254,302 @@ def test_runtime_index_error_in_while_names_line():
     assert f"{THIS}:{line}" in str(info.value), str(info.value)
 
 
+# ================================================================ batch 2: more programs
+@case((T(0.5), T(3)), (T(0.5), T(0)), (T(-1.0), T(2)), loop=True,
+      xfail="BUG (silently wrong kind): `s = 0` then `s = s + x_float` in a tensor loop: with 0 "
+      "iterations eager returns int 0, the graph float32 0. (int loop var silently promoted, "
+      "whereas None -> tensor is rejected with a clear error)")
+def python_int_accumulator_becomes_float(x, n):
+    s = 0
+    i = T(0)
+    while i < n:
+        s = s + x
+        i = i + 1
+    return s
+
+
+def best_row_is_none_tracking(x):
+    best = None
+    for row in x:
+        if best is None or row.sum() > best.sum():
+            best = row
+    return best
+
+
+@case((M,), (M2,), (M3,), cond=True)
+def argmax_tracking_python_index(x):
+    best_i = 0
+    best = x[0].sum()
+    for i in range(1, len(x)):
+        if x[i].sum() > best:
+            best = x[i].sum()
+            best_i = i
+    return best_i, best
+
+
+@case((M,), (torch.zeros(0, 2),), (M2,), cond=True, loop=True)
+def for_over_rows_maybe_empty(x):
+    s = torch.zeros(2)
+    for row in x:
+        if row.sum() > 0:
+            s = s + row
+    return s
+
+
+@case((T(3),), (T(0),), (T(6),), loop=True)
+def while_int_truthiness(n):
+    s = T(0)
+    while n:
+        s = s + n
+        n = n - 1
+    return s
+
+
+@case((POS,), (ZERO,), (NEG,), cond=True)
+def if_float_truthiness(x):
+    if x.sum():
+        return x / x.sum()
+    return x
+
+
+@case((POS,), (NEG,), cond=True)
+def if_compare_eq_true(x):
+    if (x.sum() > 0) == True:  # noqa: E712
+        return x
+    return x * 0
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (silently wrong): to_graph on a functools.wraps-"
+                   "decorated function converts __wrapped__ and drops the wrapper")
+def test_to_graph_on_wraps_decorated_function():
+    check(decorated_helper, (POS,), (NEG,))
+
+
+def test_none_initialised_loop_var_clear_error_or_fallback():
+    with pytest.raises(ConversionError) as info:
+        to_graph(best_row_is_none_tracking, strict=True)(M)
+    text = str(info.value)
+    assert "'best'" in text and re.search(re.escape(THIS) + r":\d+", text), text
+    g = to_graph(best_row_is_none_tracking)
+    for i, x in enumerate((M, M2, M3)):
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            got = g(x)
+        assert_same(got, best_row_is_none_tracking(x))
+        assert len([w for w in rec if issubclass(w.category, FallbackWarning)]) == (i == 0)
+
+
+@case((POS, NEG, ZERO), (NEG, ZERO, POS), cond=None)
+def builtin_max_over_list(a, b, c):
+    return max([a.sum(), b.sum(), c.sum()])
+
+
+@case((POS,), (NEG,), cond=True)
+def python_dict_items_loop_tensor_branch(x):
+    weights = {"a": 1.0, "b": -2.0, "c": 0.5}
+    out = {}
+    for k, w in weights.items():
+        if (x * w).sum() > 0:
+            out[k] = x * w
+        else:
+            out[k] = x * 0
+    return out
+
+
+@case((M,), (M2,), cond=True, loop=True)
+def nested_def_in_tensor_loop(x):
+    s = torch.zeros(2)
+    for row in x:
+        def f(v):
+            return v * 2 if v.sum() > 0 else v
+        s = s + f(row)
+    return s
+
+
+@case((POS,), (NEG,), cond=True)
+def return_inside_no_grad_in_branch(x):
+    if x.sum() > 0:
+        with torch.no_grad():
+            return x * 5
+    return x
+
+
+@case((M,), (M2,), (M3,), cond=True, loop=True)
+def len_of_grown_tensor(x):
+    acc = torch.zeros(0)
+    for row in x:
+        if row[0] > 0:
+            acc = torch.cat([acc, row])
+    return acc.shape[0], acc.sum()
+
+
+@case((T([1.0]),), (T([20.0]),), loop=True)
+def range_over_dynamic_size(x):
+    while x.sum() < 10:
+        x = torch.cat([x, x])
+    s = torch.zeros(())
+    for i in range(x.shape[0]):
+        s = s + x[i] * i
+    return s
+
+
+@case((T([1.0, 2.0]),), (T([50.0, 2.0]),), loop=True)
+def two_sequential_whiles(x):
+    n = T(0)
+    while x.sum() < 40:
+        x = x * 2
+        n = n + 1
+    while x.sum() > 20:
+        x = x - 7
+        n = n - 1
+    return x, n
+
+
+@case((M,), (M2,), (M3,), cond=True, loop=True)
+def python_list_slots_updated_in_tensor_branch(x):
+    s = [torch.zeros(2), torch.zeros(2)]
+    for row in x:
+        if row[0] > 0:
+            s[0] = s[0] + row
+        else:
+            s[1] = s[1] - row
+    return s
+
+
+@case((T(5, dtype=torch.int64),), (T(0, dtype=torch.int64),), loop=True)
+def int32_counter_int64_limit(n):
+    i = T(0, dtype=torch.int32)
+    while i < n:
+        i = i + 1
+    return i
+
+
+@case((M,), (M2,), (M3,), cond=True, loop=True)
+def bool_flag_carried(x):
+    seen = T(False)
+    for row in x:
+        seen = seen | (row > 3).any()
+    if seen:
+        return x * 2, seen
+    return x, seen
+
+
+@case((M, T(4)), (M2, T(2)), (M3, T(4)), cond=True, loop=True)
+def while_else_with_break(x, n):
+    found = T(False)
+    i = T(0)
+    while i < n:
+        if x[i].sum() > 8:
+            break
+        i = i + 1
+    else:
+        found = T(True)
+    return found, i
+
+
+@case((T(10),), (T(1),), (T(0),), loop=True)
+def fibonacci_python_ints_tensor_limit(limit):
+    a, b = 0, 1
+    while b < limit:
+        a, b = b, a + b
+    return a, b
+
+
+@case((M,), (M2,), (M3,), cond=True, loop=True)
+def masked_assign_in_loop(x):
+    x = x.clone()
+    i = T(0)
+    while (x > 2).any() and i < 10:
+        x[x > 2] = x[x > 2] - 3
+        i = i + 1
+    return x, i
+
+
+@case((M,), (M2,), (M3,), cond=True, loop=True)
+def inner_break_depends_on_outer(x):
+    total = T(0)
+    for row in x:
+        j = T(0)
+        while True:
+            j = j + 1
+            if j > row.abs().max():
+                break
+        total = total + j
+    return total
+
+
+def inner_helper_loop(v):
+    out = v
+    for k in range(3):
+        if out.sum() > 10:
+            break
+        out = out * 2
+    return out
+
+
+def mid_helper(v):
+    i = T(0)
+    while v.sum() < 30 and i < 3:
+        v = inner_helper_loop(v) + 1
+        i = i + 1
+    return v, i
+
+
+@case((POS,), (NEG,), (T([20.0, 0.0, 0.0]),), cond=True, loop=True)
+def helper_loops_three_levels(x):
+    v, i = mid_helper(x)
+    if i > 1:
+        return v - i
+    return v
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(11)
+        self.lin = torch.nn.Linear(3, 3)
+
+    def gate(self, h):
+        if h.mean() > 0:
+            return torch.relu(h)
+        return h * 0.1
+
+    def forward(self, x):
+        return self.gate(self.lin(x))
+
+
+BLOCK = Block()
+
+
+@case((T([[1.0, 2.0, 3.0]]),), (T([[-1.0, 0.0, 2.0]]),), cond=True, loop=True)
+def submodule_in_tensor_while(x):
+    i = T(0)
+    while x.abs().sum() < 50 and i < 5:
+        x = BLOCK(x) * 3 + x
+        i = i + 1
+    return x, i
+
+
+@case((POS,), (NEG,), cond=None)
+def getattr_dispatch_python(x):
+    name = "exp" if x.shape[0] == 3 else "sin"
+    y = getattr(torch, name)(x)
+    if y.sum() > 5:
+        return y
+    return -y
+
+
+@case((M,), (M2,), cond=True, loop=True)
+def early_return_python_for_inside_tensor_while(x):
+    i = T(0)
+    while i < 3:
+        for j in range(2):
+            if x[i, j] > 2.5:
+                return x[i], i, j
+        i = i + 1
+    return x[3], i, -1
+
+
 # ================================================================ the program table
 @pytest.mark.parametrize("fn,inputs,cond,loop", CASES)
 def test_program(fn, inputs, cond, loop):
@@ -1263,3 +1559,196 @@ def test_program(fn, inputs, cond, loop):
         assert (counts["cond"] > 0) == cond, f"cond nodes: {counts['cond']} (expected {cond})"
     if loop is not None:
         assert (counts["while"] > 0) == loop, f"while nodes: {counts['while']} (expected {loop})"
+
+
+# ================================================================ batch 2: stale Python state
+SCALE = 2.0
+WEIGHT = T([1.0, 2.0, 3.0])
+
+
+def reads_global_scale(x):
+    if x.sum() > 0:
+        return x * SCALE
+    return x
+
+
+def reads_global_tensor(x):
+    if x.sum() > 0:
+        return x * WEIGHT
+    return x - WEIGHT
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (silently wrong): Python state read while tracing is baked into the graph with no guard; changing it later is ignored (global float)")
+def test_global_python_scalar_changed_after_trace():
+    global SCALE
+    g = to_graph(reads_global_scale)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        try:
+            SCALE = 2.0
+            assert_same(g(POS), reads_global_scale(POS))
+            SCALE = 5.0
+            assert_same(g(POS), reads_global_scale(POS))
+        finally:
+            SCALE = 2.0
+
+
+def test_global_tensor_mutated_in_place_after_trace():
+    g = to_graph(reads_global_tensor)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        try:
+            assert_same(g(POS), reads_global_tensor(POS))
+            WEIGHT.mul_(3)
+            assert_same(g(NEG), reads_global_tensor(NEG))
+            assert_same(g(POS), reads_global_tensor(POS))
+        finally:
+            WEIGHT.copy_(T([1.0, 2.0, 3.0]))
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (silently wrong): Python state read while tracing is baked into the graph with no guard; changing it later is ignored (global tensor rebound to a new object)")
+def test_global_tensor_rebound_after_trace():
+    global WEIGHT
+    g = to_graph(reads_global_tensor)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        try:
+            assert_same(g(POS), reads_global_tensor(POS))
+            WEIGHT = T([-1.0, 0.0, 1.0])
+            assert_same(g(POS), reads_global_tensor(POS))
+        finally:
+            WEIGHT = T([1.0, 2.0, 3.0])
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = 2.0
+        self.use_abs = False
+
+    def forward(self, x):
+        if self.use_abs:
+            x = x.abs()
+        if x.sum() > 0:
+            return x * self.scale
+        return x
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (silently wrong): Python state read while tracing is baked into the graph with no guard; changing it later is ignored (nn.Module float/bool attribute)")
+def test_module_python_attribute_changed_after_trace():
+    m = Scaled()
+    g = to_graph(m)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        assert_same(g(NEG), m(NEG))
+        m.scale = 7.0
+        m.use_abs = True
+        assert_same(g(NEG), m(NEG))
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (silently wrong): Python state read while tracing is baked into the graph with no guard; changing it later is ignored (closure cell)")
+def test_closure_cell_changed_after_trace():
+    k = 2.0
+
+    def f(x):
+        if x.sum() > 0:
+            return x * k
+        return x
+    g = to_graph(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        assert_same(g(POS), f(POS))
+        k = 10.0
+        assert_same(g(POS), f(POS))
+
+
+def prints_fstring(n):
+    i = T(0)
+    while i < n:
+        if i % 2 == 0:
+            print(f"even i={i}", i * 10, sep=" | ", end=";\n")
+        i = i + 1
+    return i
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (silently wrong output): an f-string of a tensor "
+                   "inside a converted loop prints the symbolic placeholder "
+                   "'Tensor(\"i\", shape=(), dtype=torch.int64)' instead of the run-time value")
+def test_print_fstring_of_tensor_in_loop(capsys):
+    g = to_graph(prints_fstring, strict=True)
+    g(T(1))
+    capsys.readouterr()
+    for n in (T(3), T(0), T(5)):
+        prints_fstring(n)
+        exp = capsys.readouterr().out
+        g(n)
+        got = capsys.readouterr().out
+        assert got == exp, (got, exp)
+
+
+def grad_setitem_branch(w, x):
+    out = torch.zeros(4)
+    for i in range(4):
+        if x[i] > 0:
+            out[i] = w * x[i]
+        else:
+            out[i] = w.exp()
+    return (out * out).sum()
+
+
+def grad_cat_growing(w, n):
+    acc = w.reshape(1)
+    i = T(0)
+    while i < n:
+        acc = torch.cat([acc, acc * w])
+        i = i + 1
+    return acc.sum()
+
+
+def grad_return_nested(w, x):
+    for i in range(2):
+        for j in range(2):
+            if x[i, j] * w > 3:
+                return (w * x[i, j]) ** 2
+    return w * 0.5
+
+
+@pytest.mark.parametrize("fn,inputs", [
+    (grad_setitem_branch, [(T(0.5), T([1.0, -1.0, 2.0, 0.0])), (T(1.5), T([-1.0, -1.0, 2.0, 3.0]))]),
+    (grad_cat_growing, [(T(1.5), T(3)), (T(0.5), T(0)), (T(-0.7), T(2))]),
+    (grad_return_nested, [(T(1.0), T([[1.0, 2.0], [3.5, 0.0]])), (T(2.0), T([[1.0, 2.0], [0.0, 0.0]])),
+                          (T(0.1), T([[1.0, 2.0], [3.0, 0.0]]))]),
+], ids=["setitem_branch", "cat_growing", "return_nested"])
+def test_gradients_more(fn, inputs):
+    g = to_graph(fn, strict=True)
+    for w, x in inputs:
+        we, wg = w.clone().requires_grad_(), w.clone().requires_grad_()
+        exp, got = fn(we, x), g(wg, x)
+        assert_same(got, exp)
+        (ge,) = torch.autograd.grad(exp, we)
+        (gg,) = torch.autograd.grad(got, wg)
+        torch.testing.assert_close(gg, ge, rtol=1e-5, atol=1e-5)
+
+
+def returns_int_or_float(x):
+    if x.sum() > 0:
+        return 0
+    return 0.5
+
+
+def implicit_none_on_tensor_path(x):
+    if x.sum() > 0:
+        return x
+
+
+@pytest.mark.parametrize("fn", [returns_int_or_float, implicit_none_on_tensor_path],
+                         ids=lambda f: f.__name__)
+def test_default_mode_kind_mismatch(fn):
+    g = to_graph(fn)
+    for i, x in enumerate((POS, NEG, POS)):
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            got = g(x)
+        assert_same(got, fn(x))
+        fb = [w for w in rec if issubclass(w.category, FallbackWarning)]
+        assert len(fb) <= (1 if i == 0 else 0)
