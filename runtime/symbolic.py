@@ -258,7 +258,11 @@ def dispatch(func, args, kwargs):
     """Route a torch call with a symbolic argument: answer a query, refuse, or record."""
     if func in _TEXT:
         t = args[0]
-        return describe(t) if isinstance(t, SymbolicTensor) else func(*args, **kwargs)
+        if not isinstance(t, SymbolicTensor):
+            return func(*args, **kwargs)
+        if current_graph() is not None:   # text made while tracing would be frozen
+            raise _needs_conversion("formatting as text (str, repr, f-string)")
+        return describe(t)
     if func in _CONCRETE:
         raise _needs_conversion(_CONCRETE[func])
     if func in _GETTERS:

@@ -81,8 +81,12 @@ def convert_function(fn):
     return run
 
 
+_CALLED: List[Any] = []     # user functions converted while the current trace ran
+
+
 def _recursive_converter(fn):
     """How ``tg.call`` converts a user function it meets; None when there is no source."""
+    _CALLED.append(fn)
     code = getattr(getattr(fn, "__func__", fn), "__code__", None)
     if code is not None and code.co_filename.startswith("<tograph generated"):
         return None                      # defined inside converted code: converted already
@@ -151,13 +155,15 @@ def _describe_change(names: List[str], old, new) -> str:
 
 # --------------------------------------------------------------------------- entries
 class _Traced:
-    """One input signature's graph, compiled; calling it runs the graph."""
+    """One input signature's graph, compiled; calling it runs the graph. ``guard``: the
+    Python state the trace read, which must still hold for the graph to be reused."""
 
-    def __init__(self, graph, optimized, executable, list_outputs):
+    def __init__(self, graph, optimized, executable, list_outputs, guard):
         self.graph = graph
         self.optimized = optimized
         self.executable = executable
         self.list_outputs = list_outputs
+        self.guard = guard
 
     def __call__(self, flat):
         out = self.executable(*[v for v in flat if isinstance(v, torch.Tensor)])
@@ -242,6 +248,9 @@ class GraphFunction:
     def __call__(self, *args, **kwargs):
         key, flat, spec = self._signature(args, kwargs)
         entry = self._entries.get(key)
+        if entry is not None and not isinstance(entry, _Fallback) and \
+                not entry.guard.still_holds():
+            entry = None              # a global, closure value or attribute it read changed
         if entry is None:
             entry = self._build(key, args, kwargs, flat, spec)
         if isinstance(entry, _Fallback):
@@ -310,6 +319,7 @@ class GraphFunction:
         sargs, skwargs = pytree.tree_unflatten(sym, spec)
         snapshot = Snapshot.take(target, sargs, skwargs)   # what the trace really receives
         take_converted()
+        del _CALLED[:]
         try:
             with tracing(graph):
                 out = converted(*sargs, **skwargs)
@@ -329,7 +339,10 @@ class GraphFunction:
         graph.outputs = outputs
         optimized = graph.optimize()
         executable = lower(optimized)
-        return _Traced(graph, optimized, executable, has_lists)
+        guard = Snapshot.take(target, (), {})
+        for fn in list(_CALLED):
+            guard.include(fn)
+        return _Traced(graph, optimized, executable, has_lists, guard)
 
     def __repr__(self) -> str:
         return f"<to_graph {getattr(self, '__qualname__', self._fn)!r}>"

@@ -1,4 +1,4 @@
-"""Detect Python side effects of a trace: state outside the function that it mutated.
+"""Python state a trace depends on: what it mutated (side effects), what it read (guards).
 
 A graph repeats tensor work on every call, but not Python work: a global counter bumped,
 a list of the caller's appended to, an attribute of ``self`` reassigned. Such a function
@@ -6,6 +6,11 @@ cannot be a graph. ``Snapshot.take`` records, one level deep, the state a functi
 reach -- the globals its code names, its closure cells, its arguments, and the object a
 bound method belongs to -- and ``changes()`` says what differs after tracing, so the
 front door can restore it and fall back to eager execution.
+
+The same record, taken after a successful trace, is the trace's *guard*: Python values
+read while tracing (a global ``SCALE``, a closure variable, ``self.p``) are baked into the
+graph, so ``Snapshot.still_holds()`` is checked before each run of a cached graph, and a
+changed value means tracing again, never a stale answer.
 """
 from __future__ import annotations
 
@@ -133,6 +138,31 @@ class Snapshot:
             if _state_of(obj) != state:
                 return f"the function mutates {label}"
         return ""
+
+    def still_holds(self) -> bool:
+        """Whether every recorded value is still the same object (same contents, one
+        level deep): the graph traced under this state is still the right one."""
+        for ns, name, value in self._globals:
+            if ns.get(name, _EMPTY) is not value:
+                return False
+        for name, cell, value in self._cells:
+            try:
+                if cell.cell_contents is not value:
+                    return False
+            except ValueError:
+                if value is not _EMPTY:
+                    return False
+        for label, obj, state, _ in self._objects:
+            if _state_of(obj) != state:
+                return False
+        return True
+
+    def include(self, fn) -> None:
+        """Also record the globals and closure of ``fn`` (a function the trace called)."""
+        other = Snapshot.take(fn, (), {})
+        self._globals += other._globals
+        self._cells += other._cells
+        self._objects += other._objects
 
     def restore(self) -> None:
         for ns, name, value in self._globals:

@@ -11,7 +11,7 @@ import builtins
 import contextlib
 
 from .. import graph_ops
-from ..errors import GraphError
+from ..errors import GraphError, TracingError
 from ..graph import node_count
 from ..symbolic import current_graph, dispatch_record, is_symbolic, tracing_error_count
 from ..source_info import format_location, user_location
@@ -35,7 +35,10 @@ def assert_stmt(test, msg_fn=None):
         if not test:
             raise AssertionError(msg_fn()) if msg_fn is not None else AssertionError()
         return None
-    message = msg_fn() if msg_fn is not None else None
+    try:
+        message = msg_fn() if msg_fn is not None else None
+    except TracingError:          # a message formatting tensors: known only at run time
+        message = None
     location = user_location()
     where = format_location(location)
     dispatch_record(graph_ops.assert_true, (test, where, message), {})
