@@ -1550,6 +1550,67 @@ def early_return_python_for_inside_tensor_while(x):
     return x[3], i, -1
 
 
+# ================================================================ batch 3: arithmetic corners
+XI = [T([-7, -3, -1, 0, 2, 5, 9]), T([7, -8, 3, -4, 1, -1, 100])]
+XF = [T([-7.0, -3.5, -1.0, 0.0, 2.0, 5.5, 9.0]), T([7.0, -8.0, 3.0, -4.0, 0.5, -0.5, 1.0])]
+
+
+@case((XI[0],), (XI[1],), cond=True)
+def floor_div_mod_negative_ints(x):
+    y = (x // 3) + (x % 3) * 10
+    if y.sum() > 0:
+        y = y - x // -2 + x % -4
+    return y
+
+
+@case((XF[0],), (XF[1],), cond=True)
+def float_mod_floordiv_fmod(x):
+    y = (x % 2.5) * 2 + x // 1.5 - torch.fmod(x, 2.0)
+    if y.max() > 3:
+        return y, y.min()
+    return -y, y.max()
+
+
+@case((XF[0],), (XF[1],), (T([200.0, 300.0, -1.0, 5.0, 0.0, 1.0, 2.0]),), cond=True)
+def small_int_wraparound(x):
+    y = x.to(torch.int8) * 100 + 50
+    z = x.to(torch.uint8) - 10
+    if (x > 100).any():
+        z = z * 3
+    return y, z, (x > 0) + (x < 0)
+
+
+@case((XF[0],), (XF[1],), cond=True)
+def inf_nan_in_branch(x):
+    a = x / 0 + 1
+    if torch.isnan(a).any():
+        b = torch.where(a != a, x, x * 2)
+    else:
+        b = a * 0
+    return a, (x * 0) / 0, b
+
+
+@case((XF[0],), (XF[1],), cond=True, loop=True)
+def int_float_promotion_in_loop(x):
+    i = x.long()
+    k = T(0)
+    acc = i * 0
+    while k < 3:
+        acc = acc + i // 2
+        k = k + 1
+    if acc.sum() > 0:
+        return acc * 2.5, i ** 2
+    return acc / 2, i ** 2
+
+
+@case((POS,), (NEG,), cond=True)
+def list_length_differs_between_branches(x):
+    items = [x]
+    if x.sum() > 0:
+        items.append(x * 2)
+    return len(items), items
+
+
 # ================================================================ the program table
 @pytest.mark.parametrize("fn,inputs,cond,loop", CASES)
 def test_program(fn, inputs, cond, loop):
@@ -1578,7 +1639,6 @@ def reads_global_tensor(x):
     return x - WEIGHT
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (silently wrong): Python state read while tracing is baked into the graph with no guard; changing it later is ignored (global float)")
 def test_global_python_scalar_changed_after_trace():
     global SCALE
     g = to_graph(reads_global_scale)
@@ -1606,7 +1666,6 @@ def test_global_tensor_mutated_in_place_after_trace():
             WEIGHT.copy_(T([1.0, 2.0, 3.0]))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (silently wrong): Python state read while tracing is baked into the graph with no guard; changing it later is ignored (global tensor rebound to a new object)")
 def test_global_tensor_rebound_after_trace():
     global WEIGHT
     g = to_graph(reads_global_tensor)
@@ -1634,7 +1693,6 @@ class Scaled(torch.nn.Module):
         return x
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (silently wrong): Python state read while tracing is baked into the graph with no guard; changing it later is ignored (nn.Module float/bool attribute)")
 def test_module_python_attribute_changed_after_trace():
     m = Scaled()
     g = to_graph(m)
@@ -1646,7 +1704,6 @@ def test_module_python_attribute_changed_after_trace():
         assert_same(g(NEG), m(NEG))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (silently wrong): Python state read while tracing is baked into the graph with no guard; changing it later is ignored (closure cell)")
 def test_closure_cell_changed_after_trace():
     k = 2.0
 
@@ -1671,19 +1728,23 @@ def prints_fstring(n):
     return i
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (silently wrong output): an f-string of a tensor "
-                   "inside a converted loop prints the symbolic placeholder "
-                   "'Tensor(\"i\", shape=(), dtype=torch.int64)' instead of the run-time value")
 def test_print_fstring_of_tensor_in_loop(capsys):
-    g = to_graph(prints_fstring, strict=True)
-    g(T(1))
-    capsys.readouterr()
-    for n in (T(3), T(0), T(5)):
-        prints_fstring(n)
-        exp = capsys.readouterr().out
-        g(n)
-        got = capsys.readouterr().out
-        assert got == exp, (got, exp)
+    """An f-string of a tensor is printed with its run-time value, or the function falls back."""
+    try:
+        to_graph(prints_fstring, strict=True)(T(1))
+    except ConversionError as e:
+        assert re.search(re.escape(THIS) + r":\d+", str(e)), str(e)
+    g = to_graph(prints_fstring)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        g(T(1))
+        capsys.readouterr()
+        for n in (T(3), T(0), T(5)):
+            prints_fstring(n)
+            exp = capsys.readouterr().out
+            g(n)
+            got = capsys.readouterr().out
+            assert got == exp, (got, exp)
 
 
 def grad_setitem_branch(w, x):
@@ -1752,3 +1813,97 @@ def test_default_mode_kind_mismatch(fn):
         assert_same(got, fn(x))
         fb = [w for w in rec if issubclass(w.category, FallbackWarning)]
         assert len(fb) <= (1 if i == 0 else 0)
+
+
+# ================================================================ batch 3: effects outside control flow
+NCALLS = 0
+
+
+def increments_global_every_call(x):
+    global NCALLS
+    NCALLS += 1
+    if x.sum() > 0:
+        return x * 2
+    return x
+
+
+def test_global_counter_outside_tensor_control_flow():
+    global NCALLS
+    g = to_graph(increments_global_every_call)
+    NCALLS = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        for x in (POS, NEG, POS):
+            assert_same(g(x), POS * 2 if x is POS else NEG)
+    assert NCALLS == 3
+
+
+def mutable_default_cache(x, cache=[]):  # noqa: B006 (on purpose)
+    cache.append(1)
+    if x.sum() > 0:
+        return x * len(cache)
+    return x
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (silently wrong): a mutable default argument "
+                   "(`cache=[]`, appended to on every call) is mutated only while tracing; later "
+                   "calls reuse the traced len(cache)")
+def test_mutable_default_argument():
+    exp = [mutable_default_cache(POS) for _ in range(3)]
+    mutable_default_cache.__defaults__[0].clear()
+    g = to_graph(mutable_default_cache)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        got = [g(POS) for _ in range(3)]
+    assert_same(got, exp)
+
+
+def counts_on_argument(x, obj):
+    obj.calls += 1
+    if x.sum() > 0:
+        return x * obj.calls
+    return x
+
+
+def test_argument_attribute_mutated_every_call():
+    g = to_graph(counts_on_argument)
+    oe, og = types.SimpleNamespace(calls=0), types.SimpleNamespace(calls=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        for x in (POS, NEG, POS):
+            assert_same(g(x, og), counts_on_argument(x, oe))
+    assert og.calls == oe.calls == 3
+
+
+def keys_differ_between_branches(x):
+    d = {}
+    if x.sum() > 0:
+        d["a"] = x
+    else:
+        d["b"] = x
+    return d
+
+
+def alias_inplace_in_loop(x):
+    y = x
+    i = T(0)
+    while i < 3:
+        x += 1
+        i = i + 1
+    return y
+
+
+@pytest.mark.parametrize("fn,xs", [(keys_differ_between_branches, (POS, NEG, POS)),
+                                   (alias_inplace_in_loop, (POS, NEG))],
+                         ids=["keys_differ", "alias_inplace_loop"])
+def test_default_mode_batch3(fn, xs):
+    g = to_graph(fn)
+    for i, x in enumerate(xs):
+        xe, xg = x.clone(), x.clone()
+        exp = fn(xe)
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            got = g(xg)
+        assert_same(got, exp)
+        assert_same(xg, xe, "caller's tensor")
+        assert len([w for w in rec if issubclass(w.category, FallbackWarning)]) <= (i == 0)
