@@ -110,20 +110,31 @@ def _fill_like(value):
     return pytree.tree_unflatten(filled, spec)
 
 
-def reconcile(a, b):
-    """Replace an unobservable value on one side by a placeholder shaped like the other."""
-    if _unobservable(a) and not _unobservable(b):
-        return _fill_like(b), b
-    if _unobservable(b) and not _unobservable(a):
-        return a, _fill_like(a)
+def zip_structures(a, b, fn):
+    """Walk two structures side by side; where ``fn(x, y)`` gives a pair, use it, else
+    descend into tuples/lists/dicts of the same shape. Returns the rebuilt pair."""
+    done = fn(a, b)
+    if done is not None:
+        return done
     if isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) == len(b) \
             and not hasattr(a, "_fields"):
-        pairs = [reconcile(x, y) for x, y in zip(a, b)]
+        pairs = [zip_structures(x, y, fn) for x, y in zip(a, b)]
         return type(a)(p[0] for p in pairs), type(b)(p[1] for p in pairs)
     if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
-        pairs = {k: reconcile(a[k], b[k]) for k in a}
+        pairs = {k: zip_structures(a[k], b[k], fn) for k in a}
         return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
     return a, b
+
+
+def reconcile(a, b):
+    """Replace an unobservable value on one side by a placeholder shaped like the other."""
+    def fill(x, y):
+        if _unobservable(x) and not _unobservable(y):
+            return _fill_like(y), y
+        if _unobservable(y) and not _unobservable(x):
+            return x, _fill_like(x)
+        return None
+    return zip_structures(a, b, fill)
 
 
 # --------------------------------------------------------------------------- subgraphs
@@ -312,32 +323,21 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
 def _grown_lists(then_g, then_tree, else_g, else_tree):
     """Lists of different lengths on the two paths (``append`` in one branch) become
     TensorLists, stacked inside each branch: their length is known only at run time."""
-    def walk(a, b):
-        if isinstance(a, list) and isinstance(b, list) and len(a) != len(b) and \
-                all(isinstance(v, (torch.Tensor, int, float)) for v in a + b):
-            like = (a + b)[0]
-            with building(then_g):
-                ta = stack_list(a, like)
-            with building(else_g):
-                tb = stack_list(b, like)
-            return ta, tb
-        if isinstance(a, TensorList) != isinstance(b, TensorList) and \
-                isinstance(a, (list, TensorList)) and isinstance(b, (list, TensorList)):
-            like = a if isinstance(a, TensorList) else b
-            with building(then_g):
-                ta = a if isinstance(a, TensorList) else stack_list(a, like)
-            with building(else_g):
-                tb = b if isinstance(b, TensorList) else stack_list(b, like)
-            return ta, tb
-        if isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) == len(b) \
-                and not hasattr(a, "_fields"):
-            pairs = [walk(x, y) for x, y in zip(a, b)]
-            return type(a)(p[0] for p in pairs), type(b)(p[1] for p in pairs)
-        if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
-            pairs = {k: walk(a[k], b[k]) for k in a}
-            return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
-        return a, b
-    return walk(then_tree, else_tree)
+    def stack(a, b):
+        listlike = (list, TensorList)
+        if not (isinstance(a, listlike) and isinstance(b, listlike)):
+            return None
+        if isinstance(a, TensorList) == isinstance(b, TensorList):
+            if isinstance(a, TensorList) or len(a) == len(b) or not all(
+                    isinstance(v, (torch.Tensor, int, float)) for v in a + b):
+                return None
+        like = next((v for v in (a, b) if isinstance(v, TensorList)), None) or (a + b)[0]
+        with building(then_g):
+            ta = a if isinstance(a, TensorList) else stack_list(a, like)
+        with building(else_g):
+            tb = b if isinstance(b, TensorList) else stack_list(b, like)
+        return ta, tb
+    return zip_structures(then_tree, else_tree, stack)
 
 
 def _describe_spec(spec) -> str:

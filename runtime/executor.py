@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from .graph import Graph, Node, iter_nodes, same_tuple
+from .graph import Graph, Node, iter_nodes, map_nodes, map_structure
 from .source_info import format_location
 
 _FILE_IDS = itertools.count(1)
@@ -42,18 +42,7 @@ class Executable:
 
 def _rebuild(structure, flat):
     it = iter(flat)
-
-    def walk(s):
-        if isinstance(s, _Slot):
-            return next(it)
-        if isinstance(s, tuple):
-            return same_tuple(s, [walk(v) for v in s])
-        if isinstance(s, list):
-            return [walk(v) for v in s]
-        if isinstance(s, dict):
-            return {k: walk(v) for k, v in s.items()}
-        return s
-    return walk(structure)
+    return map_structure(structure, lambda s: isinstance(s, _Slot), lambda s: next(it))
 
 
 class _Slot:
@@ -255,19 +244,7 @@ def lower(graph: Graph, inputs: Optional[Sequence[Node]] = None, outputs: Any = 
     inputs = list(graph.inputs if inputs is None else inputs)
     outputs = graph.outputs if outputs is None else outputs
     flat: List[Any] = []
-
-    def collect(s):
-        if isinstance(s, Node):
-            flat.append(s)
-            return _Slot()
-        if isinstance(s, tuple):
-            return same_tuple(s, [collect(v) for v in s])
-        if isinstance(s, list):
-            return [collect(v) for v in s]
-        if isinstance(s, dict):
-            return {k: collect(v) for k, v in s.items()}
-        return s
-    structure = collect(outputs)
+    structure = map_nodes(outputs, lambda n: flat.append(n) or _Slot())
     lowering = _Lowering()
     lowering.function(graph, name, inputs, flat, keep_effects)
     source = "\n".join(lowering.lines) + "\n"

@@ -36,19 +36,27 @@ def same_tuple(like: tuple, items) -> tuple:
     return type(like)(*items) if hasattr(like, "_fields") else type(like)(items)
 
 
+def map_structure(value: Any, is_leaf: Callable[[Any], bool], fn: Callable[[Any], Any]) -> Any:
+    """Rebuild nested tuples (kinds kept), lists, dicts and slices with ``fn`` applied to
+    each part for which ``is_leaf`` holds; other values stay as they are."""
+    def walk(v):
+        if is_leaf(v):
+            return fn(v)
+        if isinstance(v, tuple):
+            return same_tuple(v, [walk(x) for x in v])
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, slice):
+            return slice(walk(v.start), walk(v.stop), walk(v.step))
+        return v
+    return walk(value)
+
+
 def map_nodes(value: Any, fn: Callable[["Node"], Any]) -> Any:
     """Rebuild a nested tuple/list/dict/slice structure with ``fn`` applied to its nodes."""
-    if isinstance(value, Node):
-        return fn(value)
-    if isinstance(value, tuple):
-        return same_tuple(value, [map_nodes(v, fn) for v in value])
-    if isinstance(value, list):
-        return [map_nodes(v, fn) for v in value]
-    if isinstance(value, dict):
-        return {k: map_nodes(v, fn) for k, v in value.items()}
-    if isinstance(value, slice):
-        return slice(map_nodes(value.start, fn), map_nodes(value.stop, fn), map_nodes(value.step, fn))
-    return value
+    return map_structure(value, lambda v: isinstance(v, Node), fn)
 
 
 def iter_nodes(value: Any) -> Iterator["Node"]:

@@ -23,7 +23,7 @@ from torch.overrides import TorchFunctionMode
 
 from . import graph_ops
 from .errors import GraphError, TracingError
-from .graph import Graph, Node, map_nodes
+from .graph import Graph, Node, map_nodes, map_structure
 from .meta import TensorMeta, meta_empty
 from .ops import is_impure, is_inplace, op_name
 from .shape_inference import infer
@@ -191,26 +191,8 @@ def _symbolic_leaves(value) -> List[SymbolicTensor]:
 def to_node(graph: Graph, value: Any) -> Any:
     """Replace symbolic tensors by (captured) nodes and concrete tensors by constants."""
     def leaf(v):
-        if isinstance(v, SymbolicTensor):
-            return graph.capture(v._node)
-        if isinstance(v, torch.Tensor):
-            return graph.constant(v)
-        return v
-
-    def walk(v):
-        if isinstance(v, torch.Tensor):
-            return leaf(v)
-        if isinstance(v, tuple):
-            items = tuple(walk(x) for x in v)
-            return type(v)(*items) if hasattr(v, "_fields") else items
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        if isinstance(v, dict):
-            return {k: walk(x) for k, x in v.items()}
-        if isinstance(v, slice):
-            return slice(walk(v.start), walk(v.stop), walk(v.step))
-        return v
-    return walk(value)
+        return graph.capture(v._node) if isinstance(v, SymbolicTensor) else graph.constant(v)
+    return map_structure(value, lambda v: isinstance(v, torch.Tensor), leaf)
 
 
 # ------------------------------------------------------------------------- dispatch

@@ -26,6 +26,7 @@ import runtime
 from runtime import operators as tg
 from runtime.errors import GraphError
 from runtime.executor import lower
+from runtime.graph import map_structure
 from runtime.meta import TensorMeta
 from runtime.operators.iterables import TensorList
 from runtime.operators.special_values import Undefined, UndefinedReturn
@@ -178,16 +179,8 @@ class _ListOut:
 
 
 def _unstack_lists(out):
-    if isinstance(out, _ListResult):
-        return list(out.tensor.unbind(0))
-    if isinstance(out, tuple):
-        items = tuple(_unstack_lists(v) for v in out)
-        return type(out)(*items) if hasattr(out, "_fields") else items
-    if isinstance(out, list):
-        return [_unstack_lists(v) for v in out]
-    if isinstance(out, dict):
-        return {k: _unstack_lists(v) for k, v in out.items()}
-    return out
+    return map_structure(out, lambda v: isinstance(v, _ListResult),
+                         lambda v: list(v.tensor.unbind(0)))
 
 
 class _ListResult(tuple):
@@ -353,26 +346,18 @@ def _output_structure(graph, out):
     from runtime.symbolic import building, to_node
     has_lists = []
 
-    def walk(v):
+    def leaf(v):
         if isinstance(v, UndefinedReturn):
             return None
         if isinstance(v, Undefined):
             raise GraphError(f"the result holds variable {v.name!r}, which is not defined")
         if isinstance(v, TensorList):
             has_lists.append(True)
-            return _ListResult((walk(v.stack),))
-        if isinstance(v, torch.Tensor):
-            with building(graph):
-                return to_node(graph, v)
-        if isinstance(v, tuple):
-            items = tuple(walk(x) for x in v)
-            return type(v)(*items) if hasattr(v, "_fields") else items
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        if isinstance(v, dict):
-            return {k: walk(x) for k, x in v.items()}
-        return v
-    return walk(out), bool(has_lists)
+            return _ListResult((leaf(v.stack),))
+        with building(graph):
+            return to_node(graph, v)
+    special = (UndefinedReturn, Undefined, TensorList, torch.Tensor)
+    return map_structure(out, lambda v: isinstance(v, special), leaf), bool(has_lists)
 
 
 def _param_names(fn) -> List[str]:
