@@ -32,6 +32,19 @@ _NUMBER = (bool, int, float)
 _MAX_RETRACES = 6
 
 
+def dtype_kind(dtype: torch.dtype) -> str:
+    """bool, int, float or complex: what Python number a 0-d tensor of it stands for."""
+    if dtype == torch.bool:
+        return "bool"
+    if dtype.is_complex:
+        return "complex"
+    return "float" if dtype.is_floating_point else "int"
+
+
+class KindChange(BranchMismatchError):
+    """A Python number would become a tensor of another kind (an int turning float)."""
+
+
 def python_number_dtype(value) -> torch.dtype:
     if isinstance(value, bool):
         return torch.bool
@@ -238,7 +251,7 @@ def _merge_leaf(a, b, name: str, where: str):
     if ma is None or mb is None:
         number, meta = (a, mb) if ma is None else (b, ma)
         if isinstance(number, _NUMBER) and \
-                torch.promote_types(python_number_dtype(number), meta.dtype) == meta.dtype:
+                dtype_kind(python_number_dtype(number)) == dtype_kind(meta.dtype):
             return "tensor", meta.join(TensorMeta((), meta.dtype))
         raise BranchMismatchError(
             f"{where}: {name} is {_kind(a)} on one path and {_kind(b)} on the other")
@@ -493,6 +506,12 @@ def _widen(slot: Slot, new, widenable: bool, name: str, where: str) -> Optional[
             else:
                 raise BranchMismatchError(
                     f"{where}: loop variable {name} changes from {_kind(slot.const)} to {_kind(new)}")
+            if dtype_kind(dtype) != dtype_kind(python_number_dtype(slot.const)):
+                raise KindChange(
+                    f"{where}: loop variable {name} starts as {_kind(slot.const)} and becomes "
+                    f"{_kind(new)} in the loop; if the loop ran zero times Python would return "
+                    f"the {type(slot.const).__name__}. Start it as a number of the same kind "
+                    f"(e.g. 0.0 rather than 0)")
             meta = TensorMeta((), dtype)
             if new_meta is not None:
                 meta = TensorMeta((), dtype).join(TensorMeta(new_meta.shape, dtype)) \
@@ -512,6 +531,13 @@ def _widen(slot: Slot, new, widenable: bool, name: str, where: str) -> Optional[
                 f"{where}: loop variable {name} changes from a tensor to {_kind(new)}")
     if new_meta.dtype != slot.meta.dtype:
         dtype = torch.promote_types(slot.meta.dtype, new_meta.dtype)
+        if widenable and dtype == new_meta.dtype and \
+                dtype_kind(dtype) != dtype_kind(slot.meta.dtype):
+            raise KindChange(
+                f"{where}: loop variable {name} starts as a Python "
+                f"{dtype_kind(slot.meta.dtype)} and becomes a {new_meta.dtype} tensor in the "
+                f"loop; if the loop ran zero times Python would return the "
+                f"{dtype_kind(slot.meta.dtype)}. Start it as a number of the same kind")
         if not widenable or dtype != new_meta.dtype:
             raise BranchMismatchError(
                 f"{where}: loop variable {name} changes dtype from {slot.meta.dtype} to "

@@ -209,8 +209,9 @@ def _needs_conversion(what: str) -> TracingError:
     loc = user_location()
     return TracingError(
         f"{format_location(loc)}: {what} of a symbolic tensor: its value is only known when "
-        f"the graph runs. Tensor-dependent Python control flow needs conversion "
-        f"(decorate the function with @to_graph, or use runtime.cond / runtime.while_loop)")
+        f"the graph runs. Tensor-dependent Python control flow needs conversion: @to_graph "
+        f"converts if/while/for/and/or/not and the builtins len/range/int/float/min/max, but "
+        f"not this use (in a graph built by hand: runtime.cond / runtime.while_loop)")
 
 
 def _size(t: SymbolicTensor, func, args):

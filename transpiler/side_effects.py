@@ -89,6 +89,11 @@ class Snapshot:
                     value = _EMPTY
                 snap._cells.append((name, cell, value))
                 snap._watch(f"closure variable {name!r}", value)
+        for i, default in enumerate(getattr(func, "__defaults__", None) or ()):
+            snap._watch(f"default argument #{i} (a mutable default shared by all calls)",
+                        default)
+        for name, default in (getattr(func, "__kwdefaults__", None) or {}).items():
+            snap._watch(f"default of argument {name!r} (shared by all calls)", default)
         owner = getattr(fn, "__self__", None)
         if owner is not None:
             snap._watch("an attribute of the object the method belongs to", owner)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from ..control_flow import graph_mark, staged_cond, staged_while
+from ..control_flow import KindChange, graph_mark, staged_cond, staged_while
 from ..errors import BranchMismatchError, GraphError
 from ..graph import Graph
 from ..source_info import format_location, user_location
@@ -126,16 +126,20 @@ def _staged_for(source, extra_test, body, state, names):
     full_names = ("index",) + tuple(names)
     try:
         full = _prepare_state(loop_body, full, full_names, location, "for")
-    except _NeedsPeel as peel:
+        out = staged_while(loop_test, loop_body, full, names=full_names, location=location)
+    except (_NeedsPeel, KindChange) as problem:
+        # a variable first assigned in the loop, or a number the loop turns into a tensor
+        # of another kind: fine if the loop surely runs once -- unroll that iteration
         if not isinstance(n, int):
-            raise _first_assigned(location, peel.name) from None
+            raise problem if isinstance(problem, KindChange) else \
+                _first_assigned(location, problem.name) from None
         if extra_test is not None and not _truthy_python(extra_test(*unwrap_state(state))):
             return unwrap_state(state)
         full = loop_body(*full)                          # the first iteration, unrolled
         if n == 1:
             return unwrap_state(full[1:])
         full = _prepare_state(loop_body, full, full_names, location, "for")
-    out = staged_while(loop_test, loop_body, full, names=full_names, location=location)
+        out = staged_while(loop_test, loop_body, full, names=full_names, location=location)
     return unwrap_state(tuple(out[1:]))
 
 

@@ -220,7 +220,6 @@ def float64_branch(x):
     return y, y.dtype == torch.float64
 
 
-@case((POS,), (NEG,), cond=True)
 def branch_reassigns_python_then_tensor(x):
     k = 2
     if x.sum() > 0:
@@ -662,8 +661,7 @@ def decorated_helper(x):
 
 
 @case((POS,), (NEG,), cond=True,
-      xfail="BUG (silently wrong): a functools.wraps decorator is dropped: the callee is "
-      "converted from __wrapped__, so the wrapper's `* 2` never happens")
+      )
 def calls_wrapped_function(x):
     return decorated_helper(x) + 1
 
@@ -714,9 +712,6 @@ def builtin_min_with_python(x):
     return min(x.sum(), 3.0), max(-1.0, x.max())
 
 
-@case((POS,), (NEG,), cond=None,
-      xfail="BUG (silently wrong kind): max(1, x.max()) returns Python int 1 in eager, the "
-      "graph returns float32 tensor(1.) (int branch promoted instead of mismatch/fallback)")
 def builtin_max_python_int_vs_float_tensor(x):
     return max(1, x.max())
 
@@ -1255,10 +1250,6 @@ def test_runtime_index_error_in_while_names_line():
 
 
 # ================================================================ batch 2: more programs
-@case((T(0.5), T(3)), (T(0.5), T(0)), (T(-1.0), T(2)), loop=True,
-      xfail="BUG (silently wrong kind): `s = 0` then `s = s + x_float` in a tensor loop: with 0 "
-      "iterations eager returns int 0, the graph float32 0. (int loop var silently promoted, "
-      "whereas None -> tensor is rejected with a clear error)")
 def python_int_accumulator_becomes_float(x, n):
     s = 0
     i = T(0)
@@ -1319,8 +1310,6 @@ def if_compare_eq_true(x):
     return x * 0
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (silently wrong): to_graph on a functools.wraps-"
-                   "decorated function converts __wrapped__ and drops the wrapper")
 def test_to_graph_on_wraps_decorated_function():
     check(decorated_helper, (POS,), (NEG,))
 
@@ -1845,9 +1834,6 @@ def mutable_default_cache(x, cache=[]):  # noqa: B006 (on purpose)
     return x
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (silently wrong): a mutable default argument "
-                   "(`cache=[]`, appended to on every call) is mutated only while tracing; later "
-                   "calls reuse the traced len(cache)")
 def test_mutable_default_argument():
     exp = [mutable_default_cache(POS) for _ in range(3)]
     mutable_default_cache.__defaults__[0].clear()
@@ -1907,3 +1893,27 @@ def test_default_mode_batch3(fn, xs):
         assert_same(got, exp)
         assert_same(xg, xe, "caller's tensor")
         assert len([w for w in rec if issubclass(w.category, FallbackWarning)]) <= (i == 0)
+
+
+# A Python number on one path and a tensor of another kind (int vs float) on the other:
+# the contract asks for the same dtype on every path, so strict mode gives a clear error
+# naming the variable, and default mode runs eagerly (never a silently changed kind).
+@pytest.mark.parametrize("fn,args,word", [
+    (builtin_max_python_int_vs_float_tensor, (NEG,), None),
+    (python_int_accumulator_becomes_float, (T(0.5), T(3)), "s"),
+    (branch_reassigns_python_then_tensor, (POS,), "k"),
+], ids=["max_int_vs_float", "int_accumulator_float", "branch_int_then_float"])
+def test_kind_change_is_a_clear_error(fn, args, word):
+    with pytest.raises(ConversionError) as info:
+        to_graph(fn, strict=True)(*args)
+    text = str(info.value)
+    assert THIS in text, text
+    if word:
+        assert f"'{word}'" in text, text
+    g = to_graph(fn)
+    for inputs in (args, tuple(-a if a.is_floating_point() else a for a in args)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = g(*inputs)
+        assert_same(out, fn(*inputs))
+        assert len([w for w in caught if issubclass(w.category, FallbackWarning)]) <= 1

@@ -9,9 +9,12 @@ from transpiler.pyct import origin
 
 
 def _source_lines(fn):
-    filename = inspect.getsourcefile(fn) or fn.__code__.co_filename
+    # by code object: inspect would follow ``__wrapped__`` (functools.wraps) to the function
+    # a decorator wraps, and we would convert that instead of the wrapper that really runs
+    code = fn.__code__
+    filename = inspect.getsourcefile(code) or code.co_filename
     try:
-        lines, first = inspect.getsourcelines(fn)
+        lines, first = inspect.getsourcelines(code)
     except (OSError, TypeError) as e:
         raise ConversionError(
             f'source code of {fn.__qualname__!r} is not available ({e}); functions defined '
