@@ -22,8 +22,8 @@ from ..errors import GraphError
 from ..source_info import format_location, user_location
 from ..symbolic import contains_symbolic, current_graph, is_symbolic
 from .effects import print_
-from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicZip, TensorList,
-                        is_symbolic_iterable, length_of)
+from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicReversed, SymbolicZip,
+                        TensorList, is_symbolic_iterable, length_of)
 from .logical import ifexp
 
 _CONVERTER: list = [None]          # fn -> converted fn, or None when it cannot be converted
@@ -122,6 +122,7 @@ _SYMBOLIC_BUILTINS = {
     builtins.range: lambda *a: SymbolicRange(*a),
     builtins.enumerate: lambda x, start=0: SymbolicEnumerate(x, start),
     builtins.zip: lambda *xs: SymbolicZip(*xs),
+    builtins.reversed: lambda x: SymbolicReversed(x),
     builtins.int: _int,
     builtins.float: _float,
     builtins.bool: _bool,
@@ -133,7 +134,7 @@ _SYMBOLIC_BUILTINS = {
 }
 
 
-_ITERATION_BUILTINS = {builtins.range, builtins.enumerate, builtins.zip}
+_ITERATION_BUILTINS = {builtins.range, builtins.enumerate, builtins.zip, builtins.reversed}
 
 
 def _has_symbolic(args, kwargs) -> bool:

@@ -79,6 +79,19 @@ class SymbolicZip:
         return tuple(s.item(i) for s in self.sources)
 
 
+class SymbolicReversed:
+    """``reversed(...)`` of a tensor, a symbolic range or a list built in a tensor loop."""
+
+    def __init__(self, source):
+        self.source = as_source(source)
+
+    def length(self):
+        return self.source.length()
+
+    def item(self, i):
+        return self.source.item(self.source.length() - 1 - i)
+
+
 class _TensorSource:
     def __init__(self, tensor):
         self.tensor = tensor
@@ -105,8 +118,8 @@ class _RangeSource:
 
 def as_source(value):
     """An object with ``length()``/``item(i)`` for a tensor ``for`` loop, or None."""
-    if isinstance(value, (SymbolicRange, SymbolicEnumerate, SymbolicZip, TensorList,
-                          _TensorSource, _RangeSource)):
+    if isinstance(value, (SymbolicRange, SymbolicEnumerate, SymbolicZip, SymbolicReversed,
+                          TensorList, _TensorSource, _RangeSource)):
         return value
     if isinstance(value, torch.Tensor):
         return _TensorSource(value)
@@ -121,4 +134,4 @@ def as_source(value):
 
 def is_symbolic_iterable(value) -> bool:
     return is_symbolic(value) or isinstance(
-        value, (SymbolicRange, SymbolicEnumerate, SymbolicZip, TensorList))
+        value, (SymbolicRange, SymbolicEnumerate, SymbolicZip, SymbolicReversed, TensorList))

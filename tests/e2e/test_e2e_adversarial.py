@@ -448,8 +448,7 @@ def return_list_filtered_rows(x):
     return out
 
 
-@case((T(4),), (T(1),), loop=True,
-      xfail="BUG: reversed(range(n_tensor)): TypeError 'SymbolicRange' object is not reversible")
+@case((T(4),), (T(1),), loop=True)
 def reversed_range_tensor(n):
     s = T(0)
     for i in reversed(range(n)):
