@@ -44,7 +44,7 @@ def main():
     print(to_code(scale_or_flip))
 
     print("=== converted: the graph holds both branches in a cond node ===")
-    graph = converted.graph(inputs["positive"], w)
+    graph = converted.graph(inputs["ones"], w)
     print(graph)
     ops = [n.op for n in graph.nodes]
     print(f"\ntop-level ops: {ops}")

@@ -1,0 +1,17 @@
+"""The README's first command runs examples/tour.py: every example must run and say so."""
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_tour_runs_every_example():
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "tour.py")],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "tour complete: 2 examples ran" in out, out[-2000:]
+    assert 'Tensor("matmul_1", shape=(2, 2), dtype=torch.float32)' in out  # static: a node
+    assert "= cond " in out and "= while " in out          # dynamic_branch: the graph
+    assert out.count("-> match") == 3, out[-2000:]
