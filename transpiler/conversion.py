@@ -20,6 +20,7 @@ from transpiler.converters import asserts
 from transpiler.converters import base
 from transpiler.converters import break_statements
 from transpiler.converters import call_trees
+from transpiler.converters import comprehensions
 from transpiler.converters import conditional_expressions
 from transpiler.converters import continue_statements
 from transpiler.converters import control_flow
@@ -35,7 +36,7 @@ from transpiler.pyct import naming
 from transpiler.pyct import origin
 from transpiler.pyct import parser
 
-BEFORE_ANALYSIS = (unsupported, functions, call_trees, asserts, try_statements,
+BEFORE_ANALYSIS = (unsupported, comprehensions, functions, call_trees, asserts, try_statements,
                    return_statements, break_statements, continue_statements)
 AFTER_ANALYSIS = (control_flow, loops, conditional_expressions, logical)
 

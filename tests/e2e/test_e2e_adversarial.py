@@ -692,9 +692,7 @@ def star_unpack_call(x, y):
     return takes_star(*args, c=2.0)
 
 
-@case((M,), (M2,), cond=True,
-      xfail="BUG: lambdas created in a list comprehension are not converted (bool() of a "
-      "symbolic tensor at the lambda line)")
+@case((M,), (M2,), cond=True)
 def lambdas_in_list(x):
     fs = [lambda v, k=k: v * k if v.sum() > 0 else v - k for k in range(3)]
     return [f(x[i]) for i, f in enumerate(fs)]
