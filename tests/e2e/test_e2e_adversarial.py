@@ -146,9 +146,7 @@ def ternary_in_ternary_python_float(x):
     return s * 2 if s > 1 else (s - 1 if s < 0 else 3.0)
 
 
-@case((POS,), (NEG,), (T([0.5, 0.0, 0.0]),), cond=True,
-      xfail="BUG: `c and a or b` with a bool c and float a/b raises BranchMismatchError "
-      "(the inner `and` mixes bool/float) although the whole expression is always float")
+@case((POS,), (NEG,), (T([0.5, 0.0, 0.0]),), cond=True)
 def and_or_operand_values(x):
     s = x.sum()
     r = s > 1 and s * 2 or s - 1

@@ -157,7 +157,7 @@ def logic(a, b, c):
 def test_logical_and_ternary():
     _golden(logic, '''
         def logic(a, b, c):
-            return (tg.or_(tg.and_(a, (lambda : b)), (lambda : tg.not_(c))), tg.and_((a < b), (lambda : (b < c))), tg.ifexp(b, (lambda : a), (lambda : c)))
+            return (tg.ifexp(a, (lambda : tg.or_(b, (lambda : tg.not_(c)))), (lambda : tg.not_(c))), tg.and_((a < b), (lambda : (b < c))), tg.ifexp(b, (lambda : a), (lambda : c)))
     ''')
 
 

@@ -1,11 +1,14 @@
 """``and``/``or``/``not`` and comparison chains -> ``tg.and_``/``tg.or_``/``tg.not_``.
 
     a and b and c  ->  tg.and_(a, lambda: b, lambda: c)      (short-circuit, returns an operand)
+    a and b or c   ->  tg.ifexp(a, lambda: tg.or_(b, lambda: c), lambda: c)
     not x          ->  tg.not_(x)
     a < b < c      ->  tg.and_(a < b, lambda: b < c)         (b evaluated once: a walrus
                                                               temporary when b is not a name
                                                               or constant)
 """
+import copy
+
 import gast
 
 from transpiler.converters import base
@@ -17,9 +20,25 @@ _lazy = base.thunk
 class LogicalTransformer(base.Transformer):
 
     def visit_BoolOp(self, node):
+        if isinstance(node.op, gast.Or) and isinstance(node.values[0], gast.BoolOp) and \
+                isinstance(node.values[0].op, gast.And):
+            return self._and_or(node)
         node = self.generic_visit(node)
         op = 'and_' if isinstance(node.op, gast.And) else 'or_'
         return self._call(op, [node.values[0]] + [_lazy(v) for v in node.values[1:]], node)
+
+    def _and_or(self, node):
+        """``A and R or D`` (the pre-ternary idiom) -> ``(R or D) if A else D``: the same
+        value for Python operands, and on tensors each path yields R-or-D's operand rather
+        than the bool A, so the paths agree in dtype."""
+        first = node.values[0]
+        rest = first.values[1:]
+        r = rest[0] if len(rest) == 1 else gast.BoolOp(op=gast.And(), values=rest)
+        d = node.values[1] if len(node.values) == 2 else \
+            gast.BoolOp(op=gast.Or(), values=node.values[1:])
+        r_or_d = gast.BoolOp(op=gast.Or(), values=[r, copy.deepcopy(d)])
+        test = self.visit(first.values[0])
+        return self._call('ifexp', [test, _lazy(self.visit(r_or_d)), _lazy(self.visit(d))], node)
 
     def visit_UnaryOp(self, node):
         node = self.generic_visit(node)
