@@ -1,3 +1,4 @@
+import pytest
 """Shared checks for the acceptance suite: converted function vs eager, graph structure."""
 import collections
 import warnings
@@ -95,3 +96,20 @@ def check_structure(g, args, cond, loop):
     counts = op_counts(g.graph(*_clone(args)))
     assert (counts["cond"] > 0) == cond, f"cond nodes: {counts['cond']} (expected {cond})"
     assert (counts["while"] > 0) == loop, f"while nodes: {counts['while']} (expected {loop})"
+
+
+def case_collector(cond=None, loop=None):
+    """``(cases, case)``: a list of pytest params and the decorator that fills it.
+
+    ``@case(*inputs, cond=..., loop=..., xfail="BUG: ...")`` registers a program with the
+    argument tuples to run it on; cond/loop: True/False = the graph must (not) hold
+    cond/while nodes, None = not checked (defaults given here)."""
+    cases = []
+
+    def case(*inputs, cond=cond, loop=loop, xfail=None):
+        def deco(fn):
+            marks = [pytest.mark.xfail(strict=True, reason=xfail)] if xfail else []
+            cases.append(pytest.param(fn, inputs, cond, loop, id=fn.__name__, marks=marks))
+            return fn
+        return deco
+    return cases, case

@@ -11,21 +11,12 @@ import warnings
 import pytest
 import torch
 
-from e2e_helpers import _clone, assert_same, check, op_counts
+from e2e_helpers import _clone, assert_same, check, op_counts, case_collector
 from transpiler import ConversionError, FallbackWarning, to_graph
 
 T = torch.tensor
 THIS = os.path.basename(__file__)
-CASES = []
-
-
-def case(*inputs, cond=None, loop=None, xfail=None):
-    """cond/loop: True/False = must (not) hold cond/while nodes; None = not checked."""
-    def deco(fn):
-        marks = [pytest.mark.xfail(strict=True, reason=xfail)] if xfail else []
-        CASES.append(pytest.param(fn, inputs, cond, loop, id=fn.__name__, marks=marks))
-        return fn
-    return deco
+CASES, case = case_collector(cond=None, loop=None)
 
 
 M = T([[1.0, 2.0], [3.0, -4.0], [0.5, 0.5], [-2.0, 1.0]])

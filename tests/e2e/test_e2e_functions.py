@@ -5,19 +5,11 @@ import functools
 import pytest
 import torch
 
-from e2e_helpers import assert_same, check, check_structure, op_counts
+from e2e_helpers import assert_same, check, check_structure, op_counts, case_collector
 from transpiler import to_graph
 
 T = torch.tensor
-CASES = []
-
-
-def case(*inputs, cond=False, loop=False, xfail=None):
-    def deco(fn):
-        marks = [pytest.mark.xfail(strict=True, reason=xfail)] if xfail else []
-        CASES.append(pytest.param(fn, inputs, cond, loop, id=fn.__name__, marks=marks))
-        return fn
-    return deco
+CASES, case = case_collector(cond=False, loop=False)
 
 
 POS = T([1.0, 2.0, 3.0])

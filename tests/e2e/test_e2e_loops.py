@@ -4,18 +4,10 @@ import types
 import pytest
 import torch
 
-from e2e_helpers import check, check_structure
+from e2e_helpers import check, check_structure, case_collector
 
 T = torch.tensor
-CASES = []
-
-
-def case(*inputs, cond=False, loop, xfail=None):
-    def deco(fn):
-        marks = [pytest.mark.xfail(strict=True, reason=xfail)] if xfail else []
-        CASES.append(pytest.param(fn, inputs, cond, loop, id=fn.__name__, marks=marks))
-        return fn
-    return deco
+CASES, case = case_collector(cond=False, loop=None)
 
 
 M = T([[1.0, 2.0], [3.0, -4.0], [0.5, 0.5], [-2.0, 1.0]])
