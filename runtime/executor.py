@@ -52,16 +52,19 @@ class _Slot:
 def _located(e: Exception) -> Exception:
     """The same kind of error, naming the failing node's op and user source line."""
     tb = e.__traceback__
-    node = None
+    node = generated = None
     while tb is not None:
-        lines = _LINE_NODES.get(tb.tb_frame.f_code.co_filename)
+        filename = tb.tb_frame.f_code.co_filename
+        lines = _LINE_NODES.get(filename)
         if lines is not None and tb.tb_lineno in lines:
             node = lines[tb.tb_lineno]
+            text = linecache.getline(filename, tb.tb_lineno).strip()
+            generated = f"{filename}:{tb.tb_lineno}: {text}"
         tb = tb.tb_next
     if node is None or getattr(e, "_tograph_located", False):
         return e
     msg = (f"{format_location(node.location)}: error in graph op {node.op!r} "
-           f"(node %{node.name}): {e}")
+           f"(node %{node.name}): {e}\n  generated code: {generated}")
     try:
         new = type(e)(msg)
     except Exception:
