@@ -9,7 +9,8 @@
 
 This package never imports ``transpiler``.
 """
-from .control_flow import cond, while_loop
+from .control_flow import cond
+from .while_loop import while_loop
 from .errors import (BranchMismatchError, FeedError, GraphError, GraphLoadError,
                      TracingError)
 from .graph import Graph, Node

@@ -1,7 +1,7 @@
 """Copy a graph (and its subgraphs) node by node: the starting point of every rewrite."""
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional
+from typing import Dict, Optional
 
 from .graph import Graph, Node, map_nodes
 

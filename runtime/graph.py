@@ -15,10 +15,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import re
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from .meta import meta_text
-from .source_info import Location, format_location
+from .source_info import Location
 
 _IDENT = re.compile(r"[^0-9a-zA-Z_]")
 _NODES_ADDED = [0]

@@ -5,7 +5,6 @@ Purity matters to the optimizer: CSE and DCE never merge or drop an impure node
 """
 from __future__ import annotations
 
-import torch
 
 # Random operations: each run must draw new numbers.
 RANDOM = {

@@ -23,7 +23,7 @@ from torch.overrides import TorchFunctionMode
 
 from . import graph_ops
 from .errors import GraphError, TracingError
-from .graph import Graph, Node, map_nodes, map_structure
+from .graph import Graph, Node, map_structure
 from .meta import TensorMeta, meta_empty
 from .ops import is_impure, is_inplace, op_name
 from .shape_inference import infer

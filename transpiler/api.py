@@ -31,7 +31,7 @@ from runtime.meta import TensorMeta
 from runtime.operators.iterables import TensorList
 from runtime.operators.special_values import Undefined, UndefinedReturn
 from runtime.source_info import register_source_map
-from runtime.symbolic import SymbolicTensor, tracing, wrap_node
+from runtime.symbolic import tracing, wrap_node
 from runtime.tensor_list import take_converted
 
 from . import conversion

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import types
-from typing import Any, Dict, List, Tuple
+from typing import Any, List, Tuple
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None))
 

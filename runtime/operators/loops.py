@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from ..control_flow import KindChange, graph_mark, staged_cond, staged_while
+from ..control_flow import staged_cond
+from ..subgraphs import KindChange
+from ..while_loop import graph_mark, staged_while
 from ..errors import BranchMismatchError, GraphError
 from ..graph import Graph
 from ..source_info import format_location, user_location

@@ -7,7 +7,7 @@ it, so a tensor branch that returns pairs with a placeholder on the other side.
 """
 from __future__ import annotations
 
-from ..control_flow import Unobservable
+from ..subgraphs import Unobservable
 
 
 class Undefined:

@@ -8,7 +8,6 @@ from transpiler.analysis import activity
 from transpiler.errors import ConversionError
 from transpiler.pyct import anno
 from transpiler.pyct import naming
-from transpiler.pyct import origin as origin_lib
 from transpiler.pyct import templates
 
 _COMPS = (gast.ListComp, gast.SetComp, gast.DictComp, gast.GeneratorExp)

@@ -1,0 +1,289 @@
+"""Tracing Python functions into the child graphs of ``cond`` and ``while`` nodes.
+
+Shared by ``control_flow`` (cond) and ``while_loop``: the values flowing in and out of a
+subgraph as pytrees (``Slot``s: tensor inputs or Python constants), tracing a function on
+placeholders, setting a subgraph's outputs, aligning the values that branches capture
+from enclosing graphs, and merging what two paths produce (``_merge_leaf``): the rules by
+which a Python number may become a 0-d tensor (same kind only), shapes generalize to
+dynamic dimensions, and values no path can observe (``Unobservable``) get placeholders.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import torch
+import torch.utils._pytree as pytree
+
+from .errors import BranchMismatchError, GraphError
+from .graph import Graph, Node
+from .meta import TensorMeta, meta_empty
+from .symbolic import (SymbolicTensor, building, current_graph, rebound_mark,
+                       restore_rebound, to_node, wrap_node)
+
+_NUMBER = (bool, int, float)
+_MAX_RETRACES = 6
+
+
+def dtype_kind(dtype: torch.dtype) -> str:
+    """bool, int, float or complex: what Python number a 0-d tensor of it stands for."""
+    if dtype == torch.bool:
+        return "bool"
+    if dtype.is_complex:
+        return "complex"
+    return "float" if dtype.is_floating_point else "int"
+
+
+class KindChange(BranchMismatchError):
+    """A Python number would become a tensor of another kind (an int turning float)."""
+
+
+def python_number_dtype(value) -> torch.dtype:
+    if isinstance(value, bool):
+        return torch.bool
+    if isinstance(value, int):
+        return torch.int64
+    return torch.get_default_dtype()
+
+
+def _leaf_meta(value) -> Optional[TensorMeta]:
+    if isinstance(value, Fill):
+        return value.meta
+    if isinstance(value, SymbolicTensor):
+        return value._node.meta
+    if isinstance(value, torch.Tensor):
+        return TensorMeta.of(value)
+    return None
+
+
+def _leaf_name(names: Optional[Sequence[str]], spec, index: int) -> str:
+    if names is not None and index < len(names):
+        return repr(names[index])
+    return f"#{index}"
+
+
+def _example(value) -> Optional[torch.Tensor]:
+    if isinstance(value, Fill):
+        return value.example
+    if isinstance(value, torch.Tensor):
+        with torch._C.DisableTorchFunction():
+            return meta_empty(value.shape, value.dtype)
+    return None
+
+
+def _owner_graph(*values) -> Graph:
+    graph = current_graph()
+    if graph is not None:
+        return graph
+    for leaf in pytree.tree_leaves(values):
+        if isinstance(leaf, SymbolicTensor):
+            return leaf._node.graph.root
+    raise GraphError("no graph to record control flow into")
+
+
+# --------------------------------------------------------------------------- unobservable
+class Unobservable:
+    """Base of values that no path can read (the return value before any ``return``).
+
+    When one path of a cond or loop has such a value and another path a real one, the
+    real one wins, and the unobservable side gets a zero placeholder of the same type."""
+
+    __tograph_unobservable__ = True
+
+
+class Fill:
+    """A zero tensor of ``meta``, made inside the subgraph whose output it stands for."""
+
+    def __init__(self, meta: TensorMeta, example=None):
+        self.meta = meta
+        self.example = example
+
+    def make(self) -> torch.Tensor:
+        shape = [2 if d is None else d for d in (self.meta.shape or ())] \
+            if self.example is None else list(self.example.shape)
+        return torch.zeros(shape, dtype=self.meta.dtype)
+
+
+def _unobservable(v) -> bool:
+    return getattr(type(v), "__tograph_unobservable__", False)
+
+
+def _fill_like(value):
+    """``value``'s structure, tensors replaced by zero ``Fill``s, Python values kept."""
+    leaves, spec = pytree.tree_flatten(value)
+    filled = [Fill(_leaf_meta(v), _example(v)) if _leaf_meta(v) is not None else v
+              for v in leaves]
+    return pytree.tree_unflatten(filled, spec)
+
+
+def zip_structures(a, b, fn):
+    """Walk two structures side by side; where ``fn(x, y)`` gives a pair, use it, else
+    descend into tuples/lists/dicts of the same shape. Returns the rebuilt pair."""
+    done = fn(a, b)
+    if done is not None:
+        return done
+    if isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) == len(b) \
+            and not hasattr(a, "_fields"):
+        pairs = [zip_structures(x, y, fn) for x, y in zip(a, b)]
+        return type(a)(p[0] for p in pairs), type(b)(p[1] for p in pairs)
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+        pairs = {k: zip_structures(a[k], b[k], fn) for k in a}
+        return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
+    return a, b
+
+
+def reconcile(a, b):
+    """Replace an unobservable value on one side by a placeholder shaped like the other."""
+    def fill(x, y):
+        if _unobservable(x) and not _unobservable(y):
+            return _fill_like(y), y
+        if _unobservable(y) and not _unobservable(x):
+            return x, _fill_like(x)
+        return None
+    return zip_structures(a, b, fill)
+
+
+# --------------------------------------------------------------------------- subgraphs
+@dataclass
+class Slot:
+    """One leaf of the values flowing into a subgraph: a tensor input or a Python constant."""
+    meta: Optional[TensorMeta]      # None: a Python constant passed as is
+    const: Any = None
+    example: Any = None
+
+
+def _trace(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec,
+           names=None) -> Tuple[Graph, list, Any]:
+    """Trace ``fn`` on placeholders for the tensor slots; returns (graph, out leaves, spec)."""
+    sub, out = _trace_tree(parent, label, fn, slots, spec, names)
+    out_leaves, out_spec = pytree.tree_flatten(out)
+    return sub, out_leaves, out_spec
+
+
+def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec, names=None):
+    """Trace ``fn`` on placeholders for the tensor slots; returns (graph, its result)."""
+    sub = Graph(parent=parent, name=label)
+    leaves = []
+    labels = list(names) if names is not None and len(names) == len(slots) else \
+        ["arg"] * len(slots)
+    mark = rebound_mark()
+    try:
+        with building(sub):
+            for i, slot in enumerate(slots):
+                if slot.meta is None:
+                    leaves.append(slot.const)
+                else:
+                    ph = sub.placeholder(slot.meta, name=_clean(labels[i]))
+                    leaves.append(wrap_node(ph, slot.example))
+            out = fn(*pytree.tree_unflatten(leaves, spec))
+    finally:
+        restore_rebound(mark, sub)
+    return sub, out
+
+
+def _finish(sub: Graph, leaves: list, as_tensor: List[Optional[torch.dtype]]) -> None:
+    """Set a subgraph's outputs: the leaves that are graph values, as nodes of ``sub``."""
+    outs = []
+    with building(sub):
+        for leaf, dtype in zip(leaves, as_tensor):
+            if dtype is None:
+                continue
+            if isinstance(leaf, Fill):
+                leaf = leaf.make()
+            if not isinstance(leaf, torch.Tensor):
+                leaf = torch.tensor(leaf, dtype=dtype)
+            elif leaf.dtype != dtype:
+                leaf = leaf.to(dtype)
+            outs.append(to_node(sub, leaf))
+    sub.outputs = tuple(outs)
+
+
+def _align_captures(subs: Sequence[Graph]) -> List[Node]:
+    """Give every subgraph the same captured inputs, in one order; return the outer values."""
+    union: List[Node] = []
+    seen = set()
+    for sub in subs:
+        for outer, _ in sub.captures:
+            if id(outer) not in seen:
+                seen.add(id(outer))
+                union.append(outer)
+    for sub in subs:
+        for outer in union:
+            sub.capture(outer)
+        order = {id(outer): i for i, outer in enumerate(union)}
+        inner_of = {id(inner): order[id(outer)] for outer, inner in sub.captures}
+        explicit = [n for n in sub.nodes if n.op == "placeholder" and id(n) not in inner_of]
+        captured = sorted((n for n in sub.nodes if id(n) in inner_of), key=lambda n: inner_of[id(n)])
+        rest = [n for n in sub.nodes if n.op != "placeholder"]
+        sub.nodes = explicit + captured + rest
+        sub.captures.sort(key=lambda pair: order[id(pair[0])])
+    return union
+
+
+def _merge_leaf(a, b, name: str, where: str):
+    """How a leaf that two paths produce leaves the construct.
+
+    Returns ("const", value) when both are the same Python value, or ("tensor", meta)
+    for a graph output (Python numbers become 0-d tensors).
+    """
+    ma, mb = _leaf_meta(a), _leaf_meta(b)
+    undefined = [getattr(v, "__tograph_undefined__", False) for v in (a, b)]
+    if undefined[0] != undefined[1]:
+        raise BranchMismatchError(
+            f"{where}: variable {name} is assigned on only one path of tensor-dependent "
+            f"control flow and used after it; define it on every path (e.g. assign it "
+            f"before the `if`)")
+    if ma is None and mb is None:
+        if type(a) is type(b) and (a is b or (_is_plain(a) and a == b)):
+            return "const", a
+        if isinstance(a, _NUMBER) and isinstance(b, _NUMBER) and type(a) is type(b):
+            dtype = python_number_dtype(a)
+            return "tensor", TensorMeta((), dtype)
+        raise BranchMismatchError(
+            f"{where}: {name} is {_kind(a)} on one path and {_kind(b)} on the other")
+    if ma is None or mb is None:
+        number, meta = (a, mb) if ma is None else (b, ma)
+        if isinstance(number, _NUMBER) and \
+                dtype_kind(python_number_dtype(number)) == dtype_kind(meta.dtype):
+            return "tensor", meta.join(TensorMeta((), meta.dtype))
+        raise BranchMismatchError(
+            f"{where}: {name} is {_kind(a)} on one path and {_kind(b)} on the other")
+    if ma.dtype != mb.dtype:
+        raise BranchMismatchError(
+            f"{where}: {name} has dtype {ma.dtype} on one path and {mb.dtype} on the other")
+    return "tensor", ma.join(mb)
+
+
+def _is_plain(v) -> bool:
+    return v is None or isinstance(v, (bool, int, float, complex, str, bytes, torch.dtype,
+                                       torch.device, type(Ellipsis)))
+
+
+def _kind(v) -> str:
+    if getattr(v, "__tograph_undefined__", False):
+        return "undefined"
+    meta = _leaf_meta(v)
+    if meta is not None:
+        return f"a {str(meta)} tensor"
+    return f"{type(v).__name__} {v!r}" if _is_plain(v) else f"a {type(v).__name__}"
+
+
+def _clean(name: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in str(name)).strip("_") or "arg"
+
+def _check_pred(pred: SymbolicTensor, where: str) -> None:
+    meta = pred._node.meta
+    if meta.shape is not None and meta.is_static and int(torch.Size(meta.shape).numel()) != 1:
+        raise GraphError(f"{where}: the condition has shape {tuple(meta.shape)}; Boolean value "
+                         f"of a tensor with more than one value is ambiguous")
+
+
+def _describe_spec(spec) -> str:
+    return str(spec).replace("\n", "").replace("  ", "")
+
+
+
+
+def _has_effects(*graphs: Graph) -> bool:
+    """Whether running these subgraphs does something besides computing their outputs."""
+    return any(node.impure for g in graphs for node in g.walk())

@@ -1,0 +1,221 @@
+"""``while_loop``: Python iteration while the test is a Python value, one ``while`` node
+from the moment it is symbolic.
+
+Loop variables keep their dtype (a Python number may widen within its kind); a shape that
+changes across iterations becomes a dynamic dimension. The body is traced again until the
+loop-carried types settle.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+import torch.utils._pytree as pytree
+
+from .errors import BranchMismatchError, GraphError
+from .meta import TensorMeta, meta_empty
+from .source_info import format_location, user_location
+from .subgraphs import (_MAX_RETRACES, _NUMBER, Fill, KindChange, Slot, _align_captures,
+                        _check_pred, _describe_spec, _example, _finish, _has_effects,
+                        _is_plain, _kind, _leaf_meta, _leaf_name, _owner_graph, _trace,
+                        _trace_tree, _unobservable, dtype_kind, python_number_dtype,
+                        reconcile)
+from .symbolic import (SymbolicTensor, building, current_graph, is_symbolic,
+                       record_tuple_outputs, to_node)
+
+
+def while_loop(cond_fn: Callable, body_fn: Callable, loop_vars, names=None):
+    """Repeat ``loop_vars = body_fn(*loop_vars)`` while ``cond_fn(*loop_vars)``.
+
+    Returns the final loop variables (a tuple, or the same structure as given). A single
+    ``while`` node when the condition is symbolic; Python iteration otherwise (switching
+    to a ``while`` node as soon as the condition becomes symbolic).
+    """
+    as_tuple = isinstance(loop_vars, (tuple, list))
+    state = tuple(loop_vars) if as_tuple else (loop_vars,)
+    graph, mark = graph_mark(state)
+    test = cond_fn(*state)
+    while not is_symbolic(test):
+        if not test:
+            return _as_given(state, loop_vars, as_tuple)
+        state = _as_state(body_fn(*state), len(state))
+        graph, mark = graph_mark(state)
+        test = cond_fn(*state)
+    if graph is not None and test._node.graph is graph:
+        graph.rollback(mark)          # the test is traced again inside the loop
+    owner = current_graph() or test._node.graph.root
+    result = staged_while(cond_fn, body_fn, state, names, graph=owner)
+    return _as_given(result, loop_vars, as_tuple)
+
+
+def graph_mark(state):
+    """The graph ops on ``state`` record into, and a rollback mark in it (or None, 0)."""
+    graph = current_graph()
+    if graph is None:
+        symbolic = [v for v in pytree.tree_leaves(state) if isinstance(v, SymbolicTensor)]
+        graph = symbolic[0]._node.graph.root if symbolic else None
+    return graph, (graph.mark() if graph is not None else 0)
+
+
+def _as_state(out, n: int) -> tuple:
+    if n == 1 and not isinstance(out, tuple):
+        return (out,)
+    return tuple(out)
+
+
+def _as_given(state, loop_vars, as_tuple):
+    if not as_tuple:
+        return state[0]
+    return list(state) if isinstance(loop_vars, list) else tuple(state)
+
+
+def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None, graph=None):
+    """Trace ``cond_fn``/``body_fn`` into a ``while`` node; returns the final state tuple."""
+    location = location or user_location()
+    where = format_location(location)
+    graph = graph or _owner_graph(state)
+    body = lambda *s: _as_state(body_fn(*s), len(state))  # noqa: E731
+    for _ in range(_MAX_RETRACES):       # settle unobservable initial values first
+        flat, spec = pytree.tree_flatten(state)
+        slots = [Slot(_leaf_meta(v), None if _leaf_meta(v) else v, _example(v)) for v in flat]
+        body_g, out_tree = _trace_tree(graph, "body", body, slots, spec, names)
+        new_state, _ = reconcile(state, out_tree)
+        if _same_tree(new_state, state):
+            break
+        body_g.forget_all()
+        state = new_state
+    widenable = [_leaf_meta(v) is None or isinstance(v, Fill) for v in flat]
+    for _ in range(_MAX_RETRACES):
+        out, out_spec = pytree.tree_flatten(reconcile(state, out_tree)[1])
+        if out_spec != spec:
+            raise BranchMismatchError(
+                f"{where}: the loop body changes the structure of the loop variables: "
+                f"{_describe_spec(spec)} -> {_describe_spec(out_spec)}")
+        changed = False
+        for i, (slot, new) in enumerate(zip(slots, out)):
+            wider = _widen(slot, new, widenable[i], _leaf_name(names, spec, i), where)
+            if wider is not None:
+                slots[i] = wider
+                changed = True
+        if not changed:
+            break
+        body_g.forget_all()
+        body_g, out_tree = _trace_tree(graph, "body", body, slots, spec, names)
+    else:
+        raise GraphError(f"{where}: the loop variables' types did not settle")
+    cond_g, test_out, _ = _trace(graph, "cond", lambda *s: cond_fn(*s), slots, spec, names)
+    test_leaves = pytree.tree_leaves(test_out)
+    if len(test_leaves) != 1:
+        raise GraphError(f"{where}: the loop condition must be a single value")
+    test = test_leaves[0]
+    if is_symbolic(test):
+        _check_pred(test, where)
+    dtypes = [None if s.meta is None else s.meta.dtype for s in slots]
+    _finish(body_g, out, dtypes)
+    _finish(cond_g, [test], [test._node.meta.dtype if is_symbolic(test) else torch.bool])
+    captured = _align_captures([cond_g, body_g])
+    with building(graph):
+        init = []
+        for v, slot in zip(flat, slots):
+            if slot.meta is None:
+                continue
+            if isinstance(v, Fill) or _unobservable(v):
+                v = Fill(slot.meta, slot.example).make()
+            if not isinstance(v, torch.Tensor):
+                v = torch.tensor(v, dtype=slot.meta.dtype)
+            elif v.dtype != slot.meta.dtype:
+                v = v.to(slot.meta.dtype)
+            init.append(to_node(graph, v))
+    metas = tuple(s.meta for s in slots if s.meta is not None)
+    node = graph.add_node("while", None, tuple(init) + tuple(captured), meta=metas,
+                          attrs={"n_vars": len(init)}, subgraphs=[cond_g, body_g],
+                          location=location, impure=_has_effects(cond_g, body_g))
+    examples = [s.example for s in slots if s.meta is not None]
+    outs = iter(record_tuple_outputs(node, metas, examples))
+    leaves = [next(outs) if s.meta is not None else s.const for s in slots]
+    return pytree.tree_unflatten(leaves, spec)
+
+
+
+
+def _same_tree(a, b) -> bool:
+    la, sa = pytree.tree_flatten(a)
+    lb, sb = pytree.tree_flatten(b)
+    return sa == sb and all(x is y for x, y in zip(la, lb))
+
+
+def _widen(slot: Slot, new, widenable: bool, name: str, where: str) -> Optional[Slot]:
+    """A more general slot if the body's output for it does not fit; else None."""
+    new_meta = _leaf_meta(new)
+    if slot.meta is None and _unobservable(slot.const):
+        if _unobservable(new):
+            return None
+        if new_meta is not None:
+            return Slot(new_meta, None, _example(new))
+        if isinstance(new, _NUMBER):
+            return Slot(TensorMeta((), python_number_dtype(new)), None,
+                        meta_empty((), python_number_dtype(new)))
+        return Slot(None, new)
+    if slot.meta is None:
+        if new_meta is None and (new is slot.const or (_is_plain(new) and new == slot.const
+                                                       and type(new) is type(slot.const))):
+            return None
+        if isinstance(slot.const, _NUMBER):
+            dtype = python_number_dtype(slot.const)
+            if new_meta is not None:
+                dtype = torch.promote_types(dtype, new_meta.dtype)
+            elif isinstance(new, _NUMBER):
+                dtype = torch.promote_types(dtype, python_number_dtype(new))
+            else:
+                raise BranchMismatchError(
+                    f"{where}: loop variable {name} changes from {_kind(slot.const)} to {_kind(new)}")
+            if dtype_kind(dtype) != dtype_kind(python_number_dtype(slot.const)):
+                raise KindChange(
+                    f"{where}: loop variable {name} starts as {_kind(slot.const)} and becomes "
+                    f"{_kind(new)} in the loop; if the loop ran zero times Python would return "
+                    f"the {type(slot.const).__name__}. Start it as a number of the same kind "
+                    f"(e.g. 0.0 rather than 0)")
+            meta = TensorMeta((), dtype)
+            if new_meta is not None:
+                meta = TensorMeta((), dtype).join(TensorMeta(new_meta.shape, dtype)) \
+                    if new_meta.shape != () else meta
+            return Slot(meta, None, meta_empty(() if meta.shape is None else
+                                               [2 if d is None else d for d in meta.shape], dtype))
+        raise BranchMismatchError(
+            f"{where}: loop variable {name} changes from {_kind(slot.const)} to {_kind(new)}")
+    if new_meta is None:
+        if isinstance(new, _NUMBER):
+            dtype = torch.promote_types(slot.meta.dtype, python_number_dtype(new))
+            if dtype == slot.meta.dtype:
+                return None
+            new_meta = TensorMeta((), dtype)
+        else:
+            raise BranchMismatchError(
+                f"{where}: loop variable {name} changes from a tensor to {_kind(new)}")
+    if new_meta.dtype != slot.meta.dtype:
+        dtype = torch.promote_types(slot.meta.dtype, new_meta.dtype)
+        if widenable and dtype == new_meta.dtype and \
+                dtype_kind(dtype) != dtype_kind(slot.meta.dtype):
+            raise KindChange(
+                f"{where}: loop variable {name} starts as a Python "
+                f"{dtype_kind(slot.meta.dtype)} and becomes a {new_meta.dtype} tensor in the "
+                f"loop; if the loop ran zero times Python would return the "
+                f"{dtype_kind(slot.meta.dtype)}. Start it as a number of the same kind")
+        if not widenable or dtype != new_meta.dtype:
+            raise BranchMismatchError(
+                f"{where}: loop variable {name} changes dtype from {slot.meta.dtype} to "
+                f"{new_meta.dtype} in the loop body")
+        joined = TensorMeta(slot.meta.shape, dtype).join(TensorMeta(new_meta.shape, dtype))
+        return Slot(joined, None, meta_empty(_hint(joined, slot.example), dtype))
+    joined = slot.meta.join(new_meta)
+    if joined == slot.meta:
+        return None
+    return Slot(joined, None, meta_empty(_hint(joined, slot.example), joined.dtype))
+
+
+def _hint(meta: TensorMeta, example) -> list:
+    if meta.shape is None:
+        return list(example.shape) if example is not None else [2]
+    if example is not None and example.dim() == len(meta.shape):
+        return [e if d is None else d for e, d in zip(example.shape, meta.shape)]
+    return [2 if d is None else d for d in meta.shape]
