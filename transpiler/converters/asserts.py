@@ -2,6 +2,7 @@
 import gast
 
 from transpiler.converters import base
+from transpiler.pyct import origin
 
 
 class AssertTransformer(base.Transformer):
@@ -10,7 +11,7 @@ class AssertTransformer(base.Transformer):
         node = self.generic_visit(node)
         msg = base.thunk(node.msg) if node.msg is not None else gast.Constant(value=None, kind=None)
         stmt = gast.Expr(value=base.tg_call('assert_stmt', [node.test, msg], node))
-        base.origin_lib.inherit(stmt, node)
+        origin.inherit(stmt, node)
         return stmt
 
 
