@@ -1,357 +1,28 @@
-"""Save and load graphs: one self-contained file, no pickle, no code run when loading.
-
-File layout (all integers little-endian)::
-
-    b"TOGRAPH\\0"  u32 version  u32 flags(0)  u64 json_length   -- 24-byte header
-    JSON document (UTF-8, json_length bytes)                   -- the graph tree
-    tensor data (raw little-endian bytes of every constant tensor, back to back)
-
-The JSON document is ``{"format", "version", "graph", "tensors", "data_bytes"}``. A graph
-is ``{"name", "nodes", "outputs", "captures"}``; a node is ``{"name", "op", "target",
-"args", "kwargs", "attrs", "meta", "location", "impure", "subgraphs"}``. Values are JSON
-scalars (str, int, finite float, bool, null), arrays for lists, and one-key tagged
-objects for everything else: ``{"tuple": [...]}``, ``{"dict": [[k, v], ...]}``,
-``{"slice": [start, stop, step]}``, ``{"ellipsis": null}``, ``{"float": "nan"}``,
-``{"complex": [re, im]}``, ``{"dtype": "float32"}``, ``{"device": "cpu"}``,
-``{"layout": "strided"}``, ``{"memory_format": "contiguous_format"}``,
-``{"pytype": "float"}``, ``{"namedtuple": [type name, [fields], [items]]}``,
-``{"node": name}`` (a value of the same graph) and ``{"tensor": index}``. A tensor entry
-records dtype, shape, requires_grad, whether it was a Parameter, and its byte range in the
-data section.
-
-A node's target is saved as a qualified name ("torch.matmul", "torch.Tensor.__add__",
-"torch.Tensor.T.__get__", "runtime.graph_ops.dim_size"). Loading resolves names only
-through an allow-list: the operations torch's ``__torch_function__`` protocol reports
-(``torch.overrides``), less a few that call Python callables or unpickle, plus the
-functions in ``runtime.graph_ops.REGISTRY``. Nothing is imported or looked up by an
-arbitrary name, and a loaded graph is checked (structure, then ``verify``) before it is
-returned: a malformed, truncated or tampered file raises ``GraphLoadError``.
-"""
+"""Loading graphs: ``_Reader`` rebuilds a graph tree from the JSON document and the tensor
+data, checking structure as it goes (``_Bad`` / ``_expect``), and ``loads`` / ``load`` check
+the header, run the reader, then verify the graph, raising ``GraphLoadError`` on any fault."""
 from __future__ import annotations
 
 import json
+import keyword
 import math
 import operator
 import os
-import struct
-import sys
-import keyword
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from . import graph_ops
-from .errors import GraphError, GraphLoadError
-from .graph import Graph, Node
-from .meta import TensorMeta
-
-MAGIC = b"TOGRAPH\x00"
-VERSION = 1
-_HEADER = struct.Struct("<8sIIQ")
-FORMAT = "tograph-graph"
+from ..errors import GraphError, GraphLoadError
+from ..graph import Graph, Node
+from ..meta import TensorMeta
+from .format import _HEADER, _MAX_DEPTH, _PYTYPES, FORMAT, MAGIC, VERSION
+from .targets import _enum_table, resolve_target
 
 # ops the executor interprets itself: no target
 _BUILTIN_OPS = {"placeholder", "constant", "get", "cond", "while"}
-_MAX_DEPTH = 256
-
-# Overridable operations a loaded graph must never call: they call Python callables
-# given as arguments, register hooks, or unpickle/produce callables.
-_DENIED = {
-    "torch.Tensor.apply_", "torch.Tensor.map_", "torch.Tensor.map2_",
-    "torch.Tensor.register_hook", "torch.Tensor.register_post_accumulate_grad_hook",
-    "torch.Tensor.__reduce_ex__", "torch.Tensor.__setstate__", "torch.Tensor.module_load",
-    "torch.Tensor._backward_hooks.__get__", "torch.Tensor._post_accumulate_grad_hooks.__get__",
-    "torch.Tensor.grad_fn.__get__", "torch.Tensor._grad_fn.__get__",
-    "torch.Tensor.__deepcopy__", "torch.Tensor.share_memory_",
-}
-
-# functions of runtime.graph_ops that are helpers (decorators), not graph targets
-_GRAPH_OPS_HELPERS = {"register", "effect"}
-
-# Operations torch.overrides lists as "ignored" (no tensor argument to dispatch on, or
-# deprecated wrappers) that tracing still records: factories seen by the tracing
-# TorchFunctionMode, ``Tensor.new_*``. They only build tensors.
-_ALSO_ALLOWED = {f"torch.{n}" for n in (
-    "tensor", "as_tensor", "scalar_tensor", "zeros", "ones", "full", "empty", "empty_strided",
-    "empty_permuted", "arange", "range", "linspace", "logspace", "eye", "rand", "rand_like",
-    "randn", "randn_like", "randint", "randint_like", "randperm", "normal", "tril_indices",
-    "triu_indices", "vander", "bartlett_window", "blackman_window", "hamming_window",
-    "hann_window", "kaiser_window", "fill", "as_strided", "result_type", "promote_types",
-    "can_cast", "fft.fftfreq", "fft.rfftfreq", "functional.broadcast_shapes",
-    "Tensor.new_tensor", "Tensor.new_zeros", "Tensor.new_ones", "Tensor.new_full",
-    "Tensor.new_empty", "Tensor.new_empty_strided", "Tensor.unflatten", "Tensor.stride",
-    "nn.functional.sigmoid", "nn.functional.tanh", "nn.functional.hardsigmoid",
-    "nn.functional.hardswish", "nn.functional.upsample", "nn.functional.upsample_bilinear",
-    "nn.functional.upsample_nearest")}
-
-_PYTYPES = {"bool": bool, "int": int, "float": float, "complex": complex}
 
 
-# --------------------------------------------------------------------------- name tables
-def _named_values(kind) -> Dict[str, Any]:
-    """``{"float32": torch.float32, ...}`` for every torch attribute of type ``kind``."""
-    table = {}
-    for value in vars(torch).values():
-        if isinstance(value, kind):
-            table.setdefault(str(value).replace("torch.", ""), value)
-    return table
 
-
-_TABLES: Dict[str, Any] = {}
-
-
-def _enum_table(kind: str) -> Dict[str, Any]:
-    if kind not in _TABLES:
-        _TABLES[kind] = _named_values({"dtype": torch.dtype, "layout": torch.layout,
-                                       "memory_format": torch.memory_format}[kind])
-    return _TABLES[kind]
-
-
-def _torch_targets() -> Tuple[Dict[str, Callable], Dict[Any, str]]:
-    """(name -> callable, callable -> name) for the torch operations a graph may call.
-
-    Built once: torch's testing overrides (every function ``__torch_function__`` can
-    report), the in-place public functions torch lists as overridable, and the factories
-    in ``_ALSO_ALLOWED``, named by the namespace torch indexes them under."""
-    if "targets" in _TABLES:
-        return _TABLES["targets"]
-    from torch import overrides
-    try:
-        _, index = overrides._get_overridable_functions()
-    except Exception:       # a torch without the private index: name by namespace
-        index = {}
-        for namespace, funcs in overrides.get_overridable_functions().items():
-            prefix = getattr(namespace, "__name__", None)
-            if prefix is None:
-                continue
-            prefix = "torch.Tensor" if namespace is torch.Tensor else prefix
-            for func in funcs:
-                index.setdefault(func, f"{prefix}.{getattr(func, '__name__', '?')}")
-    ignored = set(overrides.get_ignored_functions())
-    allowed = list(overrides.get_testing_overrides())
-    for func, name in index.items():
-        last = name.rsplit(".", 1)[-1]
-        if name in _ALSO_ALLOWED and not isinstance(func, type):
-            allowed.append(func)
-            continue
-        if isinstance(func, type) or func in ignored or name.endswith(".__set__"):
-            continue
-        if last.endswith("_") and not last.startswith("_") and \
-                name.startswith(("torch.", "torch.nn.functional.", "torch.nn.init.")):
-            allowed.append(func)
-    by_name: Dict[str, Callable] = {}
-    by_fn: Dict[Any, str] = {}
-    for func in allowed:
-        name = index.get(func)
-        if name is None:
-            fname = getattr(func, "__name__", None)
-            if fname and getattr(torch, fname, None) is func:
-                name = f"torch.{fname}"
-        if name is None or name in _DENIED or name in by_name:
-            continue
-        by_name[name] = func
-        try:
-            by_fn.setdefault(func, name)
-        except TypeError:   # unhashable callable: cannot be looked up anyway
-            pass
-    _TABLES["targets"] = (by_name, by_fn)
-    return by_name, by_fn
-
-
-def _graph_op_targets() -> Dict[str, Callable]:
-    """The functions of ``runtime.graph_ops``: public module functions and the registry."""
-    table = {}
-    for name, value in vars(graph_ops).items():
-        if callable(value) and not name.startswith("_") and \
-                getattr(value, "__module__", None) == graph_ops.__name__ and \
-                not isinstance(value, type) and name not in _GRAPH_OPS_HELPERS:
-            table[f"runtime.graph_ops.{name}"] = value
-    table.update(graph_ops.REGISTRY)
-    return table
-
-
-def target_name(target: Callable) -> Optional[str]:
-    """The saved name of a node target, or None when it is not an allowed operation."""
-    for name, fn in _graph_op_targets().items():
-        if fn is target:
-            return name
-    _, by_fn = _torch_targets()
-    try:
-        return by_fn.get(target)
-    except TypeError:
-        return None
-
-
-def resolve_target(name: str) -> Optional[Callable]:
-    """The allowed callable a saved name stands for, or None."""
-    if not isinstance(name, str):
-        return None
-    fn = _graph_op_targets().get(name)
-    if fn is not None:
-        return fn
-    return _torch_targets()[0].get(name)
-
-
-# --------------------------------------------------------------------------- save
-class _Writer:
-    def __init__(self):
-        self.tensors: List[dict] = []
-        self.chunks: List[bytes] = []
-        self.offset = 0
-        self._seen: Dict[int, int] = {}
-
-    def tensor(self, t: torch.Tensor, where: str) -> int:
-        key = id(t)
-        if key in self._seen:
-            return self._seen[key]
-        from .symbolic import SymbolicTensor
-        if isinstance(t, SymbolicTensor):
-            raise GraphError(f"{where}: holds the symbolic tensor {t._node.name!r} instead of "
-                             f"its node")
-        with torch._C.DisableTorchFunction():
-            return self._tensor(t, where, key)
-
-    def _tensor(self, t: torch.Tensor, where: str, key: int) -> int:
-        if t.is_sparse or t.is_quantized or t.layout != torch.strided or t.is_nested:
-            raise GraphError(f"{where}: cannot save a {t.layout} / quantized / nested tensor")
-        if t.device.type == "meta":
-            raise GraphError(f"{where}: cannot save a tensor on the meta device (it has no data)")
-        if sys.byteorder != "little":
-            raise GraphError("saving graphs is only supported on little-endian machines")
-        data = t.detach().to("cpu").resolve_conj().resolve_neg().contiguous()
-        raw = data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b""
-        entry = {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
-                 "offset": self.offset, "nbytes": len(raw),
-                 "requires_grad": bool(t.requires_grad),
-                 "parameter": isinstance(t, torch.nn.Parameter)}
-        self.tensors.append(entry)
-        self.chunks.append(raw)
-        self.offset += len(raw)
-        self._seen[key] = len(self.tensors) - 1
-        return self._seen[key]
-
-    # values ----------------------------------------------------------------------------
-    def value(self, v: Any, graph: Graph, where: str, depth: int = 0) -> Any:
-        if depth > _MAX_DEPTH:
-            raise GraphError(f"{where}: value nested too deeply to save")
-        rec = lambda x: self.value(x, graph, where, depth + 1)   # noqa: E731
-        if isinstance(v, Node):
-            if v.graph is not graph:
-                raise GraphError(f"{where}: refers to %{v.name}, which is not a value of "
-                                 f"graph {graph.name!r}")
-            return {"node": v.name}
-        if v is None or isinstance(v, (bool, str)):
-            return v
-        if isinstance(v, int):
-            return int(v)
-        if isinstance(v, float):
-            return float(v) if math.isfinite(v) else {"float": repr(float(v))}
-        if isinstance(v, complex):
-            return {"complex": [rec(v.real), rec(v.imag)]}
-        if v is Ellipsis:
-            return {"ellipsis": None}
-        if isinstance(v, torch.dtype):
-            return {"dtype": str(v).replace("torch.", "")}
-        if isinstance(v, torch.device):
-            return {"device": str(v)}
-        if isinstance(v, torch.layout):
-            return {"layout": str(v).replace("torch.", "")}
-        if isinstance(v, torch.memory_format):
-            return {"memory_format": str(v).replace("torch.", "")}
-        if isinstance(v, type) and v in _PYTYPES.values():
-            return {"pytype": v.__name__}
-        if isinstance(v, torch.Tensor):
-            return {"tensor": self.tensor(v, where)}
-        if isinstance(v, slice):
-            return {"slice": [rec(v.start), rec(v.stop), rec(v.step)]}
-        if isinstance(v, tuple):
-            if hasattr(v, "_fields"):
-                cls = type(v)
-                return {"namedtuple": [f"{cls.__module__}.{cls.__qualname__}",
-                                       list(v._fields), [rec(x) for x in v]]}
-            if type(v) is not tuple and not isinstance(v, torch.Size):
-                # structseq (torch.return_types.*): no _fields
-                cls = type(v)
-                if cls.__module__ == "torch.return_types":
-                    return {"namedtuple": [f"torch.return_types.{cls.__name__}", None,
-                                           [rec(x) for x in v]]}
-            return {"tuple": [rec(x) for x in v]}
-        if isinstance(v, list):
-            return [rec(x) for x in v]
-        if isinstance(v, dict):
-            return {"dict": [[rec(k), rec(x)] for k, x in v.items()]}
-        if type(v).__module__ == "numpy" and hasattr(v, "item"):
-            return rec(v.item())
-        raise GraphError(f"{where}: cannot save a value of type {type(v).__name__}")
-
-    def meta(self, m: Any, where: str) -> Any:
-        if m is None:
-            return None
-        if isinstance(m, TensorMeta):
-            shape = None if m.shape is None else [None if d is None else int(d) for d in m.shape]
-            return {"shape": shape, "dtype": str(m.dtype).replace("torch.", "")}
-        if isinstance(m, (tuple, list)):
-            return [self.meta(x, where) for x in m]
-        raise GraphError(f"{where}: cannot save a meta of type {type(m).__name__}")
-
-    # graphs ----------------------------------------------------------------------------
-    def graph(self, g: Graph) -> dict:
-        nodes = []
-        for node in g.nodes:
-            where = f"node %{node.name} ({node.op})"
-            if node.target is None:
-                target = None
-            else:
-                target = target_name(node.target)
-                if target is None:
-                    raise GraphError(f"cannot save {where}: its target {node.target!r} is not "
-                                     f"a torch operation or a registered runtime.graph_ops "
-                                     f"function")
-            attrs = {}
-            for key, value in node.attrs.items():
-                if not key.startswith("_"):
-                    attrs[key] = self.value(value, g, f"{where}, attribute {key!r}")
-            loc = node.location
-            nodes.append({
-                "name": node.name, "op": node.op, "target": target,
-                "args": [self.value(a, g, where) for a in node.args],
-                "kwargs": {str(k): self.value(v, g, where) for k, v in node.kwargs.items()},
-                "attrs": attrs,
-                "meta": self.meta(node.meta, where),
-                "location": None if loc is None else [str(loc[0]), int(loc[1])],
-                "impure": bool(node.impure),
-                "subgraphs": [self.graph(s) for s in node.subgraphs],
-            })
-        return {"name": g.name, "nodes": nodes,
-                "outputs": self.value(g.outputs, g, f"outputs of graph {g.name!r}"),
-                "captures": [[outer.name, inner.name] for outer, inner in g.captures]}
-
-
-def dumps(graph: Graph) -> bytes:
-    """The bytes of ``graph`` saved (see the module docstring for the format)."""
-    from .verifier import verify
-    if graph.parent is not None:
-        raise GraphError(f"cannot save subgraph {graph.name!r} on its own: save the root graph")
-    verify(graph)
-    writer = _Writer()
-    tree = writer.graph(graph)
-    doc = {"format": FORMAT, "version": VERSION, "graph": tree, "tensors": writer.tensors,
-           "data_bytes": writer.offset}
-    text = json.dumps(doc, allow_nan=False, ensure_ascii=True, separators=(",", ":"))
-    body = text.encode("utf-8")
-    return _HEADER.pack(MAGIC, VERSION, 0, len(body)) + body + b"".join(writer.chunks)
-
-
-def save(graph: Graph, path) -> None:
-    """Write ``graph`` (with its subgraphs and constant tensors) to ``path``."""
-    data = dumps(graph)
-    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
-# --------------------------------------------------------------------------- load
 class _Bad(Exception):
     """A structural problem in the file (turned into GraphLoadError by ``loads``)."""
 
@@ -660,7 +331,7 @@ def loads(data: bytes, source: str = "<bytes>") -> Graph:
 
 
 def _loads(data: bytes) -> Graph:
-    from .verifier import verify
+    from ..verifier import verify
     _expect(len(data) >= _HEADER.size, "file too short for a tograph header")
     magic, version, flags, json_len = _HEADER.unpack_from(data, 0)
     _expect(magic == MAGIC, "not a tograph graph file (bad magic)")
@@ -690,7 +361,7 @@ def _loads(data: bytes) -> Graph:
 def _check_values_used(graph: Graph) -> None:
     """Every node read by another node or returned produces a value (has a meta): nodes
     with no value (print, assert) bind no variable in the executor."""
-    from .graph import iter_nodes
+    from ..graph import iter_nodes
     graphs = [graph] + [sub for node in graph.walk() for sub in node.subgraphs]
     for g in graphs:
         for node in g.nodes:
