@@ -69,8 +69,9 @@ class TensorList:
         return f"TensorList({self.stack!r})"
 
 
-pytree.register_pytree_node(TensorList, lambda t: ([t.stack], None),
-                            lambda children, _: TensorList(children[0]))
+pytree.register_pytree_node(
+    TensorList, lambda t: ([t.stack], None), lambda children, _: TensorList(children[0]),
+    flatten_with_keys_fn=lambda t: ([(pytree.GetAttrKey("stack"), t.stack)], None))
 
 
 def _dynamic(what: str) -> TracingError:

@@ -75,32 +75,33 @@ def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None, grap
     where = format_location(location)
     graph = graph or _owner_graph(state)
     body = lambda *s: _as_state(body_fn(*s), len(state))  # noqa: E731
-    for _ in range(_MAX_RETRACES):       # settle unobservable initial values first
-        flat, spec = pytree.tree_flatten(state)
-        slots = [Slot(_leaf_meta(v), None if _leaf_meta(v) else v, _example(v)) for v in flat]
+    flat, spec, slots, by_path = _slots_for(state, {})
+    for _ in range(2 * _MAX_RETRACES):
         body_g, out_tree = _trace_tree(graph, "body", body, slots, spec, names)
         new_state, _ = reconcile(state, out_tree)
-        if _same_tree(new_state, state):
-            break
-        body_g.forget_all()
-        state = new_state
-    widenable = [_leaf_meta(v) is None or isinstance(v, Fill) for v in flat]
-    for _ in range(_MAX_RETRACES):
+        if not _same_tree(new_state, state):
+            # a value no path can observe yet (the return value) met a real one: start
+            # it as a placeholder of that structure and trace again
+            body_g.forget_all()
+            state = new_state
+            flat, spec, slots, by_path = _slots_for(state, by_path)
+            continue
         out, out_spec = pytree.tree_flatten(reconcile(state, out_tree)[1])
         if out_spec != spec:
             raise BranchMismatchError(
                 f"{where}: the loop body changes the structure of the loop variables: "
                 f"{_describe_spec(spec)} -> {_describe_spec(out_spec)}")
         changed = False
+        paths = list(by_path)
         for i, (slot, new) in enumerate(zip(slots, out)):
-            wider = _widen(slot, new, widenable[i], _leaf_name(names, spec, i), where)
+            widenable = _leaf_meta(flat[i]) is None or isinstance(flat[i], Fill)
+            wider = _widen(slot, new, widenable, _leaf_name(names, spec, i), where)
             if wider is not None:
-                slots[i] = wider
+                slots[i] = by_path[paths[i]] = wider
                 changed = True
         if not changed:
             break
         body_g.forget_all()
-        body_g, out_tree = _trace_tree(graph, "body", body, slots, spec, names)
     else:
         raise GraphError(f"{where}: the loop variables' types did not settle")
     cond_g, test_out, _ = _trace(graph, "cond", lambda *s: cond_fn(*s), slots, spec, names)
@@ -136,6 +137,22 @@ def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None, grap
     return pytree.tree_unflatten(leaves, spec)
 
 
+
+
+def _slots_for(state, known: dict):
+    """Flat leaves, spec and slots of ``state``; a leaf at a path already in ``known``
+    keeps its (possibly widened) slot. Returns (flat, spec, slots, slot by path)."""
+    pairs, spec = pytree.tree_flatten_with_path(state)
+    flat, slots, by_path = [], [], {}
+    for path, value in pairs:
+        slot = known.get(path)
+        if slot is None:
+            meta = _leaf_meta(value)
+            slot = Slot(meta, None if meta is not None else value, _example(value))
+        flat.append(value)
+        slots.append(slot)
+        by_path[path] = slot
+    return flat, spec, slots, by_path
 
 
 def _same_tree(a, b) -> bool:

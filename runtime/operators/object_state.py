@@ -50,7 +50,13 @@ def _unflatten(values, context):
     return ObjectState(obj, attrs)
 
 
-pytree.register_pytree_node(ObjectState, _flatten, _unflatten)
+def _flatten_with_keys(state: ObjectState):
+    values, context = _flatten(state)
+    return [(pytree.GetAttrKey(k), v) for k, v in zip(context[1], values)], context
+
+
+pytree.register_pytree_node(ObjectState, _flatten, _unflatten,
+                            flatten_with_keys_fn=_flatten_with_keys)
 
 
 def is_plain_object(value) -> bool:
