@@ -234,7 +234,7 @@ def _infer_indexing(func, args, kwargs) -> Inferred:
     return result
 
 
-def infer(func, args, kwargs, node_args=None, node_kwargs=None) -> Inferred:
+def infer(func, args, kwargs) -> Inferred:
     """Output meta of ``func(*args, **kwargs)``; args hold symbolic and concrete tensors."""
     with torch._C.DisableTorchFunction():
         return _infer(func, args, kwargs)

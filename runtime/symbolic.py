@@ -228,10 +228,8 @@ def _size(t: SymbolicTensor, func, args):
         return int(torch.Size(meta.shape).numel())
     if meta.shape is None:
         raise _needs_conversion("the shape (rank unknown until run time)")
-    dims = [d if d is not None else None for d in meta.shape]
-    if any(d is None for d in dims):
-        dims = [d if d is not None else
-                dispatch_record(graph_ops.dim_size, (t, i), {}) for i, d in enumerate(dims)]
+    dims = [d if d is not None else dispatch_record(graph_ops.dim_size, (t, i), {})
+            for i, d in enumerate(meta.shape)]
     if func is torch.Tensor.size and len(args) > 1:
         return dims[args[1]]
     return torch.Size(dims) if all(isinstance(d, int) for d in dims) else tuple(dims)
@@ -297,7 +295,7 @@ def dispatch_record(func, args, kwargs, concrete: bool = False):
     node_args = to_node(graph, tuple(args))
     node_kwargs = to_node(graph, dict(kwargs))
     try:
-        result = infer(func, args, kwargs, node_args, node_kwargs)
+        result = infer(func, args, kwargs)
     except TracingError:
         raise
     except Exception as e:  # the same error eager torch would give, at the user's line
@@ -323,7 +321,7 @@ def dispatch_record(func, args, kwargs, concrete: bool = False):
         if isinstance(target, SymbolicTensor):
             rebound = _rebind(target, node, result.example)
             return None if func is graph_ops.setitem else rebound
-    return _wrap_result(node, result.example, result.meta, func, args, kwargs)
+    return _wrap_result(node, result.example, result.meta)
 
 
 def _simple_ctor(e: Exception) -> bool:
@@ -334,7 +332,7 @@ def _simple_ctor(e: Exception) -> bool:
         return False
 
 
-def _wrap_result(node: Node, example, meta, func, args, kwargs):
+def _wrap_result(node: Node, example, meta):
     if meta is None:
         return example            # None, or a Python value that does not depend on data
     if isinstance(meta, TensorMeta):

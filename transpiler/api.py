@@ -135,7 +135,7 @@ def _leaf_key(v):
 
 def signature_of(args, kwargs):
     flat, spec = pytree.tree_flatten((args, kwargs))
-    return (str(spec),) + tuple(_leaf_key(v) for v in flat), flat, spec
+    return (spec,) + tuple(_leaf_key(v) for v in flat), flat, spec   # TreeSpec hashes
 
 
 def _describe_change(names: List[str], old, new) -> str:
@@ -171,11 +171,6 @@ class _Traced:
         return _unstack_lists(out) if self.list_outputs else out
 
 
-class _ListOut:
-    """Marks an output that was a list built in a tensor loop (a stacked tensor at run time)."""
-
-    def __init__(self, node):
-        self.node = node
 
 
 def _unstack_lists(out):

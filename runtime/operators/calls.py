@@ -139,7 +139,7 @@ _ITERATION_BUILTINS = {builtins.range, builtins.enumerate, builtins.zip, builtin
 
 def _has_symbolic(args, kwargs) -> bool:
     return any(is_symbolic_iterable(a) for a in args) or contains_symbolic(args) or \
-        contains_symbolic(kwargs) or any(isinstance(a, TensorList) for a in args)
+        contains_symbolic(kwargs)
 
 
 _NONDETERMINISTIC_MODULES = ("random", "numpy.random", "time", "secrets", "uuid", "datetime")
@@ -147,11 +147,12 @@ _NONDETERMINISTIC_MODULES = ("random", "numpy.random", "time", "secrets", "uuid"
 
 def _nondeterministic(f) -> bool:
     """A Python function whose result changes from call to call (random numbers, clocks)."""
-    owner = getattr(f, "__self__", None)
-    module = getattr(f, "__module__", None) or type(owner).__module__ if owner is not None \
-        else getattr(f, "__module__", None) or ""
+    module = getattr(f, "__module__", None)
+    if module is None and getattr(f, "__self__", None) is not None:
+        module = type(f.__self__).__module__        # bound method of random.Random, ...
+    module = module or ""
     return any(module == m or module.startswith(m + ".") for m in _NONDETERMINISTIC_MODULES) \
-        or f in (os.urandom, os.getpid)
+        or f is os.urandom or f is os.getpid
 
 
 def call(f, *args, **kwargs):
