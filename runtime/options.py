@@ -1,0 +1,59 @@
+"""The runtime's switches, in one object, read from the environment once at import.
+
+    TOGRAPH_NO_COMPILER=1     never build C kernels: fused groups run as torch ops
+    TOGRAPH_CACHE_DIR=PATH    where compiled kernels are kept (default: the user cache dir)
+    TOGRAPH_VERIFY_PASSES=1   run the graph verifier after every optimizer pass (tests do)
+    TOGRAPH_OPTIMIZE=0        skip the optimizer: the executor runs the traced graph as is
+
+Code reads ``options.<name>``; tests change it with ``options.override(...)``.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, fields
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tograph")
+
+
+@dataclass
+class Options:
+    compiler: bool = True          # build fused groups into C kernels when a compiler exists
+    cache_dir: str = ""            # root of the on-disk cache (kernels live under kernels/)
+    verify_passes: bool = False    # verify the graph after each optimizer pass
+    optimize: bool = True          # run the optimizer at all
+
+    @classmethod
+    def from_environment(cls) -> "Options":
+        return cls(compiler=not _flag("TOGRAPH_NO_COMPILER", False),
+                   cache_dir=os.environ.get("TOGRAPH_CACHE_DIR") or _cache_dir(),
+                   verify_passes=_flag("TOGRAPH_VERIFY_PASSES", False),
+                   optimize=_flag("TOGRAPH_OPTIMIZE", True))
+
+    @contextlib.contextmanager
+    def override(self, **changes):
+        """Temporarily change some options (tests: ``with options.override(compiler=False)``)."""
+        old = {f.name: getattr(self, f.name) for f in fields(self)}
+        unknown = set(changes) - set(old)
+        if unknown:
+            raise TypeError(f"unknown options: {sorted(unknown)}")
+        for key, value in changes.items():
+            setattr(self, key, value)
+        try:
+            yield self
+        finally:
+            for key, value in old.items():
+                setattr(self, key, value)
+
+
+options = Options.from_environment()
