@@ -2,6 +2,7 @@
 
     TOGRAPH_NO_COMPILER=1     never build C kernels: fused groups run as torch ops
     TOGRAPH_CACHE_DIR=PATH    where compiled kernels are kept (default: the user cache dir)
+    CC=COMMAND                the C compiler for kernels (default: gcc, then cc)
     TOGRAPH_VERIFY_PASSES=1   run the graph verifier after every optimizer pass (tests do)
     TOGRAPH_OPTIMIZE=0        skip the optimizer: the executor runs the traced graph as is
 
@@ -30,6 +31,7 @@ def _cache_dir() -> str:
 class Options:
     compiler: bool = True          # build fused groups into C kernels when a compiler exists
     cache_dir: str = ""            # root of the on-disk cache (kernels live under kernels/)
+    cc: str = ""                   # C compiler command ("" = gcc, then cc); may carry words
     verify_passes: bool = False    # verify the graph after each optimizer pass
     optimize: bool = True          # run the optimizer at all
 
@@ -37,6 +39,7 @@ class Options:
     def from_environment(cls) -> "Options":
         return cls(compiler=not _flag("TOGRAPH_NO_COMPILER", False),
                    cache_dir=os.environ.get("TOGRAPH_CACHE_DIR") or _cache_dir(),
+                   cc=os.environ.get("CC", "").strip(),
                    verify_passes=_flag("TOGRAPH_VERIFY_PASSES", False),
                    optimize=_flag("TOGRAPH_OPTIMIZE", True))
 
