@@ -1,8 +1,376 @@
-"""Elementwise fusion (placeholder until the fused-kernel pass lands)."""
+"""Elementwise fusion: maximal groups of pointwise ops become one generated C kernel.
+
+Rule: pure pointwise nodes (``kernels.pointwise`` knows their C form) of one float dtype
+(bools ride along as 0/1) and one result shape, connected by dataflow, join one group,
+as long as the group stays a single step of the graph (no path leaves the group and comes
+back) and no impure node or control-flow node lies between its members (effects keep
+their order). A group of two or more ops becomes one ``fused`` node whose target is a
+``FusedKernel``; values read outside the group are its outputs (``get`` nodes when there
+are several). Each group's inputs broadcast to its shape (a bias row, a per-row scalar, a
+0-d tensor, a Python number); the kernels of a whole graph, subgraphs included, are
+compiled in one C translation unit (one compiler run) and cached on disk.
+
+The replaced nodes survive inside each kernel as a torch function (``torch_fn``), which
+runs when there is no compiler or autograd needs the graph.
+"""
 from __future__ import annotations
 
-from ..graph import Graph
+import heapq
+import warnings
+from typing import Dict, List, Optional, Set
+
+import torch
+
+from ..graph import Graph, Node, iter_nodes, map_nodes
+from ..kernels.codegen import KernelSpec, Operand, Step
+from ..kernels.launch import FusedKernel
+from ..kernels.pointwise import Expr, match
+from ..meta import TensorMeta
+
+_FLOATS = {torch.float32: "float32", torch.float64: "float64"}
+_READABLE = {torch.float32: "float32", torch.float64: "float64", torch.bool: "bool",
+             torch.int64: "int64", torch.int32: "int32", torch.int16: "int16",
+             torch.int8: "int8", torch.uint8: "uint8"}
+_BARRIERS = ("cond", "while")
+
+
+class _Group:
+    def __init__(self, gid: int, dtype: Optional[str], shape):
+        self.id = gid
+        self.dtype = dtype
+        self.shape = shape
+        self.members: List[Node] = []
+        self.exprs: Dict[int, Expr] = {}
+        self.deps: Set[int] = set()      # ids of groups this one reads (through anything)
+        self.open = True
 
 
 def fuse_elementwise(graph: Graph) -> Graph:
+    """Fuse in place (the pass manager hands us its own copy); compile all kernels once."""
+    kernels: List[FusedKernel] = []
+    _fuse_graph(graph, kernels)
+    if kernels:
+        from ..kernels.library import build_kernels
+        build_kernels(kernels)
     return graph
+
+
+def _fuse_graph(graph: Graph, kernels: List[FusedKernel]) -> None:
+    for node in graph.nodes:
+        for sub in node.subgraphs:
+            _fuse_graph(sub, kernels)
+    groups = [g for g in _find_groups(graph) if len(g.members) >= 2]
+    if not groups:
+        return
+    replacements: Dict[int, Node] = {}
+    priority: Dict[int, int] = {}
+    position = {id(n): i for i, n in enumerate(graph.nodes)}
+    members: Set[int] = set()
+    new_nodes: List[Node] = []
+    for group in groups:
+        fused, gets, kernel = _replace(graph, group, replacements, len(kernels))
+        kernels.append(kernel)
+        last = max(position[id(m)] for m in group.members)
+        for n in [fused] + gets:
+            priority[id(n)] = last
+            new_nodes.append(n)
+        members.update(id(m) for m in group.members)
+    _rewire(graph, replacements)
+    kept = [n for n in graph.nodes if id(n) not in members and id(n) not in priority]
+    for n in kept:
+        priority[id(n)] = position[id(n)]
+    graph.nodes = _toposort(kept + new_nodes, priority)
+    for m in (m for g in groups for m in g.members):
+        graph._names.pop(m.name, None)
+
+
+# ----------------------------------------------------------------------------- grouping
+def _node_dtype(node: Node, expr: Expr) -> Optional[str]:
+    """The float type a node computes in (None: a bool op of bools, fits any group)."""
+    if node.meta.dtype in _FLOATS:
+        return _FLOATS[node.meta.dtype]
+    floats = {_FLOATS[a.meta.dtype] for a in expr.operands
+              if isinstance(a, Node) and a.meta.dtype in _FLOATS}
+    return "float64" if "float64" in floats else (floats.pop() if floats else None)
+
+
+def _fusable(node: Node) -> Optional[Expr]:
+    meta = node.meta
+    if node.impure or node.subgraphs or not isinstance(meta, TensorMeta):
+        return None
+    if meta.dtype not in _FLOATS and meta.dtype != torch.bool:
+        return None
+    operands = list(iter_nodes((node.args, node.kwargs)))
+    if any(not isinstance(a.meta, TensorMeta) or a.meta.dtype not in _READABLE
+           for a in operands):
+        return None
+    all_bool = bool(operands) and all(a.meta.dtype == torch.bool for a in operands)
+    expr = match(node.op, node.args, node.kwargs, bool_operands=all_bool)
+    if expr is None:
+        return None
+    if {id(a) for a in operands} != {id(a) for a in expr.operands if isinstance(a, Node)}:
+        return None          # a tensor the table does not read (it would be lost)
+    for value in expr.operands:
+        if isinstance(value, Node):
+            continue
+        if not isinstance(value, (bool, int, float)):
+            return None
+    if meta.dtype == torch.bool and expr.kind == "b" and operands and not all_bool and \
+            not any(a.meta.dtype in _FLOATS for a in operands):
+        return None          # integer comparisons stay exact in torch
+    return expr
+
+
+def _find_groups(graph: Graph) -> List[_Group]:
+    groups: List[_Group] = []
+    parent: Dict[int, int] = {}           # union-find over group ids
+    group_of: Dict[int, _Group] = {}      # id(node) -> group
+    reach: Dict[int, Set[int]] = {}       # id(node) -> group ids it depends on
+
+    def find(gid: int) -> int:
+        while parent[gid] != gid:
+            parent[gid] = parent[parent[gid]]
+            gid = parent[gid]
+        return gid
+
+    def closure(gids) -> Set[int]:
+        seen: Set[int] = set()
+        stack = [find(g) for g in gids]
+        while stack:
+            g = stack.pop()
+            if g in seen:
+                continue
+            seen.add(g)
+            stack.extend(find(d) for d in groups[g].deps)
+        return seen
+
+    def reads(value: Node) -> Set[int]:
+        out = set(reach.get(id(value), ()))
+        if id(value) in group_of:
+            out.add(find(group_of[id(value)].id))
+        return out
+
+    for node in graph.nodes:
+        inputs = node.inputs
+        if node.op in _BARRIERS or node.impure:
+            for g in groups:
+                g.open = False
+        expr = _fusable(node)
+        deps: Set[int] = set()
+        for value in inputs:
+            deps |= reads(value)
+        chosen = None
+        if expr is not None:
+            dtype = _node_dtype(node, expr)
+            for value in inputs:
+                g = group_of.get(id(value))
+                if g is None:
+                    continue
+                g = groups[find(g.id)]
+                if not g.open or g.shape != node.meta.shape or \
+                        (dtype and g.dtype and dtype != g.dtype):
+                    continue
+                if all(id(v) in group_of and find(group_of[id(v)].id) == g.id
+                       or g.id not in closure(reads(v)) for v in inputs):
+                    chosen = g
+                    break
+            if chosen is None:
+                chosen = _Group(len(groups), dtype, node.meta.shape)
+                groups.append(chosen)
+                parent[chosen.id] = chosen.id
+            elif dtype and not chosen.dtype:
+                chosen.dtype = dtype
+            chosen.members.append(node)
+            chosen.exprs[id(node)] = expr
+            group_of[id(node)] = chosen
+            chosen.deps |= {d for d in deps if find(d) != chosen.id}
+            for value in inputs:               # merge sibling groups this node joins
+                g = group_of.get(id(value))
+                if g is None or find(g.id) == chosen.id:
+                    continue
+                other = groups[find(g.id)]
+                if other.open and other.shape == chosen.shape and \
+                        (not other.dtype or not chosen.dtype or other.dtype == chosen.dtype) \
+                        and chosen.id not in closure(other.deps) and \
+                        other.id not in closure(chosen.deps - {other.id}):
+                    _merge(chosen, other, parent, group_of)
+        reach[id(node)] = deps
+    result = []
+    for g in groups:
+        if find(g.id) == g.id:
+            g.dtype = g.dtype or "float32"
+            result.append(g)
+    return result
+
+
+def _merge(into: _Group, other: _Group, parent: Dict[int, int], group_of) -> None:
+    parent[other.id] = into.id
+    for m in other.members:
+        group_of[id(m)] = into
+    into.members.extend(other.members)
+    into.exprs.update(other.exprs)
+    into.deps = (into.deps | other.deps) - {into.id, other.id}
+    if not into.dtype:
+        into.dtype = other.dtype
+
+
+# ----------------------------------------------------------------------------- rewriting
+def _replace(graph: Graph, group: _Group, replacements: Dict[int, Node], index: int):
+    """The fused node (and ``get`` nodes) standing for ``group``; fills ``replacements``."""
+    order = {id(n): i for i, n in enumerate(graph.nodes)}
+    group.members.sort(key=lambda n: order[id(n)])
+    member_ids = {id(m) for m in group.members}
+    inputs: List[Node] = []
+    input_index: Dict[int, int] = {}
+    steps: List[Step] = []
+    value_index: Dict[int, int] = {}
+    for m in group.members:
+        operands = []
+        for value in group.exprs[id(m)].operands:
+            if isinstance(value, Node) and id(value) in member_ids:
+                operands.append(Operand("v", value_index[id(value)]))
+            elif isinstance(value, Node):
+                if id(value) not in input_index:
+                    input_index[id(value)] = len(inputs)
+                    inputs.append(value)
+                operands.append(Operand("in", input_index[id(value)]))
+            else:
+                operands.append(Operand("c", value))
+        value_index[id(m)] = len(steps)
+        steps.append(Step(group.exprs[id(m)].template, tuple(operands)))
+    outputs = _outputs(graph, group, member_ids)
+    shape = group.shape
+    static = shape is not None and all(d is not None for d in shape)
+    if static:
+        split, modes = _layout(shape, [v.meta.shape for v in inputs])
+    else:
+        split, modes = 0, [_dynamic_mode(v.meta.shape) for v in inputs]
+    # an input read as is must have the static shape it was planned for; others
+    # (mode "expand") are broadcast to the result and copied when the kernel runs
+    in_shapes = [tuple(v.meta.shape) if m != "expand" and v.meta.is_static else None
+                 for v, m in zip(inputs, modes)]
+    modes = ["full" if m == "expand" else m for m in modes]
+    spec = KernelSpec(
+        dtype=group.dtype,
+        inputs=tuple((_READABLE[v.meta.dtype], mode) for v, mode in zip(inputs, modes)),
+        steps=tuple(steps),
+        outputs=tuple((value_index[id(o)], _READABLE[o.meta.dtype]) for o in outputs))
+    kernel = FusedKernel(spec, f"tg_kernel_{index}", _torch_fn(group, inputs, outputs),
+                         in_shapes, tuple(shape) if static else None, split,
+                         [m.op for m in group.members])
+    meta = outputs[0].meta if len(outputs) == 1 else tuple(o.meta for o in outputs)
+    fused = Node(graph, "fused", kernel, tuple(inputs), {}, meta,
+                 graph.fresh_name("fused"), {"ops": kernel.ops},
+                 location=group.members[-1].location)
+    graph._names[fused.name] = fused
+    gets = []
+    if len(outputs) == 1:
+        replacements[id(outputs[0])] = fused
+    else:
+        for k, o in enumerate(outputs):
+            get = Node(graph, "get", None, (fused,), {}, o.meta, graph.fresh_name("get"),
+                       {"index": k}, location=o.location)
+            graph._names[get.name] = get
+            gets.append(get)
+            replacements[id(o)] = get
+    return fused, gets, kernel
+
+
+def _outputs(graph: Graph, group: _Group, member_ids: Set[int]) -> List[Node]:
+    used = {id(n) for n in iter_nodes(graph.outputs)}
+    for node in graph.nodes:
+        if id(node) not in member_ids:
+            used.update(id(v) for v in node.inputs)
+    return [m for m in group.members if id(m) in used]
+
+
+def _layout(shape, in_shapes):
+    """(split, modes): how each input is read over ``shape`` split as outer x inner."""
+    rank = len(shape)
+    best = None
+    for split in range(rank + 1):
+        modes = [_mode(tuple(s), shape, split) if s is not None and None not in s else None
+                 for s in in_shapes]
+        if None in modes:
+            continue
+        flat = all(m in ("full", "scalar") for m in modes)
+        score = (flat, split == 0)
+        if best is None or score > best[0]:
+            best = (score, split, modes)
+    if best is None:     # some input broadcasts oddly: it is expanded and copied when run
+        return 0, [(_mode(tuple(s), shape, 0) if s is not None and None not in s else None)
+                   or "expand" for s in in_shapes]
+    return best[1], best[2]
+
+
+def _mode(s, shape, split) -> Optional[str]:
+    s = (1,) * (len(shape) - len(s)) + s if len(s) <= len(shape) else None
+    if s is None:
+        return None
+    if all(d == 1 for d in s):
+        return "scalar"
+    if s == tuple(shape):
+        return "full"
+    if all(d == 1 for d in s[:split]) and s[split:] == tuple(shape[split:]):
+        return "inner"
+    if s[:split] == tuple(shape[:split]) and all(d == 1 for d in s[split:]):
+        return "outer"
+    return None
+
+
+def _dynamic_mode(s) -> str:
+    return "scalar" if s is not None and all(d == 1 for d in s) else "expand"
+
+
+def _torch_fn(group: _Group, inputs: List[Node], outputs: List[Node]):
+    """The group as plain torch ops: a small graph lowered by the executor."""
+    from ..executor import lower
+    sub = Graph(name="fused_torch")
+    env: Dict[int, Node] = {}
+    for k, v in enumerate(inputs):
+        env[id(v)] = sub.placeholder(v.meta, name=f"in{k}")
+    for m in group.members:
+        env[id(m)] = sub.add_node(m.op, m.target, map_nodes(m.args, lambda n: env[id(n)]),
+                                  map_nodes(m.kwargs, lambda n: env[id(n)]), m.meta,
+                                  name=m.name, location=m.location)
+    sub.outputs = tuple(env[id(o)] for o in outputs)
+    return lower(sub)
+
+
+def _rewire(graph: Graph, replacements: Dict[int, Node]) -> None:
+    def swap(n: Node) -> Node:
+        return replacements.get(id(n), n)
+    for node in graph.nodes:
+        node.args = map_nodes(node.args, swap)
+        node.kwargs = map_nodes(node.kwargs, swap)
+        for sub in node.subgraphs:
+            sub.captures = [(swap(o), i) for o, i in sub.captures]
+            sub._capture_map = {id(o): i for o, i in sub.captures}
+    graph.outputs = map_nodes(graph.outputs, swap)
+
+
+def _toposort(nodes: List[Node], priority: Dict[int, int]) -> List[Node]:
+    """Dependencies first; otherwise the original order (fused nodes at their last member)."""
+    ids = {id(n) for n in nodes}
+    waiting: Dict[int, int] = {}
+    users: Dict[int, List[Node]] = {}
+    heap = []
+    for i, n in enumerate(nodes):
+        deps = {id(v) for v in n.inputs if id(v) in ids}
+        waiting[id(n)] = len(deps)
+        for d in deps:
+            users.setdefault(d, []).append(n)
+        if not deps:
+            heapq.heappush(heap, (priority[id(n)], i, n))
+    index = {id(n): i for i, n in enumerate(nodes)}
+    out = []
+    while heap:
+        _, _, n = heapq.heappop(heap)
+        out.append(n)
+        for u in users.get(id(n), ()):
+            waiting[id(u)] -= 1
+            if waiting[id(u)] == 0:
+                heapq.heappush(heap, (priority[id(u)], index[id(u)], u))
+    if len(out) != len(nodes):
+        raise AssertionError("elementwise fusion made a cycle")
+    return out

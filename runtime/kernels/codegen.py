@@ -1,0 +1,191 @@
+"""C source for fused elementwise kernels: one ``KernelSpec`` in, one C function out.
+
+A kernel walks its iteration space as ``outer x inner`` (row-major) and reads each input
+in one of four ways, fixed when the graph is optimized:
+
+    full    x[i]      same shape as the result
+    inner   x[j]      broadcast along leading dims (a bias row)
+    outer   x[o]      broadcast along trailing dims (a per-row value)
+    scalar  x[0]      one element
+
+Every value is computed in the group's float type ``T`` (bools as 0/1), then stored as its
+output's C type. A flat kernel (no inner/outer input) runs one ``omp simd`` loop over
+``outer*inner`` elements. Work above ``parallel_min`` runs on ``nthreads`` threads when the
+compiler gives us OpenMP (see ``compiler.OPENMP``); small work stays on one thread.
+
+libm functions are declared ``omp declare simd notinbranch`` so gcc calls glibc's vector
+versions (libmvec) with NaN/Inf intact; the set comes from ``compiler.vector_math()``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, List, Sequence, Tuple
+
+CTYPES = {"float32": "float", "float64": "double", "bool": "unsigned char",
+          "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t",
+          "uint8": "uint8_t"}
+MODES = ("full", "inner", "outer", "scalar")
+
+# libm functions the table uses: C name stem -> (float name, double name)
+_LIBM = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos", "tan",
+         "asin", "acos", "atan", "sinh", "cosh", "tanh", "erf", "floor", "ceil", "trunc",
+         "rint", "fabs", "pow"]
+_VECTOR_ONLY_IF_AVAILABLE = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin",
+                             "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
+                             "erf", "pow"}
+
+_GENERIC = "\n".join(
+    f"#define m_{stem}(x) _Generic((x), float: {stem}f, default: {stem})(x)"
+    for stem in ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos",
+                 "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "erf", "floor",
+                 "ceil", "trunc"])
+
+PRELUDE_TAIL = _GENERIC + r"""
+#define m_round(x) _Generic((x), float: rintf, default: rint)(x)
+#define m_abs(x) _Generic((x), float: fabsf, default: fabs)(x)
+#define m_pow(x, y) _Generic((x), float: powf, default: pow)((x), (y))
+#define m_relu(x) ((x) < 0 ? (T)0 : (x))
+#define m_sigmoid(x) ((T)1 / ((T)1 + m_exp(-(x))))
+#define m_silu(x) ((x) / ((T)1 + m_exp(-(x))))
+#define m_softplus(x, b, t) ((x) * (b) > (t) ? (x) : m_log1p(m_exp((x) * (b))) / (b))
+#define m_mish(x) ((x) * m_tanh(m_log1p(m_exp(x))))
+#define m_gelu(x) ((T)0.5 * (x) * ((T)1 + m_erf((x) * (T)0.70710678118654752440)))
+#define m_gelu_tanh(x) ((T)0.5 * (x) * ((T)1 + m_tanh((T)0.79788456080286535588 * \
+    ((x) + (T)0.044715 * (x) * (x) * (x)))))
+#define m_clamp_min(x, lo) ((x) < (lo) ? (T)(lo) : (x))
+#define m_clamp_max(x, hi) ((x) > (hi) ? (T)(hi) : (x))
+#define m_clamp(x, lo, hi) m_clamp_max(m_clamp_min((x), (lo)), (hi))
+#define m_hardsigmoid(x) (m_clamp((x) + (T)3, (T)0, (T)6) / (T)6)
+#define m_maximum(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))
+#define m_minimum(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))
+"""
+
+
+def prelude(vector_names: Iterable[str]) -> str:
+    """Includes, vector declarations of the libm functions that have them, and helpers."""
+    lines = ["#include <math.h>", "#include <stdint.h>", ""]
+    vec = set(vector_names)
+    for stem in _LIBM:
+        for name, ctype in ((stem + "f", "float"), (stem, "double")):
+            if stem in _VECTOR_ONLY_IF_AVAILABLE and name in vec:
+                params = f"{ctype}, {ctype}" if stem == "pow" else ctype
+                lines.append("#pragma omp declare simd notinbranch")
+                lines.append(f"{ctype} {name}({params});")
+    return "\n".join(lines) + "\n" + PRELUDE_TAIL
+
+
+@dataclass(frozen=True)
+class Operand:
+    kind: str        # "in" (input index), "v" (value index), "c" (literal number)
+    value: object
+
+
+@dataclass(frozen=True)
+class Step:
+    template: str
+    operands: Tuple[Operand, ...]
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What one fused kernel computes: hashable, torch-free, the key of its C source."""
+
+    dtype: str                            # the float type values are computed in
+    inputs: Tuple[Tuple[str, str], ...]   # (dtype, mode) per input tensor
+    steps: Tuple[Step, ...]               # value k = steps[k] over inputs/values/literals
+    outputs: Tuple[Tuple[int, str], ...]  # (value index, dtype) per output
+
+    @property
+    def flat(self) -> bool:
+        return all(mode in ("full", "scalar") for _, mode in self.inputs)
+
+    def cost(self) -> int:
+        """Rough work per element: transcendental calls count more than arithmetic."""
+        return sum(1 + 8 * step.template.count("m_") for step in self.steps)
+
+
+def literal(value, ctype: str) -> str:
+    """A Python number as a C literal of type ``ctype`` (inf and nan spelled out)."""
+    value = float(value) if not isinstance(value, bool) else float(int(value))
+    if math.isnan(value):
+        return "((T)NAN)"
+    if math.isinf(value):
+        return "((T)INFINITY)" if value > 0 else "((T)-INFINITY)"
+    text = repr(value)
+    return f"{text}f" if ctype == "float" else text
+
+
+def function(spec: KernelSpec, name: str, parallel: bool) -> str:
+    """The C function ``name(inputs..., outputs..., outer, inner, nthreads)``."""
+    T = CTYPES[spec.dtype]
+    params = [f"const {CTYPES[dt]} *restrict in{k}" for k, (dt, _) in enumerate(spec.inputs)]
+    params += [f"{CTYPES[dt]} *restrict out{k}" for k, (_, dt) in enumerate(spec.outputs)]
+    params += ["int64_t outer", "int64_t inner", "int nthreads", "int64_t parallel_min"]
+    lines = [f"void {name}({', '.join(params)}) {{", f"#define T {T}"]
+    for k, (dt, mode) in enumerate(spec.inputs):
+        if mode == "scalar":
+            lines.append(f"    const T s{k} = (T)in{k}[0];")
+    body = _body(spec)
+    index = {"full": "i", "inner": "j", "outer": "o"}
+    reads = "".join(f"        const T a{k} = (T)in{k}[{index[mode]}];\n"
+                    for k, (dt, mode) in enumerate(spec.inputs) if mode != "scalar")
+    inner_loop = reads + body
+    par = "#pragma omp parallel for num_threads(nthreads) schedule(static)"
+    if spec.flat:
+        lines += ["    const int64_t n = outer * inner;"]
+        if parallel:
+            lines += ["    if (nthreads > 1 && n >= parallel_min) {",
+                      "#pragma omp parallel for simd num_threads(nthreads) schedule(static)",
+                      "        for (int64_t i = 0; i < n; i++) {", _indent(inner_loop, 4),
+                      "        }", "    } else {"]
+        lines += ["#pragma omp simd", "    for (int64_t i = 0; i < n; i++) {",
+                  inner_loop, "    }"]
+        if parallel:
+            lines += ["    }"]
+    else:
+        row = ["    for (int64_t o = 0; o < outer; o++) {",
+               "#pragma omp simd",
+               "      for (int64_t j = 0; j < inner; j++) {",
+               "        const int64_t i = o * inner + j;",
+               _indent(inner_loop, 2), "      }", "    }"]
+        if parallel:
+            lines += ["  if (nthreads > 1 && outer > 1 && outer * inner >= parallel_min) {",
+                      par] + row + ["  } else {"] + row + ["  }"]
+        else:
+            lines += row
+    lines += ["#undef T", "}", ""]
+    return "\n".join(lines)
+
+
+def _indent(text: str, n: int) -> str:
+    return "\n".join((" " * n + line) if line else line for line in text.split("\n"))
+
+
+def _body(spec: KernelSpec) -> str:
+    T = CTYPES[spec.dtype]
+    out: List[str] = []
+    for k, step in enumerate(spec.steps):
+        args = [_operand(op, T, spec) for op in step.operands]
+        out.append(f"        const T v{k} = (T)({step.template.format(*args)});")
+    for k, (value, dt) in enumerate(spec.outputs):
+        if dt == "bool":
+            out.append(f"        out{k}[i] = (v{value} != 0);")
+        else:
+            out.append(f"        out{k}[i] = ({CTYPES[dt]})v{value};")
+    return "\n".join(out)
+
+
+def _operand(op: Operand, T: str, spec: KernelSpec) -> str:
+    if op.kind == "in":
+        return f"s{op.value}" if spec.inputs[op.value][1] == "scalar" else f"a{op.value}"
+    if op.kind == "v":
+        return f"v{op.value}"
+    return literal(op.value, T)
+
+
+def unit(specs: Sequence[Tuple[KernelSpec, str]], vector_names: Iterable[str],
+         parallel: bool) -> str:
+    """One C translation unit holding several kernels (one compiler run per graph)."""
+    return prelude(vector_names) + "\n" + "\n".join(
+        function(spec, name, parallel) for spec, name in specs)

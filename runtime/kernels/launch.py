@@ -1,0 +1,98 @@
+"""Calling a fused kernel: the C function when it is built and usable, else torch ops.
+
+``FusedKernel(*tensors)`` returns the group's output (a tuple when it has several). It runs
+the same group as plain torch ops (``torch_fn``, lowered from the group's own nodes) when no
+compiled kernel is bound (no compiler, ``TOGRAPH_NO_COMPILER``, a failed build) or when
+autograd needs the graph (grad mode on and an input requires grad), so gradients stay
+exactly eager's.
+
+The C path checks each input's shape against the one the kernel was specialized for and
+makes it contiguous; an input whose shape is only known at run time (a dynamic dimension)
+is broadcast to the result and copied, so a kernel is never fed memory it does not expect.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import torch
+
+from .codegen import KernelSpec
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bool": torch.bool}
+
+
+class FusedKernel:
+    """One fused elementwise group, callable on its input tensors."""
+
+    def __init__(self, spec: KernelSpec, name: str, torch_fn: Callable,
+                 in_shapes: Sequence[Optional[tuple]], out_shape: Optional[tuple],
+                 split: int, ops: Sequence[str]):
+        self.spec = spec
+        self.name = name
+        self.torch_fn = torch_fn
+        self.ops = list(ops)                 # the fused op names, for listings
+        self.source: Optional[str] = None    # the C translation unit it was built in
+        self._in_shapes = [tuple(s) if s is not None else None for s in in_shapes]
+        self._out_shape = out_shape          # None: known only at run time
+        self._split = split                  # outer = prod(shape[:split])
+        self._out_dtypes = [_DTYPES[dt] for _, dt in spec.outputs]
+        self._single = len(spec.outputs) == 1
+        self._c = None
+        self._parallel_min = max(4096, 262144 // max(1, spec.cost()))
+        self.__name__ = name
+
+    # ---------------------------------------------------------------- binding
+    def bind(self, library: ctypes.CDLL, source: str) -> None:
+        fn = getattr(library, self.name)
+        n = len(self.spec.inputs) + len(self.spec.outputs)
+        fn.argtypes = [ctypes.c_void_p] * n + [ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
+                                               ctypes.c_int64]
+        fn.restype = None
+        self._c = fn
+        self._library = library              # keep the shared object loaded
+        self.source = source
+
+    @property
+    def compiled(self) -> bool:
+        return self._c is not None
+
+    # ---------------------------------------------------------------- calling
+    def __call__(self, *xs, out=None):
+        if self._c is None or (torch.is_grad_enabled() and any(x.requires_grad for x in xs)):
+            result = self.torch_fn(*xs)
+            return result[0] if self._single else result
+        shape = self._out_shape
+        if shape is None:
+            shape = tuple(torch.broadcast_shapes(*(x.shape for x in xs)))
+        keep: List[torch.Tensor] = []
+        ptrs = []
+        for x, want in zip(xs, self._in_shapes):
+            if want is None:
+                if x.shape != shape:
+                    x = x.expand(shape)
+            elif x.shape != want:
+                raise RuntimeError(f"fused kernel {self.name} was built for an input of shape "
+                                   f"{list(want)}, got {list(x.shape)}")
+            if not x.is_contiguous():
+                x = x.contiguous()
+            keep.append(x)
+            ptrs.append(x.data_ptr())
+        if out is not None and self._single and out.shape == shape and \
+                out.dtype == self._out_dtypes[0] and out.is_contiguous():
+            outs = [out]
+        else:
+            outs = [torch.empty(shape, dtype=dt) for dt in self._out_dtypes]
+        outer = 1
+        for d in shape[:self._split]:
+            outer *= d
+        inner = 1
+        for d in shape[self._split:]:
+            inner *= d
+        self._c(*ptrs, *[o.data_ptr() for o in outs], outer, inner,
+                torch.get_num_threads(), self._parallel_min)
+        return outs[0] if self._single else tuple(outs)
+
+    def __repr__(self) -> str:
+        how = "C" if self._c is not None else "torch"
+        return f"<fused {self.name} ({how}): {' -> '.join(self.ops)}>"

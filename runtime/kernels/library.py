@@ -1,0 +1,58 @@
+"""Compile the fused kernels of one graph together and bind them.
+
+All kernels of a graph (its subgraphs included) go into one C translation unit: one
+compiler run per graph (cold) or one cache lookup (warm). Without a compiler the kernels
+keep their torch path; a failed build says so once, with the compiler's message, and the
+graph still runs (as torch ops).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import warnings
+from typing import List
+
+from . import codegen, compiler
+from .launch import FusedKernel
+
+_VECTOR_STEMS = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
+                 "asin", "acos", "atan", "sinh", "cosh", "tanh", "erf", "pow"]
+# glibc's vector ABI names, for every x86 ISA level gcc may pick with -march=native
+_ISA_FLOAT = [("b", 4), ("c", 8), ("d", 8), ("e", 16)]
+_ISA_DOUBLE = [("b", 2), ("c", 4), ("d", 4), ("e", 8)]
+
+
+@functools.lru_cache(maxsize=None)
+def vector_math() -> frozenset:
+    """libm functions (``tanhf``, ``exp``...) that libmvec has vector versions of here."""
+    try:
+        lib = ctypes.CDLL("libmvec.so.1")
+    except OSError:
+        return frozenset()
+    found = set()
+    for stem in _VECTOR_STEMS:
+        args = "vv" if stem == "pow" else "v"
+        for name, isas in ((stem + "f", _ISA_FLOAT), (stem, _ISA_DOUBLE)):
+            if all(hasattr(lib, f"_ZGV{isa}N{width}{args}_{name}") for isa, width in isas):
+                found.add(name)
+    return frozenset(found)
+
+
+def source_for(kernels: List[FusedKernel]) -> str:
+    return codegen.unit([(k.spec, k.name) for k in kernels], vector_math(), compiler.OPENMP)
+
+
+def build_kernels(kernels: List[FusedKernel]) -> bool:
+    """Compile and bind ``kernels``; False (they run as torch ops) when that is impossible."""
+    if not kernels or not compiler.compiler_available():
+        return False
+    source = source_for(kernels)
+    try:
+        library = compiler.build(source, name="graph")
+    except compiler.KernelBuildError as e:
+        warnings.warn(f"tograph: could not compile fused kernels, running them as torch ops: "
+                      f"{e}", RuntimeWarning, stacklevel=2)
+        return False
+    for k in kernels:
+        k.bind(library, source)
+    return True
