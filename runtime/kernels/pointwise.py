@@ -13,6 +13,7 @@ special-cases it). Each ``m_*`` name is a C helper defined in ``codegen.PRELUDE`
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -87,7 +88,8 @@ unary("m_silu({0})", "silu", allowed=("inplace",))                   # x * sigmo
 unary("m_mish({0})", "mish", allowed=("inplace",))                   # x * tanh(softplus(x))
 unary("m_clamp({0}, (T)0, (T)6)", "relu6", allowed=("inplace",))
 unary("m_hardsigmoid({0})", "hardsigmoid", allowed=("inplace",))
-unary("({0} * m_hardsigmoid({0}))", "hardswish", allowed=("inplace",))
+unary("({0} * m_clamp({0} + (T)3, (T)0, (T)6) / (T)6)", "hardswish",   # x*c/6, as torch
+      allowed=("inplace",))
 unary("(!{0})", "logical_not", kind="b")
 binary("({0} + {1})", "radd")                                       # s + x
 binary("({0} - {1})", "subtract")
@@ -108,22 +110,27 @@ binary("({0} && {1})", "logical_and", kind="b")
 binary("({0} || {1})", "logical_or", kind="b")
 
 
-def _alpha_rule(sign: str) -> Rule:
-    """``add(x, y, alpha=a)`` -> x + a*y (``sub`` likewise); without alpha the plain form."""
+# torch computes ``x + alpha*y`` and ``addcmul`` with one rounding (a fused multiply-add):
+# ``add(inf, -3e38, alpha=2)`` is inf, not nan
+FMA = "_Generic((T)0, float: fmaf, default: fma)"
+
+
+def _alpha_rule(op: str, sign: str) -> Rule:
+    """``add(x, y, alpha=a)`` -> fma(y, a, x) (``sub``: -a); without alpha the plain form."""
     def rule(args, kwargs):
         if len(args) != 2 or not _no_kwargs(kwargs, ("alpha",)):
             return None
         if "alpha" not in kwargs or kwargs["alpha"] == 1:
-            return Expr(f"({{0}} {sign} {{1}})", tuple(args))
+            return Expr(f"({{0}} {op} {{1}})", tuple(args))
         alpha = kwargs["alpha"]
         if not _is_number(alpha):
             return None
-        return Expr(f"({{0}} {sign} {{2}} * {{1}})", (args[0], args[1], alpha))
+        return Expr(f"{FMA}({{1}}, {sign}(T){{2}}, {{0}})", (args[0], args[1], alpha))
     return rule
 
 
-RULES["add"] = _alpha_rule("+")                                      # x + alpha*y
-RULES["sub"] = _alpha_rule("-")                                      # x - alpha*y
+RULES["add"] = _alpha_rule("+", "")                                     # x + alpha*y
+RULES["sub"] = _alpha_rule("-", "-")                                    # x - alpha*y
 
 
 def _div(args, kwargs):                                              # true division only
@@ -152,24 +159,40 @@ def _pow(args, kwargs):                                              # torch's s
 RULES["pow"] = _pow
 
 
+# clamp with a bound that is a tensor or nan: the nan (of x or of the bound) propagates, as
+# in torch (``clamp(x, min=nan)`` is all nan); a tie keeps x (and so the sign of a zero)
+_NAN_MIN = "(({0} < {1} || {1} != {1}) ? (T){1} : {0})"
+_NAN_MAX = "(({0} > {1} || {1} != {1}) ? (T){1} : {0})"
+
+
+def _plain(bound) -> bool:
+    return _is_number(bound) and not math.isnan(bound)
+
+
+def clamp_expr(x, lo, hi) -> Optional[Expr]:
+    """min(max(x, lo), hi) (either bound may be None), nan-propagating like torch."""
+    if lo is None and hi is None:
+        return None
+    if lo is None:
+        return Expr("m_clamp_max({0}, {1})" if _plain(hi) else _NAN_MAX, (x, hi))
+    if hi is None:
+        return Expr("m_clamp_min({0}, {1})" if _plain(lo) else _NAN_MIN, (x, lo))
+    if _plain(lo) and _plain(hi):
+        return Expr("m_clamp({0}, {1}, {2})", (x, lo, hi))
+    return Expr(_NAN_MAX.replace("{1}", "{2}").replace("{0}", _NAN_MIN), (x, lo, hi))
+
+
 def _clamp(args, kwargs):                                            # clamp(x, min, max)
     if not _no_kwargs(kwargs, ("min", "max")) or not 1 <= len(args) <= 3:
         return None
     lo = args[1] if len(args) > 1 else kwargs.get("min")
     hi = args[2] if len(args) > 2 else kwargs.get("max")
-    x = args[0]
-    if lo is None and hi is None:
-        return None
-    if lo is None:
-        return Expr("m_clamp_max({0}, {1})", (x, hi))
-    if hi is None:
-        return Expr("m_clamp_min({0}, {1})", (x, lo))
-    return Expr("m_clamp({0}, {1}, {2})", (x, lo, hi))
+    return clamp_expr(args[0], lo, hi)
 
 
 RULES["clamp"] = RULES["clip"] = _clamp
-RULES["clamp_min"] = lambda a, k: None if k or len(a) != 2 else Expr("m_clamp_min({0}, {1})", a)
-RULES["clamp_max"] = lambda a, k: None if k or len(a) != 2 else Expr("m_clamp_max({0}, {1})", a)
+RULES["clamp_min"] = lambda a, k: None if k or len(a) != 2 else clamp_expr(a[0], a[1], None)
+RULES["clamp_max"] = lambda a, k: None if k or len(a) != 2 else clamp_expr(a[0], None, a[1])
 
 
 def _where(args, kwargs):                                            # where(c, a, b)
@@ -189,22 +212,22 @@ RULES["where"] = _where
 RULES["masked_fill"] = _masked_fill
 
 
-def _addcmul(args, kwargs):                                          # a + value*b*c
+def _addcmul(args, kwargs):                                          # fma(value*b, c, a)
     if len(args) != 3 or not _no_kwargs(kwargs, ("value",)):
         return None
     value = kwargs.get("value", 1)
     if not _is_number(value):
         return None
-    return Expr("({0} + {3} * {1} * {2})", tuple(args) + (value,))
+    return Expr(FMA + "((T){3} * {1}, {2}, {0})", tuple(args) + (value,))
 
 
-def _addcdiv(args, kwargs):                                          # a + value*b/c
+def _addcdiv(args, kwargs):                                          # a + (value*b)/c
     if len(args) != 3 or not _no_kwargs(kwargs, ("value",)):
         return None
     value = kwargs.get("value", 1)
     if not _is_number(value):
         return None
-    return Expr("({0} + {3} * ({1} / {2}))", tuple(args) + (value,))
+    return Expr("({0} + (T){3} * {1} / {2})", tuple(args) + (value,))
 
 
 RULES["addcmul"] = _addcmul
@@ -254,7 +277,9 @@ def _hardtanh(args, kwargs):                                         # clamp(x, 
         return None
     lo = args[1] if len(args) > 1 else kwargs.get("min_val", -1.0)
     hi = args[2] if len(args) > 2 else kwargs.get("max_val", 1.0)
-    return Expr("m_clamp({0}, {1}, {2})", (args[0], lo, hi))
+    if not (_is_number(lo) and _is_number(hi)):
+        return None
+    return clamp_expr(args[0], lo, hi)
 
 
 RULES["leaky_relu"] = _leaky_relu
