@@ -1,16 +1,30 @@
-"""Optimizer passes (``Graph -> Graph``) and the pass manager that runs them.
+"""Optimizer passes (``Graph -> Graph``, one module each) and the pass manager.
 
-Until the fusion optimizer lands, ``optimize`` returns a verified copy of the graph.
+    fold        small pure computations on literals and factories -> constants
+    fold_cond   cond on a folded predicate -> the taken branch, inlined
+    simplify    algebraic identities, a rule table (x*1 -> x, -(-x) -> x, x**2 -> x*x...)
+    cse         repeated pure computations -> one
+    dce         nodes nothing needs -> gone (and unused subgraph captures)
+    licm        loop-invariant nodes of while bodies -> before the loop
+    fuse_patterns  matmul+add -> addmm/linear, conv+bias(+relu), x*sigmoid(x) -> silu...
+    fuse_elementwise, plan_memory  run last
+
+``optimize(graph)`` runs them all on a copy (see ``manager``); the facts that keep them
+correct around mutation, aliasing, outputs and grad mode live in ``rewrite``.
 """
 from __future__ import annotations
 
-from ..clone import clone
-from ..graph import Graph
-from ..verifier import verify
+from .cse import cse
+from .dce import dce
+from .fold import fold
+from .fold_cond import fold_cond
+from .fuse_elementwise import fuse_elementwise
+from .licm import licm
+from .manager import CLEANUP, PASSES, optimize, run_pass, to_fixed_point
+from .patterns import fuse_patterns
+from .plan_memory import plan_memory
+from .simplify import simplify
 
-
-def optimize(graph: Graph) -> Graph:
-    """A new graph computing the same outputs; the graph ``execute`` runs."""
-    result = clone(graph)
-    verify(result)
-    return result
+__all__ = ["optimize", "PASSES", "CLEANUP", "run_pass", "to_fixed_point", "fold",
+           "fold_cond", "simplify", "cse", "dce", "licm", "fuse_patterns",
+           "fuse_elementwise", "plan_memory"]

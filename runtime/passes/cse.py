@@ -1,0 +1,74 @@
+"""Common subexpression elimination: compute a value once.
+
+Rule: two nodes of one graph with the same op, target, arguments and attrs, in the same
+grad-mode region, compute the same value; readers of the later one read the earlier.
+Python literals compare by type and value (``1``, ``1.0``, ``True`` and ``-0.0`` vs ``0.0``
+differ), nodes by identity, other objects (tensors) by identity. Never merged: nodes with
+effects (random, in-place, printing...), ``cond``/``while`` nodes, placeholders, values
+whose storage may be mutated, and two values that both reach the caller (see
+``rewrite.Facts.may_merge``). ``constant`` nodes merge when they hold the same object.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import torch
+
+from ..graph import Graph, Node
+from .rewrite import Facts, Uses, graphs_post_order, grad_regions, has_effect
+
+_SKIP_ATTRS = {"_example"}
+
+
+def cse(graph: Graph) -> Graph:
+    """Merge repeated pure computations within each graph."""
+    facts = None
+    for g in graphs_post_order(graph):
+        facts = facts or Facts(graph)
+        _cse_graph(g, facts)
+    return graph
+
+
+def key_of(value: Any) -> Any:
+    """A hashable key equal for values that are interchangeable as arguments."""
+    if isinstance(value, Node):
+        return ("n", id(value))
+    if isinstance(value, (bool, int, str)) or value is None or value is Ellipsis:
+        return (type(value), value)
+    if isinstance(value, float):
+        return (float, repr(value))
+    if isinstance(value, (tuple, list)):
+        return (type(value),) + tuple(key_of(v) for v in value)
+    if isinstance(value, dict):
+        return (dict,) + tuple((k, key_of(v)) for k, v in value.items())
+    if isinstance(value, slice):
+        return (slice, key_of(value.start), key_of(value.stop), key_of(value.step))
+    if isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return (type(value), str(value))
+    return ("id", id(value))
+
+
+def _node_key(node: Node, region: int):
+    if node.op == "constant":
+        return ("constant", id(node.attrs.get("value")), region)
+    attrs = tuple(sorted((k, key_of(v)) for k, v in node.attrs.items() if k not in _SKIP_ATTRS))
+    return (node.op, id(node.target), key_of(node.args), key_of(node.kwargs), attrs, region)
+
+
+def _cse_graph(graph: Graph, facts: Facts) -> None:
+    regions = grad_regions(graph)
+    seen: Dict[Any, Node] = {}
+    uses = None
+    for node in list(graph.nodes):
+        if node.op == "placeholder" or node.subgraphs or has_effect(node):
+            continue
+        key = _node_key(node, regions[id(node)])
+        first = seen.get(key)
+        if first is None:
+            seen[key] = node
+            continue
+        if node.op != "constant" and not facts.may_merge(first, node):
+            continue
+        uses = uses or Uses(graph)
+        facts.union(first, node)
+        uses.replace_node(node, first)

@@ -1,0 +1,77 @@
+"""The pass manager: which passes run, in which order, and checking after each.
+
+``optimize`` copies the graph (the traced graph is never changed), runs the cleanup
+passes round after round until a round changes nothing (at most ``MAX_ROUNDS``), fuses
+patterns, cleans up again, then hands the graph to elementwise fusion and memory
+planning, in that order. With ``options.verify_passes`` the verifier runs after every
+pass, and an error names the pass that broke the graph. With ``options.optimize`` off
+the copy is only verified.
+"""
+from __future__ import annotations
+
+from typing import Callable, List, Optional, Sequence
+
+from ..clone import clone
+from ..errors import GraphError
+from ..graph import Graph
+from ..options import options
+from ..verifier import verify
+from .cse import cse
+from .dce import dce
+from .fold import fold
+from .fold_cond import fold_cond
+from .fuse_elementwise import fuse_elementwise
+from .licm import licm
+from .patterns import fuse_patterns
+from .plan_memory import plan_memory
+from .rewrite import EDITS
+from .simplify import simplify
+
+Pass = Callable[[Graph], Graph]
+
+MAX_ROUNDS = 4
+CLEANUP: List[Pass] = [fold, fold_cond, simplify, cse, dce, licm]
+FINAL: List[Pass] = [fuse_elementwise, plan_memory]
+PASSES: List[Pass] = CLEANUP + [fuse_patterns] + FINAL      # every pass optimize runs
+
+
+def run_pass(graph: Graph, pass_: Pass) -> Graph:
+    """``pass_(graph)``, verified afterwards when ``options.verify_passes`` is on."""
+    result = pass_(graph)
+    if options.verify_passes:
+        try:
+            verify(result)
+        except GraphError as e:
+            raise GraphError(f"after optimizer pass {pass_.__name__!r}: {e}") from e
+    return result
+
+
+def to_fixed_point(graph: Graph, passes: Sequence[Pass]) -> Graph:
+    """Run ``passes`` in order, again while a round changes the graph (bounded)."""
+    for _ in range(MAX_ROUNDS):
+        before = EDITS[0]
+        for pass_ in passes:
+            graph = run_pass(graph, pass_)
+        if EDITS[0] == before:
+            break
+    return graph
+
+
+def optimize(graph: Graph, passes: Optional[Sequence[Pass]] = None) -> Graph:
+    """A new graph computing the same outputs: the graph the executor runs.
+
+    ``passes``: run only these (in this order, to a fixed point) instead of the pipeline."""
+    result = clone(graph)
+    verify(result)
+    if not options.optimize:
+        return result
+    if passes is not None:
+        return to_fixed_point(result, list(passes))
+    result = to_fixed_point(result, CLEANUP)
+    before = EDITS[0]
+    result = run_pass(result, fuse_patterns)
+    if EDITS[0] != before:
+        result = to_fixed_point(result, CLEANUP)
+    for pass_ in FINAL:
+        result = run_pass(result, pass_)
+    return result
