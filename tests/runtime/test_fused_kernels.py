@@ -389,3 +389,251 @@ def test_unknown_forms_stay_torch_ops():
     x, y = pairs()
     graph, _ = fuse(f, x, y, groups=0)
     assert_same(lower(graph)(x, y), f(x, y))
+
+
+# ------------------------------------------------------------------------- broadcasting
+def broadcasts(x, bias, row, s0, a, b, img, cbias, odd3, odd2, xt, xs):
+    return (torch.relu(x + bias) * 2.0,            # (N,C) + (C,): a bias row
+            (x - row).exp() * 0.5,                 # (N,C) - (N,1): a per-row value
+            (x * s0 + 1.0).tanh(),                 # a 0-d tensor
+            (x * 3 - 0.5) ** 2,                    # Python numbers only
+            (a + b).sigmoid() * 3.0,               # (N,1) + (1,M): an outer sum
+            F.silu(img * 2.0 + cbias),             # (B,C,H,W) + (C,1,1)
+            (odd3 + odd2).abs() - 1.0,             # (4,1,5) + (3,1): expanded and copied
+            (xt * 2.0 + bias).sin(),               # a transposed view
+            (xs * 2.0).cos() + row)                # a strided slice
+
+
+def broadcast_inputs(n=6, c=7, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(1)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=gen).to(dtype)
+    return (r(n, c), r(c), r(n, 1), r(()), r(n, 1), r(1, 5), r(2, 3, 4, 5), r(3, 1, 1),
+            r(4, 1, 5), r(3, 1), r(c, n).t(), r(n, 2 * c)[:, ::2])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_broadcast_forms(dtype):
+    args = broadcast_inputs(dtype=dtype)
+    assert not args[-1].is_contiguous() and not args[-2].is_contiguous()
+    graph, nodes = check(broadcasts, *args, groups=9)
+    modes = {mode for node in nodes for _, mode in node.target.spec.inputs}
+    assert {"full", "inner", "outer", "scalar"} <= modes, modes
+    assert not any(node.target.spec.flat for node in nodes[:2])
+    # the same executable on other values of the same shapes
+    args = tuple(a * -3.0 for a in args)
+    assert_same(lower(graph)(*args), broadcasts(*args))
+
+
+def test_large_tensors_take_the_parallel_path():
+    """300k+ elements: above the threshold where a kernel runs on several threads."""
+    def f(x, bias, row):
+        return F.gelu(x * 0.5 + bias) - torch.tanh(row * x), torch.where(x > 0, x, -x) * 2.0
+
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(600, 512, generator=gen)
+    x[::7, ::5] = NAN
+    args = (x, torch.randn(512, generator=gen), torch.randn(600, 1, generator=gen))
+    assert x.numel() >= 300_000
+    check(f, *args, groups=2)
+
+
+def test_mixed_dtypes():
+    """A float64 0-d tensor with float32, int and bool tensors, as torch promotes them."""
+    def f(x, s, idx, m, i32):
+        return ((x * s) + idx.float()) * idx + m - i32 / 3 + (idx > 2).float()
+
+    x = special()
+    n = x.shape[0]
+    idx = torch.arange(n) - 5
+    args = (x, torch.tensor(0.1, dtype=torch.float64), idx, torch.arange(n) % 3 == 0,
+            torch.arange(n, dtype=torch.int32))
+    graph, nodes = check(f, *args)
+    assert {"int64", "bool", "int32", "float64"} <= {dt for dt, _ in nodes[0].target.spec.inputs}
+
+
+def test_bool_results():
+    def f(x, y):
+        return (x > y) & ~(x.isnan()) | (y < 0)
+
+    x, y = pairs()
+    check(f, x, y)
+
+
+def random_program(x, y):
+    return torch.where(x > y, torch.tanh(x) * y, x - torch.exp(y)) + 0.5
+
+
+@settings(max_examples=30, deadline=None)
+@given(rank=st.integers(0, 4), dims=st.lists(st.sampled_from([1, 2, 3, 5, 8, 13]),
+                                             min_size=4, max_size=4),
+       keep_x=st.lists(st.booleans(), min_size=4, max_size=4),
+       keep_y=st.lists(st.booleans(), min_size=4, max_size=4),
+       drop=st.integers(0, 4), swap=st.booleans(), seed=st.integers(0, 2**16))
+def test_random_shapes(rank, dims, keep_x, keep_y, drop, swap, seed):
+    shape = tuple(dims[:rank])
+    xs = tuple(d if k or i == 0 else 1 for i, (d, k) in enumerate(zip(shape, keep_x)))
+    ys = tuple(d if k else 1 for d, k in zip(shape, keep_y))[min(drop, rank):]
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(xs, generator=gen)
+    y = torch.randn(ys, generator=gen)
+    if x.numel() > 1:
+        x.view(-1)[0] = NAN
+    if swap:
+        x, y = y, x
+    check(random_program, x, y)
+
+
+# ------------------------------------------------------------- outputs, other ops, control flow
+def test_intermediate_values_are_outputs():
+    def f(x):
+        a = x.exp()
+        b = a * 2.0
+        c = (b - 1.0).sin()
+        return a, c, b
+
+    x = torch.cat([torch.tensor([NAN, INF, -INF, -0.0]), torch.linspace(-5.0, 5.0, 31)])
+    graph, nodes = check(f, x)
+    assert len(nodes[0].target.spec.outputs) == 3
+
+
+def test_group_feeds_matmul_and_another_group_reads_it():
+    def f(x, w):
+        a = F.relu(x * 2.0 + 1.0)
+        b = a @ w
+        return torch.tanh(b * 0.5) - x
+
+    gen = torch.Generator().manual_seed(3)
+    graph, _ = check(f, torch.randn(8, 8, generator=gen), torch.randn(8, 8, generator=gen),
+                     groups=2)
+    assert [n.op for n in graph.nodes if n.op in ("fused", "matmul")] == \
+        ["fused", "matmul", "fused"]
+
+
+def branchy(x):
+    if x.sum() > 0:
+        y = torch.relu(x * 2.0) + 1.0
+    else:
+        y = torch.sigmoid(x - 1.0) * 3.0
+    return y * 0.5
+
+
+def loopy(x):
+    while x.sum() < 100.0:
+        x = x * 1.5 + 1.0
+    return x
+
+
+def test_groups_in_cond_and_while_bodies():
+    x = special(extra=0)[12:]                     # finite values
+    graph, nodes = check(branchy, x, groups=2)
+    assert all(node.graph is not graph for node in nodes)
+    assert_same(lower(graph)(-x - 50.0), branchy(-x - 50.0))
+    x = torch.linspace(-1.0, 1.0, 10)
+    graph, nodes = check(loopy, x, groups=1)
+    assert nodes[0].graph is not graph
+
+
+def dynamic(x):
+    if x.sum() > 0:
+        y = x[:3]
+    else:
+        y = x[:2]
+    return (y * 2.0).exp() + y
+
+
+def test_dynamic_shape():
+    """A value whose shape differs between the branches of a tensor ``if``."""
+    x = torch.tensor([1.0, -0.5, 2.0, NAN, 4.0])
+    graph, nodes = check(dynamic, x)
+    assert nodes[0].meta.shape == (None,)
+    for other in (-x.nan_to_num(), x):
+        assert_same(lower(graph)(other), dynamic(other))
+
+
+# ----------------------------------------------------------------------- the torch path
+def test_without_compiler_nothing_compiles_and_results_are_eager():
+    args = broadcast_inputs()
+    with options.override(compiler=False):
+        graph, nodes = fuse(broadcasts, *args, groups=9, compiled=False)
+    for got, exp in zip(lower(graph)(*args), broadcasts(*args)):
+        assert torch.equal(got, exp)
+
+
+def test_autograd_runs_the_torch_path():
+    def f(x, bias, row):
+        return F.gelu(x * bias + 1.0) * torch.sigmoid(row) - x ** 2
+
+    gen = torch.Generator().manual_seed(4)
+    leaves = [torch.randn(5, 6, generator=gen), torch.randn(6, generator=gen),
+              torch.randn(5, 1, generator=gen)]
+    graph, _ = fuse(f, *leaves)
+    got_in = [t.clone().requires_grad_() for t in leaves]
+    exp_in = [t.clone().requires_grad_() for t in leaves]
+    got, exp = lower(graph)(*got_in), f(*exp_in)
+    assert got.grad_fn is not None
+    assert_same(got, exp)
+    got.sum().backward()
+    exp.sum().backward()
+    for a, b in zip(got_in, exp_in):
+        assert_same(a.grad, b.grad)
+    with torch.no_grad():                          # no grad needed: the C kernel again
+        assert_same(lower(graph)(*got_in), f(*exp_in))
+
+
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler")
+def test_failed_build_warns_and_runs_as_torch(monkeypatch):
+    def fail(source, name="kernel"):
+        raise compiler.KernelBuildError("simulated failure")
+
+    monkeypatch.setattr(compiler, "build", fail)
+    args = broadcast_inputs()
+    with pytest.warns(RuntimeWarning, match="simulated failure"):
+        graph, _ = fuse(broadcasts, *args, groups=9, compiled=False)
+    assert_same(lower(graph)(*args), broadcasts(*args))
+
+
+# ------------------------------------------------------------------- known bugs (passes)
+@pytest.mark.xfail(strict=True, reason="fuse_elementwise: a fused node reading another "
+                   "group's output is not rewired (_rewire walks only the old nodes)")
+def test_group_reads_another_group():
+    def f(x, w):
+        y = (x * 2.0).exp()                        # group of shape (5,)
+        return (w + y).sin()                       # group of shape (3, 5) reading it
+
+    gen = torch.Generator().manual_seed(5)
+    check(f, torch.randn(5, generator=gen), torch.randn(3, 5, generator=gen), groups=2)
+
+
+@pytest.mark.xfail(strict=True, reason="fuse_elementwise: merging sibling groups ignores a "
+                   "path through a non-fused op (matmul): 'elementwise fusion made a cycle'")
+def test_group_through_matmul_back_into_itself():
+    def f(x, w):
+        a = F.relu(x * 2.0 + 1.0)
+        return torch.tanh((a @ w) * 0.5) - a
+
+    gen = torch.Generator().manual_seed(6)
+    check(f, torch.randn(8, 8, generator=gen), torch.randn(8, 8, generator=gen), groups=2)
+
+
+@pytest.mark.xfail(HAS_CC, strict=True, reason="fuse_elementwise: a float32 tensor compared "
+                   "with a float64 0-d tensor is computed in float64; torch compares in float32 "
+                   "(the torch path, without a compiler, is right)")
+def test_compare_with_float64_scalar_tensor():
+    def f(x, s):
+        return (x > s) | (x < s)
+
+    check(f, torch.tensor([0.1, 0.2, 1.0]), torch.tensor(0.1, dtype=torch.float64))
+
+
+@pytest.mark.xfail(strict=True, reason="fuse_elementwise: sibling groups that merged before "
+                   "are not merged again (a merged group's old id stays in deps)")
+def test_sibling_groups_merge():
+    def f(x):
+        a = (x > 0) & ~(x > 2)
+        b = (x < -1) ^ (x > 5)
+        return a | b
+
+    with options.override(compiler=False):
+        fuse(f, special(), groups=1, compiled=False)
