@@ -44,6 +44,23 @@ def _lit(value, *wanted) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value in wanted
 
 
+_FILLS = {"zeros": 0, "ones": 1}
+
+
+def _unit(value, unit) -> bool:
+    """``value`` is ``unit`` everywhere: a Python number, a ``zeros``/``ones``/``full``
+    factory or a folded constant (the caller still checks dtype and shape)."""
+    if not isinstance(value, Node):
+        return _lit(value, unit)
+    if value.op in _FILLS and not has_effect(value) and not value.inputs:
+        return _FILLS[value.op] == unit
+    if value.op == "full" and len(value.args) == 2 and not value.inputs:
+        return _lit(value.args[1], unit)
+    if value.op == "constant" and value.attrs.get("folded"):
+        return bool((value.attrs["value"] == unit).all())
+    return False
+
+
 def _is(value, *ops: str) -> bool:
     return isinstance(value, Node) and value.op in ops and not has_effect(value)
 
@@ -55,13 +72,14 @@ def _integral(node: Node) -> bool:
 
 
 def _binary(node: Node, unit, integral_only=False, commutes=True) -> Optional[Use]:
-    """``x op unit -> x`` (and ``unit op x -> x`` when the op commutes)."""
+    """``x op unit -> x`` (and ``unit op x -> x`` when the op commutes); ``unit`` may be
+    a tensor of units, whose broadcasting or promotion ``_apply`` catches by the meta."""
     if node.kwargs or len(node.args) != 2 or (integral_only and not _integral(node)):
         return None
     a, b = node.args
-    if isinstance(a, Node) and _lit(b, unit):
+    if isinstance(a, Node) and _unit(b, unit):
         return Use(a)
-    if commutes and isinstance(b, Node) and _lit(a, unit):
+    if commutes and isinstance(b, Node) and _unit(a, unit):
         return Use(b)
     return None
 
@@ -182,6 +200,8 @@ RULES: List[Tuple[str, Callable[[Node], object]]] = [
     ("mul", lambda n: _binary(n, 1)),                               # x*1 -> x, 1*x -> x
     ("div", lambda n: _binary(n, 1, commutes=False)),               # x/1 -> x
     ("true_divide", lambda n: _binary(n, 1, commutes=False)),       # x/1 -> x
+    ("floordiv", lambda n: _binary(n, 1, True, commutes=False)),    # x//1 -> x (ints)
+    ("floor_divide", lambda n: _binary(n, 1, True, commutes=False)),  # x//1 -> x (ints)
     ("add", lambda n: _binary(n, 0, integral_only=True)),           # x+0 -> x, 0+x -> x (ints)
     ("sub", lambda n: _binary(n, 0, commutes=False)),               # x-0 -> x
     ("pow", lambda n: _binary(n, 1, commutes=False)),               # x**1 -> x
