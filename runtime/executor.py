@@ -16,40 +16,40 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from .graph import Graph, Node, iter_nodes, map_nodes, map_structure
+from .graph import Graph, Node, iter_nodes, map_structure
 from .source_info import format_location
 
 _FILE_IDS = itertools.count(1)
+_FLAT = object()      # a function returning the flat tuple of its outputs
 _LINE_NODES: Dict[str, Dict[int, Node]] = {}
 
 
 class Executable:
-    """A compiled graph: call it with values for its inputs."""
+    """A compiled graph: call it with values for its inputs; returns its output structure."""
 
-    def __init__(self, fn, source: str, filename: str, out_structure):
+    def __init__(self, fn, source: str, filename: str):
         self.fn = fn
         self.source = source
         self.filename = filename
-        self._structure = out_structure
 
     def __call__(self, *args):
         try:
-            flat = self.fn(*args)
+            return self.fn(*args)
         except Exception as e:
-            raise _located(e) from e
-        return _rebuild(self._structure, flat)
+            raise located(e) from e
 
 
-def _rebuild(structure, flat):
-    it = iter(flat)
-    return map_structure(structure, lambda s: isinstance(s, _Slot), lambda s: next(it))
+class Unstack:
+    """An output that is a Python list at run time, computed as one stacked tensor (a list
+    grown in a tensor loop): the generated code returns ``list(value.unbind(0))``."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: Node):
+        self.node = node
 
 
-class _Slot:
-    __slots__ = ()
-
-
-def _located(e: Exception) -> Exception:
+def located(e: Exception) -> Exception:
     """The same kind of error, naming the failing node's op and user source line."""
     tb = e.__traceback__
     node = generated = None
@@ -123,11 +123,14 @@ class _Lowering:
         return self.global_for(value, "k")
 
     # functions -----------------------------------------------------------------------------
-    def function(self, graph: Graph, fname: str, inputs: Sequence[Node], outputs: Sequence[Any],
-                 keep_effects: bool = True):
+    def function(self, graph: Graph, fname: str, inputs: Sequence[Optional[Node]],
+                 outputs: Sequence[Any], keep_effects: bool = True, structure: Any = _FLAT):
         """Emit ``def fname(*inputs): ...; return (outputs,)``; returns nothing.
 
-        Only nodes the outputs need are emitted, plus impure ones when ``keep_effects``."""
+        Only nodes the outputs need are emitted, plus impure ones when ``keep_effects``.
+        A None input is a parameter the function ignores (a Python value of the call).
+        With ``structure``, the function returns that nested structure (fresh containers
+        each call) instead of the flat tuple of ``outputs``."""
         roots = list(iter_nodes(list(outputs)))
         if keep_effects:
             roots += [n for n in graph.nodes if n.impure]
@@ -142,7 +145,7 @@ class _Lowering:
             used.add(name)
             names[id(node)] = name
             return name
-        params = [bind(n) for n in inputs]
+        params = [bind(n) if n is not None else f"_unused{k}" for k, n in enumerate(inputs)]
         body_nodes = [n for n in graph.nodes if n.op != "placeholder" and id(n) in needed]
         last_use = _last_uses(body_nodes, outputs)
         out_ids = {id(n) for n in iter_nodes(list(outputs))}
@@ -164,9 +167,36 @@ class _Lowering:
             self.lines.append("    " + line)
             if node is not None:
                 self.line_nodes[len(self.lines)] = node
-        rets = [self.expr(o, names) for o in outputs]
-        self.lines.append("    return (" + "".join(r + ", " for r in rets) + ")")
+        if structure is not _FLAT:
+            self.lines.append("    return " + self.structure(structure, names))
+        else:
+            rets = [self.expr(o, names) for o in outputs]
+            self.lines.append("    return (" + "".join(r + ", " for r in rets) + ")")
         self.lines.append("")
+
+    def structure(self, value, names) -> str:
+        """An output structure as an expression building fresh containers."""
+        if isinstance(value, Node):
+            return names[id(value)]
+        if isinstance(value, Unstack):
+            return f"list({names[id(value.node)]}.unbind(0))"
+        if isinstance(value, (tuple, list, dict)):
+            if isinstance(value, dict):
+                inner = ", ".join(f"{self.expr(k, names)}: {self.structure(v, names)}"
+                                  for k, v in value.items())
+                text = "{" + inner + "}"
+            else:
+                inner = ", ".join(self.structure(v, names) for v in value)
+                if isinstance(value, list):
+                    text = "[" + inner + "]"
+                elif hasattr(value, "_fields"):
+                    return f"{self.global_for(type(value), 'tuple')}({inner})"
+                else:
+                    text = f"({inner},)" if len(value) == 1 else f"({inner})"
+            if type(value) in (tuple, list, dict):
+                return text
+            return f"{self.global_for(type(value), 'container')}({text})"
+        return self.expr(value, names)
 
     def node_code(self, node: Node, names, bind):
         extra = []
@@ -241,22 +271,23 @@ def _last_uses(nodes: List[Node], outputs) -> Dict[int, List[Node]]:
     return by_index
 
 
-def lower(graph: Graph, inputs: Optional[Sequence[Node]] = None, outputs: Any = None,
-          name: str = "graph_fn", keep_effects: bool = True) -> Executable:
-    """Compile ``graph`` to a Python function of ``inputs`` returning ``outputs``."""
+def lower(graph: Graph, inputs: Optional[Sequence[Optional[Node]]] = None,
+          outputs: Any = None, name: str = "graph_fn", keep_effects: bool = True) -> Executable:
+    """Compile ``graph`` to a Python function of ``inputs`` returning ``outputs`` (a nested
+    structure of nodes, ``Unstack`` markers and Python values)."""
     inputs = list(graph.inputs if inputs is None else inputs)
     outputs = graph.outputs if outputs is None else outputs
-    flat: List[Any] = []
-    structure = map_nodes(outputs, lambda n: flat.append(n) or _Slot())
+    flat = list(iter_nodes(map_structure(outputs, lambda v: isinstance(v, Unstack),
+                                         lambda v: v.node)))
     lowering = _Lowering()
-    lowering.function(graph, name, inputs, flat, keep_effects)
+    lowering.function(graph, name, inputs, flat, keep_effects, structure=outputs)
     source = "\n".join(lowering.lines) + "\n"
     filename = f"<tograph-exec-{next(_FILE_IDS)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     _LINE_NODES[filename] = lowering.line_nodes
     namespace = dict(lowering.globals)
     exec(compile(source, filename, "exec"), namespace)
-    return Executable(namespace[name], source, filename, structure)
+    return Executable(namespace[name], source, filename)
 
 
 def compile_graph(graph: Graph) -> Executable:

@@ -25,8 +25,8 @@ import torch.utils._pytree as pytree
 import runtime
 from runtime import operators as tg
 from runtime.errors import GraphError
-from runtime.executor import lower
-from runtime.graph import map_structure
+from runtime.executor import Unstack, located, lower
+from runtime.graph import Node, iter_nodes, map_structure
 from runtime.meta import TensorMeta
 from runtime.operators.iterables import TensorList
 from runtime.operators.special_values import Undefined, UndefinedReturn
@@ -133,6 +133,32 @@ def _leaf_key(v):
         return ("O", id(v))
 
 
+_SCALARS = (int, float, bool, str, type(None))
+
+
+def _flat_key(args):
+    """A cheap signature for calls whose arguments are all CPU tensors and Python scalars
+    (no containers): None when the full signature is needed."""
+    key = []
+    for a in args:
+        cls = a.__class__
+        if cls in _SCALARS:
+            key.append(cls)
+            key.append(a)
+        elif isinstance(a, torch.Tensor) and a.is_cpu:
+            key.append(a.shape)
+            key.append(a.dtype)
+            key.append(a.requires_grad)
+        else:
+            return None
+    return tuple(key)
+
+
+def _fn_name(fn) -> str:
+    name = getattr(fn, "__name__", "graph")
+    return name if name.isidentifier() else "graph"
+
+
 def signature_of(args, kwargs):
     flat, spec = pytree.tree_flatten((args, kwargs))
     return (spec,) + tuple(_leaf_key(v) for v in flat), flat, spec   # TreeSpec hashes
@@ -157,33 +183,23 @@ def _describe_change(names: List[str], old, new) -> str:
 # --------------------------------------------------------------------------- entries
 class _Traced:
     """One input signature's graph, compiled; calling it runs the graph. ``guard``: the
-    Python state the trace read, which must still hold for the graph to be reused."""
+    Python state the trace read, which must still hold for the graph to be reused.
+    ``executable.fn`` takes every flattened argument (Python values are ignored) and
+    returns the output structure."""
 
-    def __init__(self, graph, optimized, executable, list_outputs, guard):
+    def __init__(self, graph, optimized, executable, guard):
         self.graph = graph
         self.optimized = optimized
         self.executable = executable
-        self.list_outputs = list_outputs
+        self.fn = executable.fn
         self.guard = guard
+        self.holds = guard.compile_check()
 
     def __call__(self, flat):
-        out = self.executable(*[v for v in flat if isinstance(v, torch.Tensor)])
-        return _unstack_lists(out) if self.list_outputs else out
-
-
-
-
-def _unstack_lists(out):
-    return map_structure(out, lambda v: isinstance(v, _ListResult),
-                         lambda v: list(v.tensor.unbind(0)))
-
-
-class _ListResult(tuple):
-    """At run time: the stacked tensor of a list output, before it is unstacked."""
-
-    @property
-    def tensor(self):
-        return self[0]
+        try:
+            return self.fn(*flat)
+        except Exception as e:
+            raise located(e) from e
 
 
 class _Fallback:
@@ -211,6 +227,8 @@ class GraphFunction:
         self._param_names = _param_names(target)
         owner = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
         self._module = owner if isinstance(owner, torch.nn.Module) else None
+        self._submodules = list(self._module.modules()) if self._module is not None else []
+        self._fast: Dict[Any, Any] = {}     # flat positional key -> entry
 
     # -- descriptor: @to_graph on a method in a class body
     def __get__(self, obj, objtype=None):
@@ -230,17 +248,40 @@ class GraphFunction:
     def _signature(self, args, kwargs):
         key, flat, spec = signature_of(args, kwargs)
         if self._module is not None:          # train/eval changes dropout, batch norm...
-            key = key + (tuple(m.training for m in self._module.modules()),)
+            self._submodules = list(self._module.modules())
+            key = key + (tuple(m.training for m in self._submodules),)
         return key, flat, spec
 
     def __call__(self, *args, **kwargs):
+        if not kwargs:                         # the fast path: flat positional arguments
+            key = _flat_key(args)
+            if key is not None:
+                if self._module is not None:
+                    key += tuple(m.training for m in self._submodules)
+                entry = self._fast.get(key)
+                if entry is not None:
+                    if entry.__class__ is _Fallback:
+                        return self._fn(*args)
+                    if entry.holds():
+                        try:
+                            return entry.fn(*args)
+                        except Exception as e:
+                            raise located(e) from e
+        return self._call(args, kwargs)
+
+    def _call(self, args, kwargs):
         key, flat, spec = self._signature(args, kwargs)
         entry = self._entries.get(key)
-        if entry is not None and not isinstance(entry, _Fallback) and \
-                not entry.guard.still_holds():
+        if entry is not None and not isinstance(entry, _Fallback) and not entry.holds():
             entry = None              # a global, closure value or attribute it read changed
         if entry is None:
             entry = self._build(key, args, kwargs, flat, spec)
+        if not kwargs:
+            fast = _flat_key(args)
+            if fast is not None:
+                if self._module is not None:
+                    fast += tuple(m.training for m in self._submodules)
+                self._fast[fast] = entry
         if isinstance(entry, _Fallback):
             return self._fn(*args, **kwargs)
         return entry(flat)
@@ -323,23 +364,32 @@ class GraphFunction:
             snapshot.restore()
             raise GraphError(f"{changed} (a Python side effect that a graph cannot repeat on "
                              f"every call)")
-        outputs, has_lists = _output_structure(graph, out)
-        graph.outputs = outputs
+        structure = _output_structure(graph, out)
+        graph.outputs = map_structure(structure, lambda v: isinstance(v, Unstack),
+                                      lambda v: v.node)
         optimized = graph.optimize()
-        executable = lower(optimized)
+        env = {id(a): b for a, b in zip(graph.inputs, optimized.inputs)}
+        env.update((id(a), b) for a, b in zip(iter_nodes(graph.outputs),
+                                               iter_nodes(optimized.outputs)))
+        outputs = map_structure(structure, lambda v: isinstance(v, (Node, Unstack)),
+                                lambda v: Unstack(env[id(v.node)]) if isinstance(v, Unstack)
+                                else env[id(v)])
+        params = iter(optimized.inputs)
+        inputs = [next(params) if isinstance(v, torch.Tensor) else None for v in flat]
+        executable = lower(optimized, inputs, outputs, name=_fn_name(target))
         guard = Snapshot.take(target, (), {})
         for fn in list(_CALLED):
             guard.include(fn)
-        return _Traced(graph, optimized, executable, has_lists, guard)
+        return _Traced(graph, optimized, executable, guard)
 
     def __repr__(self) -> str:
         return f"<to_graph {getattr(self, '__qualname__', self._fn)!r}>"
 
 
 def _output_structure(graph, out):
-    """The graph outputs for a traced result: nodes for symbolic tensors, values as is."""
+    """The graph outputs for a traced result: nodes for symbolic tensors, values as is,
+    ``Unstack`` markers for lists grown in tensor loops."""
     from runtime.symbolic import building, to_node
-    has_lists = []
 
     def leaf(v):
         if isinstance(v, UndefinedReturn):
@@ -347,12 +397,11 @@ def _output_structure(graph, out):
         if isinstance(v, Undefined):
             raise GraphError(f"the result holds variable {v.name!r}, which is not defined")
         if isinstance(v, TensorList):
-            has_lists.append(True)
-            return _ListResult((leaf(v.stack),))
+            return Unstack(leaf(v.stack))
         with building(graph):
             return to_node(graph, v)
     special = (UndefinedReturn, Undefined, TensorList, torch.Tensor)
-    return map_structure(out, lambda v: isinstance(v, special), leaf), bool(has_lists)
+    return map_structure(out, lambda v: isinstance(v, special), leaf)
 
 
 def _param_names(fn) -> List[str]:

@@ -162,6 +162,21 @@ class Snapshot:
                 return False
         return True
 
+    def compile_check(self):
+        """``still_holds`` as one generated expression (checked before every call)."""
+        if self._cells or not (self._globals or self._objects):
+            return self.still_holds if (self._globals or self._cells or self._objects) \
+                else _always
+        env = {"_EMPTY": _EMPTY, "_state_of": _state_of}
+        terms = []
+        for k, (ns, name, value) in enumerate(self._globals):
+            env[f"ns{k}"], env[f"v{k}"] = ns, value
+            terms.append(f"ns{k}.get({name!r}, _EMPTY) is v{k}")
+        for k, (_, obj, state, _) in enumerate(self._objects):
+            env[f"o{k}"], env[f"s{k}"] = obj, state
+            terms.append(f"_state_of(o{k}) == s{k}")
+        return eval("lambda: " + " and ".join(terms), env)  # noqa: S307 -- our own text
+
     def include(self, fn) -> None:
         """Also record the globals and closure of ``fn`` (a function the trace called)."""
         other = Snapshot.take(fn, (), {})
@@ -187,6 +202,10 @@ class Snapshot:
 
 
 _EMPTY = object()
+
+
+def _always() -> bool:
+    return True
 
 
 def _names_used(code) -> List[str]:

@@ -54,8 +54,11 @@ import torch  # noqa: F401  -- maps torch's libgomp before any kernel asks for l
 
 from ..options import options
 
-FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fPIC", "-shared",
-         "-std=c11")
+# -fno-trapping-math lets gcc if-convert NaN-aware selects (relu, clamp) into vector blends
+# (values unchanged: only FP exception flags are given up); -ffp-contract=off keeps a*b+c
+# rounded twice, as torch's separate ops round it.
+FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math",
+         "-ffp-contract=off", "-fPIC", "-shared", "-std=c11")
 LIBS = ("-lmvec", "-lm")
 FORMAT_VERSION = 1              # bump when the cache layout or trailer changes
 COMPILE_TIMEOUT_S = 120

@@ -75,8 +75,8 @@ def _fuse_graph(graph: Graph, kernels: List[FusedKernel]) -> None:
             priority[id(n)] = last
             new_nodes.append(n)
         members.update(id(m) for m in group.members)
-    _rewire(graph, replacements)
-    kept = [n for n in graph.nodes if id(n) not in members and id(n) not in priority]
+    kept = [n for n in graph.nodes if id(n) not in members]
+    _rewire(graph, kept + new_nodes, replacements)
     for n in kept:
         priority[id(n)] = position[id(n)]
     graph.nodes = _toposort(kept + new_nodes, priority)
@@ -86,12 +86,19 @@ def _fuse_graph(graph: Graph, kernels: List[FusedKernel]) -> None:
 
 # ----------------------------------------------------------------------------- grouping
 def _node_dtype(node: Node, expr: Expr) -> Optional[str]:
-    """The float type a node computes in (None: a bool op of bools, fits any group)."""
+    """The float type a node computes in (None: a bool op of bools, fits any group).
+
+    A comparison computes in torch's result type: dimensioned tensors decide over 0-d
+    tensors (a float64 0-d tensor compared with float32 values compares in float32)."""
     if node.meta.dtype in _FLOATS:
         return _FLOATS[node.meta.dtype]
-    floats = {_FLOATS[a.meta.dtype] for a in expr.operands
-              if isinstance(a, Node) and a.meta.dtype in _FLOATS}
-    return "float64" if "float64" in floats else (floats.pop() if floats else None)
+    tensors = [a.meta for a in expr.operands if isinstance(a, Node)]
+    for dimensioned in (True, False):
+        floats = {_FLOATS[m.dtype] for m in tensors if m.dtype in _FLOATS and
+                  (m.shape != ()) == dimensioned}
+        if floats:
+            return "float64" if "float64" in floats else "float32"
+    return None
 
 
 def _fusable(node: Node) -> Optional[Expr]:
@@ -111,107 +118,125 @@ def _fusable(node: Node) -> Optional[Expr]:
     if {id(a) for a in operands} != {id(a) for a in expr.operands if isinstance(a, Node)}:
         return None          # a tensor the table does not read (it would be lost)
     for value in expr.operands:
-        if isinstance(value, Node):
-            continue
-        if not isinstance(value, (bool, int, float)):
+        if not isinstance(value, (Node, bool, int, float)):
             return None
-    if meta.dtype == torch.bool and expr.kind == "b" and operands and not all_bool and \
+    if meta.dtype == torch.bool and operands and not all_bool and \
             not any(a.meta.dtype in _FLOATS for a in operands):
         return None          # integer comparisons stay exact in torch
     return expr
 
 
-def _find_groups(graph: Graph) -> List[_Group]:
-    groups: List[_Group] = []
-    parent: Dict[int, int] = {}           # union-find over group ids
-    group_of: Dict[int, _Group] = {}      # id(node) -> group
-    reach: Dict[int, Set[int]] = {}       # id(node) -> group ids it depends on
+class _Grouping:
+    """Greedy grouping in program order. A node joins (and may merge) the groups of its
+    fusable inputs when the merged group would read nothing that depends on itself: no
+    path may leave the group and come back, or the fused node could not be placed."""
 
-    def find(gid: int) -> int:
-        while parent[gid] != gid:
-            parent[gid] = parent[parent[gid]]
-            gid = parent[gid]
+    def __init__(self):
+        self.groups: List[_Group] = []
+        self.parent: Dict[int, int] = {}
+        self.group_of: Dict[int, int] = {}    # id(node) -> group id (resolve with find)
+        self.anc: Dict[int, Set[int]] = {}     # id(node) -> group ids it depends on
+
+    def find(self, gid: int) -> int:
+        while self.parent[gid] != gid:
+            self.parent[gid] = self.parent[self.parent[gid]]
+            gid = self.parent[gid]
         return gid
 
-    def closure(gids) -> Set[int]:
+    def group(self, node: Node) -> Optional[_Group]:
+        gid = self.group_of.get(id(node))
+        return None if gid is None else self.groups[self.find(gid)]
+
+    def reads(self, value: Node) -> Set[int]:
+        """Groups ``value`` depends on, itself included when it is a group member."""
+        out = {self.find(g) for g in self.anc.get(id(value), ())}
+        g = self.group_of.get(id(value))
+        if g is not None:
+            out.add(self.find(g))
+        return out
+
+    def closure(self, gids: Set[int]) -> Set[int]:
         seen: Set[int] = set()
-        stack = [find(g) for g in gids]
+        stack = list(gids)
         while stack:
-            g = stack.pop()
+            g = self.find(stack.pop())
             if g in seen:
                 continue
             seen.add(g)
-            stack.extend(find(d) for d in groups[g].deps)
+            stack.extend(self.groups[g].deps)
         return seen
 
-    def reads(value: Node) -> Set[int]:
-        out = set(reach.get(id(value), ()))
-        if id(value) in group_of:
-            out.add(find(group_of[id(value)].id))
-        return out
+    def can_form(self, parts: List[_Group], node: Node) -> bool:
+        ids = {g.id for g in parts}
+        members = [m for g in parts for m in g.members] + [node]
+        member_ids = {id(m) for m in members}
+        for m in members:
+            for v in m.inputs:
+                if id(v) in member_ids:
+                    continue
+                if self.closure(self.reads(v)) & ids:
+                    return False
+        return True
 
-    for node in graph.nodes:
+    def add(self, node: Node, expr: Optional[Expr]) -> None:
         inputs = node.inputs
+        anc: Set[int] = set()
+        for v in inputs:
+            anc |= self.reads(v)
+        self.anc[id(node)] = anc
+        if expr is None:
+            return
+        dtype = _node_dtype(node, expr)
+        candidates: List[_Group] = []
+        for v in inputs:
+            g = self.group(v)
+            if g is not None and g.open and g.shape == node.meta.shape and \
+                    all(g is not c for c in candidates):
+                candidates.append(g)
+        chosen_parts: List[_Group] = []
+        for parts in [candidates] + [[c] for c in candidates]:
+            floats = {p.dtype for p in parts if p.dtype} | ({dtype} if dtype else set())
+            if parts and len(floats) <= 1 and self.can_form(parts, node):
+                chosen_parts = parts
+                break
+        if chosen_parts:
+            chosen = chosen_parts[0]
+            for other in chosen_parts[1:]:
+                self.parent[other.id] = chosen.id
+                chosen.members.extend(other.members)
+                chosen.exprs.update(other.exprs)
+                chosen.deps |= other.deps
+                chosen.dtype = chosen.dtype or other.dtype
+        else:
+            chosen = _Group(len(self.groups), None, node.meta.shape)
+            self.groups.append(chosen)
+            self.parent[chosen.id] = chosen.id
+        chosen.dtype = chosen.dtype or dtype
+        chosen.members.append(node)
+        chosen.exprs[id(node)] = expr
+        self.group_of[id(node)] = chosen.id
+        for v in inputs:
+            if self.group(v) is not chosen:
+                chosen.deps |= self.reads(v)
+        chosen.deps = {self.find(d) for d in chosen.deps} - {chosen.id}
+
+    def close_all(self) -> None:
+        for g in self.groups:
+            g.open = False
+
+
+def _find_groups(graph: Graph) -> List[_Group]:
+    grouping = _Grouping()
+    for node in graph.nodes:
         if node.op in _BARRIERS or node.impure:
-            for g in groups:
-                g.open = False
-        expr = _fusable(node)
-        deps: Set[int] = set()
-        for value in inputs:
-            deps |= reads(value)
-        chosen = None
-        if expr is not None:
-            dtype = _node_dtype(node, expr)
-            for value in inputs:
-                g = group_of.get(id(value))
-                if g is None:
-                    continue
-                g = groups[find(g.id)]
-                if not g.open or g.shape != node.meta.shape or \
-                        (dtype and g.dtype and dtype != g.dtype):
-                    continue
-                if all(id(v) in group_of and find(group_of[id(v)].id) == g.id
-                       or g.id not in closure(reads(v)) for v in inputs):
-                    chosen = g
-                    break
-            if chosen is None:
-                chosen = _Group(len(groups), dtype, node.meta.shape)
-                groups.append(chosen)
-                parent[chosen.id] = chosen.id
-            elif dtype and not chosen.dtype:
-                chosen.dtype = dtype
-            chosen.members.append(node)
-            chosen.exprs[id(node)] = expr
-            group_of[id(node)] = chosen
-            chosen.deps |= {d for d in deps if find(d) != chosen.id}
-            for value in inputs:               # merge sibling groups this node joins
-                g = group_of.get(id(value))
-                if g is None or find(g.id) == chosen.id:
-                    continue
-                other = groups[find(g.id)]
-                if other.open and other.shape == chosen.shape and \
-                        (not other.dtype or not chosen.dtype or other.dtype == chosen.dtype) \
-                        and chosen.id not in closure(other.deps) and \
-                        other.id not in closure(chosen.deps - {other.id}):
-                    _merge(chosen, other, parent, group_of)
-        reach[id(node)] = deps
+            grouping.close_all()
+        grouping.add(node, _fusable(node))
     result = []
-    for g in groups:
-        if find(g.id) == g.id:
+    for g in grouping.groups:
+        if grouping.find(g.id) == g.id:
             g.dtype = g.dtype or "float32"
             result.append(g)
     return result
-
-
-def _merge(into: _Group, other: _Group, parent: Dict[int, int], group_of) -> None:
-    parent[other.id] = into.id
-    for m in other.members:
-        group_of[id(m)] = into
-    into.members.extend(other.members)
-    into.exprs.update(other.exprs)
-    into.deps = (into.deps | other.deps) - {into.id, other.id}
-    if not into.dtype:
-        into.dtype = other.dtype
 
 
 # ----------------------------------------------------------------------------- rewriting
@@ -337,10 +362,10 @@ def _torch_fn(group: _Group, inputs: List[Node], outputs: List[Node]):
     return lower(sub)
 
 
-def _rewire(graph: Graph, replacements: Dict[int, Node]) -> None:
+def _rewire(graph: Graph, nodes: List[Node], replacements: Dict[int, Node]) -> None:
     def swap(n: Node) -> Node:
         return replacements.get(id(n), n)
-    for node in graph.nodes:
+    for node in nodes:
         node.args = map_nodes(node.args, swap)
         node.kwargs = map_nodes(node.kwargs, swap)
         for sub in node.subgraphs:

@@ -595,8 +595,6 @@ def test_failed_build_warns_and_runs_as_torch(monkeypatch):
 
 
 # ------------------------------------------------------------------- known bugs (passes)
-@pytest.mark.xfail(strict=True, reason="fuse_elementwise: a fused node reading another "
-                   "group's output is not rewired (_rewire walks only the old nodes)")
 def test_group_reads_another_group():
     def f(x, w):
         y = (x * 2.0).exp()                        # group of shape (5,)
@@ -606,8 +604,6 @@ def test_group_reads_another_group():
     check(f, torch.randn(5, generator=gen), torch.randn(3, 5, generator=gen), groups=2)
 
 
-@pytest.mark.xfail(strict=True, reason="fuse_elementwise: merging sibling groups ignores a "
-                   "path through a non-fused op (matmul): 'elementwise fusion made a cycle'")
 def test_group_through_matmul_back_into_itself():
     def f(x, w):
         a = F.relu(x * 2.0 + 1.0)
@@ -617,9 +613,6 @@ def test_group_through_matmul_back_into_itself():
     check(f, torch.randn(8, 8, generator=gen), torch.randn(8, 8, generator=gen), groups=2)
 
 
-@pytest.mark.xfail(HAS_CC, strict=True, reason="fuse_elementwise: a float32 tensor compared "
-                   "with a float64 0-d tensor is computed in float64; torch compares in float32 "
-                   "(the torch path, without a compiler, is right)")
 def test_compare_with_float64_scalar_tensor():
     def f(x, s):
         return (x > s) | (x < s)
@@ -627,8 +620,6 @@ def test_compare_with_float64_scalar_tensor():
     check(f, torch.tensor([0.1, 0.2, 1.0]), torch.tensor(0.1, dtype=torch.float64))
 
 
-@pytest.mark.xfail(strict=True, reason="fuse_elementwise: sibling groups that merged before "
-                   "are not merged again (a merged group's old id stays in deps)")
 def test_sibling_groups_merge():
     def f(x):
         a = (x > 0) & ~(x > 2)
