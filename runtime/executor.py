@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from .graph import Graph, Node, iter_nodes, map_structure
+from .meta import TensorMeta
 from .source_info import format_location
 
 _FILE_IDS = itertools.count(1)
@@ -163,6 +164,8 @@ class _Lowering:
         for sub_graph, sub_name, sub_inputs, sub_outputs in subfns:
             self.function(sub_graph, sub_name, sub_inputs, sub_outputs)
         self.lines.append(f"def {fname}({', '.join(params)}):")
+        if any(n.attrs.get("planned_out") for n in body_nodes):
+            self.lines.append("    " + self.plan_check(graph, names, inputs, body_nodes))
         for line, node in text:
             self.lines.append("    " + line)
             if node is not None:
@@ -173,6 +176,17 @@ class _Lowering:
             rets = [self.expr(o, names) for o in outputs]
             self.lines.append("    return (" + "".join(r + ", " for r in rets) + ")")
         self.lines.append("")
+
+    def plan_check(self, graph: Graph, names, inputs, body_nodes) -> str:
+        """``_plan``: True when autograd records nothing on this call, so planned nodes may
+        write into dead buffers (grad mode off, or no input or constant requires grad)."""
+        grad = self.global_for(torch.is_grad_enabled, "grad_enabled")
+        tensors = [names[id(n)] for n in inputs if n is not None and id(n) in names
+                   and isinstance(n.meta, TensorMeta)]
+        tensors += [self.global_for(n.attrs["value"], n.name) for n in body_nodes
+                    if n.op == "constant" and isinstance(n.attrs.get("value"), torch.Tensor)]
+        checks = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
+        return f"_plan = not {grad}() or not ({checks})"
 
     def structure(self, value, names) -> str:
         """An output structure as an expression building fresh containers."""
@@ -228,6 +242,9 @@ class _Lowering:
                     f"    {state} = {fb}(*{state}{caps})"], extra
         target = self.global_for(node.target, node.op)
         kwargs = [f"{k}={self.expr(v, names)}" for k, v in node.kwargs.items()]
+        if node.attrs.get("planned_out"):    # memory planning: only when autograd is off
+            kwargs = [f"out=({names[id(node.kwargs['out'])]} if _plan else None)"
+                      if k.startswith("out=") else k for k in kwargs]
         call = f"{target}({', '.join(args + kwargs)})"
         if node.meta is None:
             return [call], extra

@@ -41,6 +41,15 @@ def format_value(value: Any) -> str:
     return repr(value)
 
 
+def _op_text(node: Node) -> str:
+    """The op as listed; a fused group shows the ops it runs: ``fused[mul,add,tanh]``."""
+    ops = node.attrs.get("ops") if node.op == "fused" else None
+    if not ops:
+        return node.op
+    shown = ops if len(ops) <= 12 else ops[:10] + [f"... {len(ops)} ops"]
+    return f"fused[{','.join(shown)}]"
+
+
 def _node_line(node: Node) -> str:
     parts = [format_value(a) for a in node.args]
     parts += [f"{k}={format_value(v)}" for k, v in node.kwargs.items()]
@@ -51,7 +60,7 @@ def _node_line(node: Node) -> str:
         if isinstance(value, torch.Tensor) and value.numel() <= 4:
             parts.append(str(value.detach().tolist()))
     lhs = f"%{node.name}: {meta_text(node.meta)}" if node.meta is not None else "_"
-    text = f"{lhs} = {node.op} {' '.join(parts)}".rstrip()
+    text = f"{lhs} = {_op_text(node)} {' '.join(parts)}".rstrip()
     if node.location is not None:
         text = f"{text:<56}  # {os.path.basename(node.location[0])}:{node.location[1]}"
     return text
