@@ -14,7 +14,8 @@ output's C type. A flat kernel (no inner/outer input) runs one ``omp simd`` loop
 compiler gives us OpenMP (see ``compiler.OPENMP``); small work stays on one thread.
 
 libm functions are declared ``omp declare simd notinbranch`` so gcc calls glibc's vector
-versions (libmvec) with NaN/Inf intact; the set comes from ``compiler.vector_math()``.
+versions (libmvec) with NaN/Inf intact; the set comes from ``library.vector_math()``.
+Groups that reduce along the last dimension are written by ``rows.py`` instead.
 """
 from __future__ import annotations
 
@@ -85,6 +86,8 @@ class Operand:
 class Step:
     template: str
     operands: Tuple[Operand, ...]
+    reduce: str = ""     # "sum"/"mean"/"amax"/"amin": a reduction over the last dim
+    row: bool = False    # a per-row value (shape S[:-1] + (1,)) in a row program
 
 
 @dataclass(frozen=True)
@@ -100,9 +103,19 @@ class KernelSpec:
     def flat(self) -> bool:
         return all(mode in ("full", "scalar") for _, mode in self.inputs)
 
+    @property
+    def rows(self) -> bool:
+        """A row program (``rows.py``): some step reduces or is per row."""
+        return any(step.reduce or step.row for step in self.steps)
+
     def cost(self) -> int:
         """Rough work per element: transcendental calls count more than arithmetic."""
         return sum(1 + 8 * step.template.count("m_") for step in self.steps)
+
+    @property
+    def output_rows(self) -> Tuple[bool, ...]:
+        """Per output: whether it is a per-row value (shape ``S[:-1] + (1,)``)."""
+        return tuple(self.steps[v].reduce != "" or self.steps[v].row for v, _ in self.outputs)
 
 
 def literal(value, ctype: str) -> str:
@@ -187,5 +200,7 @@ def _operand(op: Operand, T: str, spec: KernelSpec) -> str:
 def unit(specs: Sequence[Tuple[KernelSpec, str]], vector_names: Iterable[str],
          parallel: bool) -> str:
     """One C translation unit holding several kernels (one compiler run per graph)."""
+    from . import rows
     return prelude(vector_names) + "\n" + "\n".join(
-        function(spec, name, parallel) for spec, name in specs)
+        (rows.function if spec.rows else function)(spec, name, parallel)
+        for spec, name in specs)

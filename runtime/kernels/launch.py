@@ -26,7 +26,7 @@ class FusedKernel:
     """One fused elementwise group, callable on its input tensors."""
 
     def __init__(self, spec: KernelSpec, name: str, torch_fn: Callable,
-                 in_shapes: Sequence[Optional[tuple]], out_shape: Optional[tuple],
+                 in_shapes: Sequence[Optional[tuple]], shape: Optional[tuple],
                  split: int, ops: Sequence[str]):
         self.spec = spec
         self.name = name
@@ -34,8 +34,9 @@ class FusedKernel:
         self.ops = list(ops)                 # the fused op names, for listings
         self.source: Optional[str] = None    # the C translation unit it was built in
         self._in_shapes = [tuple(s) if s is not None else None for s in in_shapes]
-        self._out_shape = out_shape          # None: known only at run time
+        self._out_shape = shape              # iteration space; None: known only at run time
         self._split = split                  # outer = prod(shape[:split])
+        self._row_outputs = spec.output_rows  # per-row outputs have shape[:-1] + (1,)
         self._out_dtypes = [_DTYPES[dt] for _, dt in spec.outputs]
         self._single = len(spec.outputs) == 1
         self._c = None
@@ -78,11 +79,12 @@ class FusedKernel:
                 x = x.contiguous()
             keep.append(x)
             ptrs.append(x.data_ptr())
-        if out is not None and self._single and out.shape == shape and \
+        shapes = [tuple(shape[:-1]) + (1,) if row else shape for row in self._row_outputs]
+        if out is not None and self._single and out.shape == shapes[0] and \
                 out.dtype == self._out_dtypes[0] and out.is_contiguous():
             outs = [out]
         else:
-            outs = [torch.empty(shape, dtype=dt) for dt in self._out_dtypes]
+            outs = [torch.empty(s, dtype=dt) for s, dt in zip(shapes, self._out_dtypes)]
         outer = 1
         for d in shape[:self._split]:
             outer *= d

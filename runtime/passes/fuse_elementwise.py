@@ -41,6 +41,7 @@ class _Group:
         self.shape = shape
         self.members: List[Node] = []
         self.exprs: Dict[int, Expr] = {}
+        self.roles: Dict[int, str] = {}  # id(member) -> "vec", "row" or "reduce"
         self.deps: Set[int] = set()      # ids of groups this one reads (through anything)
         self.open = True
 
@@ -101,8 +102,33 @@ def _node_dtype(node: Node, expr: Expr) -> Optional[str]:
     return None
 
 
+_REDUCTIONS = ("sum", "mean", "amax", "amin")
+
+
+def _reduction(node: Node) -> Optional[Expr]:
+    """``x.sum(-1, keepdim=True)`` (and mean, amax, amin) of a float, static-shaped ``x``."""
+    args, kwargs = node.args, node.kwargs
+    if not args or len(args) > 3 or set(kwargs) - {"dim", "keepdim"}:
+        return None
+    x = args[0]
+    if not isinstance(x, Node) or not isinstance(x.meta, TensorMeta) or \
+            x.meta.dtype not in _FLOATS or not x.meta.is_static or not x.meta.shape or \
+            x.meta.shape[-1] == 1 or node.meta.dtype != x.meta.dtype:
+        return None
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+    if isinstance(dim, (tuple, list)) and len(dim) == 1:
+        dim = dim[0]
+    rank = len(x.meta.shape)
+    if keepdim is not True or not isinstance(dim, int) or dim not in (-1, rank - 1):
+        return None
+    return Expr("", (x,), "reduce:" + node.op)
+
+
 def _fusable(node: Node) -> Optional[Expr]:
     meta = node.meta
+    if node.op in _REDUCTIONS and isinstance(meta, TensorMeta) and not node.impure:
+        return _reduction(node)
     if node.impure or node.subgraphs or not isinstance(meta, TensorMeta):
         return None
     if meta.dtype not in _FLOATS and meta.dtype != torch.bool:
@@ -124,6 +150,18 @@ def _fusable(node: Node) -> Optional[Expr]:
             not any(a.meta.dtype in _FLOATS for a in operands):
         return None          # integer comparisons stay exact in torch
     return expr
+
+
+def _role(shape, space, node: Node, reduces: bool) -> str:
+    """How ``node`` would sit in a group iterating over ``shape`` ('' if it cannot)."""
+    if reduces:
+        return "reduce" if space == shape else ""
+    if space == shape:
+        return "vec"
+    static = shape is not None and all(d is not None for d in shape)
+    if static and shape and shape[-1] != 1 and space == tuple(shape[:-1]) + (1,):
+        return "row"
+    return ""
 
 
 class _Grouping:
@@ -187,10 +225,12 @@ class _Grouping:
         if expr is None:
             return
         dtype = _node_dtype(node, expr)
+        reduces = expr.kind.startswith("reduce:")
+        space = expr.operands[0].meta.shape if reduces else node.meta.shape
         candidates: List[_Group] = []
         for v in inputs:
             g = self.group(v)
-            if g is not None and g.open and g.shape == node.meta.shape and \
+            if g is not None and g.open and _role(g.shape, space, node, reduces) and \
                     all(g is not c for c in candidates):
                 candidates.append(g)
         chosen_parts: List[_Group] = []
@@ -205,13 +245,15 @@ class _Grouping:
                 self.parent[other.id] = chosen.id
                 chosen.members.extend(other.members)
                 chosen.exprs.update(other.exprs)
+                chosen.roles.update(other.roles)
                 chosen.deps |= other.deps
                 chosen.dtype = chosen.dtype or other.dtype
         else:
-            chosen = _Group(len(self.groups), None, node.meta.shape)
+            chosen = _Group(len(self.groups), None, space)
             self.groups.append(chosen)
             self.parent[chosen.id] = chosen.id
         chosen.dtype = chosen.dtype or dtype
+        chosen.roles[id(node)] = _role(chosen.shape, space, node, reduces)
         chosen.members.append(node)
         chosen.exprs[id(node)] = expr
         self.group_of[id(node)] = chosen.id
@@ -262,11 +304,20 @@ def _replace(graph: Graph, group: _Group, replacements: Dict[int, Node], index: 
             else:
                 operands.append(Operand("c", value))
         value_index[id(m)] = len(steps)
-        steps.append(Step(group.exprs[id(m)].template, tuple(operands)))
+        role = group.roles[id(m)]
+        expr = group.exprs[id(m)]
+        steps.append(Step(expr.template, tuple(operands),
+                          reduce=expr.kind[len("reduce:"):] if role == "reduce" else "",
+                          row=role == "row"))
     outputs = _outputs(graph, group, member_ids)
     shape = group.shape
     static = shape is not None and all(d is not None for d in shape)
-    if static:
+    rows = any(role != "vec" for role in group.roles.values())
+    if rows:
+        split = len(shape) - 1
+        modes = [(_mode(tuple(v.meta.shape), shape, split) if v.meta.is_static else None)
+                 or "expand" for v in inputs]
+    elif static:
         split, modes = _layout(shape, [v.meta.shape for v in inputs])
     else:
         split, modes = 0, [_dynamic_mode(v.meta.shape) for v in inputs]
