@@ -15,47 +15,48 @@ from typing import Any, Dict
 import torch
 
 from ..graph import Graph, Node
-from .rewrite import Facts, Uses, graphs_post_order, grad_regions, has_effect
+from .rewrite import Uses, facts_for, graphs_post_order, grad_regions, has_effect
 
 _SKIP_ATTRS = {"_example"}
 
 
 def cse(graph: Graph) -> Graph:
     """Merge repeated pure computations within each graph."""
-    facts = None
+    facts: list = []                  # computed at the first repeat, kept current by union
     for g in graphs_post_order(graph):
-        facts = facts or Facts(graph)
-        _cse_graph(g, facts)
+        _cse_graph(g, graph, facts)
     return graph
 
 
 def key_of(value: Any) -> Any:
     """A hashable key equal for values that are interchangeable as arguments."""
-    if isinstance(value, Node):
-        return ("n", id(value))
-    if isinstance(value, (bool, int, str)) or value is None or value is Ellipsis:
-        return (type(value), value)
-    if isinstance(value, float):
+    kind = type(value)
+    if kind is Node:
+        return id(value)
+    if kind is int or kind is bool or kind is str or value is None or value is Ellipsis:
+        return (kind, value)
+    if kind is float:
         return (float, repr(value))
     if isinstance(value, (tuple, list)):
-        return (type(value),) + tuple(key_of(v) for v in value)
+        return (kind,) + tuple(key_of(v) for v in value)
     if isinstance(value, dict):
         return (dict,) + tuple((k, key_of(v)) for k, v in value.items())
     if isinstance(value, slice):
         return (slice, key_of(value.start), key_of(value.stop), key_of(value.step))
     if isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
-        return (type(value), str(value))
+        return (kind, str(value))
     return ("id", id(value))
 
 
 def _node_key(node: Node, region: int):
     if node.op == "constant":
         return ("constant", id(node.attrs.get("value")), region)
-    attrs = tuple(sorted((k, key_of(v)) for k, v in node.attrs.items() if k not in _SKIP_ATTRS))
-    return (node.op, id(node.target), key_of(node.args), key_of(node.kwargs), attrs, region)
+    attrs = tuple((k, key_of(v)) for k, v in sorted(node.attrs.items()) if k not in _SKIP_ATTRS)
+    kwargs = tuple((k, key_of(v)) for k, v in node.kwargs.items()) if node.kwargs else ()
+    return (node.op, id(node.target), key_of(node.args), kwargs, attrs, region)
 
 
-def _cse_graph(graph: Graph, facts: Facts) -> None:
+def _cse_graph(graph: Graph, root: Graph, lazy_facts: list) -> None:
     regions = grad_regions(graph)
     seen: Dict[Any, Node] = {}
     uses = None
@@ -67,6 +68,9 @@ def _cse_graph(graph: Graph, facts: Facts) -> None:
         if first is None:
             seen[key] = node
             continue
+        if not lazy_facts:
+            lazy_facts.append(facts_for(root))
+        facts = lazy_facts[0]
         if node.op != "constant" and not facts.may_merge(first, node):
             continue
         uses = uses or Uses(graph)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Set
 
 from ..graph import Graph, Node, iter_nodes
-from .rewrite import bump, has_effect, sub_operands
+from .rewrite import bump, has_effect, inputs_of, sub_operands
 
 
 def dce(graph: Graph) -> Graph:
@@ -32,7 +32,7 @@ def _dce_graph(graph: Graph) -> None:
         if node.op == "placeholder" or has_effect(node):
             live.add(id(node))
         if id(node) in live:
-            live.update(id(v) for v in node.inputs)
+            live.update(id(v) for v in inputs_of(node))
     dead = [n for n in graph.nodes if id(n) not in live]
     if not dead:
         return
@@ -57,7 +57,7 @@ def _drop_unused_captures(node: Node) -> None:
     read: Set[int] = set()
     for sub in node.subgraphs:
         for inner in sub.nodes:
-            read.update(id(v) for v in inner.inputs)
+            read.update(id(v) for v in inputs_of(inner))
         read.update(id(v) for v in iter_nodes(sub.outputs))
     count = len(inputs[0])
     unused = [i for i in range(start, count)

@@ -19,7 +19,7 @@ import torch
 
 from ..graph import Graph, Node, map_nodes
 from ..meta import TensorMeta
-from .rewrite import Facts, Uses, graphs_post_order, has_effect
+from .rewrite import Uses, facts_for, graphs_post_order, has_effect, inputs_of
 
 MAX_ELEMENTS = 4096
 
@@ -30,12 +30,10 @@ NEVER = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "item", 
 
 def fold(graph: Graph) -> Graph:
     """Replace small pure computations on literals and factories by their value."""
-    facts = None
+    facts: list = []                  # computed when a node first qualifies
     for g in graphs_post_order(graph):
-        if not any(n.op in FACTORIES or n.attrs.get("folded") for n in g.nodes):
-            continue
-        facts = facts or Facts(graph)
-        _fold_graph(g, facts)
+        if any(n.op in FACTORIES or n.attrs.get("folded") for n in g.nodes):
+            _fold_graph(g, graph, facts)
     return graph
 
 
@@ -44,7 +42,7 @@ def _small(meta) -> bool:
         math.prod(meta.shape) <= MAX_ELEMENTS
 
 
-def _fold_graph(graph: Graph, facts: Facts) -> None:
+def _fold_graph(graph: Graph, root: Graph, facts: list) -> None:
     uses = Uses(graph)
     known: Dict[int, Any] = {}        # node id -> value (factories, folded constants)
     with torch.no_grad():
@@ -53,11 +51,15 @@ def _fold_graph(graph: Graph, facts: Facts) -> None:
                 if node.attrs.get("folded"):
                     known[id(node)] = node.attrs["value"]
                 continue
-            inputs = node.inputs
-            if not _foldable(node, inputs, known, facts):
+            inputs = inputs_of(node)
+            if not _foldable(node, inputs, known):
                 continue
             if node.op in FACTORIES and not inputs:
                 known[id(node)] = node            # a factory stays; evaluated when read
+                continue
+            if not facts:
+                facts.append(facts_for(root))
+            if not facts[0].stable(node) or facts[0].escapes(node):
                 continue
             value = _evaluate(node, known)
             if value is None:
@@ -68,16 +70,14 @@ def _fold_graph(graph: Graph, facts: Facts) -> None:
             known[id(const)] = value
 
 
-def _foldable(node: Node, inputs, known, facts: Facts) -> bool:
+def _foldable(node: Node, inputs, known) -> bool:
     if node.target is None:
         return False
     if has_effect(node) or node.op in NEVER or node.subgraphs or not _small(node.meta):
         return False
     if node.op in FACTORIES and not inputs:
         return not node.kwargs.get("requires_grad")
-    if not inputs or not all(id(v) in known for v in inputs):
-        return False
-    return facts.stable(node) and not facts.escapes(node)
+    return bool(inputs) and all(id(v) in known for v in inputs)
 
 
 def _value(node: Node, known):

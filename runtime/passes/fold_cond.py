@@ -13,7 +13,7 @@ from typing import Dict
 import torch
 
 from ..graph import Graph, Node, iter_nodes, map_nodes
-from .rewrite import Uses, bump, graphs_post_order
+from .rewrite import Uses, bump, graphs_post_order, inputs_of
 
 
 def fold_cond(graph: Graph) -> Graph:
@@ -64,7 +64,7 @@ def _inline(graph: Graph, uses: Uses, node: Node, branch: Graph) -> None:
     graph.nodes[at:at] = moved
     results = [rename(v) for v in iter_nodes(branch.outputs)]
     for value in moved:
-        for read in value.inputs:
+        for read in inputs_of(value):
             uses.users[id(read)].append(value)
     for get in list(readers):
         if get.op == "get":
@@ -74,6 +74,6 @@ def _inline(graph: Graph, uses: Uses, node: Node, branch: Graph) -> None:
             other.forget_all()
     graph.nodes.remove(node)
     graph._names.pop(node.name, None)
-    for value in node.inputs:
+    for value in inputs_of(node):
         uses.users[id(value)] = [u for u in uses.users[id(value)] if u is not node]
     bump()

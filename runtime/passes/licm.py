@@ -18,7 +18,7 @@ from typing import Dict, List
 from ..graph import Graph, Node, iter_nodes, map_nodes
 from ..meta import TensorMeta
 from ..ops import GLOBAL_STATE
-from .rewrite import Facts, Uses, bump, graphs_post_order, has_effect
+from .rewrite import Facts, Uses, bump, facts_for, graphs_post_order, has_effect, inputs_of
 
 # Ops that may raise for some values of correctly shaped inputs.
 _VALUE_CHECKED = frozenset({
@@ -39,7 +39,7 @@ def licm(graph: Graph) -> Graph:
             if node.op == "while" and node.graph is g:
                 if any(n.op in GLOBAL_STATE for sub in node.subgraphs for n in sub.walk()):
                     continue
-                facts = facts or Facts(graph)
+                facts = facts or facts_for(graph)
                 for index in (1, 0):
                     _hoist(g, node, node.subgraphs[index], facts)
     return graph
@@ -56,7 +56,7 @@ def _hoistable(node: Node, facts: Facts) -> bool:
         return False
     if node.op in _VALUE_CHECKED or not _static(node.meta):
         return False
-    inputs = node.inputs
+    inputs = inputs_of(node)
     if not all(_static(v.meta) for v in inputs):
         return False
     if node.op == "getitem" and any(True for _ in iter_nodes(node.args[1:])):
@@ -81,7 +81,7 @@ def _hoist(graph: Graph, loop: Node, sub: Graph, facts: Facts) -> None:
             continue
         if node.op == "placeholder" or not _hoistable(node, facts):
             continue
-        if all(id(v) in outer or id(v) in constants for v in node.inputs):
+        if all(id(v) in outer or id(v) in constants for v in inputs_of(node)):
             hoisted.append(node)
             outer[id(node)] = node
     if not hoisted:

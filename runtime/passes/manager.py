@@ -2,7 +2,7 @@
 
 ``optimize`` copies the graph (the traced graph is never changed), runs the cleanup
 passes round after round until a round changes nothing (at most ``MAX_ROUNDS``), fuses
-patterns, cleans up again, then hands the graph to elementwise fusion and memory
+patterns, merges and drops what fusion left behind (cse, dce), then hands the graph to elementwise fusion and memory
 planning, in that order. With ``options.verify_passes`` the verifier runs after every
 pass, and an error names the pass that broke the graph. With ``options.optimize`` off
 the copy is only verified.
@@ -47,12 +47,16 @@ def run_pass(graph: Graph, pass_: Pass) -> Graph:
 
 
 def to_fixed_point(graph: Graph, passes: Sequence[Pass]) -> Graph:
-    """Run ``passes`` in order, again while a round changes the graph (bounded)."""
+    """Run ``passes`` in order, again while a round changes the graph (bounded). A round
+    in which only ``dce`` changed something ends it: removing dead nodes gives the other
+    cleanup passes nothing new to do."""
     for _ in range(MAX_ROUNDS):
-        before = EDITS[0]
+        changed = False
         for pass_ in passes:
+            before = EDITS[0]
             graph = run_pass(graph, pass_)
-        if EDITS[0] == before:
+            changed = changed or (EDITS[0] != before and pass_ is not dce)
+        if not changed:
             break
     return graph
 
@@ -70,8 +74,8 @@ def optimize(graph: Graph, passes: Optional[Sequence[Pass]] = None) -> Graph:
     result = to_fixed_point(result, CLEANUP)
     before = EDITS[0]
     result = run_pass(result, fuse_patterns)
-    if EDITS[0] != before:
-        result = to_fixed_point(result, CLEANUP)
+    if EDITS[0] != before:                  # fused nodes may repeat; intermediates died
+        result = run_pass(run_pass(result, cse), dce)
     for pass_ in FINAL:
         result = run_pass(result, pass_)
     return result

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from ..graph import Graph, Node, iter_nodes
 from ..graph_ops import register
 from ..meta import TensorMeta
-from .rewrite import Facts, Uses, graphs_post_order, grad_regions, has_effect, replace_with_new
+from .rewrite import Facts, Uses, facts_for, grad_regions, graphs_post_order, has_effect, replace_with_new
 
 
 @register
@@ -61,6 +61,7 @@ class _Ctx:
                                            (value.value, value.shape), meta=meta)
         args = tuple(make(a) for a in fused.args)
         new = replace_with_new(self.uses, node, fused.op, fused.target, args)
+        self.facts.union(new, node)
         if self.regions is not None:
             self.regions[id(new)] = self.regions[id(node)]
         return new
@@ -278,7 +279,7 @@ def fuse_patterns(graph: Graph) -> Graph:
             rules = _BY_OP.get(node.op)
             if not rules or has_effect(node) or node.graph is not g:
                 continue
-            facts = facts or Facts(graph)
+            facts = facts or facts_for(graph)
             ctx = ctx or _Ctx(g, facts)
             for rule in rules:
                 fused = rule(node, ctx)

@@ -18,7 +18,7 @@ import torch
 
 from ..graph import Graph, Node
 from ..meta import TensorMeta
-from .rewrite import Facts, Uses, graphs_post_order, has_effect, replace_with_new
+from .rewrite import Facts, Uses, facts_for, graphs_post_order, has_effect, inputs_of, replace_with_new
 
 
 class Use(NamedTuple):
@@ -52,9 +52,9 @@ def _unit(value, unit) -> bool:
     factory or a folded constant (the caller still checks dtype and shape)."""
     if not isinstance(value, Node):
         return _lit(value, unit)
-    if value.op in _FILLS and not has_effect(value) and not value.inputs:
+    if value.op in _FILLS and not has_effect(value) and not inputs_of(value):
         return _FILLS[value.op] == unit
-    if value.op == "full" and len(value.args) == 2 and not value.inputs:
+    if value.op == "full" and len(value.args) == 2 and not inputs_of(value):
         return _lit(value.args[1], unit)
     if value.op == "constant" and value.attrs.get("folded"):
         return bool((value.attrs["value"] == unit).all())
@@ -242,7 +242,7 @@ def simplify(graph: Graph) -> Graph:
                 result = rule(node)
                 if result is None:
                     continue
-                facts = facts or Facts(graph)
+                facts = facts or facts_for(graph)
                 uses = uses or Uses(g)
                 if _apply(node, result, facts, uses):
                     break
@@ -268,5 +268,6 @@ def _apply(node: Node, result, facts: Facts, uses: Uses) -> bool:
         return False            # abs(x), x*x, zeros_like(x) take x's dtype and shape
     if not facts.stable(node) or any(facts.mutated(a) for a in ins):
         return False
-    replace_with_new(uses, node, result.op, result.target, result.args)
+    new = replace_with_new(uses, node, result.op, result.target, result.args)
+    facts.union(new, node)                  # the new node reaches whoever the old one did
     return True
