@@ -77,11 +77,16 @@ def _binary(node: Node, unit, integral_only=False, commutes=True) -> Optional[Us
     if node.kwargs or len(node.args) != 2 or (integral_only and not _integral(node)):
         return None
     a, b = node.args
-    if isinstance(a, Node) and _unit(b, unit):
-        return Use(a)
-    if commutes and isinstance(b, Node) and _unit(a, unit):
-        return Use(b)
+    for x, u in ((a, b), (b, a)) if commutes else ((a, b),):
+        if isinstance(x, Node) and _unit(u, unit):
+            if isinstance(u, Node) and not (_static(x) and _static(node)):
+                return None             # a unit tensor may broadcast dims we cannot see
+            return Use(x)
     return None
+
+
+def _static(node: Node) -> bool:
+    return isinstance(node.meta, TensorMeta) and node.meta.is_static
 
 
 def _plain(node: Node) -> bool:

@@ -118,6 +118,16 @@ def test_unit_tensors_only_where_shape_and_dtype_stay(name, unit, fires):
     run_both(g, opt, SPECIAL[:3])
 
 
+def test_unit_tensor_with_unknown_dims_is_kept():
+    g, (x,) = graph_of((None, None))
+    ones = op(g, torch.ones, 3, 3, meta=meta(3, 3))
+    prod = op(g, T.mul, x, ones, meta=meta(None, None))    # x may be (1, 3): then (3, 3)
+    g.outputs = (op(g, T.neg, prod, meta=prod.meta),)
+    opt = optimize(g, passes=[simplify])
+    assert "mul" in ops(opt)
+    run_both(g, opt, torch.ones(1, 3))
+
+
 def test_output_never_becomes_the_input_object():
     # return x * 1, -(-y): eager returns new tensors; a caller mutating them keeps x, y
     g, (x, y) = graph_of((3,), (3,))
