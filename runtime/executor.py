@@ -240,7 +240,7 @@ class _Lowering:
             return [f"{state} = ({init})",
                     f"while {fc}(*{state}{caps})[0]:",
                     f"    {state} = {fb}(*{state}{caps})"], extra
-        target = self.global_for(node.target, node.op)
+        target = self.global_for(getattr(node.target, "launcher", node.target), node.op)
         kwargs = [f"{k}={self.expr(v, names)}" for k, v in node.kwargs.items()]
         if node.attrs.get("planned_out"):    # memory planning: only when autograd is off
             kwargs = [f"out=({names[id(node.kwargs['out'])]} if _plan else None)"

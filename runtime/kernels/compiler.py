@@ -174,7 +174,7 @@ def _kernel_dir() -> str:
 
 # ---------------------------------------------------------------- build and load
 
-_loaded: dict[str, ctypes.CDLL] = {}          # key -> library, this process
+_loaded: dict[str, ctypes.CDLL] = {}          # cache path -> library, this process
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
@@ -287,21 +287,23 @@ def build(source: str, name: str = "kernel") -> ctypes.CDLL:
     or missing, compilation fails, or the built library will not load; callers fall back
     to torch ops."""
     argv, flags, key = _locate(source, name)
-    lib = _loaded.get(key)
+    directory = _kernel_dir()
+    memo = os.path.join(directory, key)     # per cache directory: a new one starts cold
+    lib = _loaded.get(memo)
     if lib is not None:
         return lib
     with _locks_guard:
         lock = _locks.setdefault(key, threading.Lock())
     with lock:
-        if key in _loaded:
-            return _loaded[key]
+        if memo in _loaded:
+            return _loaded[memo]
         try:
-            so_path = os.path.join(_kernel_dir(), key + ".so")
+            so_path = memo + ".so"
             lib = _load(so_path)
             if lib is None:
                 _compile(argv, flags, source, so_path, name)
                 lib = ctypes.CDLL(so_path)
         except OSError as e:        # will not load, or the cache directory failed us
             raise KernelBuildError(f"kernel {name!r}: {e}") from e
-        _loaded[key] = lib
+        _loaded[memo] = lib
         return lib

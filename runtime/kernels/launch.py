@@ -27,7 +27,7 @@ class FusedKernel:
 
     def __init__(self, spec: KernelSpec, name: str, torch_fn: Callable,
                  in_shapes: Sequence[Optional[tuple]], shape: Optional[tuple],
-                 split: int, ops: Sequence[str]):
+                 split: int, ops: Sequence[str], row_shape: Optional[tuple] = None):
         self.spec = spec
         self.name = name
         self.torch_fn = torch_fn
@@ -36,7 +36,8 @@ class FusedKernel:
         self._in_shapes = [tuple(s) if s is not None else None for s in in_shapes]
         self._out_shape = shape              # iteration space; None: known only at run time
         self._split = split                  # outer = prod(shape[:split])
-        self._row_outputs = spec.output_rows  # per-row outputs have shape[:-1] + (1,)
+        self._row_outputs = spec.output_rows  # per-row outputs have shape row_shape
+        self._row_shape = row_shape
         self._out_dtypes = [_DTYPES[dt] for _, dt in spec.outputs]
         self._single = len(spec.outputs) == 1
         self._c = None
@@ -57,6 +58,19 @@ class FusedKernel:
     @property
     def compiled(self) -> bool:
         return self._c is not None
+
+    @property
+    def launcher(self) -> Callable:
+        """The function the executor calls: for a compiled kernel over static shapes, a
+        generated one with the checks unrolled and the sizes baked in (a call costs about
+        one ctypes call); otherwise the general ``__call__``."""
+        if self._c is None or self._out_shape is None or not self._single or \
+                None in self._in_shapes:
+            return self
+        fast = getattr(self, "_fast", None)
+        if fast is None:
+            fast = self._fast = _generate_launcher(self)
+        return fast
 
     # ---------------------------------------------------------------- calling
     def __call__(self, *xs, out=None):
@@ -79,7 +93,7 @@ class FusedKernel:
                 x = x.contiguous()
             keep.append(x)
             ptrs.append(x.data_ptr())
-        shapes = [tuple(shape[:-1]) + (1,) if row else shape for row in self._row_outputs]
+        shapes = [self._row_shape if row else shape for row in self._row_outputs]
         if out is not None and self._single and out.shape == shapes[0] and \
                 out.dtype == self._out_dtypes[0] and out.is_contiguous():
             outs = [out]
@@ -98,3 +112,39 @@ class FusedKernel:
     def __repr__(self) -> str:
         how = "C" if self._c is not None else "torch"
         return f"<fused {self.name} ({how}): {' -> '.join(self.ops)}>"
+
+
+def _generate_launcher(kernel: FusedKernel) -> Callable:
+    n = len(kernel.spec.inputs)
+    xs = [f"x{k}" for k in range(n)]
+    shape = kernel._out_shape
+    out_shape = kernel._row_shape if kernel._row_outputs[0] else tuple(shape)
+    outer = 1
+    for d in shape[:kernel._split]:
+        outer *= d
+    inner = 1
+    for d in shape[kernel._split:]:
+        inner *= d
+    env = {"_grad": torch.is_grad_enabled, "_slow": kernel.__call__, "_c": kernel._c,
+           "_empty": torch.empty, "_dtype": kernel._out_dtypes[0], "_nt": torch.get_num_threads,
+           "_oshape": out_shape}
+    checks = []
+    for k, want in enumerate(kernel._in_shapes):
+        env[f"_s{k}"] = torch.Size(want)
+        checks.append(f"x{k}.shape != _s{k} or not x{k}.is_contiguous()")
+    grads = " or ".join(f"{x}.requires_grad" for x in xs) or "False"
+    ptrs = "".join(f"{x}.data_ptr(), " for x in xs)
+    source = "\n".join([
+        f"def launch({', '.join(xs + ['out=None'])}):",
+        f"    if ({grads}) and _grad() or {' or '.join(checks) or 'False'}:",
+        f"        return _slow({', '.join(xs)}, out=out)",
+        "    if out is None or out.shape != _oshape or out.dtype != _dtype or "
+        "not out.is_contiguous():",
+        "        out = _empty(_oshape, dtype=_dtype)",
+        f"    _c({ptrs}out.data_ptr(), {outer}, {inner}, _nt(), {kernel._parallel_min})",
+        "    return out",
+    ])
+    exec(compile(source, f"<tograph-launch-{kernel.name}>", "exec"), env)  # noqa: S102
+    launch = env["launch"]
+    launch.kernel = kernel
+    return launch

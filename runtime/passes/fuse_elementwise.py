@@ -42,6 +42,7 @@ class _Group:
         self.members: List[Node] = []
         self.exprs: Dict[int, Expr] = {}
         self.roles: Dict[int, str] = {}  # id(member) -> "vec", "row" or "reduce"
+        self.row_kind: Optional[str] = None   # "last" or "all" once a member reduces
         self.deps: Set[int] = set()      # ids of groups this one reads (through anything)
         self.open = True
 
@@ -102,19 +103,25 @@ def _node_dtype(node: Node, expr: Expr) -> Optional[str]:
     return None
 
 
-_REDUCTIONS = ("sum", "mean", "amax", "amin")
+_REDUCTIONS = ("sum", "mean", "amax", "amin", "max", "min")
 
 
 def _reduction(node: Node) -> Optional[Expr]:
-    """``x.sum(-1, keepdim=True)`` (and mean, amax, amin) of a float, static-shaped ``x``."""
+    """``x.sum(-1, keepdim=True)`` (and mean, amax, amin) of a float, static-shaped ``x``
+    (kind ``last``), or the whole of ``x``: ``x.sum()``, ``torch.max(x)`` (kind ``all``)."""
     args, kwargs = node.args, node.kwargs
     if not args or len(args) > 3 or set(kwargs) - {"dim", "keepdim"}:
         return None
     x = args[0]
     if not isinstance(x, Node) or not isinstance(x.meta, TensorMeta) or \
             x.meta.dtype not in _FLOATS or not x.meta.is_static or not x.meta.shape or \
-            x.meta.shape[-1] == 1 or node.meta.dtype != x.meta.dtype:
+            node.meta.dtype != x.meta.dtype:
         return None
+    name = {"max": "amax", "min": "amin"}.get(node.op, node.op)
+    if len(args) == 1 and "dim" not in kwargs and not kwargs.get("keepdim"):
+        return Expr("", (x,), f"reduce:{name}:all")
+    if node.op in ("max", "min") or x.meta.shape[-1] == 1:
+        return None              # max(x, dim) returns (values, indices)
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
     keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
     if isinstance(dim, (tuple, list)) and len(dim) == 1:
@@ -122,7 +129,12 @@ def _reduction(node: Node) -> Optional[Expr]:
     rank = len(x.meta.shape)
     if keepdim is not True or not isinstance(dim, int) or dim not in (-1, rank - 1):
         return None
-    return Expr("", (x,), "reduce:" + node.op)
+    return Expr("", (x,), f"reduce:{name}:last")
+
+
+def _row_shape(shape, kind: str) -> tuple:
+    """The shape of a per-row value: ``S[:-1] + (1,)`` for ``last``, ``()`` for ``all``."""
+    return () if kind == "all" else tuple(shape[:-1]) + (1,)
 
 
 def _fusable(node: Node) -> Optional[Expr]:
@@ -152,16 +164,30 @@ def _fusable(node: Node) -> Optional[Expr]:
     return expr
 
 
-def _role(shape, space, node: Node, reduces: bool) -> str:
-    """How ``node`` would sit in a group iterating over ``shape`` ('' if it cannot)."""
-    if reduces:
-        return "reduce" if space == shape else ""
+def _role(group: "_Group", space, expr: Expr) -> str:
+    """How a node would sit in ``group`` ('' if it cannot): ``vec`` over the group's shape,
+    ``row`` (a per-row value) or ``reduce``. A group reduces one way only."""
+    shape = group.shape
+    if expr.kind.startswith("reduce:"):
+        kind = expr.kind.rsplit(":", 1)[1]
+        ok = space == shape and group.row_kind in (None, kind)
+        return "reduce" if ok else ""
     if space == shape:
         return "vec"
-    static = shape is not None and all(d is not None for d in shape)
-    if static and shape and shape[-1] != 1 and space == tuple(shape[:-1]) + (1,):
-        return "row"
+    static = shape is not None and shape and all(d is not None for d in shape)
+    for kind in (("last", "all") if group.row_kind is None else (group.row_kind,)):
+        if static and space == _row_shape(shape, kind) and space != tuple(shape):
+            return "row"
     return ""
+
+
+def _row_kind(group: "_Group", space, expr: Expr) -> Optional[str]:
+    if expr.kind.startswith("reduce:"):
+        return expr.kind.rsplit(":", 1)[1]
+    for kind in ("last", "all"):
+        if space == _row_shape(group.shape, kind) and space != tuple(group.shape):
+            return kind
+    return None
 
 
 class _Grouping:
@@ -230,7 +256,7 @@ class _Grouping:
         candidates: List[_Group] = []
         for v in inputs:
             g = self.group(v)
-            if g is not None and g.open and _role(g.shape, space, node, reduces) and \
+            if g is not None and g.open and _role(g, space, expr) and \
                     all(g is not c for c in candidates):
                 candidates.append(g)
         chosen_parts: List[_Group] = []
@@ -246,6 +272,7 @@ class _Grouping:
                 chosen.members.extend(other.members)
                 chosen.exprs.update(other.exprs)
                 chosen.roles.update(other.roles)
+                chosen.row_kind = chosen.row_kind or other.row_kind
                 chosen.deps |= other.deps
                 chosen.dtype = chosen.dtype or other.dtype
         else:
@@ -253,7 +280,10 @@ class _Grouping:
             self.groups.append(chosen)
             self.parent[chosen.id] = chosen.id
         chosen.dtype = chosen.dtype or dtype
-        chosen.roles[id(node)] = _role(chosen.shape, space, node, reduces)
+        role = _role(chosen, space, expr)
+        if role != "vec":
+            chosen.row_kind = chosen.row_kind or _row_kind(chosen, space, expr)
+        chosen.roles[id(node)] = role
         chosen.members.append(node)
         chosen.exprs[id(node)] = expr
         self.group_of[id(node)] = chosen.id
@@ -307,14 +337,14 @@ def _replace(graph: Graph, group: _Group, replacements: Dict[int, Node], index: 
         role = group.roles[id(m)]
         expr = group.exprs[id(m)]
         steps.append(Step(expr.template, tuple(operands),
-                          reduce=expr.kind[len("reduce:"):] if role == "reduce" else "",
+                          reduce=expr.kind.split(":")[1] if role == "reduce" else "",
                           row=role == "row"))
     outputs = _outputs(graph, group, member_ids)
     shape = group.shape
     static = shape is not None and all(d is not None for d in shape)
     rows = any(role != "vec" for role in group.roles.values())
     if rows:
-        split = len(shape) - 1
+        split = 0 if group.row_kind == "all" else len(shape) - 1
         modes = [(_mode(tuple(v.meta.shape), shape, split) if v.meta.is_static else None)
                  or "expand" for v in inputs]
     elif static:
@@ -333,7 +363,8 @@ def _replace(graph: Graph, group: _Group, replacements: Dict[int, Node], index: 
         outputs=tuple((value_index[id(o)], _READABLE[o.meta.dtype]) for o in outputs))
     kernel = FusedKernel(spec, f"tg_kernel_{index}", _torch_fn(group, inputs, outputs),
                          in_shapes, tuple(shape) if static else None, split,
-                         [m.op for m in group.members])
+                         [m.op for m in group.members],
+                         _row_shape(shape, group.row_kind) if rows else None)
     meta = outputs[0].meta if len(outputs) == 1 else tuple(o.meta for o in outputs)
     fused = Node(graph, "fused", kernel, tuple(inputs), {}, meta,
                  graph.fresh_name("fused"), {"ops": kernel.ops},

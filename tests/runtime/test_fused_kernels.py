@@ -527,12 +527,14 @@ def loopy(x):
 
 def test_groups_in_cond_and_while_bodies():
     x = special(extra=0)[12:]                     # finite values
-    graph, nodes = check(branchy, x, groups=2)
-    assert all(node.graph is not graph for node in nodes)
+    graph, nodes = check(branchy, x, groups=3)
+    top = [node for node in nodes if node.graph is graph]
+    assert [node.attrs["ops"] for node in top] == [["sum", "gt"]]   # the predicate: one kernel
+    assert sum(node.graph is not graph for node in nodes) == 2
     assert_same(lower(graph)(-x - 50.0), branchy(-x - 50.0))
     x = torch.linspace(-1.0, 1.0, 10)
-    graph, nodes = check(loopy, x, groups=1)
-    assert nodes[0].graph is not graph
+    graph, nodes = check(loopy, x, groups=2)        # the loop test and the body
+    assert all(node.graph is not graph for node in nodes)
 
 
 def dynamic(x):
@@ -546,8 +548,8 @@ def dynamic(x):
 def test_dynamic_shape():
     """A value whose shape differs between the branches of a tensor ``if``."""
     x = torch.tensor([1.0, -0.5, 2.0, NAN, 4.0])
-    graph, nodes = check(dynamic, x)
-    assert nodes[0].meta.shape == (None,)
+    graph, nodes = check(dynamic, x, groups=2)      # the predicate and the dynamic group
+    assert [node.meta.shape for node in nodes] == [(), (None,)]
     for other in (-x.nan_to_num(), x):
         assert_same(lower(graph)(other), dynamic(other))
 
