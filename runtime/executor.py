@@ -179,11 +179,12 @@ class _Lowering:
 
     def plan_check(self, graph: Graph, names, inputs, body_nodes) -> str:
         """``_plan``: True when autograd records nothing on this call, so planned nodes may
-        write into dead buffers (grad mode off, or no input or constant requires grad)."""
+        write into dead buffers (grad mode off, or no input and no constant of this graph
+        or of its subgraphs requires grad)."""
         grad = self.global_for(torch.is_grad_enabled, "grad_enabled")
         tensors = [names[id(n)] for n in inputs if n is not None and id(n) in names
                    and isinstance(n.meta, TensorMeta)]
-        tensors += [self.global_for(n.attrs["value"], n.name) for n in body_nodes
+        tensors += [self.global_for(n.attrs["value"], n.name) for n in graph.walk()
                     if n.op == "constant" and isinstance(n.attrs.get("value"), torch.Tensor)]
         checks = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
         return f"_plan = not {grad}() or not ({checks})"

@@ -29,13 +29,16 @@ def op_name(func) -> str:
 
 
 def is_inplace(func, kwargs) -> bool:
-    """Mutates an argument: ``add_``, ``x += y``, ``x[i] = v``, ``out=`` forms."""
+    """Mutates an argument: ``add_``, ``x += y``, ``x[i] = v``, ``out=`` and ``inplace=True``
+    forms."""
     name = getattr(func, "__name__", "")
     if name in ("__setitem__", "setitem") or (name.startswith("__i") and name.endswith("__")
                                  and name not in ("__index__", "__init__", "__iter__",
                                                   "__int__", "__invert__")):
         return True
     if name.endswith("_") and not name.endswith("__"):
+        return True
+    if kwargs.get("inplace") is True:       # F.relu(x, inplace=True) and friends
         return True
     return kwargs.get("out") is not None
 

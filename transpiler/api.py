@@ -122,6 +122,8 @@ def to_code(fn) -> str:
 def _leaf_key(v):
     if isinstance(v, torch.Tensor):
         return ("T", tuple(v.shape), v.dtype, v.requires_grad, v.device.type)
+    if isinstance(v, float) and not v:
+        return (float, repr(v))             # -0.0 and 0.0 differ (copysign, 1/x)
     if isinstance(v, (bool, int, float, complex, str, bytes, type(None))):
         return (type(v), v)
     if isinstance(v, torch.nn.Module):
@@ -144,7 +146,7 @@ def _flat_key(args):
         cls = a.__class__
         if cls in _SCALARS:
             key.append(cls)
-            key.append(a)
+            key.append(a if cls is not float or a else repr(a))    # -0.0 is not 0.0
         elif isinstance(a, torch.Tensor) and a.is_cpu:
             key.append(a.shape)
             key.append(a.dtype)

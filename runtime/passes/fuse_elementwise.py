@@ -200,6 +200,7 @@ class _Grouping:
         self.parent: Dict[int, int] = {}
         self.group_of: Dict[int, int] = {}    # id(node) -> group id (resolve with find)
         self.anc: Dict[int, Set[int]] = {}     # id(node) -> group ids it depends on
+        self.inputs: Dict[int, List[Node]] = {}  # id(node) -> its inputs (computed once)
 
     def find(self, gid: int) -> int:
         while self.parent[gid] != gid:
@@ -232,18 +233,22 @@ class _Grouping:
 
     def can_form(self, parts: List[_Group], node: Node) -> bool:
         ids = {g.id for g in parts}
-        members = [m for g in parts for m in g.members] + [node]
-        member_ids = {id(m) for m in members}
+        # one group: its members' other inputs were checked when they joined (and cannot
+        # depend on anything that came later); merging groups rechecks every member
+        members = [node] if len(parts) == 1 else [m for g in parts for m in g.members] + [node]
+        member_ids = {id(m) for g in parts for m in g.members} | {id(node)}
+        checked: Set[int] = set()
         for m in members:
-            for v in m.inputs:
-                if id(v) in member_ids:
+            for v in self.inputs[id(m)]:
+                if id(v) in member_ids or id(v) in checked:
                     continue
+                checked.add(id(v))
                 if self.closure(self.reads(v)) & ids:
                     return False
         return True
 
     def add(self, node: Node, expr: Optional[Expr]) -> None:
-        inputs = node.inputs
+        inputs = self.inputs[id(node)] = node.inputs
         anc: Set[int] = set()
         for v in inputs:
             anc |= self.reads(v)
@@ -361,7 +366,7 @@ def _replace(graph: Graph, group: _Group, replacements: Dict[int, Node], index: 
         inputs=tuple((_READABLE[v.meta.dtype], mode) for v, mode in zip(inputs, modes)),
         steps=tuple(steps),
         outputs=tuple((value_index[id(o)], _READABLE[o.meta.dtype]) for o in outputs))
-    kernel = FusedKernel(spec, f"tg_kernel_{index}", _torch_fn(group, inputs, outputs),
+    kernel = FusedKernel(spec, f"tg_kernel_{index}", _LazyTorchFn(group.members, inputs, outputs),
                          in_shapes, tuple(shape) if static else None, split,
                          [m.op for m in group.members],
                          _row_shape(shape, group.row_kind) if rows else None)
@@ -429,19 +434,32 @@ def _dynamic_mode(s) -> str:
     return "scalar" if s is not None and all(d == 1 for d in s) else "expand"
 
 
-def _torch_fn(group: _Group, inputs: List[Node], outputs: List[Node]):
-    """The group as plain torch ops: a small graph lowered by the executor."""
-    from ..executor import lower
-    sub = Graph(name="fused_torch")
-    env: Dict[int, Node] = {}
-    for k, v in enumerate(inputs):
-        env[id(v)] = sub.placeholder(v.meta, name=f"in{k}")
-    for m in group.members:
-        env[id(m)] = sub.add_node(m.op, m.target, map_nodes(m.args, lambda n: env[id(n)]),
-                                  map_nodes(m.kwargs, lambda n: env[id(n)]), m.meta,
-                                  name=m.name, location=m.location)
-    sub.outputs = tuple(env[id(o)] for o in outputs)
-    return lower(sub)
+class _LazyTorchFn:
+    """The group as plain torch ops (a small graph lowered by the executor), built the
+    first time it is needed: most kernels never need it."""
+
+    def __init__(self, members: List[Node], inputs: List[Node], outputs: List[Node]):
+        self._parts = (list(members), list(inputs), list(outputs))
+        self._fn = None
+
+    def __call__(self, *args):
+        if self._fn is None:
+            self._fn = self._lower()
+        return self._fn(*args)
+
+    def _lower(self):
+        from ..executor import lower
+        members, inputs, outputs = self._parts
+        sub = Graph(name="fused_torch")
+        env: Dict[int, Node] = {}
+        for k, v in enumerate(inputs):
+            env[id(v)] = sub.placeholder(v.meta, name=f"in{k}")
+        for m in members:
+            env[id(m)] = sub.add_node(m.op, m.target, map_nodes(m.args, lambda n: env[id(n)]),
+                                      map_nodes(m.kwargs, lambda n: env[id(n)]), m.meta,
+                                      name=m.name, location=m.location)
+        sub.outputs = tuple(env[id(o)] for o in outputs)
+        return lower(sub)
 
 
 def _rewire(graph: Graph, nodes: List[Node], replacements: Dict[int, Node]) -> None:

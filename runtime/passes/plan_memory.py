@@ -2,8 +2,8 @@
 
 Rule: walking each graph in order, a value becomes a free buffer after its last reader
 when nothing else can still see its storage: it was made fresh by this graph (a fused
-kernel or an op of ``FRESH``), it is not an output, and every reader is an op that makes
-a new tensor (so no view of it outlives it). A later node that can write into a given
+kernel or an op of ``FRESH``), it is not an output, and every reader is a pure op that
+makes a new tensor (so no view or in-place alias of it outlives it). A later node that can write into a given
 buffer (a single-output fused kernel, or a torch op of ``_OUT_FORMS`` called with
 ``out=``) and makes a value of the same static shape and dtype takes one: the buffer
 node becomes its ``out=`` argument. Elementwise writers may take the buffer of an input
@@ -69,8 +69,8 @@ def _writer(node: Node):
 
 def plan_memory(graph: Graph) -> Graph:
     """Plan in place, every graph of the tree; sets ``graph.memory_report``."""
-    if any(v is True for n in graph.walk() for k, v in n.kwargs.items()
-           if k == "requires_grad"):
+    if any(n.kwargs.get("requires_grad") is True or n.op == "requires_grad_"
+           for n in graph.walk()):      # autograd may start inside: never plan
         graph.memory_report = _report(graph, 0, 0)
         return graph
     total, saved = _plan_tree(graph)
@@ -101,7 +101,8 @@ def _plan_graph(graph: Graph) -> Tuple[int, int]:
 
     def reusable(value: Node) -> bool:
         return (_allocates(value) and id(value) not in outputs and
-                all(r.op == "fused" or r.op in FRESH for r in readers.get(id(value), ())))
+                all((r.op == "fused" or r.op in FRESH) and not r.impure
+                    for r in readers.get(id(value), ())))
 
     for index, node in enumerate(graph.nodes):
         dying = [v for v in dict.fromkeys(node.inputs)

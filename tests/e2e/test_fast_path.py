@@ -69,8 +69,6 @@ def signed(x, s):
     return x * math.copysign(1.0, s)
 
 
-@pytest.mark.xfail(strict=True, reason="the signature keys a float scalar by (type, value): "
-                   "0.0 == -0.0, so f(x, -0.0) reuses the graph traced for 0.0")
 def test_negative_zero_scalar_is_its_own_signature():
     f = to_graph(signed, strict=True)
     x = torch.arange(1.0, 4.0)

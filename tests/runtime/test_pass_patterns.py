@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from runtime.passes import CLEANUP, dce, fuse_patterns
 from transpiler import to_graph
-from test_passes import F32, graph_of, meta, op, ops, optimize, run_both
+from test_passes import graph_of, meta, op, ops, optimize, run_both
 
 T = torch.Tensor
 

@@ -284,9 +284,6 @@ def relu_inplace(x):
     return y + u
 
 
-@pytest.mark.xfail(strict=True, reason="F.relu(inplace=True) is not seen as in-place (relu "
-                   "is in FRESH, not impure): its input lends its buffer while the result, "
-                   "the same storage, is still alive")
 def test_relu_inplace_result_is_not_overwritten():
     x = randn(4, 4)
     f, entry = compiled(relu_inplace, x)
@@ -299,8 +296,6 @@ def relu_inplace_dropped(x):
     return t * 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="F.relu(inplace=True) with its result unused is "
-                   "dropped as dead code: the mutation of t is lost")
 def test_relu_inplace_mutation_is_kept():
     x = randn(4, 4)
     f, _ = compiled(relu_inplace_dropped, x)
@@ -313,10 +308,6 @@ def leaf_made_inside(x):
     return torch.tanh(a @ x).sum(), w
 
 
-@pytest.mark.xfail(strict=True, reason="plan_memory skips only requires_grad=True kwargs; "
-                   "requires_grad_() in the graph is not seen, _plan stays True and "
-                   "exp(out=...) raises 'out=... arguments don't support automatic "
-                   "differentiation'")
 def test_requires_grad_made_inside_the_graph():
     x = randn(8, 8)
     f, _ = compiled(leaf_made_inside, x)
@@ -338,10 +329,6 @@ def parameter_in_branch(x):
     return torch.exp(c)
 
 
-@pytest.mark.xfail(strict=True, reason="_plan checks only the inputs and constants of its "
-                   "own function: a parameter requiring grad read inside a cond branch "
-                   "leaves the outer _plan True, and exp(c, out=...) raises on the "
-                   "grad-requiring c")
 def test_parameter_requiring_grad_inside_a_branch():
     x = randn(8, 8)
     f, _ = compiled(parameter_in_branch, x)
