@@ -62,6 +62,8 @@ def meta_text(meta) -> str:
     if meta is None:
         return "()"
     if isinstance(meta, tuple):
+        if len(meta) > 4 and all(m == meta[0] for m in meta):
+            return f"({meta_text(meta[0])} x{len(meta)})"
         return "(" + ", ".join(meta_text(m) for m in meta) + ")"
     return str(meta)
 

@@ -43,7 +43,7 @@ def is_inplace(func, kwargs) -> bool:
     return kwargs.get("out") is not None
 
 
-def is_impure(func, kwargs) -> bool:
+def is_impure(func, kwargs, args=()) -> bool:
     """Cannot be merged, reordered across effects, or dropped when unused."""
     if is_inplace(func, kwargs):
         return True
@@ -52,4 +52,9 @@ def is_impure(func, kwargs) -> bool:
         return True
     if name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout"):
         return bool(kwargs.get("training", True))
+    if name in ("batch_norm", "instance_norm"):      # training updates running statistics
+        training = kwargs.get("training", kwargs.get("use_input_stats"))
+        if training is None and len(args) > 5:
+            training = args[5]
+        return training is None or bool(training)
     return False

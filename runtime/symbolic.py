@@ -313,7 +313,7 @@ def dispatch_record(func, args, kwargs, concrete: bool = False):
             raise _needs_conversion(f"{op_name(func)}() returns a Python value that depends "
                                     f"on tensor data; using it")
         return result.example       # metadata: a dtype, a static size
-    impure = is_impure(func, kwargs)
+    impure = is_impure(func, kwargs, args)
     node = graph.add_node(op_name(func), func, node_args, node_kwargs, result.meta,
                           location=location, impure=impure)
     if is_inplace(func, kwargs) and isinstance(result.meta, TensorMeta):

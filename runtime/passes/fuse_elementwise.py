@@ -267,7 +267,9 @@ class _Grouping:
         chosen_parts: List[_Group] = []
         for parts in [candidates] + [[c] for c in candidates]:
             floats = {p.dtype for p in parts if p.dtype} | ({dtype} if dtype else set())
-            if parts and len(floats) <= 1 and self.can_form(parts, node):
+            kinds = {p.row_kind for p in parts if p.row_kind}
+            if parts and len(floats) <= 1 and len({p.shape for p in parts}) == 1 and \
+                    len(kinds) <= 1 and self.can_form(parts, node):
                 chosen_parts = parts
                 break
         if chosen_parts:

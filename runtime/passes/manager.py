@@ -16,6 +16,7 @@ from ..errors import GraphError
 from ..graph import Graph
 from ..options import options
 from ..verifier import verify
+from .batch_matmul import batch_matmul
 from .cse import cse
 from .dce import dce
 from .fold import fold
@@ -26,13 +27,14 @@ from .patterns import fuse_patterns
 from .plan_memory import plan_memory
 from .rewrite import EDITS
 from .simplify import simplify
+from .unbind_rows import unbind_rows
 
 Pass = Callable[[Graph], Graph]
 
 MAX_ROUNDS = 4
 CLEANUP: List[Pass] = [fold, fold_cond, simplify, cse, dce, licm]
-FINAL: List[Pass] = [fuse_elementwise, plan_memory]
-PASSES: List[Pass] = CLEANUP + [fuse_patterns] + FINAL      # every pass optimize runs
+FINAL: List[Pass] = [unbind_rows, fuse_elementwise, plan_memory]
+PASSES: List[Pass] = CLEANUP + [batch_matmul, fuse_patterns] + FINAL  # every pass optimize runs
 
 
 def run_pass(graph: Graph, pass_: Pass) -> Graph:
@@ -73,6 +75,7 @@ def optimize(graph: Graph, passes: Optional[Sequence[Pass]] = None) -> Graph:
         return to_fixed_point(result, list(passes))
     result = to_fixed_point(result, CLEANUP)
     before = EDITS[0]
+    result = run_pass(result, batch_matmul)
     result = run_pass(result, fuse_patterns)
     if EDITS[0] != before:                  # fused nodes may repeat; intermediates died
         result = run_pass(run_pass(result, cse), dce)
