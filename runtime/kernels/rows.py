@@ -10,8 +10,9 @@ Each row ``o`` of an ``outer x inner`` iteration space runs a few loops over ``j
 A vec value can use a row value only after the loop that reduced it, so the steps fall
 into phases: loop ``p`` computes the vec values of phase ``p`` (recomputing cheap inputs
 rather than storing them) and accumulates the reductions of phase ``p``; row values are
-computed between loops. Sums accumulate in double; ``amax``/``amin`` propagate NaN as
-torch does. Rows run in parallel above ``parallel_min`` elements.
+computed between loops. Sums accumulate in the value type, as torch's do (a double sum
+would round differently from eager, and flip ties such as ``a.sum() > b.sum()``);
+``amax``/``amin`` are exact and propagate NaN as torch does. Rows run in parallel above ``parallel_min`` elements.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Dict, List, Set
 
 from .codegen import CTYPES, KernelSpec, _operand
 
-_ACC = {"sum": ("double", "0", "+"), "mean": ("double", "0", "+"),
+_ACC = {"sum": ("T", "0", "+"), "mean": ("T", "0", "+"),
         "amax": ("T", "(T)-INFINITY", "max"), "amin": ("T", "(T)INFINITY", "min")}
 
 
@@ -120,7 +121,7 @@ def function(spec: KernelSpec, name: str, parallel: bool) -> str:
         lines.append("    }")
         for k in reductions:
             how = spec.steps[k].reduce
-            value = {"sum": f"(T)acc{k}", "mean": f"(T)(acc{k} / (double)inner)"}.get(
+            value = {"sum": f"acc{k}", "mean": f"(acc{k} / (T)inner)"}.get(
                 how, f"(nan{k} ? (T)NAN : acc{k})")
             lines.append(f"    const T v{k} = {value};")
         lines += _row_steps(spec, ready, p, outputs)
