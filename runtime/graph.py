@@ -273,6 +273,20 @@ class Graph:
         from .passes import optimize
         return optimize(self)
 
+    def executor_source(self) -> str:
+        """The generated Python that runs this graph (an optimized graph: what executes)."""
+        from .executor import compile_graph
+        return compile_graph(self).source
+
+    def kernel_source(self) -> str:
+        """The C of the fused kernels of this (optimized) graph, '' when it has none."""
+        sources = []
+        for node in self.walk():
+            source = getattr(node.target, "source", None) if node.op == "fused" else None
+            if source and source not in sources:
+                sources.append(source)
+        return "\n".join(sources)
+
     def __call__(self, *inputs):
         """Run the graph on values for its explicit inputs; returns its outputs."""
         from .executor import compile_graph

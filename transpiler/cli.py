@@ -2,6 +2,7 @@
 
     tograph code  FILE.py:FUNC                       # the generated Python
     tograph graph FILE.py:FUNC --args 'torch.randn(4, 8), 3' [--optimized]
+                  [--executor] [--kernels] [--memory]   # what runs: Python, C, buffers
 
 Exit codes: 0 success, 1 the function could not be converted or run, 2 bad usage.
 Errors print as one line; ``--verbose`` shows the traceback.
@@ -23,7 +24,19 @@ def _cmd_code(ns) -> int:
 def _cmd_graph(ns) -> int:
     fn = api.to_graph(api.load_target(ns.target), strict=True)
     graph = fn.graph(*api.parse_args_text(ns.args))
-    print(graph.optimize() if ns.optimized else graph)
+    if not (ns.optimized or ns.executor or ns.kernels or ns.memory):
+        print(graph)
+        return 0
+    optimized = graph.optimize()
+    if ns.optimized:
+        print(optimized)
+    if ns.executor:
+        print(optimized.executor_source())
+    if ns.kernels:
+        print(optimized.kernel_source() or "// no fused kernels (or no C compiler)")
+    if ns.memory:
+        from runtime.passes.plan_memory import format_report
+        print(format_report(optimized.memory_report))
     return 0
 
 
@@ -39,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument("--args", default="", help="Python expression of the arguments, "
                                                   "with torch in scope")
     graph.add_argument("--optimized", action="store_true", help="print the optimized graph")
+    graph.add_argument("--executor", action="store_true",
+                       help="print the generated Python that runs the optimized graph")
+    graph.add_argument("--kernels", action="store_true",
+                       help="print the generated C of its fused kernels")
+    graph.add_argument("--memory", action="store_true",
+                       help="print bytes allocated per call with and without planning")
     graph.set_defaults(run=_cmd_graph)
     return parser
 
