@@ -164,7 +164,7 @@ class _Lowering:
         for sub_graph, sub_name, sub_inputs, sub_outputs in subfns:
             self.function(sub_graph, sub_name, sub_inputs, sub_outputs)
         self.lines.append(f"def {fname}({', '.join(params)}):")
-        if any(n.attrs.get("planned_out") for n in body_nodes):
+        if any(n.attrs.get("planned_out") or "planned_inplace" in n.attrs for n in body_nodes):
             self.lines.append("    " + self.plan_check(graph, names, inputs, body_nodes))
         for line, node in text:
             self.lines.append("    " + line)
@@ -246,6 +246,10 @@ class _Lowering:
         if node.attrs.get("planned_out"):    # memory planning: only when autograd is off
             kwargs = [f"out=({names[id(node.kwargs['out'])]} if _plan else None)"
                       if k.startswith("out=") else k for k in kwargs]
+        inplace = node.attrs.get("planned_inplace")
+        if inplace is not None:              # memory planning: only when autograd is off
+            target = f"({self.global_for(inplace, node.op + '_')} if _plan else {target})"
+            kwargs = [k for k in kwargs if not k.startswith("inplace=")]
         call = f"{target}({', '.join(args + kwargs)})"
         if node.meta is None:
             return [call], extra

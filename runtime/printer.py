@@ -43,6 +43,8 @@ def format_value(value: Any) -> str:
 
 def _op_text(node: Node) -> str:
     """The op as listed; a fused group shows the ops it runs: ``fused[mul,add,tanh]``."""
+    if "planned_inplace" in node.attrs:       # memory planning: runs in place
+        return node.op + "_"
     ops = node.attrs.get("ops") if node.op == "fused" else None
     if not ops:
         return node.op

@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, List, Sequence, Tuple
 
+_DUPLICATE_MAX = 24      # longer flat bodies get one loop, not a serial and a parallel copy
 CTYPES = {"float32": "float", "float64": "double", "bool": "unsigned char",
           "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t",
           "uint8": "uint8_t"}
@@ -145,7 +146,13 @@ def function(spec: KernelSpec, name: str, parallel: bool) -> str:
                     for k, (dt, mode) in enumerate(spec.inputs) if mode != "scalar")
     inner_loop = reads + body
     par = "#pragma omp parallel for num_threads(nthreads) schedule(static)"
-    if spec.flat:
+    if spec.flat and parallel and len(spec.steps) > _DUPLICATE_MAX:
+        # a long body is compiled once: the OpenMP ``if`` clause keeps small work serial
+        lines += ["    const int64_t n = outer * inner;",
+                  "#pragma omp parallel for simd num_threads(nthreads) schedule(static) "
+                  "if(nthreads > 1 && n >= parallel_min)",
+                  "    for (int64_t i = 0; i < n; i++) {", inner_loop, "    }"]
+    elif spec.flat:
         lines += ["    const int64_t n = outer * inner;"]
         if parallel:
             lines += ["    if (nthreads > 1 && n >= parallel_min) {",

@@ -39,7 +39,13 @@ def vector_math() -> frozenset:
 
 
 def source_for(kernels: List[FusedKernel]) -> str:
-    return codegen.unit([(k.spec, k.name) for k in kernels], vector_math(), compiler.OPENMP)
+    """The translation unit; kernels with equal specs share one C function (an unrolled
+    loop makes the same kernel once per step), which also renames them."""
+    names = {}
+    for k in kernels:
+        k.name = k.__name__ = names.setdefault(k.spec, f"tg_kernel_{len(names)}")
+    return codegen.unit([(spec, name) for spec, name in names.items()], vector_math(),
+                        compiler.OPENMP)
 
 
 def build_kernels(kernels: List[FusedKernel]) -> bool:

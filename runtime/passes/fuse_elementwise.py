@@ -77,6 +77,7 @@ def _fuse_graph(graph: Graph, kernels: List[FusedKernel]) -> None:
             priority[id(n)] = last
             new_nodes.append(n)
         members.update(id(m) for m in group.members)
+    graph._cache.pop("fusion_readers", None)
     kept = [n for n in graph.nodes if id(n) not in members]
     _rewire(graph, kept + new_nodes, replacements)
     for n in kept:
@@ -391,11 +392,18 @@ def _replace(graph: Graph, group: _Group, replacements: Dict[int, Node], index: 
 
 
 def _outputs(graph: Graph, group: _Group, member_ids: Set[int]) -> List[Node]:
-    used = {id(n) for n in iter_nodes(graph.outputs)}
-    for node in graph.nodes:
-        if id(node) not in member_ids:
-            used.update(id(v) for v in node.inputs)
-    return [m for m in group.members if id(m) in used]
+    """Members read outside the group (by another node or as graph outputs)."""
+    readers = graph._cache.get("fusion_readers")
+    if readers is None:          # who reads each value, once per graph (not per group)
+        readers = {id(n): [] for n in graph.nodes}
+        for node in graph.nodes:
+            for value in node.inputs:
+                readers.setdefault(id(value), []).append(id(node))
+        for value in iter_nodes(graph.outputs):
+            readers.setdefault(id(value), []).append(None)
+        graph._cache["fusion_readers"] = readers
+    return [m for m in group.members
+            if any(r is None or r not in member_ids for r in readers.get(id(m), ()))]
 
 
 def _layout(shape, in_shapes):

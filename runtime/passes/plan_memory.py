@@ -8,7 +8,8 @@ buffer (a single-output fused kernel, or a torch op of ``_OUT_FORMS`` called wit
 ``out=``) and makes a value of the same static shape and dtype takes one: the buffer
 node becomes its ``out=`` argument. Elementwise writers may take the buffer of an input
 they read last (each element is read before it is written); others (``matmul``) only a
-buffer that died before them.
+buffer that died before them. A one-input op of ``_INPLACE_FORMS`` whose input dies at it
+runs in place instead (``relu(t)`` -> ``relu_(t)``).
 
 Autograd may keep any intermediate for the backward pass, so the generated code passes
 ``out=`` only when autograd records nothing on that call (grad mode off, or no input or
@@ -34,6 +35,12 @@ _OUT_FORMS = {
     "exp": (torch.exp, True), "matmul": (torch.matmul, False), "mm": (torch.mm, False),
     "addmm": (torch.addmm, False), "bmm": (torch.bmm, False),
 }
+
+
+# one-input torch ops with an in-place twin: op name -> the in-place function
+_INPLACE_FORMS = {name: getattr(torch, name + "_") for name in (
+    "relu", "sigmoid", "tanh", "exp", "neg", "abs", "sqrt", "rsqrt", "sin", "cos", "log",
+    "reciprocal")}
 
 
 def _bytes(meta: TensorMeta) -> int:
@@ -107,6 +114,11 @@ def _plan_graph(graph: Graph) -> Tuple[int, int]:
     for index, node in enumerate(graph.nodes):
         dying = [v for v in dict.fromkeys(node.inputs)
                  if last.get(id(v)) == index and reusable(v)]
+        if _in_place(node, dying):        # relu(t) with t dead after it -> relu_(t)
+            node.attrs["planned_inplace"] = _INPLACE_FORMS[node.op]
+            total += _bytes(node.meta)
+            saved += _bytes(node.meta)
+            continue
         elementwise = _writer(node)
         if elementwise:
             _release(free, dying)
@@ -125,6 +137,14 @@ def _plan_graph(graph: Graph) -> Tuple[int, int]:
         if not elementwise:
             _release(free, dying)
     return total, saved
+
+
+def _in_place(node: Node, dying: List[Node]) -> bool:
+    if node.op not in _INPLACE_FORMS or node.impure or len(node.args) != 1 or \
+            set(node.kwargs) - {"inplace"} or node.kwargs.get("inplace"):
+        return False
+    x = node.args[0]
+    return isinstance(x, Node) and x in dying and x.meta == node.meta and _static(node)
 
 
 def _release(free: Dict[Tuple, List[Node]], values: List[Node]) -> None:
