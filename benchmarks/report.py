@@ -40,8 +40,8 @@ def annotate(results: dict) -> None:
         entry = {"workload": row["name"], "target": row["target_text"],
                  "ratio": ratio, "met": None if ratio is None or row["target"] is None
                  else ratio >= row["target"],
-                 "first_call_cold_s": r.get("first_call_s"),
-                 "first_call_warm_s": r.get("first_call_warm_s")}
+                 "first_call_cold_s": _overhead(r.get("first_call_s"), r),
+                 "first_call_warm_s": _overhead(r.get("first_call_warm_s"), r)}
         if entry["first_call_cold_s"] is not None:
             entry["cold_met"] = entry["first_call_cold_s"] <= FIRST_CALL_COLD_TARGET
             entry["warm_met"] = entry["first_call_warm_s"] <= FIRST_CALL_WARM_TARGET
@@ -205,13 +205,21 @@ def _measured(t: dict) -> str:
     return fmt_ratio(t["ratio"])
 
 
+def _overhead(first_s, r: dict):
+    """A first call's convert + trace + optimize + compile time: the call minus one
+    steady-state call (the run itself, which on 16M elements is not small)."""
+    if first_s is None:
+        return None
+    return max(0.0, first_s - (r.get("median_us") or 0.0) / 1e6)
+
+
 def _target_lines(results: dict) -> List[str]:
     lines = []
     for t in results["targets"]:
         met = {True: "met", False: "NOT met", None: "n/a"}[t["met"]]
         first = ""
         if t.get("first_call_cold_s") is not None:
-            first = (f"; first call cold {fmt_s(t['first_call_cold_s'])} ms "
+            first = (f"; first-call overhead cold {fmt_s(t['first_call_cold_s'])} ms "
                      f"({'met' if t['cold_met'] else 'NOT met'}), warm "
                      f"{fmt_s(t['first_call_warm_s'])} ms "
                      f"({'met' if t['warm_met'] else 'NOT met'})")
@@ -270,8 +278,10 @@ def markdown(results: dict, png_path: Optional[str], md_path: str) -> str:
     out += ["", "## Memory bandwidth", ""]
     out += [f"- {line}" for line in _bandwidth_lines(results)]
     out += ["", "## Targets (issue 4, for tograph)", "",
-            "| workload | speedup target | measured | | first call cold (<= 300 ms) | | "
-            "first call warm (<= 50 ms) | |", "| --- | --- | ---: | --- | ---: | --- | ---: | --- |"]
+            "First-call columns here are the overhead: the first call minus one steady-state "
+            "call (the run itself).", "",
+            "| workload | speedup target | measured | | first-call overhead cold (<= 300 ms) "
+            "| | warm (<= 50 ms) | |", "| --- | --- | ---: | --- | ---: | --- | ---: | --- |"]
     for t in results["targets"]:
         met = {True: "met", False: "**not met**", None: "n/a"}[t["met"]]
         cold = warm = ("-", "")

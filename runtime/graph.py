@@ -101,7 +101,13 @@ class Node:
     @property
     def inputs(self) -> List["Node"]:
         """The nodes this node reads, in argument order."""
-        return list(iter_nodes((self.args, self.kwargs)))
+        found: List[Node] = []
+        for value in (*self.args, *self.kwargs.values()):   # flat arguments: the usual case
+            if isinstance(value, Node):
+                found.append(value)
+            elif isinstance(value, (tuple, list, dict, slice)):
+                return list(iter_nodes((self.args, self.kwargs)))
+        return found
 
     def __repr__(self) -> str:
         return f"%{self.name}"
@@ -181,8 +187,11 @@ class Graph:
     def add_node(self, op: str, target=None, args=(), kwargs=None, meta=None, *,
                  name: Optional[str] = None, attrs=None, subgraphs=None, location=None,
                  impure=False, index: Optional[int] = None) -> Node:
-        for value in iter_nodes((args, kwargs or {})):
-            if value.graph is not self:
+        flat = [*args, *(kwargs or {}).values()]
+        values = flat if not any(isinstance(v, (tuple, list, dict, slice)) for v in flat) \
+            else list(iter_nodes((args, kwargs or {})))
+        for value in values:
+            if isinstance(value, Node) and value.graph is not self:
                 raise AssertionError(f"{value} belongs to another graph; capture it first")
         name = self.unique_name(name) if name else self.fresh_name(op)
         node = Node(self, op, target, tuple(args), dict(kwargs or {}), meta, name, attrs,

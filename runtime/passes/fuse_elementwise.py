@@ -41,6 +41,7 @@ class _Group:
         self.shape = shape
         self.members: List[Node] = []
         self.exprs: Dict[int, Expr] = {}
+        self.member_ids: Set[int] = set()
         self.roles: Dict[int, str] = {}  # id(member) -> "vec", "row" or "reduce"
         self.row_kind: Optional[str] = None   # "last" or "all" once a member reduces
         self.deps: Set[int] = set()      # ids of groups this one reads (through anything)
@@ -237,11 +238,12 @@ class _Grouping:
         # one group: its members' other inputs were checked when they joined (and cannot
         # depend on anything that came later); merging groups rechecks every member
         members = [node] if len(parts) == 1 else [m for g in parts for m in g.members] + [node]
-        member_ids = {id(m) for g in parts for m in g.members} | {id(node)}
+        member_ids = parts[0].member_ids if len(parts) == 1 else \
+            {id(m) for g in parts for m in g.members}
         checked: Set[int] = set()
         for m in members:
             for v in self.inputs[id(m)]:
-                if id(v) in member_ids or id(v) in checked:
+                if id(v) in member_ids or id(v) in checked or v is node:
                     continue
                 checked.add(id(v))
                 if self.closure(self.reads(v)) & ids:
@@ -278,6 +280,7 @@ class _Grouping:
             for other in chosen_parts[1:]:
                 self.parent[other.id] = chosen.id
                 chosen.members.extend(other.members)
+                chosen.member_ids |= other.member_ids
                 chosen.exprs.update(other.exprs)
                 chosen.roles.update(other.roles)
                 chosen.row_kind = chosen.row_kind or other.row_kind
@@ -293,6 +296,7 @@ class _Grouping:
             chosen.row_kind = chosen.row_kind or _row_kind(chosen, space, expr)
         chosen.roles[id(node)] = role
         chosen.members.append(node)
+        chosen.member_ids.add(id(node))
         chosen.exprs[id(node)] = expr
         self.group_of[id(node)] = chosen.id
         for v in inputs:
