@@ -23,7 +23,6 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, List, Sequence, Tuple
 
-_DUPLICATE_MAX = 24      # longer flat bodies get one loop, not a serial and a parallel copy
 CTYPES = {"float32": "float", "float64": "double", "bool": "unsigned char",
           "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t",
           "uint8": "uint8_t"}
@@ -131,50 +130,48 @@ def literal(value, ctype: str) -> str:
 
 
 def function(spec: KernelSpec, name: str, parallel: bool) -> str:
-    """The C function ``name(inputs..., outputs..., outer, inner, nthreads)``."""
+    """The C function ``name(inputs..., outputs..., outer, inner, nthreads, parallel_min)``."""
     T = CTYPES[spec.dtype]
     params = [f"const {CTYPES[dt]} *restrict in{k}" for k, (dt, _) in enumerate(spec.inputs)]
     params += [f"{CTYPES[dt]} *restrict out{k}" for k, (_, dt) in enumerate(spec.outputs)]
-    params += ["int64_t outer", "int64_t inner", "int nthreads", "int64_t parallel_min"]
-    lines = [f"void {name}({', '.join(params)}) {{", f"#define T {T}"]
-    for k, (dt, mode) in enumerate(spec.inputs):
-        if mode == "scalar":
-            lines.append(f"    const T s{k} = (T)in{k}[0];")
-    body = _body(spec)
+    names = [f"in{k}" for k in range(len(spec.inputs))] + \
+        [f"out{k}" for k in range(len(spec.outputs))]
+    scalars = [f"    const T s{k} = (T)in{k}[0];" for k, (_, mode) in enumerate(spec.inputs)
+               if mode == "scalar"]
     index = {"full": "i", "inner": "j", "outer": "o"}
     reads = "".join(f"        const T a{k} = (T)in{k}[{index[mode]}];\n"
                     for k, (dt, mode) in enumerate(spec.inputs) if mode != "scalar")
-    inner_loop = reads + body
-    par = "#pragma omp parallel for num_threads(nthreads) schedule(static)"
-    if spec.flat and parallel and len(spec.steps) > _DUPLICATE_MAX:
-        # a long body is compiled once: the OpenMP ``if`` clause keeps small work serial
-        lines += ["    const int64_t n = outer * inner;",
-                  "#pragma omp parallel for simd num_threads(nthreads) schedule(static) "
-                  "if(nthreads > 1 && n >= parallel_min)",
-                  "    for (int64_t i = 0; i < n; i++) {", inner_loop, "    }"]
-    elif spec.flat:
-        lines += ["    const int64_t n = outer * inner;"]
-        if parallel:
-            lines += ["    if (nthreads > 1 && n >= parallel_min) {",
-                      "#pragma omp parallel for simd num_threads(nthreads) schedule(static)",
-                      "        for (int64_t i = 0; i < n; i++) {", _indent(inner_loop, 4),
-                      "        }", "    } else {"]
-        lines += ["#pragma omp simd", "    for (int64_t i = 0; i < n; i++) {",
-                  inner_loop, "    }"]
-        if parallel:
-            lines += ["    }"]
+    inner_loop = reads + _body(spec)
+    # The loop lives once, in ``name_range`` over [lo, hi) (of elements for a flat kernel,
+    # of rows otherwise); the entry runs it on one thread or splits it over ``nthreads``.
+    if spec.flat:
+        loop = ["#pragma omp simd", "    for (int64_t i = lo; i < hi; i++) {", inner_loop,
+                "    }"]
+        extent, align = "outer * inner", 16
     else:
-        row = ["    for (int64_t o = 0; o < outer; o++) {",
-               "#pragma omp simd",
-               "      for (int64_t j = 0; j < inner; j++) {",
-               "        const int64_t i = o * inner + j;",
-               _indent(inner_loop, 2), "      }", "    }"]
-        if parallel:
-            lines += ["  if (nthreads > 1 && outer > 1 && outer * inner >= parallel_min) {",
-                      par] + row + ["  } else {"] + row + ["  }"]
-        else:
-            lines += row
-    lines += ["#undef T", "}", ""]
+        loop = ["    for (int64_t o = lo; o < hi; o++) {", "#pragma omp simd",
+                "      for (int64_t j = 0; j < inner; j++) {",
+                "        const int64_t i = o * inner + j;", _indent(inner_loop, 2),
+                "      }", "    }"]
+        extent, align = "outer", 1
+    lines = [f"static void {name}_range({', '.join(params)}, int64_t inner, int64_t lo, "
+             f"int64_t hi) {{", f"#define T {T}"] + scalars + loop + ["#undef T", "}", ""]
+    call = ", ".join(names + ["inner"])
+    lines += [f"void {name}({', '.join(params)}, int64_t outer, int64_t inner, int nthreads, "
+              f"int64_t parallel_min) {{", f"    const int64_t n = {extent};"]
+    if parallel:
+        lines += ["    if (nthreads > 1 && n > 1 && outer * inner >= parallel_min) {",
+                  "#pragma omp parallel num_threads(nthreads)",
+                  "        {",
+                  "            const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();",
+                  f"            const int64_t chunk = ((n + nt - 1) / nt + {align - 1}) "
+                  f"/ {align} * {align};",
+                  "            const int64_t lo = t * chunk, hi = lo + chunk < n ? lo + chunk : n;",
+                  f"            if (lo < hi) {name}_range({call}, lo, hi);",
+                  "        }",
+                  "        return;",
+                  "    }"]
+    lines += [f"    {name}_range({call}, 0, n);", "}", ""]
     return "\n".join(lines)
 
 
@@ -208,6 +205,7 @@ def unit(specs: Sequence[Tuple[KernelSpec, str]], vector_names: Iterable[str],
          parallel: bool) -> str:
     """One C translation unit holding several kernels (one compiler run per graph)."""
     from . import rows
-    return prelude(vector_names) + "\n" + "\n".join(
+    head = "#include <omp.h>\n" if parallel else ""
+    return head + prelude(vector_names) + "\n" + "\n".join(
         (rows.function if spec.rows else function)(spec, name, parallel)
         for spec, name in specs)
