@@ -97,8 +97,13 @@ class FusedKernel:
                 None in self._in_shapes:
             return self
         fast = getattr(self, "_fast", None)
-        if fast is None:
-            fast = self._fast = _generate_launcher(self)
+        if fast is None:           # kernels sharing a C function and shapes share a launcher
+            key = (id(self._c), tuple(self._in_shapes), self._out_shape, self._split,
+                   self._row_shape)
+            fast = _LAUNCHERS.get(key)
+            if fast is None or fast.kernel._c is not self._c:
+                fast = _LAUNCHERS[key] = _generate_launcher(self)
+            self._fast = fast
         return fast
 
     # ---------------------------------------------------------------- calling
@@ -141,6 +146,9 @@ class FusedKernel:
     def __repr__(self) -> str:
         how = "C" if self._c is not None else "torch"
         return f"<fused {self.name} ({how}): {' -> '.join(self.ops)}>"
+
+
+_LAUNCHERS: dict = {}
 
 
 def _allocate(shape, dtype) -> torch.Tensor:
