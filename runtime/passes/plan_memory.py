@@ -76,7 +76,8 @@ def _writer(node: Node):
 
 def plan_memory(graph: Graph) -> Graph:
     """Plan in place, every graph of the tree; sets ``graph.memory_report``."""
-    if any(n.kwargs.get("requires_grad") is True or n.op == "requires_grad_"
+    if any(n.kwargs.get("requires_grad") is True or n.op in ("requires_grad_",
+                                                             "set_grad_enabled")
            for n in graph.walk()):      # autograd may start inside: never plan
         graph.memory_report = _report(graph, 0, 0)
         return graph
