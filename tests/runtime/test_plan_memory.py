@@ -335,3 +335,25 @@ def test_parameter_requiring_grad_inside_a_branch():
     got = f(x)
     exp = parameter_in_branch(x)
     assert_close(got, exp)
+
+
+def grad_inside(x, w):
+    with torch.enable_grad():
+        a = torch.exp(x @ w * 0.1)
+        b = torch.tanh(a @ w) * 2.0
+    return b
+
+
+def test_grad_switched_on_inside_a_no_grad_call_is_not_planned():
+    """Entered under no_grad, the graph turns autograd on: buffers must not be reused."""
+    x, w = randn(6, 6), randn(6, 6, seed=1).requires_grad_()
+    f, entry = compiled(grad_inside, x, w)
+    assert not any(n.attrs.get("planned_out") or "planned_inplace" in n.attrs
+                   for n in entry.optimized.walk())
+    with torch.no_grad():
+        got = f(x, w)
+        expected = grad_inside(x, w)
+    assert_close(got, expected)
+    (g_got,) = torch.autograd.grad(got.sum(), w)
+    (g_exp,) = torch.autograd.grad(expected.sum(), w)
+    assert_close(g_got, g_exp)
