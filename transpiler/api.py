@@ -136,24 +136,24 @@ def _leaf_key(v):
 
 
 _SCALARS = (int, float, bool, str, type(None))
+_TENSOR = torch.Tensor
 
 
 def _flat_key(args):
     """A cheap signature for calls whose arguments are all CPU tensors and Python scalars
     (no containers): None when the full signature is needed."""
-    key = []
+    key = ()
     for a in args:
         cls = a.__class__
-        if cls in _SCALARS:
-            key.append(cls)
-            key.append(a if cls is not float or a else repr(a))    # -0.0 is not 0.0
-        elif isinstance(a, torch.Tensor) and a.is_cpu:
-            key.append(a.shape)
-            key.append(a.dtype)
-            key.append(a.requires_grad)
+        if cls is _TENSOR or (cls not in _SCALARS and isinstance(a, torch.Tensor)):
+            if not a.is_cpu:
+                return None
+            key += (a.shape, a.dtype, a.requires_grad)
+        elif cls in _SCALARS:
+            key += (cls, a if cls is not float or a else repr(a))    # -0.0 is not 0.0
         else:
             return None
-    return tuple(key)
+    return key
 
 
 def _fn_name(fn) -> str:
