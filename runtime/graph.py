@@ -21,6 +21,7 @@ from .source_info import Location
 
 _IDENT = re.compile(r"[^0-9a-zA-Z_]")
 _NODES_ADDED = [0]
+_BASES: Dict[str, str] = {}      # name base -> its identifier form (fresh_name)
 
 
 def node_count() -> int:
@@ -53,15 +54,56 @@ def map_structure(value: Any, is_leaf: Callable[[Any], bool], fn: Callable[[Any]
     return walk(value)
 
 
+_CONTAINERS = (tuple, list, dict, slice)
+
+
+def _is_node(v) -> bool:
+    return isinstance(v, Node)
+
+
 def map_nodes(value: Any, fn: Callable[["Node"], Any]) -> Any:
     """Rebuild a nested tuple/list/dict/slice structure with ``fn`` applied to its nodes."""
-    return map_structure(value, lambda v: isinstance(v, Node), fn)
+    kind = type(value)
+    if kind is tuple or kind is list:       # flat arguments: the usual case
+        for x in value:
+            if isinstance(x, _CONTAINERS):
+                break
+        else:
+            out = [fn(x) if isinstance(x, Node) else x for x in value]
+            return tuple(out) if kind is tuple else out
+    elif kind is dict:
+        for x in value.values():
+            if isinstance(x, _CONTAINERS):
+                break
+        else:
+            return {k: fn(x) if isinstance(x, Node) else x for k, x in value.items()}
+    elif isinstance(value, Node):
+        return fn(value)
+    return map_structure(value, _is_node, fn)
+
+
+def _collect(value: Any, found: List["Node"]) -> None:
+    if isinstance(value, Node):
+        found.append(value)
+    elif isinstance(value, (tuple, list)):
+        for x in value:
+            if isinstance(x, Node):
+                found.append(x)
+            elif isinstance(x, _CONTAINERS):
+                _collect(x, found)
+    elif isinstance(value, dict):
+        for x in value.values():
+            _collect(x, found)
+    elif isinstance(value, slice):
+        _collect(value.start, found)
+        _collect(value.stop, found)
+        _collect(value.step, found)
 
 
 def iter_nodes(value: Any) -> Iterator["Node"]:
     """The nodes inside a nested structure, in order."""
     found: List[Node] = []
-    map_nodes(value, lambda n: found.append(n) or n)
+    _collect(value, found)
     return iter(found)
 
 
@@ -171,9 +213,14 @@ class Graph:
 
     # ---------------------------------------------------------------- building
     def fresh_name(self, base: str) -> str:
-        base = _IDENT.sub("_", base) or "v"
-        if base[0].isdigit():
-            base = "v" + base
+        clean = _BASES.get(base)
+        if clean is None:
+            clean = _IDENT.sub("_", base) or "v"
+            if clean[0].isdigit():
+                clean = "v" + clean
+            if len(_BASES) < 10_000:
+                _BASES[base] = clean
+        base = clean
         counter = self._counters.setdefault(base, itertools.count(1))
         while True:
             name = f"{base}_{next(counter)}"
@@ -187,14 +234,20 @@ class Graph:
     def add_node(self, op: str, target=None, args=(), kwargs=None, meta=None, *,
                  name: Optional[str] = None, attrs=None, subgraphs=None, location=None,
                  impure=False, index: Optional[int] = None) -> Node:
-        flat = [*args, *(kwargs or {}).values()]
-        values = flat if not any(isinstance(v, (tuple, list, dict, slice)) for v in flat) \
-            else list(iter_nodes((args, kwargs or {})))
-        for value in values:
-            if isinstance(value, Node) and value.graph is not self:
-                raise AssertionError(f"{value} belongs to another graph; capture it first")
+        args = tuple(args)
+        kwargs = dict(kwargs) if kwargs else {}
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, Node):
+                if value.graph is not self:
+                    raise AssertionError(f"{value} belongs to another graph; capture it first")
+            elif isinstance(value, _CONTAINERS):       # nested arguments: check them all
+                for inner in iter_nodes((args, kwargs)):
+                    if inner.graph is not self:
+                        raise AssertionError(
+                            f"{inner} belongs to another graph; capture it first")
+                break
         name = self.unique_name(name) if name else self.fresh_name(op)
-        node = Node(self, op, target, tuple(args), dict(kwargs or {}), meta, name, attrs,
+        node = Node(self, op, target, args, kwargs, meta, name, attrs,
                     subgraphs, location, impure)
         self._names[name] = node
         _NODES_ADDED[0] += 1

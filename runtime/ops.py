@@ -18,8 +18,25 @@ RANDOM = {
 GLOBAL_STATE = {"set_grad_enabled"}
 
 
+_NAMES: dict = {}      # func -> op_name(func), for the functions seen so far
+
+
 def op_name(func) -> str:
     """``torch.matmul`` -> ``matmul``; ``Tensor.__add__`` -> ``add``; ``Tensor.T`` -> ``T``."""
+    try:
+        return _NAMES[func]
+    except (KeyError, TypeError):
+        pass
+    name = _op_name(func)
+    try:
+        if len(_NAMES) < 10_000:
+            _NAMES[func] = name
+    except TypeError:            # unhashable callable
+        pass
+    return name
+
+
+def _op_name(func) -> str:
     name = getattr(func, "__name__", None) or type(func).__name__
     if name == "__get__" and hasattr(func, "__self__"):
         name = getattr(func.__self__, "__name__", name)

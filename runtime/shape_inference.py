@@ -56,6 +56,32 @@ def _map(value, fn):
     return value
 
 
+def _flat_key(args: tuple, kwargs: dict):
+    """``(_key_leaf(args), _key_leaf(kwargs))`` for flat arguments, faster; None when an
+    argument is nested."""
+    parts = ["tuple"]
+    for v in args:
+        if isinstance(v, torch.Tensor):
+            node = getattr(v, "_node", None)
+            parts.append(("T", tuple(v.shape), tuple(v.stride()), v.dtype,
+                          None if node is None else node.meta.shape))
+        elif isinstance(v, _NESTED):
+            return None
+        else:
+            hash(v)
+            parts.append((type(v), v))
+    kparts = ["dict"]
+    for k, v in kwargs.items():
+        if isinstance(v, torch.Tensor) or isinstance(v, _NESTED):
+            return None
+        hash(v)
+        kparts.append((k, (type(v), v)))
+    return tuple(parts), tuple(kparts)
+
+
+_NESTED = (tuple, list, dict, slice)
+
+
 def _key_leaf(v):
     if isinstance(v, torch.Tensor):
         meta = _symbolic_meta(v)
@@ -249,7 +275,9 @@ def _infer(func, args, kwargs) -> Inferred:
     key = None
     if not inplace:
         try:
-            key = (func, _key_leaf(tuple(args)), _key_leaf(dict(kwargs)))
+            flat = _flat_key(args, kwargs)
+            key = (func, _key_leaf(tuple(args)), _key_leaf(dict(kwargs))) if flat is None \
+                else (func,) + flat
             hit = _CACHE.get(key)
             if hit is not None:
                 return hit

@@ -25,6 +25,7 @@ _SOURCE_MAPS: Dict[str, Dict[int, Location]] = {}
 def register_source_map(filename: str, line_map: Dict[int, Location]) -> None:
     """Declare that lines of generated file ``filename`` come from user locations."""
     _SOURCE_MAPS[filename] = dict(line_map)
+    _LIBRARY.pop(filename, None)
 
 
 def map_location(filename: str, lineno: int) -> Optional[Location]:
@@ -35,7 +36,22 @@ def map_location(filename: str, lineno: int) -> Optional[Location]:
     return (filename, lineno)
 
 
+_LIBRARY: Dict[str, bool] = {}      # filename -> _is_library (files with no source map)
+
+
 def _is_library(filename: str) -> bool:
+    known = _LIBRARY.get(filename)
+    if known is not None:
+        return known
+    if filename in _SOURCE_MAPS:
+        return False
+    result = _is_library_uncached(filename)
+    if len(_LIBRARY) < 100_000:
+        _LIBRARY[filename] = result
+    return result
+
+
+def _is_library_uncached(filename: str) -> bool:
     global _TORCH_DIR
     if _TORCH_DIR is None:
         import torch

@@ -151,9 +151,17 @@ def building(graph: Graph):
         _BUILD_STACK.pop()
 
 
-def _target_graph(args) -> Graph:
+def _target_graph(args, leaves: Optional[List["SymbolicTensor"]] = None) -> Graph:
     graph = current_graph()
-    owners = {id(t._node.graph.root): t for t in _symbolic_leaves(args)}
+    if leaves is None:
+        leaves = _symbolic_leaves(args)
+    if graph is not None:
+        for t in leaves:
+            if t._node.graph is not graph:
+                break
+        else:                       # every tensor is from the graph being built
+            return graph
+    owners = {id(t._node.graph.root): t for t in leaves}
     if graph is None:
         if len(owners) > 1:
             raise GraphError("an operation mixes tensors from different graphs")
@@ -161,13 +169,32 @@ def _target_graph(args) -> Graph:
             raise GraphError("no graph to record into")
         return next(iter(owners.values()))._node.graph.root
     chain = {id(g) for g in graph.ancestors()}
-    for t in _symbolic_leaves(args):
+    for t in leaves:
         if id(t._node.graph) not in chain:
             raise GraphError(
                 f"{format_location(user_location())}: tensor {t._node.name!r} belongs to "
                 f"another graph (or to a branch or loop body that has finished) and cannot "
                 f"be used here")
     return graph
+
+
+_NESTED = (list, tuple, dict, slice)
+
+
+def _flat_leaves(args, kwargs) -> Optional[List[SymbolicTensor]]:
+    """The symbolic tensors among flat arguments; None when some argument is nested."""
+    found: List[SymbolicTensor] = []
+    for v in args:
+        if isinstance(v, SymbolicTensor):
+            found.append(v)
+        elif isinstance(v, _NESTED):
+            return None
+    for v in kwargs.values():
+        if isinstance(v, SymbolicTensor):
+            found.append(v)
+        elif isinstance(v, _NESTED):
+            return None
+    return found
 
 
 def _symbolic_leaves(value) -> List[SymbolicTensor]:
@@ -192,7 +219,24 @@ def to_node(graph: Graph, value: Any) -> Any:
     """Replace symbolic tensors by (captured) nodes and concrete tensors by constants."""
     def leaf(v):
         return graph.capture(v._node) if isinstance(v, SymbolicTensor) else graph.constant(v)
-    return map_structure(value, lambda v: isinstance(v, torch.Tensor), leaf)
+    kind = type(value)
+    if kind is tuple:                   # flat arguments: the usual case
+        for v in value:
+            if isinstance(v, _NESTED):
+                break
+        else:
+            return tuple([leaf(v) if isinstance(v, torch.Tensor) else v for v in value])
+    elif kind is dict:
+        for v in value.values():
+            if isinstance(v, _NESTED):
+                break
+        else:
+            return {k: leaf(v) if isinstance(v, torch.Tensor) else v for k, v in value.items()}
+    return map_structure(value, _is_tensor, leaf)
+
+
+def _is_tensor(v) -> bool:
+    return isinstance(v, torch.Tensor)
 
 
 # ------------------------------------------------------------------------- dispatch
@@ -289,7 +333,8 @@ def rebound_mark() -> int:
 def dispatch_record(func, args, kwargs, concrete: bool = False):
     """Add a node calling ``func``; ``concrete``: no symbolic argument (run it for real if
     it yields a Python value rather than tensors)."""
-    graph = _target_graph((args, kwargs))
+    leaves = _flat_leaves(args, kwargs)
+    graph = _target_graph((args, kwargs), leaves)
     location = user_location()
     func = _SUBSTITUTES.get(func, func)
     node_args = to_node(graph, tuple(args))
