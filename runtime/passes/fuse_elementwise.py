@@ -71,7 +71,7 @@ def _fuse_graph(graph: Graph, kernels: List[FusedKernel]) -> None:
     members: Set[int] = set()
     new_nodes: List[Node] = []
     for group in groups:
-        fused, gets, kernel = _replace(graph, group, replacements, len(kernels))
+        fused, gets, kernel = _replace(graph, group, replacements, len(kernels), position)
         kernels.append(kernel)
         last = max(position[id(m)] for m in group.members)
         for n in [fused] + gets:
@@ -139,7 +139,8 @@ def _row_shape(shape, kind: str) -> tuple:
     return () if kind == "all" else tuple(shape[:-1]) + (1,)
 
 
-def _fusable(node: Node) -> Optional[Expr]:
+def _fusable(node: Node, operands: Optional[List[Node]] = None) -> Optional[Expr]:
+    """``operands``: ``node.inputs`` when the caller has it."""
     meta = node.meta
     if node.op in _REDUCTIONS and isinstance(meta, TensorMeta) and not node.impure:
         return _reduction(node)
@@ -147,7 +148,8 @@ def _fusable(node: Node) -> Optional[Expr]:
         return None
     if meta.dtype not in _FLOATS and meta.dtype != torch.bool:
         return None
-    operands = list(iter_nodes((node.args, node.kwargs)))
+    if operands is None:
+        operands = node.inputs
     if any(not isinstance(a.meta, TensorMeta) or a.meta.dtype not in _READABLE
            for a in operands):
         return None
@@ -203,6 +205,8 @@ class _Grouping:
         self.group_of: Dict[int, int] = {}    # id(node) -> group id (resolve with find)
         self.anc: Dict[int, Set[int]] = {}     # id(node) -> group ids it depends on
         self.inputs: Dict[int, List[Node]] = {}  # id(node) -> its inputs (computed once)
+        self.merges = 0                        # groups merged so far (find() results change)
+        self._reads: Dict[int, tuple] = {}     # id(node) -> (merges, reads(node))
 
     def find(self, gid: int) -> int:
         while self.parent[gid] != gid:
@@ -215,11 +219,18 @@ class _Grouping:
         return None if gid is None else self.groups[self.find(gid)]
 
     def reads(self, value: Node) -> Set[int]:
-        """Groups ``value`` depends on, itself included when it is a group member."""
-        out = {self.find(g) for g in self.anc.get(id(value), ())}
+        """Groups ``value`` depends on, itself included when it is a group member (a set
+        shared between calls while no groups merge: do not change it)."""
+        known = self._reads.get(id(value))
+        if known is not None and known[0] == self.merges:
+            return known[1]
+        find = self.find
+        out = {find(g) for g in self.anc.get(id(value), ())}
         g = self.group_of.get(id(value))
         if g is not None:
-            out.add(self.find(g))
+            out.add(find(g))
+        if g is not None or id(value) in self.anc:    # known node: its answer is final
+            self._reads[id(value)] = (self.merges, out)
         return out
 
     def closure(self, gids: Set[int]) -> Set[int]:
@@ -250,8 +261,10 @@ class _Grouping:
                     return False
         return True
 
-    def add(self, node: Node, expr: Optional[Expr]) -> None:
-        inputs = self.inputs[id(node)] = node.inputs
+    def add(self, node: Node, expr: Optional[Expr], inputs: Optional[List[Node]] = None) -> None:
+        if inputs is None:
+            inputs = node.inputs
+        self.inputs[id(node)] = inputs
         anc: Set[int] = set()
         for v in inputs:
             anc |= self.reads(v)
@@ -279,6 +292,7 @@ class _Grouping:
             chosen = chosen_parts[0]
             for other in chosen_parts[1:]:
                 self.parent[other.id] = chosen.id
+                self.merges += 1
                 chosen.members.extend(other.members)
                 chosen.member_ids |= other.member_ids
                 chosen.exprs.update(other.exprs)
@@ -314,7 +328,8 @@ def _find_groups(graph: Graph) -> List[_Group]:
     for node in graph.nodes:
         if node.op in _BARRIERS or node.impure:
             grouping.close_all()
-        grouping.add(node, _fusable(node))
+        inputs = node.inputs
+        grouping.add(node, _fusable(node, inputs), inputs)
     result = []
     for g in grouping.groups:
         if grouping.find(g.id) == g.id:
@@ -324,9 +339,12 @@ def _find_groups(graph: Graph) -> List[_Group]:
 
 
 # ----------------------------------------------------------------------------- rewriting
-def _replace(graph: Graph, group: _Group, replacements: Dict[int, Node], index: int):
-    """The fused node (and ``get`` nodes) standing for ``group``; fills ``replacements``."""
-    order = {id(n): i for i, n in enumerate(graph.nodes)}
+def _replace(graph: Graph, group: _Group, replacements: Dict[int, Node], index: int,
+             order: Optional[Dict[int, int]] = None):
+    """The fused node (and ``get`` nodes) standing for ``group``; fills ``replacements``.
+    ``order``: id(node) -> position in ``graph.nodes``."""
+    if order is None:
+        order = {id(n): i for i, n in enumerate(graph.nodes)}
     group.members.sort(key=lambda n: order[id(n)])
     member_ids = {id(m) for m in group.members}
     inputs: List[Node] = []
