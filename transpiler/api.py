@@ -14,6 +14,7 @@ user's ``file:line``; ``strict=True`` raises ``ConversionError`` instead.
 from __future__ import annotations
 
 import functools
+import gc
 import inspect
 import warnings
 import weakref
@@ -306,6 +307,9 @@ class GraphFunction:
     # -- tracing
     def _build(self, key, args, kwargs, flat, spec, fallback_ok=True):
         self._note_retrace(key)
+        collecting = gc.isenabled()
+        if collecting:              # building makes many objects, few cycles: collecting
+            gc.disable()            # them meanwhile (a full pass per few thousand) is waste
         try:
             entry = self._trace(args, kwargs, flat, spec)
         except Exception as e:
@@ -323,6 +327,9 @@ class GraphFunction:
                                           f"{getattr(self, '__name__', 'the function')} "
                                           f"eagerly"), stacklevel=4)
             entry = _Fallback(reason, file, line)
+        finally:
+            if collecting:
+                gc.enable()
         self._entries[key] = entry
         return entry
 
