@@ -4,7 +4,8 @@
 the same group as plain torch ops (``torch_fn``, lowered from the group's own nodes) when no
 compiled kernel is bound (no compiler, ``TOGRAPH_NO_COMPILER``, a failed build) or when
 autograd needs the graph (grad mode on and an input requires grad), so gradients stay
-exactly eager's.
+exactly eager's. Tensors on another device (a graph traced for CUDA inputs) take the torch
+path too: the C kernels read CPU memory only.
 
 The C path checks each input's shape against the one the kernel was specialized for and
 makes it contiguous; an input whose shape is only known at run time (a dynamic dimension)
@@ -108,8 +109,9 @@ class FusedKernel:
 
     # ---------------------------------------------------------------- calling
     def __call__(self, *xs, out=None):
-        if self._c is None or (torch.is_grad_enabled() and any(x.requires_grad for x in xs)):
-            result = self.torch_fn(*xs)
+        if self._c is None or not all(x.is_cpu for x in xs) or \
+                (torch.is_grad_enabled() and any(x.requires_grad for x in xs)):
+            result = self.torch_fn(*xs)         # no kernel, another device, or autograd
             return result[0] if self._single else result
         shape = self._out_shape
         if shape is None:
@@ -176,7 +178,7 @@ def _generate_launcher(kernel: FusedKernel) -> Callable:
     checks = []
     for k, want in enumerate(kernel._in_shapes):
         env[f"_s{k}"] = torch.Size(want)
-        checks.append(f"x{k}.shape != _s{k} or not x{k}.is_contiguous()")
+        checks.append(f"x{k}.shape != _s{k} or not x{k}.is_contiguous() or not x{k}.is_cpu")
     grads = " or ".join(f"{x}.requires_grad" for x in xs) or "False"
     ptrs = "".join(f"{x}.data_ptr(), " for x in xs)
     source = "\n".join([

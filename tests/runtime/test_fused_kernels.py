@@ -630,3 +630,19 @@ def test_sibling_groups_merge():
 
     with options.override(compiler=False):
         fuse(f, special(), groups=1, compiled=False)
+
+
+def two_ops(x, y):
+    return torch.tanh(x * y + 1.0)
+
+
+def test_tensors_off_the_cpu_take_the_torch_path():
+    """A compiled kernel never reads non-CPU memory: other devices (here ``meta``, as CUDA
+    would) run the group's torch ops, through the generated launcher and the general call."""
+    x, y = torch.randn(4, 5), torch.randn(4, 5)
+    graph, (node,) = fuse(two_ops, x, y)
+    mx, my = x.to("meta"), y.to("meta")
+    for call in (node.target.launcher, node.target):
+        out = call(mx, my)
+        assert out.device.type == "meta" and out.shape == (4, 5) and out.dtype == x.dtype
+    assert_same(lower(graph)(x, y), two_ops(x, y))
