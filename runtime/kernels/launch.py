@@ -14,6 +14,7 @@ is broadcast to the result and copied, so a kernel is never fed memory it does n
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
@@ -135,12 +136,7 @@ class FusedKernel:
             outs = [out]
         else:
             outs = [_allocate(s, dt) for s, dt in zip(shapes, self._out_dtypes)]
-        outer = 1
-        for d in shape[:self._split]:
-            outer *= d
-        inner = 1
-        for d in shape[self._split:]:
-            inner *= d
+        outer, inner = _sizes(shape, self._split)
         self._c(*ptrs, *[o.data_ptr() for o in outs], outer, inner,
                 torch.get_num_threads(), self._parallel_min)
         return outs[0] if self._single else tuple(outs)
@@ -151,6 +147,11 @@ class FusedKernel:
 
 
 _LAUNCHERS: dict = {}
+
+
+def _sizes(shape, split: int):
+    """(outer, inner): the iteration space ``shape`` seen as a matrix split at ``split``."""
+    return math.prod(shape[:split]), math.prod(shape[split:])
 
 
 def _allocate(shape, dtype) -> torch.Tensor:
@@ -165,12 +166,7 @@ def _generate_launcher(kernel: FusedKernel) -> Callable:
     xs = [f"x{k}" for k in range(n)]
     shape = kernel._out_shape
     out_shape = kernel._row_shape if kernel._row_outputs[0] else tuple(shape)
-    outer = 1
-    for d in shape[:kernel._split]:
-        outer *= d
-    inner = 1
-    for d in shape[kernel._split:]:
-        inner *= d
+    outer, inner = _sizes(shape, kernel._split)
     env = {"_grad": torch.is_grad_enabled, "_slow": kernel.__call__, "_c": kernel._c,
            "_empty": _allocate if outer * inner * kernel._out_dtypes[0].itemsize >= HUGE_BYTES
            else torch.empty, "_dtype": kernel._out_dtypes[0], "_nt": torch.get_num_threads,

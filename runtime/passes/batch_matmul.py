@@ -16,17 +16,19 @@ import torch
 
 from ..graph import Graph, Node
 from ..meta import TensorMeta
-from .rewrite import bump
+from .rewrite import bump, graphs_post_order
 
 _GETITEM = ("getitem", "select")
 
 
 def batch_matmul(graph: Graph) -> Graph:
-    for node in graph.nodes:
-        for sub in node.subgraphs:
-            batch_matmul(sub)
-    if any(n.impure for n in graph.nodes):
-        return graph
+    for g in graphs_post_order(graph):
+        if not any(n.impure for n in g.nodes):     # nothing mutated in place
+            _batch_graph(g)
+    return graph
+
+
+def _batch_graph(graph: Graph) -> None:
     groups: Dict[Tuple[int, int], List[Node]] = {}
     for node in graph.nodes:
         row = _row_product(node)
@@ -40,7 +42,6 @@ def batch_matmul(graph: Graph) -> Graph:
         if len(members) < 2 or 2 * len(rows) < x.meta.shape[0]:
             continue
         _batch(graph, members, x, w)
-    return graph
 
 
 def _row_product(node: Node):

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from ..graph import Graph, Node, iter_nodes
 from ..graph_ops import register
 from ..meta import TensorMeta
-from .rewrite import Facts, Uses, facts_for, grad_regions, graphs_post_order, has_effect, replace_with_new
+from .rewrite import (Facts, Uses, facts_for, grad_regions,
+                      graphs_post_order, has_effect, replace_with_new, rules_by_op)
 
 
 @register
@@ -264,9 +265,7 @@ RULES: List[Tuple[str, Callable[[Node, _Ctx], Optional[Fused]]]] = [
     ("reciprocal", _rsqrt),        # sqrt(x).reciprocal() -> rsqrt(x)
 ]
 
-_BY_OP = {}
-for _op, _rule in RULES:
-    _BY_OP.setdefault(_op, []).append(_rule)
+_BY_OP = rules_by_op(RULES)
 
 
 # --------------------------------------------------------------------------- the pass

@@ -102,6 +102,14 @@ def mutates(node: Node) -> bool:
                 and node.kwargs.get("inplace") is not True)
 
 
+def rules_by_op(rules) -> Dict[str, List[Any]]:
+    """A rule table (``(op, rule)`` pairs, in order) indexed by op."""
+    by_op: Dict[str, List[Any]] = {}
+    for op, rule in rules:
+        by_op.setdefault(op, []).append(rule)
+    return by_op
+
+
 def graphs_post_order(graph: Graph) -> Iterator[Graph]:
     """Every graph under ``graph`` (subgraphs before the graph that owns them)."""
     for node in list(graph.nodes):

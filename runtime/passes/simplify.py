@@ -18,7 +18,8 @@ import torch
 
 from ..graph import Graph, Node
 from ..meta import TensorMeta
-from .rewrite import Facts, Uses, facts_for, graphs_post_order, has_effect, inputs_of, replace_with_new
+from .rewrite import (Facts, Uses, facts_for, graphs_post_order,
+                      has_effect, inputs_of, replace_with_new, rules_by_op)
 
 
 class Use(NamedTuple):
@@ -228,9 +229,7 @@ RULES: List[Tuple[str, Callable[[Node], object]]] = [
     ("to", _same_dtype_cast),                                       # x.to(x.dtype) -> x
 ]
 
-_BY_OP = {}
-for _op, _rule in RULES:
-    _BY_OP.setdefault(_op, []).append(_rule)
+_BY_OP = rules_by_op(RULES)
 
 
 # --------------------------------------------------------------------------- the pass

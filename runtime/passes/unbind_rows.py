@@ -14,15 +14,17 @@ import torch
 
 from ..graph import Graph, Node
 from ..meta import TensorMeta
-from .rewrite import bump
+from .rewrite import bump, graphs_post_order
 
 
 def unbind_rows(graph: Graph) -> Graph:
-    for node in graph.nodes:
-        for sub in node.subgraphs:
-            unbind_rows(sub)
-    if any(n.impure for n in graph.nodes):
-        return graph
+    for g in graphs_post_order(graph):
+        if not any(n.impure for n in g.nodes):     # nothing mutated in place
+            _unbind_graph(g)
+    return graph
+
+
+def _unbind_graph(graph: Graph) -> None:
     rows: Dict[int, List[Node]] = {}
     for node in graph.nodes:
         if node.op == "getitem" and not node.kwargs and len(node.args) == 2 and \
@@ -45,4 +47,3 @@ def unbind_rows(graph: Graph) -> Graph:
             index = m.args[1] % n
             m.op, m.target, m.args, m.attrs = "get", None, (unbound,), {"index": index}
             bump()
-    return graph

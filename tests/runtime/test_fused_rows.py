@@ -11,6 +11,7 @@ holding a NaN), gradients through the torch path, and the torch path itself
 """
 import pytest
 import torch
+from test_fused_kernels import assert_same as same_as_kernels
 
 from runtime.executor import lower
 from runtime.kernels import compiler
@@ -31,13 +32,7 @@ def kernel_cache(tmp_path_factory):
 # ------------------------------------------------------------------------------- helpers
 def fused_nodes(graph):
     """Every ``fused`` node of ``graph`` and its subgraphs."""
-    found = []
-    for node in graph.nodes:
-        if node.op == "fused":
-            found.append(node)
-        for sub in node.subgraphs:
-            found += fused_nodes(sub)
-    return found
+    return [node for node in graph.walk() if node.op == "fused"]
 
 
 def optimized(fn, *args):
@@ -50,21 +45,7 @@ def optimized(fn, *args):
 
 def assert_same(got, exp, rtol=None, atol=None):
     """Same structure, dtype, shape; floats close with NaN where eager has NaN."""
-    if isinstance(exp, (tuple, list)):
-        assert isinstance(got, (tuple, list)) and len(got) == len(exp), (got, exp)
-        for g, e in zip(got, exp):
-            assert_same(g, e, rtol, atol)
-        return
-    assert isinstance(got, torch.Tensor), got
-    assert got.dtype == exp.dtype, (got.dtype, exp.dtype)
-    assert got.shape == exp.shape, (got.shape, exp.shape)
-    got, exp = got.detach(), exp.detach()
-    if not exp.is_floating_point():
-        assert torch.equal(got, exp), (got, exp)
-        return
-    if rtol is None:
-        rtol, atol = (1e-5, 1e-6) if exp.dtype == torch.float32 else (1e-11, 1e-13)
-    torch.testing.assert_close(got, exp, rtol=rtol, atol=atol, equal_nan=True)
+    same_as_kernels(got, exp, rtol, atol, signed_zeros=False)
 
 
 def rows_input(shape, dtype=torch.float32, seed=0, special=True):
