@@ -10,8 +10,15 @@ are several). Each group's inputs broadcast to its shape (a bias row, a per-row 
 0-d tensor, a Python number); the kernels of a whole graph, subgraphs included, are
 compiled in one C translation unit (one compiler run) and cached on disk.
 
+Reductions join too: ``sum``/``mean``/``amax``/``amin`` along the last dimension with
+``keepdim=True`` (role ``reduce``, result per row: ``S[:-1] + (1,)``) or over the whole
+tensor (``x.sum()``, ``torch.max(x)``: result ``()``); pointwise ops on such per-row values
+are ``row`` members. A group reduces one way only; its kernel is a row program
+(``kernels/rows.py``).
+
 The replaced nodes survive inside each kernel as a torch function (``torch_fn``), which
-runs when there is no compiler or autograd needs the graph.
+runs when there is no compiler, autograd needs the graph, or the tensors are not on the
+CPU.
 """
 from __future__ import annotations
 
