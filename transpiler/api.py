@@ -504,6 +504,12 @@ def load_target(spec: str):
     return obj
 
 
+def memory_summary(optimized) -> str:
+    """One line: bytes an optimized graph allocates per call with and without planning."""
+    from runtime.passes.plan_memory import format_report
+    return format_report(optimized.memory_report)
+
+
 def parse_args_text(text: str) -> tuple:
     """``'torch.randn(4, 8), 3'`` -> a tuple of arguments (evaluated with torch in scope)."""
     if not text.strip():

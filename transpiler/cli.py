@@ -35,8 +35,7 @@ def _cmd_graph(ns) -> int:
     if ns.kernels:
         print(optimized.kernel_source() or "// no fused kernels (or no C compiler)")
     if ns.memory:
-        from runtime.passes.plan_memory import format_report
-        print(format_report(optimized.memory_report))
+        print(api.memory_summary(optimized))
     return 0
 
 
