@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence
 
 import torch
 

@@ -23,7 +23,6 @@ CPU.
 from __future__ import annotations
 
 import heapq
-import warnings
 from typing import Dict, List, Optional, Set
 
 import torch
