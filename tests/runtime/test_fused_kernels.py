@@ -647,23 +647,3 @@ def test_tensors_off_the_cpu_take_the_torch_path():
         assert out.device.type == "meta" and out.shape == (4, 5) and out.dtype == x.dtype
     assert_same(lower(graph)(x, y), two_ops(x, y))
 
-
-def test_large_outputs_are_recycled_only_when_the_caller_let_go():
-    """A large output (>= 4 MB) is written again by the next call only when nothing holds
-    it: not the caller, not a view, not a numpy array."""
-    n = 1 << 20
-    x, y = torch.randn(n), torch.randn(n)
-    f = to_graph(two_ops, strict=True)
-    first = f(x, y)
-    kept = first.clone()
-    view = f(y, x)[:10]                       # held only through a view
-    view_copy = view.clone()
-    array = f(x, x).numpy()                   # held only through numpy
-    array_copy = array.copy()
-    f(y, y)
-    assert torch.equal(first, kept) and torch.equal(view, view_copy)
-    assert (array == array_copy).all()
-    ptr = f(x, y).data_ptr()                  # dropped at once: its buffer comes back
-    again = f(x, y)
-    assert again.data_ptr() == ptr
-    assert_same(again, two_ops(x, y))
