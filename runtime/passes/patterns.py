@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from ..graph import Graph, Node, iter_nodes
 from ..graph_ops import register
 from ..meta import TensorMeta
-from .rewrite import (Facts, Uses, facts_for, grad_regions,
-                      graphs_post_order, has_effect, replace_with_new, rules_by_op)
+from .rewrite import (Facts, Uses, facts_for, grad_regions, has_effect, replace_with_new,
+                      rule_sites, rules_by_op)
 
 
 @register
@@ -271,21 +271,17 @@ _BY_OP = rules_by_op(RULES)
 # --------------------------------------------------------------------------- the pass
 def fuse_patterns(graph: Graph) -> Graph:
     """Replace every match of the table by its fused kernel, in every graph."""
-    facts = None
-    for g in graphs_post_order(graph):
-        ctx = None
-        for node in list(g.nodes):
-            rules = _BY_OP.get(node.op)
-            if not rules or has_effect(node) or node.graph is not g:
+    facts = ctx = None
+    for g, node, rules in rule_sites(graph, _BY_OP):
+        facts = facts or facts_for(graph)
+        if ctx is None or ctx.graph is not g:
+            ctx = _Ctx(g, facts)
+        for rule in rules:
+            fused = rule(node, ctx)
+            if fused is None:
                 continue
-            facts = facts or facts_for(graph)
-            ctx = ctx or _Ctx(g, facts)
-            for rule in rules:
-                fused = rule(node, ctx)
-                if fused is None:
-                    continue
-                leaves = [a.value if isinstance(a, Reshaped) else a for a in fused.args]
-                if not any(facts.mutated(v) for v in iter_nodes(leaves)):
-                    ctx.replace(node, fused)
-                    break
+            leaves = [a.value if isinstance(a, Reshaped) else a for a in fused.args]
+            if not any(facts.mutated(v) for v in iter_nodes(leaves)):
+                ctx.replace(node, fused)
+                break
     return graph

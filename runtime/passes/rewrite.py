@@ -110,6 +110,16 @@ def rules_by_op(rules) -> Dict[str, List[Any]]:
     return by_op
 
 
+def rule_sites(graph: Graph, by_op: Dict[str, List[Any]]) -> Iterator[tuple]:
+    """``(g, node, rules)`` for each node without effects that a rule table indexes, in
+    every graph under ``graph`` (subgraphs first); nodes a rule already moved are skipped."""
+    for g in graphs_post_order(graph):
+        for node in list(g.nodes):
+            rules = by_op.get(node.op)
+            if rules and not has_effect(node) and node.graph is g:
+                yield g, node, rules
+
+
 def graphs_post_order(graph: Graph) -> Iterator[Graph]:
     """Every graph under ``graph`` (subgraphs before the graph that owns them)."""
     for node in list(graph.nodes):

@@ -18,8 +18,8 @@ import torch
 
 from ..graph import Graph, Node
 from ..meta import TensorMeta
-from .rewrite import (Facts, Uses, facts_for, graphs_post_order,
-                      has_effect, inputs_of, replace_with_new, rules_by_op)
+from .rewrite import (Facts, Uses, facts_for, has_effect, inputs_of, replace_with_new,
+                      rule_sites, rules_by_op)
 
 
 class Use(NamedTuple):
@@ -235,21 +235,17 @@ _BY_OP = rules_by_op(RULES)
 # --------------------------------------------------------------------------- the pass
 def simplify(graph: Graph) -> Graph:
     """Apply the rule table to every node, in every graph, until none matches."""
-    facts = None
-    for g in graphs_post_order(graph):
-        uses = None
-        for node in list(g.nodes):
-            rules = _BY_OP.get(node.op)
-            if not rules or has_effect(node) or node.graph is not g:
+    facts = uses = None
+    for g, node, rules in rule_sites(graph, _BY_OP):
+        for rule in rules:
+            result = rule(node)
+            if result is None:
                 continue
-            for rule in rules:
-                result = rule(node)
-                if result is None:
-                    continue
-                facts = facts or facts_for(graph)
-                uses = uses or Uses(g)
-                if _apply(node, result, facts, uses):
-                    break
+            facts = facts or facts_for(graph)
+            if uses is None or uses.graph is not g:
+                uses = Uses(g)
+            if _apply(node, result, facts, uses):
+                break
     return graph
 
 
