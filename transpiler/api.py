@@ -195,7 +195,6 @@ class _Traced:
         self.optimized = optimized
         self.executable = executable
         self.fn = executable.fn
-        self.guard = guard
         self.holds = guard.compile_check()
 
     def __call__(self, flat):
@@ -256,35 +255,30 @@ class GraphFunction:
         return key, flat, spec
 
     def __call__(self, *args, **kwargs):
-        if not kwargs:                         # the fast path: flat positional arguments
-            key = _flat_key(args)
-            if key is not None:
-                if self._module is not None:
-                    key += tuple(m.training for m in self._submodules)
-                entry = self._fast.get(key)
-                if entry is not None:
-                    if entry.__class__ is _Fallback:
-                        return self._fn(*args)
-                    if entry.holds():
-                        try:
-                            return entry.fn(*args)
-                        except Exception as e:
-                            raise located(e) from e
-        return self._call(args, kwargs)
+        fast = None if kwargs else _flat_key(args)
+        if fast is not None:                   # the fast path: flat positional arguments
+            if self._module is not None:
+                fast += tuple(m.training for m in self._submodules)
+            entry = self._fast.get(fast)
+            if entry is not None:
+                if entry.__class__ is _Fallback:
+                    return self._fn(*args)
+                if entry.holds():
+                    try:
+                        return entry.fn(*args)
+                    except Exception as e:
+                        raise located(e) from e
+        return self._call(args, kwargs, fast)
 
-    def _call(self, args, kwargs):
+    def _call(self, args, kwargs, fast=None):
         key, flat, spec = self._signature(args, kwargs)
         entry = self._entries.get(key)
         if entry is not None and not isinstance(entry, _Fallback) and not entry.holds():
             entry = None              # a global, closure value or attribute it read changed
         if entry is None:
             entry = self._build(key, args, kwargs, flat, spec)
-        if not kwargs:
-            fast = _flat_key(args)
-            if fast is not None:
-                if self._module is not None:
-                    fast += tuple(m.training for m in self._submodules)
-                self._fast[fast] = entry
+        if fast is not None:
+            self._fast[fast] = entry
         if isinstance(entry, _Fallback):
             return self._fn(*args, **kwargs)
         return entry(flat)
@@ -377,9 +371,8 @@ class GraphFunction:
         graph.outputs = map_structure(structure, lambda v: isinstance(v, Unstack),
                                       lambda v: v.node)
         optimized = graph.optimize()
-        env = {id(a): b for a, b in zip(graph.inputs, optimized.inputs)}
-        env.update((id(a), b) for a, b in zip(iter_nodes(graph.outputs),
-                                               iter_nodes(optimized.outputs)))
+        env = {id(a): b for a, b in zip(iter_nodes(graph.outputs),
+                                        iter_nodes(optimized.outputs))}
         outputs = map_structure(structure, lambda v: isinstance(v, (Node, Unstack)),
                                 lambda v: Unstack(env[id(v.node)]) if isinstance(v, Unstack)
                                 else env[id(v)])
