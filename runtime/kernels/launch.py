@@ -73,6 +73,7 @@ class FusedKernel:
         self._out_dtypes = [_DTYPES[dt] for _, dt in spec.outputs]
         self._single = len(spec.outputs) == 1
         self._c = None
+        self._fast: Optional[Callable] = None   # the generated launcher, made on first use
         self._parallel_min = max(4096, 262144 // max(1, spec.cost()))
         self.__name__ = name
 
@@ -91,23 +92,33 @@ class FusedKernel:
     def compiled(self) -> bool:
         return self._c is not None
 
+    def _launchable(self) -> bool:
+        """Compiled, over static shapes, one output: a generated launcher can serve it."""
+        return self._c is not None and self._out_shape is not None and self._single and \
+            None not in self._in_shapes
+
     @property
     def launcher(self) -> Callable:
         """The function the executor calls: for a compiled kernel over static shapes, a
         generated one with the checks unrolled and the sizes baked in (a call costs about
         one ctypes call); otherwise the general ``__call__``."""
-        if self._c is None or self._out_shape is None or not self._single or \
-                None in self._in_shapes:
+        if not self._launchable():
             return self
-        fast = getattr(self, "_fast", None)
-        if fast is None:           # kernels sharing a C function and shapes share a launcher
-            key = (id(self._c), tuple(self._in_shapes), self._out_shape, self._split,
-                   self._row_shape)
-            fast = _LAUNCHERS.get(key)
-            if fast is None or fast.kernel._c is not self._c:
-                fast = _LAUNCHERS[key] = _generate_launcher(self)
-            self._fast = fast
-        return fast
+        if self._fast is None:
+            self._fast = _generate_launcher(self)
+        return self._fast
+
+    def share_launcher(self, launchers: dict) -> None:
+        """Use the launcher of an equal kernel in ``launchers`` (same C function and
+        shapes: one generated function serves every step of an unrolled loop), else
+        make one and offer it."""
+        if not self._launchable():
+            return
+        key = (self.name, tuple(self._in_shapes), self._out_shape, self._split,
+               self._row_shape)
+        if key not in launchers:
+            launchers[key] = self.launcher
+        self._fast = launchers[key]
 
     # ---------------------------------------------------------------- calling
     def __call__(self, *xs, out=None):
@@ -147,9 +158,6 @@ class FusedKernel:
         return f"<fused {self.name} ({how}): {' -> '.join(self.ops)}>"
 
 
-_LAUNCHERS: dict = {}
-
-
 def _storage_users(t: torch.Tensor) -> int:
     return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
 
@@ -178,9 +186,7 @@ def _sizes(shape, split: int):
 
 
 def _allocate(shape, dtype) -> torch.Tensor:
-    n = dtype.itemsize
-    for d in shape:
-        n *= d
+    n = math.prod(shape) * dtype.itemsize
     return empty_large(shape, dtype) if n >= HUGE_BYTES else torch.empty(shape, dtype=dtype)
 
 
@@ -213,6 +219,4 @@ def _generate_launcher(kernel: FusedKernel) -> Callable:
         "    return out",
     ])
     exec(compile(source, f"<tograph-launch-{kernel.name}>", "exec"), env)  # noqa: S102
-    launch = env["launch"]
-    launch.kernel = kernel
-    return launch
+    return env["launch"]

@@ -38,27 +38,30 @@ def vector_math() -> frozenset:
     return frozenset(found)
 
 
-def source_for(kernels: List[FusedKernel]) -> str:
-    """The translation unit; kernels with equal specs share one C function (an unrolled
-    loop makes the same kernel once per step), which also renames them."""
-    names = {}
-    for k in kernels:
-        k.name = k.__name__ = names.setdefault(k.spec, f"tg_kernel_{len(names)}")
-    return codegen.unit([(spec, name) for spec, name in names.items()], vector_math(),
-                        compiler.OPENMP)
+def source_for(specs) -> str:
+    """The translation unit of ``(spec, function name)`` pairs."""
+    return codegen.unit(list(specs), vector_math(), compiler.OPENMP)
 
 
 def build_kernels(kernels: List[FusedKernel]) -> bool:
-    """Compile and bind ``kernels``; False (they run as torch ops) when that is impossible."""
+    """Compile and bind ``kernels``; False (they run as torch ops) when that is impossible.
+
+    Kernels with equal specs share one C function (an unrolled loop makes the same kernel
+    once per step), and those that also share shapes share one launcher."""
     if not kernels or not compiler.compiler_available():
         return False
-    source = source_for(kernels)
+    names = {}
+    for k in kernels:
+        k.name = k.__name__ = names.setdefault(k.spec, f"tg_kernel_{len(names)}")
+    source = source_for(names.items())
     try:
         library = compiler.build(source, name="graph")
     except compiler.KernelBuildError as e:
         warnings.warn(f"tograph: could not compile fused kernels, running them as torch ops: "
                       f"{e}", RuntimeWarning, stacklevel=2)
         return False
+    launchers = {}
     for k in kernels:
         k.bind(library, source)
+        k.share_launcher(launchers)
     return True
