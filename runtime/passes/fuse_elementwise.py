@@ -23,7 +23,7 @@ CPU.
 from __future__ import annotations
 
 import heapq
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 import torch
 
@@ -174,30 +174,22 @@ def _fusable(node: Node, operands: Optional[List[Node]] = None) -> Optional[Expr
     return expr
 
 
-def _role(group: "_Group", space, expr: Expr) -> str:
-    """How a node would sit in ``group`` ('' if it cannot): ``vec`` over the group's shape,
-    ``row`` (a per-row value) or ``reduce``. A group reduces one way only."""
+def _role(group: "_Group", space, expr: Expr) -> Tuple[str, Optional[str]]:
+    """How a node would sit in ``group`` and the way the group then reduces:
+    (``vec`` over the group's shape, ``row`` a per-row value, ``reduce``, or '' if it
+    cannot join; ``last``/``all`` or None). A group reduces one way only."""
     shape = group.shape
     if expr.kind.startswith("reduce:"):
         kind = expr.kind.rsplit(":", 1)[1]
         ok = space == shape and group.row_kind in (None, kind)
-        return "reduce" if ok else ""
+        return ("reduce", kind) if ok else ("", None)
     if space == shape:
-        return "vec"
+        return "vec", group.row_kind
     static = shape is not None and shape and all(d is not None for d in shape)
     for kind in (("last", "all") if group.row_kind is None else (group.row_kind,)):
         if static and space == _row_shape(shape, kind) and space != tuple(shape):
-            return "row"
-    return ""
-
-
-def _row_kind(group: "_Group", space, expr: Expr) -> Optional[str]:
-    if expr.kind.startswith("reduce:"):
-        return expr.kind.rsplit(":", 1)[1]
-    for kind in ("last", "all"):
-        if space == _row_shape(group.shape, kind) and space != tuple(group.shape):
-            return kind
-    return None
+            return "row", kind
+    return "", None
 
 
 class _Grouping:
@@ -267,9 +259,7 @@ class _Grouping:
                     return False
         return True
 
-    def add(self, node: Node, expr: Optional[Expr], inputs: Optional[List[Node]] = None) -> None:
-        if inputs is None:
-            inputs = node.inputs
+    def add(self, node: Node, expr: Optional[Expr], inputs: List[Node]) -> None:
         self.inputs[id(node)] = inputs
         anc: Set[int] = set()
         for v in inputs:
@@ -283,7 +273,7 @@ class _Grouping:
         candidates: List[_Group] = []
         for v in inputs:
             g = self.group(v)
-            if g is not None and g.open and _role(g, space, expr) and \
+            if g is not None and g.open and _role(g, space, expr)[0] and \
                     all(g is not c for c in candidates):
                 candidates.append(g)
         chosen_parts: List[_Group] = []
@@ -311,9 +301,7 @@ class _Grouping:
             self.groups.append(chosen)
             self.parent[chosen.id] = chosen.id
         chosen.dtype = chosen.dtype or dtype
-        role = _role(chosen, space, expr)
-        if role != "vec":
-            chosen.row_kind = chosen.row_kind or _row_kind(chosen, space, expr)
+        role, chosen.row_kind = _role(chosen, space, expr)
         chosen.roles[id(node)] = role
         chosen.members.append(node)
         chosen.member_ids.add(id(node))
