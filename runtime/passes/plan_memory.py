@@ -20,6 +20,7 @@ allocated per call with and without planning.
 """
 from __future__ import annotations
 
+import math
 from typing import Dict, List, Tuple
 
 import torch
@@ -44,10 +45,7 @@ _INPLACE_FORMS = {name: getattr(torch, name + "_") for name in (
 
 
 def _bytes(meta: TensorMeta) -> int:
-    n = 1
-    for d in meta.shape:
-        n *= d
-    return n * torch.empty((), dtype=meta.dtype).element_size()
+    return math.prod(meta.shape) * meta.dtype.itemsize
 
 
 def _static(node: Node) -> bool:
