@@ -79,14 +79,20 @@ def located(e: Exception) -> Exception:
 class _Lowering:
     """Builds the Python source (and its globals) for one graph and its subgraphs."""
 
-    def __init__(self):
+    def __init__(self, observer=None):
         self.globals: Dict[str, Any] = {"torch": torch}
+        self.observe = None if observer is None else self.global_name(observer, "observe")
         self.lines: List[str] = []
         self.line_nodes: Dict[int, Node] = {}
         self._global_ids: Dict[int, str] = {}
         self._counter = itertools.count(1)
 
     # names ------------------------------------------------------------------------------
+    def global_name(self, value, base: str) -> str:
+        name = f"_{base}"
+        self.globals[name] = value
+        return name
+
     def global_for(self, value, base: str) -> str:
         key = id(value)
         if key in self._global_ids:
@@ -227,7 +233,9 @@ class _Lowering:
             for sub, fn in zip((then_g, else_g), fnames):
                 extra.append((sub, fn, sub.inputs, list(sub.outputs)))
             operands = ", ".join(args[1:])
-            return [f"{bind(node)} = {fnames[0]}({operands}) if {args[0]} else "
+            test = args[0] if self.observe is None else \
+                f"{self.observe}.cond({node.name!r}, {args[0]})"
+            return [f"{bind(node)} = {fnames[0]}({operands}) if {test} else "
                     f"{fnames[1]}({operands})"], extra
         if node.op == "while":
             cond_g, body_g = node.subgraphs
@@ -238,9 +246,13 @@ class _Lowering:
             state = bind(node)
             init = "".join(a + ", " for a in args[:n])
             caps = "".join(", " + a for a in args[n:])
-            return [f"{state} = ({init})",
-                    f"while {fc}(*{state}{caps})[0]:",
-                    f"    {state} = {fb}(*{state}{caps})"], extra
+            lines = [f"{state} = ({init})",
+                     f"while {fc}(*{state}{caps})[0]:",
+                     f"    {state} = {fb}(*{state}{caps})"]
+            if self.observe is not None:
+                lines.insert(1, f"{self.observe}.loop({node.name!r})")
+                lines.insert(3, f"    {self.observe}.step({node.name!r})")
+            return lines, extra
         target = self.global_for(getattr(node.target, "launcher", node.target), node.op)
         kwargs = [f"{k}={self.expr(v, names)}" for k, v in node.kwargs.items()]
         if node.attrs.get("planned_out"):    # memory planning: only when autograd is off
@@ -294,14 +306,18 @@ def _last_uses(nodes: List[Node], outputs) -> Dict[int, List[Node]]:
 
 
 def lower(graph: Graph, inputs: Optional[Sequence[Optional[Node]]] = None,
-          outputs: Any = None, name: str = "graph_fn", keep_effects: bool = True) -> Executable:
+          outputs: Any = None, name: str = "graph_fn", keep_effects: bool = True,
+          observer=None) -> Executable:
     """Compile ``graph`` to a Python function of ``inputs`` returning ``outputs`` (a nested
-    structure of nodes, ``Unstack`` markers and Python values)."""
+    structure of nodes, ``Unstack`` markers and Python values). ``observer`` (for
+    debugging) is told which way each ``cond`` went and how often each ``while`` looped:
+    ``observer.cond(node_name, pred) -> bool(pred)``, ``observer.loop(node_name)`` when a
+    loop starts, ``observer.step(node_name)`` per iteration."""
     inputs = list(graph.inputs if inputs is None else inputs)
     outputs = graph.outputs if outputs is None else outputs
     flat = list(iter_nodes(map_structure(outputs, lambda v: isinstance(v, Unstack),
                                          lambda v: v.node)))
-    lowering = _Lowering()
+    lowering = _Lowering(observer)
     lowering.function(graph, name, inputs, flat, keep_effects, structure=outputs)
     source = "\n".join(lowering.lines) + "\n"
     filename = f"<tograph-exec-{next(_FILE_IDS)}>"

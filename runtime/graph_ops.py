@@ -74,3 +74,11 @@ def assert_true(test: torch.Tensor, where: str, message=None) -> None:
 def set_grad_enabled(mode: bool) -> None:
     """Autograd on/off, as ``with torch.no_grad():`` in traced code switches it."""
     torch._C._set_grad_enabled(bool(mode))
+
+
+@effect
+def probe_value(name: str, value, in_loop: bool) -> None:
+    """``f.probe(..., names=[name])`` as a graph op: hands the run-time value to the open
+    probe log (``runtime.probe_log``) every time it runs."""
+    from .probe_log import record
+    record(name, value, in_loop)

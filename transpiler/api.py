@@ -37,6 +37,7 @@ from runtime.tensor_list import take_converted
 
 from . import conversion
 from .errors import ConversionError
+from .run_eagerly import _EAGERLY
 from .side_effects import Snapshot
 
 RETRACE_WARN_AFTER = 4
@@ -60,16 +61,17 @@ def _origin(fn) -> Tuple[Optional[str], Optional[int]]:
     return (code.co_filename, code.co_firstlineno) if code is not None else (None, None)
 
 
-def convert_function(fn):
-    """The converted version of a user function (cached), with its source map registered."""
-    key = (getattr(fn, "__func__", fn), getattr(fn, "__self__", None))
+def convert_function(fn, probed=()):
+    """The converted version of a user function (cached), with its source map registered.
+    ``probed``: variable names whose values ``tg.probe`` records (``f.probe``)."""
+    key = (getattr(fn, "__func__", fn), getattr(fn, "__self__", None), tuple(probed))
     try:
         hit = _CONVERTED.get(key)
     except TypeError:
         hit, key = None, None
     if hit is not None:
         return hit
-    converted = conversion.convert(fn, {"tg": tg})
+    converted = conversion.convert(fn, {"tg": tg}, probed)
     register_source_map(converted.filename, converted.line_map)
     inner = converted.fn
 
@@ -78,6 +80,7 @@ def convert_function(fn):
         result = inner(*args, **kwargs)
         return None if isinstance(result, UndefinedReturn) else result
     run.__tograph_source__ = converted.source
+    run.__tograph_line_map__ = converted.line_map     # generated line -> (user file, line)
     if key is not None:
         _CONVERTED[key] = run
     return run
@@ -190,10 +193,11 @@ class _Traced:
     ``executable.fn`` takes every flattened argument (Python values are ignored) and
     returns the output structure."""
 
-    def __init__(self, graph, optimized, executable, guard):
+    def __init__(self, graph, optimized, executable, guard, inputs, outputs):
         self.graph = graph
         self.optimized = optimized
         self.executable = executable
+        self.inputs, self.outputs = inputs, outputs    # how ``optimized`` was lowered
         self.fn = executable.fn
         self.holds = guard.compile_check()
 
@@ -215,9 +219,10 @@ class _Fallback:
 class GraphFunction:
     """A converted function: callable like the original, traced per input signature."""
 
-    def __init__(self, fn, strict: bool = False):
+    def __init__(self, fn, strict: bool = False, probed: Tuple[str, ...] = ()):
         self._fn = fn
         self._strict = strict
+        self._probed = tuple(sorted(set(probed)))    # f.probe: names tg.probe records
         self._entries: Dict[Any, Any] = {}
         self._history: List[Any] = []
         self._bound = weakref.WeakKeyDictionary()
@@ -231,6 +236,7 @@ class GraphFunction:
         self._module = owner if isinstance(owner, torch.nn.Module) else None
         self._submodules = list(self._module.modules()) if self._module is not None else []
         self._fast: Dict[Any, Any] = {}     # flat positional key -> entry
+        self._probing: Dict[Any, "GraphFunction"] = {}   # probed names -> probing copy
 
     # -- descriptor: @to_graph on a method in a class body
     def __get__(self, obj, objtype=None):
@@ -238,7 +244,7 @@ class GraphFunction:
             return self
         bound = self._bound.get(obj)
         if bound is None:
-            bound = GraphFunction(self._fn.__get__(obj, objtype), self._strict)
+            bound = GraphFunction(self._fn.__get__(obj, objtype), self._strict, self._probed)
             self._bound[obj] = bound
         return bound
 
@@ -255,6 +261,8 @@ class GraphFunction:
         return key, flat, spec
 
     def __call__(self, *args, **kwargs):
+        if _EAGERLY[0]:                         # run_eagerly(True): the original Python
+            return self._fn(*args, **kwargs)
         fast = None if kwargs else _flat_key(args)
         if fast is not None:                   # the fast path: flat positional arguments
             if self._module is not None:
@@ -292,6 +300,19 @@ class GraphFunction:
         if isinstance(entry, _Fallback):
             raise ConversionError(entry.reason, entry.filename, entry.lineno)
         return entry.graph
+
+    def explain(self, *args, **kwargs):
+        """Per source line, what tracing these arguments did (``cond``/``while`` node,
+        Python specialization, fallback) and the retrace history: an ``Explanation``."""
+        from .debugging.explain import explain
+        return explain(self, args, kwargs)
+
+    def probe(self, *args, names, **kwargs):
+        """The values of the variables ``names`` in a converted run on these arguments
+        (loop variables: one per iteration, stacked): a ``Probes`` dict, ``.result``
+        holding the function's result."""
+        from .debugging.probe import probe
+        return probe(self, args, kwargs, names)
 
     def get_concrete(self, *args, **kwargs) -> _Traced:
         """The compiled entry (graph, optimized graph, executable) for this signature."""
@@ -338,7 +359,7 @@ class GraphFunction:
 
     def _trace(self, args, kwargs, flat, spec) -> _Traced:
         target = _python_function(self._fn)
-        converted = convert_function(target)
+        converted = convert_function(target, self._probed)
         graph = runtime.Graph(name=getattr(target, "__name__", "graph"))
         names = _leaf_names(self._param_names, args, kwargs, len(flat))
         sym = []
@@ -382,7 +403,7 @@ class GraphFunction:
         guard = Snapshot.take(target, (), {})
         for fn in list(_CALLED):
             guard.include(fn)
-        return _Traced(graph, optimized, executable, guard)
+        return _Traced(graph, optimized, executable, guard, inputs, outputs)
 
     def __repr__(self) -> str:
         return f"<to_graph {getattr(self, '__qualname__', self._fn)!r}>"

@@ -1,10 +1,14 @@
 """The ``tograph`` command line: look at what tograph makes of a function in a file.
 
-    tograph code  FILE.py:FUNC                       # the generated Python
-    tograph graph FILE.py:FUNC --args 'torch.randn(4, 8), 3' [--optimized]
-                  [--executor] [--kernels] [--memory]   # what runs: Python, C, buffers
+    tograph code    FILE.py:FUNC                     # the generated Python
+    tograph graph   FILE.py:FUNC --args 'torch.randn(4, 8), 3' [--optimized]
+                    [--executor] [--kernels] [--memory] [--render out.svg]
+    tograph compare FILE.py:FUNC --args '...' [--timing]  # eager vs converted, per output
+    tograph explain FILE.py:FUNC --args '...'        # per line: cond/while/Python/fallback
+    tograph report  FILE.py:FUNC --args '...' -o report.html   # all of it, one page
 
-Exit codes: 0 success, 1 the function could not be converted or run, 2 bad usage.
+Exit codes: 0 success, 1 the function could not be converted or run (``compare``: the
+results differ), 2 bad usage.
 Errors print as one line; ``--verbose`` shows the traceback.
 """
 from __future__ import annotations
@@ -24,11 +28,15 @@ def _cmd_code(ns) -> int:
 def _cmd_graph(ns) -> int:
     fn = api.to_graph(api.load_target(ns.target), strict=True)
     graph = fn.graph(*api.parse_args_text(ns.args))
+    shown = graph.optimize() if ns.optimized else graph
+    if ns.render:
+        print(f"wrote {shown.render(ns.render)}")
     if not (ns.optimized or ns.executor or ns.kernels or ns.memory):
-        print(graph)
+        if not ns.render:
+            print(graph)
         return 0
-    optimized = graph.optimize()
-    if ns.optimized:
+    optimized = shown if ns.optimized else graph.optimize()
+    if ns.optimized and not ns.render:
         print(optimized)
     if ns.executor:
         print(optimized.executor_source())
@@ -39,25 +47,67 @@ def _cmd_graph(ns) -> int:
     return 0
 
 
+def _cmd_compare(ns) -> int:
+    from .debugging.compare import compare
+    report = compare(api.load_target(ns.target), *api.parse_args_text(ns.args),
+                     rtol=ns.rtol, atol=ns.atol, timing=ns.timing)
+    print(report)
+    return 0 if report.ok else 1
+
+
+def _cmd_explain(ns) -> int:
+    print(api.to_graph(api.load_target(ns.target)).explain(*api.parse_args_text(ns.args)))
+    return 0
+
+
+def _cmd_report(ns) -> int:
+    from .debugging.report import write_report
+    path = write_report(api.load_target(ns.target), ns.output,
+                        args=api.parse_args_text(ns.args))
+    print(f"wrote {path}")
+    return 0
+
+
+def _target_command(sub, name: str, help_: str, run, args: bool = True):
+    cmd = sub.add_parser(name, help=help_, description=help_)
+    cmd.add_argument("target", help="FILE.py:FUNC (FUNC may be Class.method; a Module "
+                                    "class is instantiated with no arguments)")
+    if args:
+        cmd.add_argument("--args", default="", help="Python expression of the arguments, "
+                                                    "with torch in scope, e.g. "
+                                                    "'torch.randn(4, 8), 3'")
+    cmd.set_defaults(run=run)
+    return cmd
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tograph", description=__doc__.split("\n\n")[0])
     parser.add_argument("--verbose", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True)
-    code = sub.add_parser("code", help="print the generated code of FILE.py:FUNC")
-    code.add_argument("target", help="FILE.py:FUNC (FUNC may be Class.method)")
-    code.set_defaults(run=_cmd_code)
-    graph = sub.add_parser("graph", help="print the graph traced for given arguments")
-    graph.add_argument("target", help="FILE.py:FUNC")
-    graph.add_argument("--args", default="", help="Python expression of the arguments, "
-                                                  "with torch in scope")
+    _target_command(sub, "code", "print the generated code of FILE.py:FUNC", _cmd_code,
+                    args=False)
+    graph = _target_command(sub, "graph", "print the graph traced for given arguments",
+                            _cmd_graph)
     graph.add_argument("--optimized", action="store_true", help="print the optimized graph")
+    graph.add_argument("--render", metavar="OUT", help="draw the graph (the optimized one "
+                       "with --optimized) with Graphviz to OUT: .svg, .png, .pdf or .dot")
     graph.add_argument("--executor", action="store_true",
                        help="print the generated Python that runs the optimized graph")
     graph.add_argument("--kernels", action="store_true",
                        help="print the generated C of its fused kernels")
     graph.add_argument("--memory", action="store_true",
                        help="print bytes allocated per call with and without planning")
-    graph.set_defaults(run=_cmd_graph)
+    compare = _target_command(sub, "compare", "run FILE.py:FUNC eagerly and converted "
+                              "on the same inputs and compare every output", _cmd_compare)
+    compare.add_argument("--rtol", type=float, help="relative tolerance (default per dtype)")
+    compare.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
+    compare.add_argument("--timing", action="store_true", help="also time both per call")
+    _target_command(sub, "explain", "per source line: what became cond/while, what was "
+                    "Python, fallbacks, retraces", _cmd_explain)
+    report = _target_command(sub, "report", "write a self-contained HTML report: source, "
+                             "generated code, graphs, fused groups, outputs, timings",
+                             _cmd_report)
+    report.add_argument("-o", "--output", default="report.html", help="the HTML file to write")
     return parser
 
 

@@ -26,6 +26,7 @@ from transpiler.converters import continue_statements
 from transpiler.converters import control_flow
 from transpiler.converters import functions
 from transpiler.converters import logical
+from transpiler.converters import probes
 from transpiler.converters import loops
 from transpiler.converters import return_statements
 from transpiler.converters import try_statements
@@ -79,7 +80,7 @@ def _strip_signature(node):
         a.defaults, a.kw_defaults = [], [None] * len(a.kw_defaults)
 
 
-def _convert_tree(fn):
+def _convert_tree(fn, probed=()):
     node, filename = parser.parse_function(fn)
     namer = naming.Namer.for_tree(node, fn.__code__.co_freevars + fn.__code__.co_names)
     if isinstance(node, gast.Lambda):
@@ -87,6 +88,8 @@ def _convert_tree(fn):
     ctx = base.Context(namer=namer, filename=filename)
     for converter in BEFORE_ANALYSIS:
         node = converter.transform(node, ctx)
+        if converter is call_trees:         # probes are operator calls, not user calls
+            node = probes.transform(node, ctx, probed)
     for fn_node in [n for n in gast.walk(node) if isinstance(n, gast.FunctionDef)]:
         activity.analyze(fn_node)
         liveness.analyze(fn_node)
@@ -127,18 +130,20 @@ def _line_map(tree, source):
     return out
 
 
-def to_source(fn):
+def to_source(fn, probed=()):
     """The generated source of ``fn`` (a function, lambda or bound method)."""
-    return codegen.to_source(_convert_tree(_unwrap(fn)[0]))
+    return codegen.to_source(_convert_tree(_unwrap(fn)[0], tuple(probed)))
 
 
-def convert(fn, extra_globals):
-    """Convert ``fn``; the result's function calls ``extra_globals`` names (e.g. ``tg``)."""
+def convert(fn, extra_globals, probed=()):
+    """Convert ``fn``; the result's function calls ``extra_globals`` names (e.g. ``tg``).
+    ``probed``: variable names whose values ``tg.probe`` records (see converters.probes)."""
     fn, bound_self = _unwrap(fn)
-    key = (fn.__code__, tuple(sorted(extra_globals)))
+    probed = tuple(sorted(set(probed)))
+    key = (fn.__code__, tuple(sorted(extra_globals)), probed)
     compiled = _cache.get(key)
     if compiled is None:
-        tree = _convert_tree(fn)
+        tree = _convert_tree(fn, probed)
         source = codegen.to_source(tree)
         filename = loader.fake_filename(fn.__qualname__)
         outer = list(fn.__code__.co_freevars) + [n for n in extra_globals

@@ -7,8 +7,9 @@ from .effects import assert_stmt, eager_only, print_
 from .iterables import TensorList
 from .logical import and_, ifexp, not_, or_
 from .loops import for_stmt, while_stmt
+from .probes import probe
 from .special_values import Undefined, UndefinedReturn, is_undefined
 
 __all__ = ["TensorList", "Undefined", "UndefinedReturn", "and_", "assert_stmt", "call",
            "eager_only", "for_stmt", "if_stmt", "ifexp", "is_undefined", "not_", "or_",
-           "print_", "set_converter", "while_stmt"]
+           "print_", "probe", "set_converter", "while_stmt"]

@@ -12,11 +12,14 @@ from __future__ import annotations
 from ..control_flow import staged_cond
 from ..symbolic import is_symbolic
 from ..tensor_list import TensorList, note_converted
+from .decisions import _LISTENERS, note
 from .object_state import unwrap_state, wrap_state, wrapping
 
 
 def if_stmt(test, body, orelse, state, names):
     if not is_symbolic(test):
+        if _LISTENERS:
+            note("if", bool(test))
         return body(*state) if test else orelse(*state)
     out = staged_cond(test, wrapping(body), wrapping(orelse), wrap_state(tuple(state)),
                       names=names)

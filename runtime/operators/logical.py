@@ -10,6 +10,7 @@ import torch
 
 from ..control_flow import staged_cond
 from ..symbolic import is_symbolic
+from .decisions import _LISTENERS, note
 
 
 def and_(a, *rest):
@@ -40,5 +41,7 @@ def not_(a):
 def ifexp(test, true_fn, false_fn):
     """``true_fn() if test else false_fn()``."""
     if not is_symbolic(test):
+        if _LISTENERS:
+            note("ifexp", bool(test))
         return true_fn() if test else false_fn()
     return staged_cond(test, true_fn, false_fn, ())

@@ -29,6 +29,7 @@ from ..source_info import format_location, user_location
 from ..symbolic import (building, current_graph, is_symbolic, rebound_mark,
                         restore_rebound)
 from ..tensor_list import TensorList, note_converted, stack_list
+from .decisions import _LISTENERS, note
 from .iterables import _RangeSource, as_source, is_symbolic_iterable
 from .object_state import ObjectState, unwrap_state, wrap_state, wrapping
 from .special_values import Undefined
@@ -39,12 +40,18 @@ def while_stmt(test, body, state, names):
     state = tuple(state)
     graph, mark = graph_mark(state)
     verdict = test(*state)
+    runs = 0
     while not is_symbolic(verdict):
         if not verdict:
+            if _LISTENERS:
+                note("while", (runs, False))
             return state
         state = tuple(body(*state))
+        runs += 1
         graph, mark = graph_mark(state)
         verdict = test(*state)
+    if _LISTENERS and runs:
+        note("while", (runs, True))          # unrolled so far, the rest is a while node
     if graph is not None and verdict._node.graph is graph:
         graph.rollback(mark)
     location = user_location()
@@ -67,26 +74,38 @@ def for_stmt(iterable, extra_test, body, state, names):
     if isinstance(iterable, range):
         return _python_range_for(iterable, extra_test, body, state, names)
     iterator = iter(iterable)
+    runs = 0
     for item in iterator:
         if extra_test is not None:
             go = extra_test(*state)
             if is_symbolic(go):
+                if _LISTENERS:
+                    note("for", (runs, True))
                 return _guarded_rest(go, item, iterator, extra_test, body, state, names)
             if not go:
                 break
         state = tuple(body(item, *state))
+        runs += 1
+    if _LISTENERS:
+        note("for", (runs, False))
     return state
 
 
 def _python_range_for(r: range, extra_test, body, state, names):
+    runs = 0
     for index, item in enumerate(r):
         if extra_test is not None:
             go = extra_test(*state)
             if is_symbolic(go):
+                if _LISTENERS:
+                    note("for", (runs, True))
                 return _staged_for(_RangeSource(r[index:]), extra_test, body, state, names)
             if not go:
                 break
         state = tuple(body(item, *state))
+        runs += 1
+    if _LISTENERS:
+        note("for", (runs, False))
     return state
 
 

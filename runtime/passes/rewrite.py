@@ -60,7 +60,7 @@ nonzero tril triu flip roll repeat
 """.split())
 
 # Effectful ops that only read their inputs.
-_READ_ONLY_EFFECTS = frozenset({"print_values", "assert_true"}) | GLOBAL_STATE
+_READ_ONLY_EFFECTS = frozenset({"print_values", "assert_true", "probe_value"}) | GLOBAL_STATE
 _STATEFUL_NORMS = frozenset({"batch_norm", "instance_norm"})
 
 
