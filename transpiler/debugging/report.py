@@ -257,42 +257,53 @@ def _taken(record) -> str:
         if runs else "never ran"
 
 
+def _verdict(report) -> str:
+    """Whether the two runs agree, in one note (two when both raised different errors)."""
+    eager, graph = report.eager_error, report.graph_error
+    if eager and graph and report.ok:
+        return _note(f"Eager and converted both raised: {eager}", "ok")
+    if eager or graph:
+        return "".join(_note(f"{side} run raised: {err}", "bad") for side, err in
+                       (("eager", eager), ("converted", graph)) if err)
+    if not report.ok:
+        return _note("The results differ: see the rows marked mismatch.", "bad")
+    count = len(report.outputs)
+    agree = _note("The results agree: converted equals eager on " + (
+        "its output." if count == 1 else f"all {count} outputs."), "ok")
+    if report.fell_back:
+        agree += _note("The converted side fell back to running eagerly (see Fallbacks).")
+    return agree
+
+
+def _timing(report) -> str:
+    if report.eager_seconds is None or report.graph_seconds is None:
+        return _note("not timed: a run raised")
+    ratio = report.eager_seconds / report.graph_seconds if report.graph_seconds else 0.0
+    return _table(["eager", "converted", "ratio"], [[
+        _esc(_seconds(report.eager_seconds)), _esc(_seconds(report.graph_seconds)),
+        _esc(f"converted is {ratio:.2f}× as fast as eager")]])
+
+
 def _outputs(facts: _Facts) -> str:
     report = facts.comparison
     if report is None:
         return _note(f"comparison unavailable: {_why(facts.comparison_error)}", "missing")
-    parts = []
-    if report.ok:
-        count = len(report.outputs)
-        parts.append(_note("The results agree: converted equals eager on " + (
-            "its output." if count == 1 else f"all {count} outputs."), "ok"))
-    else:
-        parts.append(_note("The results differ: see the rows marked mismatch.", "bad"))
-    for label, err in (("eager run failed", report.eager_error),
-                       ("converted run failed", report.graph_error)):
-        if err:
-            parts.append(_note(f"{label}: {err}", "bad"))
-    rows = [[f"<code>{_esc(o.path)}</code>", _esc(_kind(o.eager_dtype, o.eager_shape)),
-             _esc(_kind(o.graph_dtype, o.graph_shape)), _esc(_number(o.max_abs)),
-             _esc(_number(o.max_rel)),
-             '<span class="ok">OK</span>' if o.ok else '<span class="bad">mismatch</span>',
-             _esc(o.note or "")] for o in report.outputs]
-    parts.append(_table(["output", "eager", "converted", "max abs diff", "max rel diff",
-                         "result", "note"], rows))
+    parts = [_verdict(report)]
+    if report.outputs:
+        rows = [[f"<code>{_esc(o.path)}</code>", _esc(_kind(o.eager_dtype, o.eager_shape)),
+                 _esc(_kind(o.graph_dtype, o.graph_shape)), _esc(_number(o.max_abs)),
+                 _esc(_number(o.max_rel)),
+                 '<span class="ok">OK</span>' if o.ok else '<span class="bad">mismatch</span>',
+                 _esc(o.note or "")] for o in report.outputs]
+        parts.append(_table(["output", "eager", "converted", "max abs diff", "max rel diff",
+                             "result", "note"], rows))
     if report.branches:
         rows = [[_esc(b.kind), f"<code>{_esc(b.node)}</code>", _where(facts, b.location),
                  f"<code>{_esc((b.source or '').strip())}</code>", _esc(_taken(b))]
                 for b in report.branches]
         parts.append("<h3>Branches and loops taken</h3>")
         parts.append(_table(["kind", "node", "line", "source", "taken"], rows))
-    parts.append("<h3>Time per call</h3>")
-    ratio = "-"
-    if report.eager_seconds and report.graph_seconds:
-        speed = report.eager_seconds / report.graph_seconds
-        ratio = f"converted is {speed:.2f}× as fast as eager"
-    parts.append(_table(["eager", "converted", "ratio"],
-                        [[_esc(_seconds(report.eager_seconds)),
-                          _esc(_seconds(report.graph_seconds)), _esc(ratio)]]))
+    parts.append("<h3>Time per call</h3>" + _timing(report))
     return "".join(parts)
 
 
@@ -414,6 +425,7 @@ details pre { background: var(--soft); border: 1px solid var(--line); border-rad
 table { border-collapse: collapse; margin: 6px 0; }
 th, td { border: 1px solid var(--line); padding: 4px 10px; text-align: left; vertical-align: top; }
 th { background: var(--soft); font-weight: 600; }
+td code, .what { white-space: nowrap; }
 .note { padding: 8px 12px; border-radius: 6px; border-left: 4px solid var(--accent);
         background: #e7f5ff; margin: 6px 0; }
 .note.ok { border-color: #2f9e44; background: #ebfbee; }
