@@ -358,6 +358,16 @@ class Graph:
         from .serialize import save
         save(self, path)
 
+    def to_dot(self) -> str:
+        """The Graphviz DOT text of this graph (``runtime.dot`` says what it shows)."""
+        from .dot import to_dot
+        return to_dot(self)
+
+    def render(self, path, format=None) -> str:
+        """Draw this graph into ``path`` (.svg, .png, .pdf, .dot) with Graphviz."""
+        from .dot import render
+        return render(self, path, format)
+
     def __str__(self) -> str:
         from .printer import format_graph
         return format_graph(self)
