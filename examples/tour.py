@@ -15,6 +15,8 @@ STOPS = [
                              "next to eager PyTorch"),
     ("dynamic_branch.py", "figure 2: a data-dependent branch, eager vs @to_graph (cond/while "
                           "nodes)"),
+    ("debugging.py", "section 3: the static graph's debugging routes (fetch, in-graph print, "
+                     "pictures/TensorBoard) next to eager print/pdb, compare and explain"),
 ]
 
 

@@ -33,3 +33,26 @@ def test_static_vs_dynamic():
     assert "c = tensor([[2., 4.]" in after_run and "b = tensor([[1., 2.]" in after_run
     # eager PyTorch prints values at once
     assert "tensor([[2., 4.],\n        [6., 8.]], grad_fn=<MmBackward0>)" in dynamic
+
+
+def test_debugging_shows_each_route():
+    out = run_example("debugging.py")
+    # route 1: Session.run fetches an extra node; probe returns per-iteration values
+    assert "sess.run([c, extra]) -> [[5.0, 0.0], [0.0, 5.0]] and [[10.0, 0.0], [0.0, 10.0]]" in out
+    assert "x per iteration: [[1.5, -2.0, 1.0], [0.75, -1.0, 0.5], [0.375, -0.5, 0.25]" in out
+    assert "i per iteration: [1, 2, 3]  result unchanged: True" in out
+    # route 2: the print op is in the graph and prints each run's value
+    assert "the traced graph holds a print op: True" in out
+    assert "normalize: iterations = tensor(3)" in out and \
+        "normalize: iterations = tensor(10)" in out
+    # route 3: the listing shows both control-flow nodes; a picture or a clear reason
+    assert "= while " in out and "= cond " in out
+    assert "Graphviz picture" in out or "no picture:" in out
+    # eager route: symbolic once, then real tensors on every call
+    assert out.count("inside, x is a SymbolicTensor") == 1
+    assert out.count("inside, x is a Tensor of shape (2, 3)") == 2
+    # compare on both paths, explain naming the lines
+    assert out.count("eager and converted agree") == 2
+    assert "then x3" in out and "else x2" in out
+    assert "while        tensor loop test -> while node" in out
+    assert "cond         tensor condition -> cond node" in out
