@@ -252,7 +252,7 @@ def _taken(record) -> str:
         return ", ".join(f"{k} {v}×" for k, v in taken.items())
     runs = taken.get("iterations", [])
     if len(runs) == 1:
-        return f"{runs[0]} iterations"
+        return f"{runs[0]} iteration" + ("" if runs[0] == 1 else "s")
     return f"ran {len(runs)} times: " + ", ".join(str(k) for k in runs) + " iterations" \
         if runs else "never ran"
 
