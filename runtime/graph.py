@@ -368,6 +368,11 @@ class Graph:
         from .dot import render
         return render(self, path, format)
 
+    def to_tensorboard(self, logdir) -> str:
+        """Write this graph to an event file in ``logdir`` for TensorBoard; its path."""
+        from .tensorboard import to_tensorboard
+        return to_tensorboard(self, logdir)
+
     def __str__(self) -> str:
         from .printer import format_graph
         return format_graph(self)
