@@ -357,15 +357,45 @@ class GraphFunction:
                 f"this time because {change}. Python values and tensor shapes are part of the "
                 f"trace: pass changing numbers as tensors to reuse one graph"), stacklevel=4)
 
+    def trace_graph(self, args, kwargs=None, dynamic=None):
+        """A fresh graph traced for these arguments (not cached, not optimized), with
+        ``dynamic`` ({flat leaf index: dims}) dimensions of the tensor inputs left
+        dynamic: any use of such a size is a graph value, never a Python int, so the graph
+        serves every size (what export needs). Returns (graph, output structure)."""
+        kwargs = kwargs or {}
+        key, flat, spec = self._signature(args, kwargs)
+        graph, structure, _ = self._trace_graph(args, kwargs, flat, spec, dynamic or {})
+        return graph, structure
+
     def _trace(self, args, kwargs, flat, spec) -> _Traced:
+        graph, structure, target = self._trace_graph(args, kwargs, flat, spec, {})
+        optimized = graph.optimize()
+        env = {id(a): b for a, b in zip(iter_nodes(graph.outputs),
+                                        iter_nodes(optimized.outputs))}
+        outputs = map_structure(structure, lambda v: isinstance(v, (Node, Unstack)),
+                                lambda v: Unstack(env[id(v.node)]) if isinstance(v, Unstack)
+                                else env[id(v)])
+        params = iter(optimized.inputs)
+        inputs = [next(params) if isinstance(v, torch.Tensor) else None for v in flat]
+        executable = lower(optimized, inputs, outputs, name=_fn_name(target))
+        guard = Snapshot.take(target, (), {})
+        for fn in list(_CALLED):
+            guard.include(fn)
+        return _Traced(graph, optimized, executable, guard, inputs, outputs)
+
+    def _trace_graph(self, args, kwargs, flat, spec, dynamic):
         target = _python_function(self._fn)
         converted = convert_function(target, self._probed)
         graph = runtime.Graph(name=getattr(target, "__name__", "graph"))
         names = _leaf_names(self._param_names, args, kwargs, len(flat))
         sym = []
-        for value, name in zip(flat, names):
+        for index, (value, name) in enumerate(zip(flat, names)):
             if isinstance(value, torch.Tensor):
-                node = graph.placeholder(TensorMeta.of(value), name=name)
+                meta = TensorMeta.of(value)
+                if dynamic.get(index):
+                    meta = TensorMeta(tuple(None if d in dynamic[index] else size
+                                            for d, size in enumerate(meta.shape)), meta.dtype)
+                node = graph.placeholder(meta, name=name)
                 sym.append(wrap_node(node))
             else:
                 sym.append(value)
@@ -391,19 +421,7 @@ class GraphFunction:
         structure = _output_structure(graph, out)
         graph.outputs = map_structure(structure, lambda v: isinstance(v, Unstack),
                                       lambda v: v.node)
-        optimized = graph.optimize()
-        env = {id(a): b for a, b in zip(iter_nodes(graph.outputs),
-                                        iter_nodes(optimized.outputs))}
-        outputs = map_structure(structure, lambda v: isinstance(v, (Node, Unstack)),
-                                lambda v: Unstack(env[id(v.node)]) if isinstance(v, Unstack)
-                                else env[id(v)])
-        params = iter(optimized.inputs)
-        inputs = [next(params) if isinstance(v, torch.Tensor) else None for v in flat]
-        executable = lower(optimized, inputs, outputs, name=_fn_name(target))
-        guard = Snapshot.take(target, (), {})
-        for fn in list(_CALLED):
-            guard.include(fn)
-        return _Traced(graph, optimized, executable, guard, inputs, outputs)
+        return graph, structure, target
 
     def __repr__(self) -> str:
         return f"<to_graph {getattr(self, '__qualname__', self._fn)!r}>"

@@ -1,0 +1,184 @@
+"""A graph as a Python function that ``torch.export`` can trace: control flow as
+``torch.cond`` / ``torch.while_loop``, everything functional.
+
+The executor's lowering is reused with these differences:
+  cond   ``torch.cond(pred, then_fn, else_fn, (operands..., captures...))``
+  while  ``while_loop(test_fn, body_fn, (carried...))``, captured values as closures
+  in-place ops (``add_``, ``x += y``, ``x[i] = v``, ``out=``, ``inplace=True``) become
+         their functional forms: the graph already routes later reads to the op's
+         result, and export forbids mutating the inputs of branches and loop bodies
+  run-time sizes (``dim_size``, ``numel``) become tensors made from symbolic sizes, and
+         indexing by a run-time counter (``for r in x``) an ``index_select``
+  ``print``, ``assert``, grad-mode switches and probes are left out (effects a
+  deployed program does not keep; listed in ``dropped``)
+The generated source is registered with ``linecache`` and its lines are mapped to the
+nodes (as for the executor), so an export error can name the user's line.
+"""
+from __future__ import annotations
+
+import itertools
+import linecache
+from typing import Any, Dict, List, Sequence
+
+import torch
+from torch._higher_order_ops.while_loop import while_loop
+
+from .. import graph_ops
+from ..executor import _FLAT, _LINE_NODES, _Lowering
+from ..graph import Graph, Node, iter_nodes
+from ..ops import is_inplace
+
+_FILE_IDS = itertools.count(1)
+DROPPED_EFFECTS = ("print_values", "assert_true", "set_grad_enabled", "probe_value")
+
+
+def _dim_size(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch.scalar_tensor(x.size(dim), dtype=torch.int64)
+
+
+def _numel(x: torch.Tensor) -> torch.Tensor:
+    return torch.scalar_tensor(x.numel(), dtype=torch.int64)
+
+
+def _setitem(x: torch.Tensor, index, value) -> torch.Tensor:
+    out = x.clone()
+    out[index] = value
+    return out
+
+
+def _getitem(x, index):
+    """``x[index]`` where 0-d integer tensors in the index (a loop counter) select with
+    ``index_select``: export cannot specialize an index that is only known at run time."""
+    parts = index if isinstance(index, tuple) else (index,)
+    if not any(_is_counter(p) for p in parts) or any(p is Ellipsis or p is None or
+                                                     isinstance(p, (list, torch.Tensor))
+                                                     and not _is_counter(p) for p in parts):
+        return x[index]
+    dim = 0
+    for part in parts:
+        if _is_counter(part):
+            i = torch.where(part < 0, part + x.size(dim), part).reshape(1)
+            x = x.index_select(dim, i).squeeze(dim)
+        else:
+            x = x[(slice(None),) * dim + (part,)]
+            dim += isinstance(part, slice)
+    return x
+
+
+def _is_counter(part) -> bool:
+    return isinstance(part, torch.Tensor) and part.dim() == 0 and \
+        not part.is_floating_point() and part.dtype != torch.bool
+
+
+def _tensor(data, *, dtype=None, device=None, requires_grad=False):
+    """``torch.tensor(3)`` as ``torch.full``: a literal scalar made by an op, not a lifted
+    constant (ONNX cannot copy a lifted constant inside an ``If``/``Loop`` body)."""
+    if isinstance(data, (bool, int, float)):
+        if dtype is None:
+            dtype = torch.tensor(data).dtype
+        return torch.full((), data, dtype=dtype, device=device)
+    return torch.tensor(data, dtype=dtype, device=device)
+
+
+_SUBSTITUTES = {graph_ops.dim_size: _dim_size, graph_ops.numel: _numel,
+                graph_ops.setitem: _setitem, torch.tensor: _tensor}
+_BY_OP = {"getitem": _getitem}
+
+
+def functional(target, kwargs: Dict[str, Any]):
+    """The out-of-place form of an in-place call: (target, kwargs), or None if unknown."""
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("out", "inplace")}
+    name = getattr(target, "__name__", "")
+    owner = torch.Tensor if getattr(torch.Tensor, name, None) is target else None
+    if name.startswith("__i") and name.endswith("__"):          # __iadd__ -> __add__
+        plain = getattr(torch.Tensor, "__" + name[3:], None)
+        return (plain, kwargs) if plain is not None else None
+    if name.endswith("_") and not name.endswith("__"):
+        space = owner or torch
+        plain = getattr(space, name[:-1], None) or getattr(torch.Tensor, name[:-1], None)
+        return (plain, kwargs) if plain is not None else None
+    return target, kwargs                                       # out= / inplace=True
+
+
+class ExportLowering(_Lowering):
+    """The executor's code generator, emitting export-friendly control flow and ops."""
+
+    def __init__(self):
+        super().__init__()
+        self.globals["_torch_cond"] = torch.cond
+        self.globals["_while_loop"] = while_loop
+        self.dropped: List[Node] = []
+        self.unsupported: List[str] = []
+
+    def function(self, graph, fname, inputs, outputs, keep_effects=True, structure=_FLAT):
+        super().function(graph, fname, inputs, outputs, False, structure)   # no effects
+
+    def node_code(self, node: Node, names, bind):
+        extra = []
+        args = [self.expr(a, names) for a in node.args]
+        if node.op == "cond":
+            then_g, else_g = node.subgraphs
+            fnames = [self.fresh(f"{node.name}_then"), self.fresh(f"{node.name}_else")]
+            for sub, fn in zip((then_g, else_g), fnames):
+                extra.append((sub, fn, sub.inputs, list(sub.outputs)))
+            operands = "".join(a + ", " for a in args[1:])
+            return [f"{bind(node)} = _torch_cond({args[0]}, {fnames[0]}, {fnames[1]}, "
+                    f"({operands}))"], extra
+        if node.op == "while":
+            cond_g, body_g = node.subgraphs
+            n = node.attrs["n_vars"]
+            fc, fb = self.fresh(f"{node.name}_cond"), self.fresh(f"{node.name}_body")
+            extra.append((cond_g, fc, cond_g.inputs, list(cond_g.outputs)))
+            extra.append((body_g, fb, body_g.inputs, list(body_g.outputs)))
+            carried = "".join(a + ", " for a in args[:n])
+            captured = "".join(", " + a for a in args[n:])      # closures: lifted by export
+            return [f"{bind(node)} = _while_loop(lambda *a: {fc}(*a{captured})[0], "
+                    f"lambda *a: {fb}(*a{captured}), ({carried}))"], extra
+        if node.op in ("constant", "get") or node.target is None:
+            return super().node_code(node, names, bind)
+        target = _SUBSTITUTES.get(node.target) or _BY_OP.get(node.op) or node.target
+        kwargs = node.kwargs
+        if target is node.target and is_inplace(node.target, node.kwargs):
+            plain = functional(node.target, node.kwargs)
+            if plain is None:
+                self.unsupported.append(node.op)
+                return super().node_code(node, names, bind)
+            target, kwargs = plain
+        call_args = args + [f"{k}={self.expr(v, names)}" for k, v in kwargs.items()]
+        call = f"{self.global_for(target, node.op)}({', '.join(call_args)})"
+        return ([f"{bind(node)} = {call}"] if node.meta is not None else [call]), extra
+
+
+def unalias(graph: Graph) -> None:
+    """Branches and loop bodies must not return their inputs (or one value twice):
+    ``torch.cond``/``while_loop`` forbid outputs aliasing inputs. Such outputs get a
+    ``clone`` (``graph`` is the caller's own copy: it is changed in place)."""
+    for node in graph.walk():
+        for sub in node.subgraphs:
+            seen, outputs = set(), []
+            for out in sub.outputs:
+                if isinstance(out, Node) and (out.op in ("placeholder", "constant") or
+                                              id(out) in seen):
+                    out = sub.add_node("clone", torch.clone, (out,), {}, out.meta,
+                                       location=node.location)
+                seen.add(id(out))
+                outputs.append(out)
+            sub.outputs = type(sub.outputs)(outputs) if isinstance(sub.outputs, (tuple, list)) \
+                else outputs
+
+
+def lower_for_export(graph: Graph, inputs: Sequence[Node], outputs: Any, name: str = "forward"):
+    """(function of the input tensors returning ``outputs``, its source, its file name,
+    the effect nodes left out). ``graph`` is changed (``unalias``): pass a copy."""
+    unalias(graph)
+    dropped = [n for n in graph.walk() if n.op in DROPPED_EFFECTS]
+    lowering = ExportLowering()
+    flat = list(iter_nodes(outputs))
+    lowering.function(graph, name, list(inputs), flat, keep_effects=False, structure=outputs)
+    source = "\n".join(lowering.lines) + "\n"
+    filename = f"<tograph-export-{next(_FILE_IDS)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    _LINE_NODES[filename] = lowering.line_nodes
+    namespace = dict(lowering.globals)
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[name], source, filename, dropped

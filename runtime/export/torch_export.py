@@ -1,0 +1,198 @@
+"""``to_torch_export``: a graph (or a converted function) as a ``torch.export`` program,
+with tensor ``cond``/``while`` nodes as ``torch.cond``/``torch.while_loop``.
+
+    ep = to_torch_export(f, (x,))            # f: @to_graph function, Module or a Graph
+    torch.export.save(ep, "f.pt2")           # later, anywhere, without tograph:
+    torch.export.load("f.pt2").module()(x)
+
+Dynamic dimensions: a converted function is traced again with the chosen dimensions
+left dynamic in its placeholders (``dynamic="auto"``: dimension 0 of every tensor
+argument, the batch); any use of such a size in the function becomes a graph value, never
+a baked-in number, so one export serves every size. If the function needs such a size
+as a Python number (``for i in range(x.shape[0])`` as a Python loop is fine: it becomes
+a ``while``; a shape passed to a Python-only API is not), the auto mode warns and exports
+static shapes. ``dynamic=None`` exports static shapes; ``dynamic={"x": (0, 1)}`` (by
+argument name or flat tensor index) chooses the dimensions. A ``Graph`` keeps the
+dynamic dimensions its placeholders have (``shape=(None, 3)``). ``torch.export`` then
+decides, from the ops, which of them stay dynamic (``dynamic_dims(ep)`` says).
+"""
+from __future__ import annotations
+
+import re
+import traceback
+import warnings
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.utils._pytree as pytree
+
+from ..errors import GraphError
+from ..executor import _LINE_NODES
+from ..graph import Graph, Node, iter_nodes, map_structure
+from ..source_info import format_location
+from .lowering import lower_for_export
+
+
+class ExportError(GraphError):
+    """A graph could not be exported; the message names the op and the user's line."""
+
+
+class ExportWarning(UserWarning):
+    """An export went ahead with less than was asked (static shapes, dropped effects)."""
+
+
+class _Program(torch.nn.Module):
+    """The module torch.export traces: its forward is the generated function."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self._fn = fn
+
+    def forward(self, *tensors):
+        return self._fn(*tensors)
+
+
+def _cleanup(graph: Graph, outputs: Any) -> Tuple[Graph, Any]:
+    """The cleanup passes (fold, simplify, CSE, DCE, LICM), never fusion into C kernels;
+    ``outputs`` mapped onto the new graph's nodes."""
+    from ..passes.manager import CLEANUP, optimize
+    cleaned = optimize(graph, passes=CLEANUP)
+    env = {id(a): b for a, b in zip(iter_nodes(graph.outputs), iter_nodes(cleaned.outputs))}
+    return cleaned, map_structure(outputs, lambda v: isinstance(v, Node), lambda v: env[id(v)])
+
+
+def _flat_dynamic(dynamic, names: List[str], flat: List[Any]) -> Dict[int, Tuple[int, ...]]:
+    """``dynamic`` as {flat leaf index: dims}; "auto" means dim 0 of every tensor."""
+    if dynamic in (None, False, "static"):
+        return {}
+    if dynamic == "auto":
+        return {i: (0,) for i, v in enumerate(flat)
+                if isinstance(v, torch.Tensor) and v.dim() >= 1}
+    out = {}
+    for key, dims in dict(dynamic).items():
+        index = names.index(key) if isinstance(key, str) and key in names else key
+        if not isinstance(index, int) or not 0 <= index < len(flat) or \
+                not isinstance(flat[index], torch.Tensor):
+            raise ValueError(f"dynamic: {key!r} is not a tensor argument (tensor arguments: "
+                             f"{[n for n, v in zip(names, flat) if isinstance(v, torch.Tensor)]})")
+        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        bad = [d for d in dims if not 0 <= d < flat[index].dim()]
+        if bad:
+            raise ValueError(f"dynamic: {key!r} has no dimension {bad[0]} "
+                             f"(shape {tuple(flat[index].shape)})")
+        out[index] = dims
+    return out
+
+
+def _traced(source, args, kwargs, dynamic) -> Tuple[Graph, Any, List[torch.Tensor]]:
+    """(graph, output structure of nodes, the tensor inputs in placeholder order)."""
+    if isinstance(source, Graph):
+        tensors = [a if isinstance(a, torch.Tensor) else torch.as_tensor(a) for a in args]
+        if len(tensors) != len(source.inputs):
+            raise ValueError(f"the graph has {len(source.inputs)} inputs, got "
+                             f"{len(tensors)} example arguments")
+        return source, source.outputs, tensors
+    if not hasattr(source, "trace_graph"):
+        raise TypeError(f"to_torch_export needs a runtime.Graph or a @to_graph function, "
+                        f"got {type(source).__name__}")
+    flat = pytree.tree_leaves((tuple(args), dict(kwargs)))
+    names = _tensor_names(source, args, kwargs, len(flat))
+    chosen = _flat_dynamic(dynamic, names, flat)
+    try:
+        graph, structure = source.trace_graph(tuple(args), dict(kwargs), chosen)
+    except Exception as e:
+        if dynamic != "auto" or not chosen:
+            raise
+        warnings.warn(ExportWarning(f"the batch dimension cannot stay dynamic ({e}); "
+                                    f"exporting static shapes"), stacklevel=4)
+        graph, structure = source.trace_graph(tuple(args), dict(kwargs), {})
+    structure = map_structure(structure, lambda v: type(v).__name__ == "Unstack",
+                              lambda v: v.node)     # a list grown in a loop: its stack
+    return graph, structure, [v for v in flat if isinstance(v, torch.Tensor)]
+
+
+def _tensor_names(source, args, kwargs, n: int) -> List[str]:
+    names = getattr(source, "_param_names", None) or []
+    from_args = list(names[:len(args)]) + list(kwargs)
+    return (from_args + [f"input{i}" for i in range(len(from_args), n)])[:n]
+
+
+def _dynamic_shapes(graph: Graph) -> Optional[tuple]:
+    specs = []
+    for p in graph.inputs:
+        shape = p.meta.shape if p.meta is not None else None
+        dims = {d: torch.export.Dim.AUTO for d, size in enumerate(shape or ()) if size is None}
+        specs.append(dims or None)
+    return (tuple(specs),) if any(specs) else None
+
+
+def located_export_error(e: BaseException, what: str) -> ExportError:
+    """An ExportError naming the user line of the graph node the failure came from."""
+    node = _node_in(traceback.format_exception(e)) or _node_in([str(e)])
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if node is None:
+        return ExportError(f"{what} failed: {text}")
+    return ExportError(f"{format_location(node.location)}: {what} failed at op {node.op!r} "
+                       f"(node %{node.name}): {text}")
+
+
+_GENERATED = re.compile(r'File "(<tograph-export-\d+>)", line (\d+)')
+
+
+def node_of_trace(text: str) -> Optional[Node]:
+    """The graph node of the innermost generated export line a stack trace mentions."""
+    found = None
+    for filename, line in _GENERATED.findall(text or ""):
+        node = _LINE_NODES.get(filename, {}).get(int(line))
+        found = node or found
+    return found
+
+
+def _node_in(chunks: Sequence[str]) -> Optional[Node]:
+    return node_of_trace("".join(chunks))
+
+
+def to_torch_export(source, example_args: Sequence[Any] = (), example_kwargs=None,
+                    dynamic="auto") -> "torch.export.ExportedProgram":
+    """Export ``source`` (a ``runtime.Graph`` or a ``@to_graph`` function) for
+    ``example_args``: a ``torch.export.ExportedProgram`` whose tensor ``cond``/``while``
+    are ``torch.cond``/``torch.while_loop``. Python arguments are specialized as in a
+    trace; tensor arguments are the program's inputs, in order."""
+    return export_program(source, example_args, example_kwargs, dynamic)[0]
+
+
+def export_program(source, example_args, example_kwargs=None, dynamic="auto"):
+    """(the ExportedProgram, the names of its tensor inputs)."""
+    graph, outputs, tensors = _traced(source, tuple(example_args), example_kwargs or {},
+                                      dynamic)
+    cleaned, outputs = _cleanup(graph, outputs)
+    fn, _, _, dropped = lower_for_export(cleaned, cleaned.inputs, outputs)
+    if dropped:
+        ops = sorted({n.op for n in dropped})
+        warnings.warn(ExportWarning(f"left out of the export: {', '.join(ops)} "
+                                    f"(effects a deployed program does not keep)"),
+                      stacklevel=2)
+    try:
+        ep = torch.export.export(_Program(fn), tuple(tensors),
+                                 dynamic_shapes=_dynamic_shapes(cleaned), strict=False)
+    except Exception as e:
+        raise located_export_error(e, "torch.export") from e
+    return ep, [p.name for p in cleaned.inputs]
+
+
+def dynamic_dims(ep) -> List[Tuple[int, ...]]:
+    """Per tensor input of an exported program, the dimensions that stayed dynamic."""
+    out = []
+    for node in ep.graph.nodes:
+        if node.op != "placeholder" or node.name not in _user_inputs(ep):
+            continue
+        val = node.meta.get("val")
+        shape = getattr(val, "shape", ())
+        out.append(tuple(d for d, s in enumerate(shape) if not isinstance(s, int)))
+    return out
+
+
+def _user_inputs(ep) -> set:
+    from torch.export.graph_signature import InputKind
+    return {spec.arg.name for spec in ep.graph_signature.input_specs
+            if spec.kind == InputKind.USER_INPUT}
