@@ -17,6 +17,8 @@ STOPS = [
                           "nodes)"),
     ("debugging.py", "section 3: the static graph's debugging routes (fetch, in-graph print, "
                      "pictures/TensorBoard) next to eager print/pdb, compare and explain"),
+    ("deploy.py", "section 4: export with control flow to torch.export (.pt2) and ONNX, run "
+                  "without Python source or tograph"),
 ]
 
 

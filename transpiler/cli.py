@@ -6,6 +6,7 @@
     tograph compare FILE.py:FUNC --args '...' [--timing]  # eager vs converted, per output
     tograph explain FILE.py:FUNC --args '...'        # per line: cond/while/Python/fallback
     tograph report  FILE.py:FUNC --args '...' -o report.html   # all of it, one page
+    tograph export  FILE.py:FUNC --args '...' --format pt2|onnx -o OUT [--static]
 
 Exit codes: 0 success, 1 the function could not be converted or run (``compare``: the
 results differ), 2 bad usage.
@@ -68,6 +69,37 @@ def _cmd_report(ns) -> int:
     return 0
 
 
+def _parse_dynamic(text):
+    """``'x:0,1;y:1'`` -> {"x": (0, 1), "y": (1,)}; ``None`` -> "auto"."""
+    if text is None:
+        return "auto"
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        name, _, dims = part.partition(":")
+        if not name or not dims:
+            raise ValueError(f"--dynamic expects NAME:DIM[,DIM][;NAME:DIM...], got {part!r}")
+        out[name.strip()] = tuple(int(d) for d in dims.split(","))
+    return out
+
+
+def _cmd_export(ns) -> int:
+    import logging
+    import torch
+    from runtime.export import dynamic_dims, to_onnx, to_torch_export
+    if not ns.verbose:
+        torch._logging.set_logs(all=logging.ERROR)   # torch.export's notes on stderr
+    fn = api.to_graph(api.load_target(ns.target), strict=True)
+    args = api.parse_args_text(ns.args)
+    dynamic = None if ns.static else _parse_dynamic(ns.dynamic)
+    if ns.format == "onnx":
+        print(f"wrote {to_onnx(fn, ns.output, args, dynamic=dynamic)}")
+        return 0
+    ep = to_torch_export(fn, args, dynamic=dynamic)
+    torch.export.save(ep, ns.output)
+    print(f"wrote {ns.output} (dynamic dimensions per tensor input: {dynamic_dims(ep)})")
+    return 0
+
+
 def _target_command(sub, name: str, help_: str, run, args: bool = True):
     cmd = sub.add_parser(name, help=help_, description=help_)
     cmd.add_argument("target", help="FILE.py:FUNC (FUNC may be Class.method; a Module "
@@ -108,6 +140,16 @@ def build_parser() -> argparse.ArgumentParser:
                              "generated code, graphs, fused groups, outputs, timings",
                              _cmd_report)
     report.add_argument("-o", "--output", default="report.html", help="the HTML file to write")
+    export = _target_command(sub, "export", "export FILE.py:FUNC for deployment without "
+                             "Python source: torch.export (.pt2) or ONNX", _cmd_export)
+    export.add_argument("--format", choices=("pt2", "onnx"), default="pt2",
+                        help="pt2: torch.export.save of an ExportedProgram (torch.cond/"
+                             "while_loop); onnx: an ONNX model (If/Loop)")
+    export.add_argument("-o", "--output", required=True, help="the file to write")
+    dims = export.add_mutually_exclusive_group()
+    dims.add_argument("--dynamic", metavar="SPEC", help="dynamic dimensions, e.g. 'x:0;y:0,1' "
+                      "(default: dimension 0 of every tensor argument)")
+    dims.add_argument("--static", action="store_true", help="export static shapes only")
     return parser
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import re
 import traceback
@@ -76,6 +77,9 @@ def to_onnx(source, path, example_args: Sequence[Any] = (), example_kwargs=None,
     import torch
     ep, names = export_program(source, example_args, example_kwargs, dynamic)
     quiet = io.StringIO()
+    registry_log = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registry_log.level
+    registry_log.setLevel(logging.ERROR)      # "torchvision is not installed", per op
     try:
         with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
             program = torch.onnx.export(ep, tuple(), dynamo=True, opset_version=opset,
@@ -83,6 +87,8 @@ def to_onnx(source, path, example_args: Sequence[Any] = (), example_kwargs=None,
                                         input_names=names)
     except Exception as e:
         raise _unmapped(ep, e) from e
+    finally:
+        registry_log.setLevel(level)
     program.save(os.fspath(path))
     onnx.checker.check_model(os.fspath(path), full_check=True)
     return os.fspath(path)

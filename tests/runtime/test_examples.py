@@ -56,3 +56,14 @@ def test_debugging_shows_each_route():
     assert "then x3" in out and "else x2" in out
     assert "while        tensor loop test -> while node" in out
     assert "cond         tensor condition -> cond node" in out
+
+
+def test_deploy_runs_both_artifacts_without_tograph():
+    out = run_example("deploy.py")
+    assert "plain torch.export fails on the data-dependent branch" in out
+    assert "dynamic dims [(0,)]" in out
+    for kind in ("pt2 ", "onnx"):
+        lines = [l for l in out.splitlines() if l.strip().startswith(kind.strip()) and
+                 "fresh process" in l]
+        assert len(lines) == 4 and all(l.endswith("equals eager") for l in lines), out
+    assert "batch 7" in out and "batch 5" in out
