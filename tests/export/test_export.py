@@ -229,3 +229,41 @@ def test_explicit_dynamic_dims_that_cannot_be_kept_raise():
 def test_not_a_graph_or_converted_function():
     with pytest.raises(TypeError, match="runtime.Graph or a @to_graph function"):
         to_torch_export(lambda x: x, (torch.ones(2),))
+
+
+def _grows(x):
+    while x.shape[0] < 10 and x.sum() > -100:
+        x = torch.cat([x, x])
+    return x
+
+
+def _collects(x):
+    out = []
+    for r in x:
+        if r.sum() > 0:
+            out.append(r * 2)
+    return out
+
+
+@pytest.mark.parametrize("fn, offset", [(_grows, 1), (_collects, 2)])
+def test_loops_whose_carried_shapes_change_name_the_loop_line(fn, offset):
+    line = fn.__code__.co_firstlineno + offset
+    with pytest.raises(ExportError, match=rf"test_export.py:{line}: torch.export failed at "
+                                          rf"op 'while'"):
+        to_torch_export(to_graph(fn), (torch.ones(2, 3),))
+
+
+def test_mutating_an_argument_is_refused():
+    def bumps(x):
+        x.add_(1)
+        return x * 2
+    with pytest.raises(Exception, match="mutates argument"):
+        to_torch_export(to_graph(bumps), (torch.ones(2, 3),))
+
+
+def test_data_dependent_output_sizes_export():
+    def positives(x):
+        return torch.nonzero(x > 0)
+    ep = to_torch_export(to_graph(positives), (torch.ones(2, 3),))
+    x = torch.tensor([[1.0, -1.0, 2.0], [0.0, 3.0, -4.0], [5.0, 0.0, 0.0]])
+    torch.testing.assert_close(ep.module()(x), torch.nonzero(x > 0))
