@@ -213,9 +213,6 @@ def test_compare_a_module_class(capsys, user):
     assert code == 0 and "compare Net.forward: eager and converted agree" in out
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: when both sides raise alike (here: a missing "
-                   "argument) 'tograph compare' prints 'agree' and exits 0, though neither "
-                   "side ran; the CLI documents exit 1 when the function could not be run")
 def test_compare_of_a_function_that_cannot_run_exits_1(capsys, user):
     code, out, _ = run_cli(capsys, "compare", f"{user}:needs_two", "--args", "torch.ones(2)")
     assert "TypeError" in out
@@ -289,9 +286,6 @@ def test_verbose_shows_the_traceback(capsys, user):
     assert err.strip().splitlines()[-1] == f"tograph compare: error: {user} has no 'nope'"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: --verbose is only accepted before the "
-                   "subcommand; 'tograph compare F:f --verbose' is a usage error (exit 2), "
-                   "and the subcommands' --help does not mention it")
 def test_verbose_after_the_subcommand(capsys, user):
     code, _, err = run_cli(capsys, "compare", f"{user}:nope", "--verbose")
     assert code == 1 and "Traceback" in err

@@ -170,12 +170,20 @@ def signature_of(args, kwargs):
     return (spec,) + tuple(_leaf_key(v) for v in flat), flat, spec   # TreeSpec hashes
 
 
+def _mode(flags) -> str:
+    """A Module's train/eval flags (its own and its submodules') in words."""
+    return "train" if all(flags) else "eval" if not any(flags) else "mixed train/eval"
+
+
 def _describe_change(names: List[str], old, new) -> str:
     if old[0] != new[0]:
         return "the structure of the arguments changed"
     parts = []
+    leaves = old[0].num_leaves
     for i, (a, b) in enumerate(zip(old[1:], new[1:])):
-        if a != b:
+        if a != b and i >= leaves:          # a Module's (and submodules') train/eval flags
+            parts.append(f"training mode: {_mode(a)} -> {_mode(b)}")
+        elif a != b:
             name = names[i] if i < len(names) else f"argument #{i}"
             if a[0] == "T" and b[0] == "T":
                 what = [f"{label} {x} -> {y}" for label, x, y in
@@ -416,8 +424,10 @@ class GraphFunction:
                        f"a list the caller can see")
         if changed:
             snapshot.restore()
-            raise GraphError(f"{changed} (a Python side effect that a graph cannot repeat on "
-                             f"every call)")
+            error = GraphError(f"{changed} (a Python side effect that a graph cannot repeat "
+                               f"on every call)")
+            error.location = _assignment_line(target, changed)
+            raise error
         structure = _output_structure(graph, out)
         graph.outputs = map_structure(structure, lambda v: isinstance(v, Unstack),
                                       lambda v: v.node)
@@ -463,6 +473,29 @@ def _leaf_names(params: List[str], args, kwargs, n: int) -> List[str]:
         count = len(pytree.tree_leaves(v))
         names += [k] if count == 1 else [f"{k}_{j}" for j in range(count)]
     return (names + [f"input{i}" for i in range(len(names), n)])[:n]
+
+
+def _assignment_line(fn, change: str) -> Optional[Tuple[str, int]]:
+    """Where ``fn`` assigns the global or nonlocal a side-effect message names (the line
+    to change), or None."""
+    import ast
+    import re
+    import textwrap
+    found = re.match(r"the function assigns (?:global|nonlocal variable) '(\w+)'", change)
+    if not found:
+        return None
+    try:
+        lines, first = inspect.getsourcelines(inspect.unwrap(getattr(fn, "__func__", fn)))
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and any(
+                isinstance(t, ast.Name) and t.id == found.group(1) for t in targets):
+            return (inspect.getsourcefile(fn) or fn.__code__.co_filename,
+                    first + node.lineno - 1)
+    return None
 
 
 def _location(e: Exception, fn) -> Tuple[Optional[str], Optional[int]]:

@@ -53,7 +53,8 @@ def _cmd_compare(ns) -> int:
     report = compare(api.load_target(ns.target), *api.parse_args_text(ns.args),
                      rtol=ns.rtol, atol=ns.atol, timing=ns.timing)
     print(report)
-    return 0 if report.ok else 1
+    ran = report.eager_error is None and report.graph_error is None
+    return 0 if report.ok and ran else 1      # both raising alike: nothing was compared
 
 
 def _cmd_explain(ns) -> int:
@@ -102,6 +103,8 @@ def _cmd_export(ns) -> int:
 
 def _target_command(sub, name: str, help_: str, run, args: bool = True):
     cmd = sub.add_parser(name, help=help_, description=help_)
+    cmd.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
+                     help="show tracebacks on errors")
     cmd.add_argument("target", help="FILE.py:FUNC (FUNC may be Class.method; a Module "
                                     "class is instantiated with no arguments)")
     if args:

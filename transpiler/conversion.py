@@ -140,7 +140,8 @@ def convert(fn, extra_globals, probed=()):
     ``probed``: variable names whose values ``tg.probe`` records (see converters.probes)."""
     fn, bound_self = _unwrap(fn)
     probed = tuple(sorted(set(probed)))
-    key = (fn.__code__, tuple(sorted(extra_globals)), probed)
+    code = fn.__code__                 # equal code objects may come from different files
+    key = (code, code.co_filename, code.co_firstlineno, tuple(sorted(extra_globals)), probed)
     compiled = _cache.get(key)
     if compiled is None:
         tree = _convert_tree(fn, probed)

@@ -273,10 +273,6 @@ def test_a_fallback_that_really_differs_is_reported_with_its_line():
     assert f"fell back to eager: {noisy.__code__.co_filename}:{line}: " in str(report)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: conversion is cached by the code object, and "
-                   "code objects compare equal across files: the same function in a second "
-                   "file gets the first file's source map, so its fallback location (and "
-                   "warnings, CLI errors) names the first file")
 def test_fallback_location_of_the_same_function_in_two_files(tmp_path):
     import importlib.util
     text = "import random\n\ndef noisy(x):\n    return x * random.random()\n"
@@ -388,27 +384,18 @@ def test_diff_leaf_reports_names_and_magnitudes():
     assert nan.max_abs == INF
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a Python number and a 0-d tensor that differ "
-                   "are reported as 'MISMATCH (a 0-d tensor stands for the Python number)': "
-                   "the note does not say that the values differ")
 def test_python_number_mismatch_note_says_values_differ():
     diff = _diff_leaf("out", 3, T(4), None, None)
     assert not diff.ok and diff.max_abs == 1.0
     assert "differ" in diff.note
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an infinite difference (inf vs -inf, inf vs "
-                   "finite) is reported as max abs 1.8e308 (nan_to_num maps inf to the "
-                   "largest float) and max rel 0.0")
 def test_infinite_differences_are_reported_as_infinite():
     diff = _diff_leaf("out", T([INF]), T([-INF]), None, None)
     assert not diff.ok
     assert diff.max_abs == INF and diff.max_rel == INF
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a Python int that does not fit the converted "
-                   "0-d tensor's dtype makes _diff_leaf (and compare) raise RuntimeError "
-                   "instead of reporting a mismatch")
 def test_python_int_out_of_the_tensor_dtype_range_is_a_mismatch():
     diff = _diff_leaf("out", 2 ** 40, T(5, dtype=torch.int32), None, None)
     assert not diff.ok
@@ -466,8 +453,6 @@ def test_diff_tree_reports_the_leaf_that_differs():
     assert [(d.path, d.ok) for d in diffs] == [("out.lo", True), ("out.hi", False)]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the 'structure differs' note embeds the "
-                   "multi-line TreeSpec repr, which breaks the report's table over lines")
 def test_structure_difference_note_is_one_line():
     diff, = _diff_tree((T(1.0), T(2.0)), [T(1.0), T(2.0)], "out", None, None)
     assert "structure differs" in diff.note and "\n" not in diff.note
@@ -556,9 +541,6 @@ def test_converted_running_center_matches_eager():
     assert torch.allclose(converted.mean, eager.mean)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: compare copies tensor inputs but not a "
-                   "module's state: the eager run's in-place buffer update leaks into the "
-                   "converted run (false DIFFER), and the user's module is updated twice")
 def test_module_state_does_not_leak_between_the_runs():
     model = RunningCenter()
     report = compare(model, torch.ones(2, 3))

@@ -168,8 +168,6 @@ def assigns_global(x):
     return x + G
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a fallback for assigning a global points at "
-                   "the def line, not at the assignment (the line the user must change)")
 def test_explain_global_assignment_points_at_the_assignment():
     e = to_graph(assigns_global).explain(torch.ones(2))
     assert e.fell_back
@@ -246,9 +244,6 @@ def early_return(y):
     return y - 1
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an early return's guard cond is listed at the "
-                   "final 'return' line as 'tensor condition -> cond node' (compare's "
-                   "branches too), though that line has no condition")
 def test_explain_early_return_lists_only_the_if_line():
     e = to_graph(early_return).explain(torch.ones(2))
     conds = [ev.lineno for ev in e.lines if ev.what == "cond"]
@@ -268,9 +263,6 @@ def test_explain_a_module():
     assert kinds(e, Gate.forward, "if x.sum() > 0:") == ["cond"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: for a Module the retrace history shows the "
-                   "train/eval flags as an unnamed argument ('x: float32[3], #1=True', "
-                   "'argument #1: True -> False') instead of naming the training mode")
 def test_explain_module_retrace_history_names_the_training_mode():
     model = Gate()
     g = to_graph(model)
@@ -504,8 +496,6 @@ def test_probe_a_single_name_as_a_string():
     assert list(p) == ["h"] and torch.equal(p["h"], torch.full((2,), 2.0))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a keyword such as 'for' passes the name check "
-                   "(str.isidentifier) and silently maps to None")
 def test_probe_rejects_keywords():
     with pytest.raises(ValueError):
         to_graph(straight).probe(torch.ones(2), 1.0, names=["for"])
@@ -518,9 +508,6 @@ def python_objects(x):
     return x.reshape(shape) * 2
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: values a graph cannot carry (torch.Size, str, "
-                   "dtype) are recorded only while tracing, outside the probe log: the probe "
-                   "says None / count 0 though the names were bound")
 def test_probe_python_objects():
     p = to_graph(python_objects).probe(torch.ones(2), names=["shape", "label", "kind"])
     assert p["shape"] == torch.Size([2]) and p["label"] == "long"

@@ -89,23 +89,20 @@ def test_pt2_holds_torch_cond_and_while_loop(exported):
     assert any("while_loop" in t for t in targets(exported["programs"]["for_over_rows"]))
 
 
-def _onnx_ops(graph, found):
-    for node in graph.node:
+def _onnx_ops(nodes, found):
+    """Op types of ``nodes`` and of every graph nested in their attributes."""
+    for node in nodes:
         found.add(node.op_type)
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
-                _onnx_ops(attr.g, found)
+                _onnx_ops(attr.g.node, found)
     return found
 
 
 def _model_ops(model):
-    found = _onnx_ops(model.graph, set())
+    found = _onnx_ops(model.graph.node, set())
     for function in model.functions:
-        for node in function.node:
-            found.add(node.op_type)
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    _onnx_ops(attr.g, found)
+        _onnx_ops(function.node, found)
     return found
 
 

@@ -153,16 +153,48 @@ def compare(fn, *args, rtol: Optional[float] = None, atol: Optional[float] = Non
     per output (and per input gradient when inputs require grad), whether they agree.
     ``rtol``/``atol`` override the per-dtype tolerances; ``timing`` adds the median time
     per call of each side."""
-    from ..api import GraphFunction, _Fallback, _leaf_names, to_graph
+    from ..api import GraphFunction, to_graph
     gf = fn if isinstance(fn, GraphFunction) else to_graph(fn)
     python = gf.python_function
     report = CompareReport(function=getattr(gf, "__qualname__", None) or repr(fn))
 
+    state = _ModuleState(gf._module)
     eager_args, eager_kwargs = _copy_inputs((args, kwargs))
-    try:
-        eager_out = python(*eager_args, **eager_kwargs)
+    try:                         # (outputs copied: one may be a buffer a run updates)
+        eager_out = pytree.tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v,
+                                    python(*eager_args, **eager_kwargs))
     except Exception as e:
         eager_out, report.eager_error = None, _error_text(e)
+    state.restore()              # each run starts from the module as it was; so does
+    try:                         # the user after compare
+        _converted_run(report, gf, args, kwargs, (eager_args, eager_kwargs), eager_out,
+                       rtol, atol, timing)
+    finally:
+        state.restore()
+    return report
+
+
+class _ModuleState:
+    """A module's parameters and buffers, to put back after a run updated them in place
+    (running statistics, caches)."""
+
+    def __init__(self, module):
+        self.saved = [] if module is None else [
+            (t, t.detach().clone()) for t in module.state_dict(keep_vars=True).values()
+            if isinstance(t, torch.Tensor)]
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for tensor, value in self.saved:
+                if not torch.equal(tensor, value):
+                    tensor.copy_(value)
+
+
+def _converted_run(report, gf, args, kwargs, eager_in, eager_out, rtol, atol, timing):
+    """The converted half of ``compare``: fills the report's outputs, branches, timings."""
+    from ..api import _Fallback, _leaf_names
+    python = gf.python_function
+    eager_args, eager_kwargs = eager_in
 
     graph_args, graph_kwargs = _copy_inputs((args, kwargs))
     key, flat, spec = gf._signature(graph_args, graph_kwargs)
@@ -191,13 +223,12 @@ def compare(fn, *args, rtol: Optional[float] = None, atol: Optional[float] = Non
     if report.eager_error is None and report.graph_error is None:
         report.outputs = _diff_tree(eager_out, graph_out, "out", rtol, atol)
         names = _leaf_names(gf._param_names, args, kwargs, len(flat))
-        report.outputs += _diff_grads(eager_out, graph_out, (eager_args, eager_kwargs),
+        report.outputs += _diff_grads(eager_out, graph_out, eager_in,
                                       (graph_args, graph_kwargs), names, rtol, atol)
         if timing:
             with torch.no_grad():
                 report.eager_seconds = _timed(lambda: python(*eager_args, **eager_kwargs))
                 report.graph_seconds = _timed(lambda: gf(*graph_args, **graph_kwargs))
-    return report
 
 
 # --------------------------------------------------------------------------- differences
@@ -205,8 +236,10 @@ def _diff_tree(eager, graph, root: str, rtol, atol) -> List[OutputDiff]:
     e_leaves, e_spec = pytree.tree_flatten_with_path(eager)
     g_leaves, g_spec = pytree.tree_flatten_with_path(graph)
     if e_spec != g_spec:
-        return [OutputDiff(root, ok=False, note=f"structure differs: eager {e_spec}, "
-                                                f"converted {g_spec}")]
+        def text(spec):
+            return " ".join(str(spec).split())
+        return [OutputDiff(root, ok=False, note=f"structure differs: eager {text(e_spec)}, "
+                                                f"converted {text(g_spec)}")]
     return [_diff_leaf(root + pytree.keystr(path), a, b, rtol, atol)
             for (path, a), (_, b) in zip(e_leaves, g_leaves)]
 
@@ -236,15 +269,19 @@ def _diff_leaf(path: str, a, b, rtol, atol) -> OutputDiff:
             diff.ok, diff.note = False, "a tensor on one side, a Python value on the other"
             return diff
         diff.note = "a 0-d tensor stands for the Python number"
-        a, b = (a, torch.tensor(b, dtype=a.dtype)) if ta else (torch.tensor(a, dtype=b.dtype), b)
+        try:
+            a, b = (a, torch.tensor(b, dtype=a.dtype)) if ta else (torch.tensor(a, dtype=b.dtype), b)
+        except (RuntimeError, OverflowError):
+            diff.ok, diff.note = False, f"the Python number does not fit {_dtype_name(t)}"
+            return diff
     if a.shape != b.shape or a.dtype != b.dtype:
         diff.ok = False
         diff.note = "shape differs" if a.shape != b.shape else "dtype differs"
         return diff
     diff.max_abs, diff.max_rel, close = _closeness(a.detach(), b.detach(), rtol, atol)
     diff.ok = close
-    if not close and not diff.note:
-        diff.note = "values differ beyond tolerance"
+    if not close:
+        diff.note = "; ".join(filter(None, [diff.note, "values differ beyond tolerance"]))
     return diff
 
 
@@ -258,11 +295,13 @@ def _closeness(a: torch.Tensor, b: torch.Tensor, rtol, atol):
         a64 = a.to(torch.complex128 if a.is_complex() else torch.float64).cpu()
         b64 = b.to(a64.dtype).cpu()
         same = (a64 == b64) | (torch.isnan(a64) & torch.isnan(b64))
-        delta = torch.where(same, torch.zeros((), dtype=torch.float64), (a64 - b64).abs())
-        delta = torch.nan_to_num(delta, nan=float("inf"))
+        zero = torch.zeros((), dtype=torch.float64)
+        delta = torch.where(same, zero, (a64 - b64).abs())
+        delta = torch.where(torch.isnan(delta), zero + float("inf"), delta)  # NaN vs number
         rel = delta / a64.abs().clamp_min(torch.finfo(torch.float64).tiny)
+        rel = torch.where(delta == 0, zero, torch.where(torch.isinf(delta), delta, rel))
         close = torch.isclose(a64, b64, rtol=rtol, atol=atol, equal_nan=True).all()
-        return float(delta.max()), float(torch.where(delta == 0, delta, rel).max()), bool(close)
+        return float(delta.max()), float(rel.max()), bool(close)
     delta = (a.long() - b.long()).abs() if a.dtype != torch.bool else (a != b).long()
     return float(delta.max()), float(delta.max() > 0), bool(torch.equal(a, b))
 

@@ -5,6 +5,8 @@
 For the given arguments the function is traced once more (apart from its own cache, so
 nothing changes for later calls) while the operators note the decisions Python made:
   cond / while   a tensor condition: the line became a ``cond`` / ``while`` node
+  guard          a line that runs only if no earlier tensor-dependent ``return``,
+                 ``break`` or ``continue`` happened: a ``cond`` node around it
   python-if      an ``if`` or ternary on a Python value: specialized, no node (which way)
   python-loop    a loop on Python values: unrolled into the graph (how many times), or
                  unrolled until its test became a tensor and staged from there
@@ -86,16 +88,32 @@ def _static_lines(converted) -> Dict[Tuple[str, int], str]:
     return found
 
 
+def _has_condition(text: str) -> bool:
+    """Whether a source line holds a condition of its own (``if``/``elif``, a ternary,
+    ``and``/``or``); a line without one got its ``cond`` from a jump before it."""
+    words = f" {text.split('#')[0]} "
+    return text.startswith(("if ", "elif ", "if(", "elif(")) or any(
+        f" {w} " in words for w in ("if", "and", "or"))
+
+
 def _graph_events(graph) -> List[Tuple[Tuple[str, int], str, str]]:
+    """cond/while nodes by line; a ``cond`` on a line with no condition of its own guards
+    that line (it runs only if no earlier tensor-dependent return/break/continue did)."""
     events = []
 
     def walk(g, inside):
         for node in g.nodes:
             if node.op in ("cond", "while") and node.location is not None:
                 where = f" inside %{inside}" if inside else ""
-                what = ("tensor condition -> cond node" if node.op == "cond"
-                        else "tensor loop test -> while node")
-                events.append((tuple(node.location), node.op, f"{what} %{node.name}{where}"))
+                loc = tuple(node.location)
+                if node.op == "while":
+                    kind, what = "while", "tensor loop test -> while node"
+                elif _has_condition(_line(*loc)):
+                    kind, what = "cond", "tensor condition -> cond node"
+                else:
+                    kind, what = "guard", ("runs only if no earlier tensor-dependent "
+                                           "return/break/continue happened: cond node")
+                events.append((loc, kind, f"{what} %{node.name}{where}"))
             for sub in node.subgraphs:
                 walk(sub, node.name)
     walk(graph, None)
@@ -128,8 +146,11 @@ def _note_events(notes) -> List[Tuple[Tuple[str, int], str, str]]:
 
 
 def _describe_signature(names: List[str], key) -> str:
+    from ..api import _mode
     parts = []
-    for i, leaf in enumerate(key[1:]):
+    leaves = key[0].num_leaves
+    parts_mode = [f"training mode: {_mode(key[-1])}"] if len(key) > leaves + 1 else []
+    for i, leaf in enumerate(key[1:leaves + 1]):
         name = names[i] if i < len(names) else f"#{i}"
         if leaf and leaf[0] == "T":
             dtype = str(leaf[2]).replace("torch.", "")
@@ -139,7 +160,7 @@ def _describe_signature(names: List[str], key) -> str:
             parts.append(f"{name}: object")
         else:
             parts.append(f"{name}={leaf[-1]!r}")
-    return ", ".join(parts) or "no arguments"
+    return ", ".join(parts + parts_mode) or "no arguments"
 
 
 def _retraces(fn, key) -> List[str]:
@@ -172,12 +193,12 @@ def explain(fn, args, kwargs) -> Explanation:
         if entry.filename:
             events.append(((entry.filename, entry.lineno), "fallback",
                            f"{entry.reason} -- the function runs eagerly"))
-    else:
-        events += _graph_events(entry.graph)
     try:
         static = _static_lines(convert_function(_python_function(fn._fn)))
     except Exception:           # cannot convert: the fallback event says why
         static = {}
+    if not isinstance(entry, _Fallback):
+        events += _graph_events(entry.graph)
     seen = {loc for loc, _, _ in events}
     events += [(loc, "not-reached", f"converted {kind}, not reached by this trace")
                for loc, kind in static.items() if loc not in seen]

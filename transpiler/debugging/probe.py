@@ -10,6 +10,7 @@ converted code on Python values behaves as Python, so the probes still see every
 """
 from __future__ import annotations
 
+import keyword
 import warnings
 from typing import Any, Dict, Iterable
 
@@ -49,16 +50,22 @@ def probe(fn, args, kwargs, names: Iterable[str]) -> Probes:
     if isinstance(names, str):
         names = [names]
     names = list(dict.fromkeys(names))
-    bad = [n for n in names if not isinstance(n, str) or not n.isidentifier()]
+    bad = [n for n in names if not isinstance(n, str) or not n.isidentifier() or
+           keyword.iskeyword(n)]
     if bad:
         raise ValueError(f"probe names must be variable names, got {bad!r}")
     key = tuple(sorted(names))
     probing = fn._probing.get(key)
     if probing is None:
         probing = fn._probing[key] = GraphFunction(fn.python_function, fn._strict, probed=key)
+        probing._trace_records = {}      # signature -> values seen only while tracing
     kwargs = kwargs or {}
+    signature = probing._signature(args, kwargs)[0]
     try:
-        probing.graph(*args, **kwargs)           # traced once per signature
+        if signature not in probing._entries:
+            with collecting() as traced:         # values a graph cannot carry (a Size,
+                probing.graph(*args, **kwargs)   # a string, an object) are seen here only
+            probing._trace_records[signature] = traced.records
         run = probing._call
     except ConversionError as e:                 # fell back: run the probed code eagerly
         warnings.warn(FallbackWarning(f"{e} -- probing {fn.__name__} eagerly"), stacklevel=3)
@@ -67,8 +74,9 @@ def probe(fn, args, kwargs, names: Iterable[str]) -> Probes:
     with collecting() as log:
         result = run(args, kwargs)
     values, last, counts = {}, {}, {}
+    seen_in_trace = probing._trace_records.get(signature, {})
     for name in names:
-        records = log.records.get(name, [])
+        records = log.records.get(name) or seen_in_trace.get(name, [])
         counts[name] = len(records)
         last[name] = records[-1][1] if records else None
         looped = [v for in_loop, v in records if in_loop]
