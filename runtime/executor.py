@@ -228,21 +228,15 @@ class _Lowering:
         if node.op == "get":
             return [f"{bind(node)} = {args[0]}[{node.attrs['index']}]"], extra
         if node.op == "cond":
-            then_g, else_g = node.subgraphs
-            fnames = [self.fresh(f"{node.name}_then"), self.fresh(f"{node.name}_else")]
-            for sub, fn in zip((then_g, else_g), fnames):
-                extra.append((sub, fn, sub.inputs, list(sub.outputs)))
+            fnames = self.sub_functions(node, extra)
             operands = ", ".join(args[1:])
             test = args[0] if self.observe is None else \
                 f"{self.observe}.cond({node.name!r}, {args[0]})"
             return [f"{bind(node)} = {fnames[0]}({operands}) if {test} else "
                     f"{fnames[1]}({operands})"], extra
         if node.op == "while":
-            cond_g, body_g = node.subgraphs
             n = node.attrs["n_vars"]
-            fc, fb = self.fresh(f"{node.name}_cond"), self.fresh(f"{node.name}_body")
-            extra.append((cond_g, fc, cond_g.inputs, list(cond_g.outputs)))
-            extra.append((body_g, fb, body_g.inputs, list(body_g.outputs)))
+            fc, fb = self.sub_functions(node, extra)
             state = bind(node)
             init = "".join(a + ", " for a in args[:n])
             caps = "".join(", " + a for a in args[n:])
@@ -266,6 +260,16 @@ class _Lowering:
         if node.meta is None:
             return [call], extra
         return [f"{bind(node)} = {call}"], extra
+
+    def sub_functions(self, node: Node, extra: list) -> List[str]:
+        """Reserve one generated function per subgraph of a ``cond`` (then, else) or
+        ``while`` (cond, body) node, to be emitted after it; returns their names."""
+        labels = ("then", "else") if node.op == "cond" else ("cond", "body")
+        names = []
+        for sub, label in zip(node.subgraphs, labels):
+            names.append(self.fresh(f"{node.name}_{label}"))
+            extra.append((sub, names[-1], sub.inputs, list(sub.outputs)))
+        return names
 
     def fresh(self, base: str) -> str:
         name = f"_{_ident(base)}_{next(self._counter)}"

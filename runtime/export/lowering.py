@@ -117,19 +117,13 @@ class ExportLowering(_Lowering):
         extra = []
         args = [self.expr(a, names) for a in node.args]
         if node.op == "cond":
-            then_g, else_g = node.subgraphs
-            fnames = [self.fresh(f"{node.name}_then"), self.fresh(f"{node.name}_else")]
-            for sub, fn in zip((then_g, else_g), fnames):
-                extra.append((sub, fn, sub.inputs, list(sub.outputs)))
+            fnames = self.sub_functions(node, extra)
             operands = "".join(a + ", " for a in args[1:])
             return [f"{bind(node)} = _torch_cond({args[0]}, {fnames[0]}, {fnames[1]}, "
                     f"({operands}))"], extra
         if node.op == "while":
-            cond_g, body_g = node.subgraphs
             n = node.attrs["n_vars"]
-            fc, fb = self.fresh(f"{node.name}_cond"), self.fresh(f"{node.name}_body")
-            extra.append((cond_g, fc, cond_g.inputs, list(cond_g.outputs)))
-            extra.append((body_g, fb, body_g.inputs, list(body_g.outputs)))
+            fc, fb = self.sub_functions(node, extra)
             carried = "".join(a + ", " for a in args[:n])
             captured = "".join(", " + a for a in args[n:])      # closures: lifted by export
             return [f"{bind(node)} = _while_loop(lambda *a: {fc}(*a{captured})[0], "
