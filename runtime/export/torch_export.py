@@ -101,8 +101,12 @@ def _traced(source, args, kwargs, dynamic) -> Tuple[Graph, Any, List[torch.Tenso
     try:
         graph, structure = source.trace_graph(tuple(args), dict(kwargs), chosen)
     except Exception as e:
-        if dynamic != "auto" or not chosen:
+        if not chosen:
             raise
+        if dynamic != "auto":
+            dims = {names[i]: d for i, d in chosen.items()}
+            raise ExportError(f"{e} -- with dimensions {dims} dynamic; a size the function "
+                              f"needs as a number must be exported static") from e
         warnings.warn(ExportWarning(f"the batch dimension cannot stay dynamic ({e}); "
                                     f"exporting static shapes"), stacklevel=4)
         graph, structure = source.trace_graph(tuple(args), dict(kwargs), {})
