@@ -5,7 +5,7 @@ onnxscript).
 The graph is first exported with ``to_torch_export`` (``torch.cond``/``torch.while_loop``),
 then translated by torch's ONNX exporter, which maps ``cond`` to ``If`` and
 ``while_loop`` to ``Loop``. An op with no ONNX mapping raises ``ExportError`` naming the
-op and the user's line. Inputs are named after the function's tensor arguments (or the
+op and the user's line. Python numbers among the outputs become 0-d tensors. Inputs are named after the function's tensor arguments (or the
 graph's placeholders); dynamic dimensions stay symbolic in the model's input shapes.
 """
 from __future__ import annotations
@@ -75,7 +75,8 @@ def to_onnx(source, path, example_args: Sequence[Any] = (), example_kwargs=None,
     _require_onnx()
     import onnx
     import torch
-    ep, names = export_program(source, example_args, example_kwargs, dynamic)
+    ep, names = export_program(source, example_args, example_kwargs, dynamic,
+                               numbers_as_tensors=True)
     quiet = io.StringIO()
     registry_log = logging.getLogger("torch.onnx._internal.exporter._registration")
     level = registry_log.level

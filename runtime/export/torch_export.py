@@ -165,11 +165,16 @@ def to_torch_export(source, example_args: Sequence[Any] = (), example_kwargs=Non
     return export_program(source, example_args, example_kwargs, dynamic)[0]
 
 
-def export_program(source, example_args, example_kwargs=None, dynamic="auto"):
-    """(the ExportedProgram, the names of its tensor inputs)."""
+def export_program(source, example_args, example_kwargs=None, dynamic="auto",
+                   numbers_as_tensors=False):
+    """(the ExportedProgram, the names of its tensor inputs). ``numbers_as_tensors``:
+    Python numbers among the outputs become 0-d tensors (ONNX outputs are tensors)."""
     graph, outputs, tensors = _traced(source, tuple(example_args), example_kwargs or {},
                                       dynamic)
     cleaned, outputs = _cleanup(graph, outputs)
+    if numbers_as_tensors:
+        outputs = map_structure(outputs, lambda v: isinstance(v, (bool, int, float)),
+                                lambda v: cleaned.constant(torch.tensor(v)))
     fn, _, _, dropped = lower_for_export(cleaned, cleaned.inputs, outputs)
     if dropped:
         ops = sorted({n.op for n in dropped})

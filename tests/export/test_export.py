@@ -264,3 +264,16 @@ def test_data_dependent_output_sizes_export():
     ep = to_torch_export(to_graph(positives), (torch.ones(2, 3),))
     x = torch.tensor([[1.0, -1.0, 2.0], [0.0, 3.0, -4.0], [5.0, 0.0, 0.0]])
     torch.testing.assert_close(ep.module()(x), torch.nonzero(x > 0))
+
+
+def test_python_numbers_and_containers_among_the_outputs(tmp_path):
+    import onnxruntime
+
+    def f(x):
+        return {"scaled": x * 2, "parts": [x.sum(), 3]}
+    ep = to_torch_export(to_graph(f), (torch.ones(2, 3),))
+    out = ep.module()(torch.ones(4, 3))
+    assert out["parts"][1] == 3 and torch.equal(out["scaled"], torch.full((4, 3), 2.0))
+    path = to_onnx(to_graph(f), tmp_path / "f.onnx", (torch.ones(2, 3),))
+    got = onnxruntime.InferenceSession(path).run(None, {"x": torch.ones(4, 3).numpy()})
+    assert [torch.as_tensor(v).tolist() for v in got] == [[[2.0] * 3] * 4, 12.0, 3]
