@@ -323,13 +323,20 @@ def lower(graph: Graph, inputs: Optional[Sequence[Optional[Node]]] = None,
                                          lambda v: v.node)))
     lowering = _Lowering(observer)
     lowering.function(graph, name, inputs, flat, keep_effects, structure=outputs)
+    namespace, source, filename = load_lowered(lowering, "exec")
+    return Executable(namespace[name], source, filename)
+
+
+def load_lowered(lowering: "_Lowering", kind: str):
+    """Run the generated source of ``lowering`` as a module registered with ``linecache``
+    (tracebacks show it; its lines map to nodes): (namespace, source, file name)."""
     source = "\n".join(lowering.lines) + "\n"
-    filename = f"<tograph-exec-{next(_FILE_IDS)}>"
+    filename = f"<tograph-{kind}-{next(_FILE_IDS)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     _LINE_NODES[filename] = lowering.line_nodes
     namespace = dict(lowering.globals)
     exec(compile(source, filename, "exec"), namespace)
-    return Executable(namespace[name], source, filename)
+    return namespace, source, filename
 
 
 def compile_graph(graph: Graph) -> Executable:

@@ -16,19 +16,16 @@ nodes (as for the executor), so an export error can name the user's line.
 """
 from __future__ import annotations
 
-import itertools
-import linecache
 from typing import Any, Dict, List, Sequence
 
 import torch
 from torch._higher_order_ops.while_loop import while_loop
 
 from .. import graph_ops
-from ..executor import _FLAT, _LINE_NODES, _Lowering
+from ..executor import _FLAT, _Lowering, load_lowered
 from ..graph import Graph, Node, iter_nodes
 from ..ops import is_inplace
 
-_FILE_IDS = itertools.count(1)
 DROPPED_EFFECTS = ("print_values", "assert_true", "set_grad_enabled", "probe_value")
 
 
@@ -169,10 +166,5 @@ def lower_for_export(graph: Graph, inputs: Sequence[Node], outputs: Any, name: s
     lowering = ExportLowering()
     flat = list(iter_nodes(outputs))
     lowering.function(graph, name, list(inputs), flat, keep_effects=False, structure=outputs)
-    source = "\n".join(lowering.lines) + "\n"
-    filename = f"<tograph-export-{next(_FILE_IDS)}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    _LINE_NODES[filename] = lowering.line_nodes
-    namespace = dict(lowering.globals)
-    exec(compile(source, filename, "exec"), namespace)
+    namespace, source, filename = load_lowered(lowering, "export")
     return namespace[name], source, filename, dropped

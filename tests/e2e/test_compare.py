@@ -17,22 +17,12 @@ import torch.utils._pytree as pytree
 from transpiler import compare, to_graph
 from transpiler.debugging import compare as compare_mod
 from transpiler.debugging.compare import CompareReport, _diff_leaf, _diff_tree
+from acceptance_program import acceptance
 
 T = torch.tensor
 
 
 # --------------------------------------------------------------------------- the acceptance case
-def acceptance(x):
-    n = 0
-    while x.sum() > 1:
-        if x.max() > 3:
-            x = x - 2
-        else:
-            x = x * 0.5
-        n = n + 1
-    return x, n
-
-
 def acceptance_counts(x):
     """``acceptance`` by hand, counting its control flow eagerly."""
     iterations = then = other = 0

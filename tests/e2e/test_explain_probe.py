@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from transpiler import FallbackWarning, to_graph
+from acceptance_program import acceptance
 
 T = torch.tensor
 
@@ -24,17 +25,6 @@ def kinds(explanation, fn, text):
     """The event kinds ``explanation`` lists on the line of ``fn`` starting with ``text``."""
     line = line_of(fn, text)
     return [e.what for e in explanation.at(line)]
-
-
-def acceptance(x):
-    n = 0
-    while x.sum() > 1:
-        if x.max() > 3:
-            x = x - 2
-        else:
-            x = x * 0.5
-        n = n + 1
-    return x, n
 
 
 # =========================================================================== explain
