@@ -77,8 +77,8 @@ def set_grad_enabled(mode: bool) -> None:
 
 
 @effect
-def probe_value(name: str, value, in_loop: bool) -> None:
+def probe_value(name, value, loop) -> None:
     """``f.probe(..., names=[name])`` as a graph op: hands the run-time value to the open
-    probe log (``runtime.probe_log``) every time it runs."""
+    probe log (``runtime.probe_log``) every time it runs (name None: a loop's tick)."""
     from .probe_log import record
-    record(name, value, in_loop)
+    record(name, value, loop)

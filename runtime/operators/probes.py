@@ -1,5 +1,6 @@
-"""``tg.probe(name, value, in_loop)``: what converted code calls after binding a probed
-variable (``f.probe(*args, names=[...])``). A Python value is recorded at once; while a
+"""``tg.probe(name, value, loop)``: what converted code calls after binding a probed
+variable (``f.probe(*args, names=[...])``); ``tg.probe(None, None, loop)`` starts a
+loop body (a tick: see ``runtime.probe_log``). A Python value is recorded at once; while a
 graph is being traced, a ``probe_value`` node records the run-time value on every run
 (inside a loop body: on every iteration); a list grown in a tensor loop is recorded as
 its stacked tensor. A value a graph cannot carry (any other object) is recorded as it was
@@ -13,13 +14,13 @@ from ..symbolic import current_graph, dispatch_record
 from ..tensor_list import TensorList
 
 
-def probe(name: str, value, in_loop: bool) -> None:
+def probe(name, value, loop) -> None:
     if isinstance(value, TensorList):        # a list grown in a tensor loop: its stack
         value = value.stack
     if current_graph() is None or not _graph_value(value):
-        record(name, value, in_loop)
+        record(name, value, loop)
         return None
-    dispatch_record(graph_ops.probe_value, (name, value, in_loop), {})
+    dispatch_record(graph_ops.probe_value, (name, value, loop), {})
     return None
 
 

@@ -390,17 +390,17 @@ def reuses_while(x):
 
 def test_probe_sees_values_at_probe_time_despite_in_place_reuse():
     x = T([-0.7, 0.2, 1.5, -2.0])
-    expected = []
-    for i in range(3):                                 # by hand, as the probes see it
+    expected, out = [], x
+    for i in range(3):                                 # by hand: h as each iteration ends
         h = x * 2 + i
-        expected.append(h.clone())
         h = torch.relu(h)
-        expected.append(h.clone())
         h = h + 1
-        expected.append(h.clone())
         h.mul_(3)
+        expected.append(h.clone())
+        out = out + h                                  # ... and `out` reads it after
     p = to_graph(reuses, strict=True).probe(x, names=["h"])
     assert torch.allclose(p["h"], torch.stack(expected))
+    assert p.counts["h"] == 12                         # 3 assignments + 1 in-place call, x3
     assert torch.allclose(p.result, reuses(x.clone()))
 
     x = T([0.5, -0.25, 1.0])
@@ -408,8 +408,8 @@ def test_probe_sees_values_at_probe_time_despite_in_place_reuse():
     h = x
     while h.sum() < 30:
         t = h * 2
-        ts.append(t.clone())                            # before t.add_(1)
         t.add_(1)
+        ts.append(t.clone())                            # t as the iteration ends
         h = torch.tanh(t) + h
         hs.append(h)
     p = to_graph(reuses_while, strict=True).probe(x, names=["t", "h"])

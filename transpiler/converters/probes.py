@@ -1,11 +1,14 @@
 """Probes for ``f.probe(*args, names=[...])``: record the values of chosen variables.
 
-After every statement of the user's function that binds a probed name (``h = ...``,
-``h += ...``, ``a, h = ...``, ``h[i] = ...``, a ``for h in ...`` target, ``with ... as h``)
-the converter adds ``tg.probe('h', h, in_loop)``; a probed parameter is also recorded at
-the top of the body. ``in_loop`` says whether the statement sits inside a ``for``/``while``
-of the function, so its values are collected per iteration. Nested functions and lambdas
-are left alone (their names are theirs). Without probed names this converter is not run.
+After every statement of the user's function that binds or updates a probed name
+(``h = ...``, ``h += ...``, ``a, h = ...``, ``h[i] = ...``, ``h.add_(1)``, a ``for h in
+...`` target, ``with ... as h``)
+the converter adds ``tg.probe('h', h, loop)``; a probed parameter is also recorded at the
+top of the body. ``loop`` numbers the innermost ``for``/``while`` of the function around
+the statement (None outside loops), and each loop body starts with ``tg.probe(None, None,
+loop)``, a tick that starts a new iteration, so the values of one iteration can be told
+apart from the next. Nested functions and lambdas are left alone (their names are
+theirs). Without probed names this converter is not run.
 """
 import gast
 
@@ -29,7 +32,25 @@ def _bound_names(target, out):
     return out
 
 
+def _mutated_by_call(stmt):
+    """``h.add_(1)`` (``tg.call(h.add_, 1)`` once calls are converted): an in-place method
+    of a name, called for its effect."""
+    call = stmt.value if isinstance(stmt, gast.Expr) else None
+    if not isinstance(call, gast.Call):
+        return []
+    func = call.func
+    if isinstance(func, gast.Attribute) and isinstance(func.value, gast.Name) and \
+            func.value.id == 'tg' and func.attr == 'call' and call.args:
+        func = call.args[0]
+    if isinstance(func, gast.Attribute) and isinstance(func.value, gast.Name) and \
+            func.attr.endswith('_') and not func.attr.endswith('__'):
+        return [func.value.id]
+    return []
+
+
 def _assigned(stmt):
+    if isinstance(stmt, gast.Expr):
+        return _mutated_by_call(stmt)
     if isinstance(stmt, gast.Assign):
         names = []
         for target in stmt.targets:
@@ -44,44 +65,50 @@ class _Inserter:
 
     def __init__(self, names):
         self.names = names
+        self.loops = 0
 
-    def probes(self, names, where, in_loop):
-        out = []
-        for name in dict.fromkeys(n for n in names if n in self.names):
-            value = gast.Name(id=name, ctx=gast.Load(), annotation=None, type_comment=None)
-            stmt = gast.Expr(value=base.tg_call(
-                'probe', [gast.Constant(value=name, kind=None), value,
-                          gast.Constant(value=in_loop, kind=None)], where))
-            origin.inherit(stmt, where)
-            out.append(stmt)
-        return out
+    def call(self, args, where):
+        stmt = gast.Expr(value=base.tg_call(
+            'probe', [gast.Constant(value=a, kind=None) if not isinstance(a, gast.AST) else a
+                      for a in args], where))
+        origin.inherit(stmt, where)
+        return stmt
 
-    def block(self, stmts, in_loop):
+    def probes(self, names, where, loop):
+        return [self.call([name, gast.Name(id=name, ctx=gast.Load(), annotation=None,
+                                           type_comment=None), loop], where)
+                for name in dict.fromkeys(n for n in names if n in self.names)]
+
+    def block(self, stmts, loop):
         out = []
         for stmt in stmts:
             out.append(stmt)
             if isinstance(stmt, (gast.FunctionDef, gast.ClassDef, gast.AsyncFunctionDef)):
                 continue
-            looping = in_loop or isinstance(stmt, (gast.For, gast.While))
-            if isinstance(stmt, gast.For):
-                stmt.body = self.probes(_bound_names(stmt.target, []), stmt, True) + stmt.body
+            inner = loop
+            if isinstance(stmt, (gast.For, gast.While)):
+                self.loops += 1
+                inner = self.loops
+                bound = _bound_names(stmt.target, []) if isinstance(stmt, gast.For) else []
+                stmt.body = [self.call([None, None, inner], stmt)] + \
+                    self.probes(bound, stmt, inner) + stmt.body
             if isinstance(stmt, gast.With):
                 bound = []
                 for item in stmt.items:
                     if item.optional_vars is not None:
                         _bound_names(item.optional_vars, bound)
-                stmt.body = self.probes(bound, stmt, in_loop) + stmt.body
+                stmt.body = self.probes(bound, stmt, loop) + stmt.body
             for field in _BLOCKS:
-                inner = getattr(stmt, field, None)
-                if isinstance(inner, list) and inner:
+                body = getattr(stmt, field, None)
+                if isinstance(body, list) and body:
                     # a loop's else runs once, after the loop
                     loop_else = field == 'orelse' and isinstance(stmt, (gast.For, gast.While))
-                    inner[:] = self.block(inner, in_loop if loop_else else looping)
+                    body[:] = self.block(body, loop if loop_else else inner)
             for handler in getattr(stmt, 'handlers', ()):
-                handler.body = self.block(handler.body, looping)
+                handler.body = self.block(handler.body, inner)
             for case in getattr(stmt, 'cases', ()):
-                case.body = self.block(case.body, looping)
-            out.extend(self.probes(_assigned(stmt), stmt, in_loop))
+                case.body = self.block(case.body, inner)
+            out.extend(self.probes(_assigned(stmt), stmt, loop))
         return out
 
 
@@ -93,5 +120,5 @@ def transform(node, ctx, names=()):
     args = node.args
     params = [a.id for a in args.posonlyargs + args.args + args.kwonlyargs]
     params += [a.id for a in (args.vararg, args.kwarg) if a is not None]
-    node.body = inserter.probes(params, node, False) + inserter.block(node.body, False)
+    node.body = inserter.probes(params, node, None) + inserter.block(node.body, None)
     return node

@@ -11,6 +11,7 @@ converted code on Python values behaves as Python, so the probes still see every
 from __future__ import annotations
 
 import keyword
+import re
 import warnings
 from typing import Any, Dict, Iterable
 
@@ -22,11 +23,12 @@ from ..errors import ConversionError
 
 
 class Probes(dict):
-    """name -> value. A name bound inside a loop maps to its values per iteration, stacked
-    into one tensor (a list when they cannot be stacked, ``[]`` when the loop never ran);
-    any other name maps to its value at the end of the call; a name never bound maps to
-    None. ``last[name]`` is the value at the end of the call either way, ``counts[name]``
-    how many values were recorded, and ``result`` the function's result."""
+    """name -> value. A name bound inside a loop maps to the value it had at the end of
+    each iteration that bound it, stacked into one tensor (a list when they cannot be
+    stacked, ``[]`` when the loop never ran); any other name maps to its value at the end
+    of the call; a name never bound maps to None. ``last[name]`` is the value at the end of
+    the call either way, ``counts[name]`` how many values were recorded, and ``result`` the
+    function's result."""
 
     def __init__(self, values: Dict[str, Any], last: Dict[str, Any], counts: Dict[str, int],
                  result: Any):
@@ -65,7 +67,7 @@ def probe(fn, args, kwargs, names: Iterable[str]) -> Probes:
         if signature not in probing._entries:
             with collecting() as traced:         # values a graph cannot carry (a Size,
                 probing.graph(*args, **kwargs)   # a string, an object) are seen here only
-            probing._trace_records[signature] = traced.records
+            probing._trace_records[signature] = traced
         run = probing._call
     except ConversionError as e:                 # fell back: run the probed code eagerly
         warnings.warn(FallbackWarning(f"{e} -- probing {fn.__name__} eagerly"), stacklevel=3)
@@ -74,12 +76,13 @@ def probe(fn, args, kwargs, names: Iterable[str]) -> Probes:
     with collecting() as log:
         result = run(args, kwargs)
     values, last, counts = {}, {}, {}
-    seen_in_trace = probing._trace_records.get(signature, {})
+    seen_in_trace = probing._trace_records.get(signature)
     for name in names:
-        records = log.records.get(name) or seen_in_trace.get(name, [])
+        source = log if name in log.records or seen_in_trace is None else seen_in_trace
+        records = source.records.get(name, [])
         counts[name] = len(records)
-        last[name] = records[-1][1] if records else None
-        looped = [v for in_loop, v in records if in_loop]
+        last[name] = records[-1][2] if records else None
+        looped = source.last_per_iteration(name)
         values[name] = _stacked(looped) if looped or _loop_bound(probing, name) else last[name]
     return Probes(values, last, counts, result)
 
@@ -90,4 +93,4 @@ def _loop_bound(probing, name: str) -> bool:
     from ..api import _python_function, convert_function
     source = convert_function(_python_function(probing.python_function),
                               probing._probed).__tograph_source__
-    return f"tg.probe({name!r}, {name}, True)" in source
+    return re.search(rf"tg\.probe\({re.escape(repr(name))}, {name}, \d+\)", source) is not None
