@@ -16,7 +16,8 @@ import torch.utils._pytree as pytree
 
 from transpiler import compare, to_graph
 from transpiler.debugging import compare as compare_mod
-from transpiler.debugging.compare import CompareReport, _diff_leaf, _diff_tree
+from transpiler.debugging.compare import CompareReport
+from transpiler.debugging.differences import diff_leaf as _diff_leaf, diff_tree as _diff_tree
 from acceptance_program import acceptance
 
 T = torch.tensor
