@@ -82,6 +82,7 @@ class _Lowering:
     def __init__(self, observer=None):
         self.globals: Dict[str, Any] = {"torch": torch}
         self.observe = None if observer is None else self.global_name(observer, "observe")
+        self.free = True            # ``del`` each value after its last use
         self.lines: List[str] = []
         self.line_nodes: Dict[int, Node] = {}
         self._global_ids: Dict[int, str] = {}
@@ -165,7 +166,7 @@ class _Lowering:
                 text.append((line, node))
             dead = [names[id(n)] for n in last_use.get(index, ())
                     if id(n) not in out_ids and id(n) in names]
-            if dead:
+            if dead and self.free:
                 text.append(("del " + ", ".join(dead), None))
         for sub_graph, sub_name, sub_inputs, sub_outputs in subfns:
             self.function(sub_graph, sub_name, sub_inputs, sub_outputs)

@@ -6,6 +6,7 @@
     to_onnx(f, "f.onnx", (x,))                 # If / Loop nodes inside (extra: onnx)
 """
 from .onnx import to_onnx
-from .torch_export import ExportError, ExportWarning, dynamic_dims, to_torch_export
+from .errors import ExportError, ExportWarning
+from .torch_export import dynamic_dims, to_torch_export
 
 __all__ = ["ExportError", "ExportWarning", "dynamic_dims", "to_onnx", "to_torch_export"]

@@ -6,7 +6,8 @@ The executor's lowering is reused with these differences:
   while  ``while_loop(test_fn, body_fn, (carried...))``, captured values as closures
   in-place ops (``add_``, ``x += y``, ``x[i] = v``, ``out=``, ``inplace=True``) become
          their functional forms: the graph already routes later reads to the op's
-         result, and export forbids mutating the inputs of branches and loop bodies
+         result, and export forbids mutating the inputs of branches and loop bodies; a
+         write through a view (``y[0][1] = v``) would be lost, so it is an ExportError
   run-time sizes (``dim_size``, ``numel``) become tensors made from symbolic sizes, and
          indexing by a run-time counter (``for r in x``) an ``index_select``
   ``print``, ``assert``, grad-mode switches and probes are left out (effects a
@@ -25,6 +26,8 @@ from .. import graph_ops
 from ..executor import _FLAT, _Lowering, load_lowered
 from ..graph import Graph, Node, iter_nodes
 from ..ops import is_inplace
+from ..source_info import format_location
+from .errors import ExportError
 
 DROPPED_EFFECTS = ("print_values", "assert_true", "set_grad_enabled", "probe_value")
 
@@ -38,6 +41,13 @@ def _numel(x: torch.Tensor) -> torch.Tensor:
 
 
 def _setitem(x: torch.Tensor, index, value) -> torch.Tensor:
+    """``x[index] = value`` on a copy. A number is made by an op (no lifted constant); a
+    run-time counter index (``y[i] = ...`` in a tensor loop) writes with ``index_put``."""
+    if isinstance(value, (bool, int, float)):
+        value = torch.full((), value, dtype=x.dtype, device=x.device)
+    if _is_counter(index):
+        row = torch.where(index < 0, index + x.size(0), index).reshape(1)
+        return x.index_put((row,), value.to(x.dtype).expand(x.shape[1:]).unsqueeze(0))
     out = x.clone()
     out[index] = value
     return out
@@ -82,6 +92,38 @@ _SUBSTITUTES = {graph_ops.dim_size: _dim_size, graph_ops.numel: _numel,
 _BY_OP = {"getitem": _getitem}
 
 
+# ops whose result may share memory with their first argument: an in-place write to the
+# result changes that argument too, which a functional program cannot express
+VIEW_OPS = frozenset("""
+getitem select narrow view view_as reshape reshape_as t T mT H transpose swapaxes swapdims
+permute movedim expand expand_as squeeze unsqueeze diagonal unfold as_strided flatten
+unflatten detach real imag split chunk unbind tensor_split hsplit vsplit get alias
+""".split())
+
+
+def _view_of(node: Node):
+    """The node ``node`` is a view of (through ``get`` of a split), or None."""
+    while node.op in VIEW_OPS and node.op != "placeholder":
+        source = node.args[0] if node.args and isinstance(node.args[0], Node) else None
+        if node.op != "get" or (source is not None and source.op in VIEW_OPS):
+            return source
+        node = source
+    return None
+
+
+def _mutated(node: Node):
+    target = node.kwargs.get("out")
+    return target if isinstance(target, Node) else \
+        (node.args[0] if node.args and isinstance(node.args[0], Node) else None)
+
+
+def _written_back(node: Node) -> bool:
+    """``y[i] += 1`` reads the view, updates it and stores it back (``y[i] = result``):
+    the functional form is then exact."""
+    return any(user.op == "setitem" and len(user.args) > 2 and user.args[2] is node
+               for user in node.graph.nodes)
+
+
 def functional(target, kwargs: Dict[str, Any]):
     """The out-of-place form of an in-place call: (target, kwargs), or None if unknown."""
     kwargs = {k: v for k, v in kwargs.items() if k not in ("out", "inplace")}
@@ -102,6 +144,7 @@ class ExportLowering(_Lowering):
 
     def __init__(self):
         super().__init__()
+        self.free = False                   # no ``del``: closures may still read values
         self.globals["_torch_cond"] = torch.cond
         self.globals["_while_loop"] = while_loop
         self.dropped: List[Node] = []
@@ -115,7 +158,11 @@ class ExportLowering(_Lowering):
         args = [self.expr(a, names) for a in node.args]
         if node.op == "cond":
             fnames = self.sub_functions(node, extra)
-            operands = "".join(a + ", " for a in args[1:])
+            unique = list(dict.fromkeys(args[1:]))        # torch.cond: no operand twice
+            if len(unique) < len(args) - 1:
+                picks = ", ".join(f"a[{unique.index(a)}]" for a in args[1:])
+                fnames = [f"(lambda *a: {f}({picks}))" for f in fnames]
+            operands = "".join(a + ", " for a in unique)
             return [f"{bind(node)} = _torch_cond({args[0]}, {fnames[0]}, {fnames[1]}, "
                     f"({operands}))"], extra
         if node.op == "while":
@@ -130,6 +177,15 @@ class ExportLowering(_Lowering):
         target = _SUBSTITUTES.get(node.target) or _BY_OP.get(node.op) or node.target
         kwargs = node.kwargs
         if target is node.target and is_inplace(node.target, node.kwargs):
+            written = _mutated(node)
+            base = _view_of(written) if written is not None else None
+            if base is not None and not _written_back(node):
+                raise ExportError(
+                    f"{format_location(node.location)}: {node.op} writes in place through "
+                    f"a view ({written.op} of %{base.name}), which changes the tensor it "
+                    f"views; an exported program is functional and would lose that write. "
+                    f"Index the tensor itself (y[0, 1] = v rather than y[0][1] = v) or "
+                    f"assign the result back (y[:, 1] = v * 2)")
             plain = functional(node.target, node.kwargs)
             if plain is None:
                 self.unsupported.append(node.op)
@@ -142,14 +198,14 @@ class ExportLowering(_Lowering):
 
 def unalias(graph: Graph) -> None:
     """Branches and loop bodies must not return their inputs (or one value twice):
-    ``torch.cond``/``while_loop`` forbid outputs aliasing inputs. Such outputs get a
-    ``clone`` (``graph`` is the caller's own copy: it is changed in place)."""
+    ``torch.cond``/``while_loop`` forbid outputs aliasing inputs. Such outputs (and views,
+    which may alias an input) get a ``clone`` (``graph`` is the caller's own copy: it is changed in place)."""
     for node in graph.walk():
         for sub in node.subgraphs:
             seen, outputs = set(), []
             for out in sub.outputs:
                 if isinstance(out, Node) and (out.op in ("placeholder", "constant") or
-                                              id(out) in seen):
+                                              out.op in VIEW_OPS or id(out) in seen):
                     out = sub.add_node("clone", torch.clone, (out,), {}, out.meta,
                                        location=node.location)
                 seen.add(id(out))

@@ -26,19 +26,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.utils._pytree as pytree
 
-from ..errors import GraphError
 from ..executor import _LINE_NODES
 from ..graph import Graph, Node, iter_nodes, map_structure
 from ..source_info import format_location
+from .errors import ExportError, ExportWarning
 from .lowering import lower_for_export
-
-
-class ExportError(GraphError):
-    """A graph could not be exported; the message names the op and the user's line."""
-
-
-class ExportWarning(UserWarning):
-    """An export went ahead with less than was asked (static shapes, dropped effects)."""
 
 
 class _Program(torch.nn.Module):
@@ -91,6 +83,8 @@ def _traced(source, args, kwargs, dynamic) -> Tuple[Graph, Any, List[torch.Tenso
         if len(tensors) != len(source.inputs):
             raise ValueError(f"the graph has {len(source.inputs)} inputs, got "
                              f"{len(tensors)} example arguments")
+        for p, t in zip(source.inputs, tensors):
+            _check_example(p, t)
         return source, source.outputs, tensors
     if not hasattr(source, "trace_graph"):
         raise TypeError(f"to_torch_export needs a runtime.Graph or a @to_graph function, "
@@ -107,12 +101,24 @@ def _traced(source, args, kwargs, dynamic) -> Tuple[Graph, Any, List[torch.Tenso
             dims = {names[i]: d for i, d in chosen.items()}
             raise ExportError(f"{e} -- with dimensions {dims} dynamic; a size the function "
                               f"needs as a number must be exported static") from e
+        graph, structure = source.trace_graph(tuple(args), dict(kwargs), {})   # static
         warnings.warn(ExportWarning(f"the batch dimension cannot stay dynamic ({e}); "
                                     f"exporting static shapes"), stacklevel=4)
-        graph, structure = source.trace_graph(tuple(args), dict(kwargs), {})
     structure = map_structure(structure, lambda v: type(v).__name__ == "Unstack",
                               lambda v: v.node)     # a list grown in a loop: its stack
     return graph, structure, [v for v in flat if isinstance(v, torch.Tensor)]
+
+
+def _check_example(placeholder: Node, value: torch.Tensor) -> None:
+    """An example for a graph's placeholder must fit its declared shape and dtype."""
+    meta = placeholder.meta
+    shape = meta.shape if meta is not None else None
+    fits = shape is None or (len(shape) == value.dim() and all(
+        d is None or d == s for d, s in zip(shape, value.shape)))
+    if not fits or (meta is not None and meta.dtype != value.dtype):
+        raise ValueError(f"example for placeholder {placeholder.name!r}: "
+                         f"{str(value.dtype).replace('torch.', '')}{list(value.shape)} does "
+                         f"not fit {meta}")
 
 
 def _tensor_names(source, args, kwargs, n: int) -> List[str]:
@@ -181,12 +187,34 @@ def export_program(source, example_args, example_kwargs=None, dynamic="auto",
         warnings.warn(ExportWarning(f"left out of the export: {', '.join(ops)} "
                                     f"(effects a deployed program does not keep)"),
                       stacklevel=2)
+    wanted = _dynamic_shapes(cleaned)
+    ep = _export(fn, tensors, wanted)
+    kept = dynamic_dims(ep)
+    asked = [tuple(spec or ()) for spec in (wanted[0] if wanted else [()] * len(tensors))]
+    if kept != asked:        # torch.export pinned some: say so, export them as fixed sizes
+        lost = [f"{p.name}[{d}]" for p, a, k in zip(cleaned.inputs, asked, kept)
+                for d in a if d not in k]
+        if lost:
+            warnings.warn(ExportWarning(
+                f"torch.export fixed {', '.join(lost)} to the example's size (the ops "
+                f"require it, or the example size is 0 or 1); exported as static"),
+                stacklevel=3)
+        ep = _export(fn, tensors, _explicit_shapes(kept))
+    return ep, [p.name for p in cleaned.inputs]
+
+
+def _export(fn, tensors, dynamic_shapes):
     try:
-        ep = torch.export.export(_Program(fn), tuple(tensors),
-                                 dynamic_shapes=_dynamic_shapes(cleaned), strict=False)
+        return torch.export.export(_Program(fn), tuple(tensors),
+                                   dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as e:
         raise located_export_error(e, "torch.export") from e
-    return ep, [p.name for p in cleaned.inputs]
+
+
+def _explicit_shapes(kept: List[Tuple[int, ...]]):
+    """Dims that stayed dynamic, as named ``Dim``s; every other dim static."""
+    specs = tuple({d: torch.export.Dim.DYNAMIC for d in dims} or None for dims in kept)
+    return (specs,) if any(specs) else None
 
 
 def dynamic_dims(ep) -> List[Tuple[int, ...]]:
@@ -197,8 +225,16 @@ def dynamic_dims(ep) -> List[Tuple[int, ...]]:
             continue
         val = node.meta.get("val")
         shape = getattr(val, "shape", ())
-        out.append(tuple(d for d, s in enumerate(shape) if not isinstance(s, int)))
+        out.append(tuple(d for d, s in enumerate(shape) if _symbolic(s)))
     return out
+
+
+def _symbolic(size) -> bool:
+    """A size torch.export kept symbolic (not an int, nor a symbol pinned to a value)."""
+    if isinstance(size, int):
+        return False
+    node = getattr(size, "node", None)
+    return node is None or node.maybe_as_int() is None
 
 
 def _user_inputs(ep) -> set:
