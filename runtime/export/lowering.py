@@ -214,10 +214,41 @@ def unalias(graph: Graph) -> None:
                 else outputs
 
 
+def _same_shape(value: torch.Tensor, like: torch.Tensor, dims) -> torch.Tensor:
+    """Tell export that a loop body's new value has its carried value's size in ``dims``:
+    it gives carried values fresh sizes, and a branch choosing between a carried value and
+    a freshly computed one otherwise yields an unknown size that ``while_loop`` refuses."""
+    for d in dims:
+        torch._check(value.size(d) == like.size(d))
+    return value
+
+
+def pin_loop_shapes(graph: Graph) -> None:
+    """Each ``while`` body output passes through ``_same_shape`` for the dimensions the
+    graph knows are fixed (``graph`` is the caller's copy: changed in place)."""
+    for node in graph.walk():
+        if node.op != "while":
+            continue
+        body = node.subgraphs[1]
+        carried = body.inputs[:node.attrs["n_vars"]]
+        outputs = list(body.outputs)
+        for i, (out, like) in enumerate(zip(outputs, carried)):
+            if not (isinstance(out, Node) and out.meta is not None and
+                    out.meta == like.meta and out.meta.shape):
+                continue
+            dims = tuple(d for d, size in enumerate(out.meta.shape) if size is not None)
+            if dims:                        # sizes the graph knows stay fixed
+                outputs[i] = body.add_node("same_shape", _same_shape, (out, like, dims),
+                                           {}, out.meta, location=node.location)
+        body.outputs = type(body.outputs)(outputs) if isinstance(body.outputs, tuple) \
+            else outputs
+
+
 def lower_for_export(graph: Graph, inputs: Sequence[Node], outputs: Any, name: str = "forward"):
     """(function of the input tensors returning ``outputs``, its source, its file name,
     the effect nodes left out). ``graph`` is changed (``unalias``): pass a copy."""
     unalias(graph)
+    pin_loop_shapes(graph)
     dropped = [n for n in graph.walk() if n.op in DROPPED_EFFECTS]
     lowering = ExportLowering()
     flat = list(iter_nodes(outputs))

@@ -174,7 +174,26 @@ def to_torch_export(source, example_args: Sequence[Any] = (), example_kwargs=Non
 def export_program(source, example_args, example_kwargs=None, dynamic="auto",
                    numbers_as_tensors=False):
     """(the ExportedProgram, the names of its tensor inputs). ``numbers_as_tensors``:
-    Python numbers among the outputs become 0-d tensors (ONNX outputs are tensors)."""
+    Python numbers among the outputs become 0-d tensors (ONNX outputs are tensors).
+    With ``dynamic="auto"``, a program torch.export refuses with a dynamic batch is
+    exported again with static shapes (and an ExportWarning saying why)."""
+    try:
+        return _export_program(source, example_args, example_kwargs, dynamic,
+                               numbers_as_tensors)
+    except ExportError as e:
+        if dynamic != "auto" or isinstance(source, Graph):
+            raise
+        try:
+            result = _export_program(source, example_args, example_kwargs, None,
+                                     numbers_as_tensors)
+        except ExportError:
+            raise e from None
+        warnings.warn(ExportWarning(f"the batch dimension cannot stay dynamic ({e}); "
+                                    f"exported static shapes"), stacklevel=3)
+        return result
+
+
+def _export_program(source, example_args, example_kwargs, dynamic, numbers_as_tensors):
     graph, outputs, tensors = _traced(source, tuple(example_args), example_kwargs or {},
                                       dynamic)
     cleaned, outputs = _cleanup(graph, outputs)
