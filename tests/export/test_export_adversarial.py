@@ -18,9 +18,10 @@ from runtime.export import ExportError, ExportWarning, dynamic_dims, to_onnx, to
 from transpiler import to_graph
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-onnx = pytest.importorskip("onnx", reason="the optional extra 'onnx' is not installed")
-onnxruntime = pytest.importorskip("onnxruntime", reason="the optional extra 'onnx' is not installed")
-pytest.importorskip("onnxscript", reason="the optional extra 'onnx' is not installed")
+_NO_ONNX = "the optional extra 'onnx' is not installed"
+onnx = pytest.importorskip("onnx", reason=_NO_ONNX)
+onnxruntime = pytest.importorskip("onnxruntime", reason=_NO_ONNX)
+pytest.importorskip("onnxscript", reason=_NO_ONNX)
 LINE = {name: getattr(ap, name).__code__.co_firstlineno for name in dir(ap)
         if inspect.isfunction(getattr(ap, name))}
 
