@@ -24,7 +24,7 @@ from torch._higher_order_ops.while_loop import while_loop
 
 from .. import graph_ops
 from ..executor import _FLAT, _Lowering, load_lowered
-from ..graph import Graph, Node, iter_nodes
+from ..graph import Graph, Node, iter_nodes, map_nodes
 from ..ops import is_inplace
 from ..source_info import format_location
 from .errors import ExportError
@@ -158,11 +158,7 @@ class ExportLowering(_Lowering):
         args = [self.expr(a, names) for a in node.args]
         if node.op == "cond":
             fnames = self.sub_functions(node, extra)
-            unique = list(dict.fromkeys(args[1:]))        # torch.cond: no operand twice
-            if len(unique) < len(args) - 1:
-                picks = ", ".join(f"a[{unique.index(a)}]" for a in args[1:])
-                fnames = [f"(lambda *a: {f}({picks}))" for f in fnames]
-            operands = "".join(a + ", " for a in unique)
+            operands = "".join(a + ", " for a in args[1:])
             return [f"{bind(node)} = _torch_cond({args[0]}, {fnames[0]}, {fnames[1]}, "
                     f"({operands}))"], extra
         if node.op == "while":
@@ -177,16 +173,7 @@ class ExportLowering(_Lowering):
         target = _SUBSTITUTES.get(node.target) or _BY_OP.get(node.op) or node.target
         kwargs = node.kwargs
         if target is node.target and is_inplace(node.target, node.kwargs):
-            written = _mutated(node)
-            base = _view_of(written) if written is not None else None
-            if base is not None and not _written_back(node):
-                raise ExportError(
-                    f"{format_location(node.location)}: {node.op} writes in place through "
-                    f"a view ({written.op} of %{base.name}), which changes the tensor it "
-                    f"views; an exported program is functional and would lose that write. "
-                    f"Index the tensor itself (y[0, 1] = v rather than y[0][1] = v) or "
-                    f"assign the result back (y[:, 1] = v * 2)")
-            plain = functional(node.target, node.kwargs)
+            plain = functional(node.target, node.kwargs)      # view writes: refused above
             if plain is None:
                 self.unsupported.append(node.op)
                 return super().node_code(node, names, bind)
@@ -244,9 +231,60 @@ def pin_loop_shapes(graph: Graph) -> None:
             else outputs
 
 
+def dedupe_cond_operands(graph: Graph) -> None:
+    """A value a ``cond`` receives twice (as an operand and as a captured value) becomes
+    one operand: ``torch.cond`` cannot take one tensor as two branch arguments. The
+    second placeholder of each branch is replaced by the first (``graph``: a copy)."""
+    for node in list(graph.walk()):
+        if node.op != "cond":
+            continue
+        first: Dict[int, int] = {}
+        dropped = []
+        for i, value in enumerate(node.args[1:]):
+            if isinstance(value, Node) and id(value) in first:
+                dropped.append((i, first[id(value)]))
+            elif isinstance(value, Node):
+                first[id(value)] = i
+        if not dropped:
+            continue
+        for sub in node.subgraphs:
+            params = sub.inputs
+            swap = {id(params[i]): params[keep] for i, keep in dropped}
+            for inner in sub.nodes:
+                inner.args = map_nodes(inner.args, lambda n: swap.get(id(n), n))
+                inner.kwargs = map_nodes(inner.kwargs, lambda n: swap.get(id(n), n))
+            sub.outputs = map_nodes(sub.outputs, lambda n: swap.get(id(n), n))
+            sub.nodes = [n for n in sub.nodes if id(n) not in swap]
+            sub.captures = [(o, i) for o, i in sub.captures if id(i) not in swap]
+        gone = {i + 1 for i, _ in dropped}
+        node.args = tuple(a for k, a in enumerate(node.args) if k not in gone)
+        n_operands = node.attrs.get("n_operands")
+        if n_operands is not None:
+            node.attrs["n_operands"] = n_operands - sum(1 for i, _ in dropped if i < n_operands)
+
+
+def check_view_writes(graph: Graph) -> None:
+    """Refuse in-place writes through views (see ``ExportLowering.node_code``) anywhere in
+    the graph, also where the write's result is never read again."""
+    for node in graph.walk():
+        if node.target is None or not is_inplace(node.target, node.kwargs):
+            continue
+        written = _mutated(node)
+        base = _view_of(written) if written is not None else None
+        if base is not None and not _written_back(node):
+            raise ExportError(
+                f"{format_location(node.location)}: {node.op} writes in place through a "
+                f"view ({written.op} of %{base.name}), which changes the tensor it views; "
+                f"an exported program is functional and would lose that write. Index the "
+                f"tensor itself (y[0, 1] = v rather than y[0][1] = v) or assign the result "
+                f"back (y[:, 1] = v * 2)")
+
+
 def lower_for_export(graph: Graph, inputs: Sequence[Node], outputs: Any, name: str = "forward"):
     """(function of the input tensors returning ``outputs``, its source, its file name,
     the effect nodes left out). ``graph`` is changed (``unalias``): pass a copy."""
+    check_view_writes(graph)
+    dedupe_cond_operands(graph)
     unalias(graph)
     pin_loop_shapes(graph)
     dropped = [n for n in graph.walk() if n.op in DROPPED_EFFECTS]

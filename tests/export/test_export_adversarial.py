@@ -371,11 +371,6 @@ def _both_ways(fn, example, inputs, tmp_path, kind):
         assert_matches(run(x), _eager(fn, call(x)), where=f"{kind} {tuple(x.shape)}")
 
 
-@pytest.mark.xfail(reason="BUG (silent wrong answer): an in-place write through a view "
-                          "whose result is not used again (y[0][1] = v, y[0].zero_(), "
-                          "v = y[:, 1]; v *= 2) is lost: the export lowering drops the "
-                          "dead in-place node before the view check can raise",
-                   strict=True)
 @pytest.mark.parametrize("fn, kind", [(ap.chained_setitem, "pt2"), (ap.chained_setitem, "onnx"),
                                       (ap.inplace_on_view, "pt2"), (ap.augmented_view, "pt2")],
                          ids=["chained_setitem-pt2", "chained_setitem-onnx", "inplace_on_view",
