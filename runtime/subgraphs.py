@@ -99,8 +99,12 @@ class Fill:
         self.example = example
 
     def make(self) -> torch.Tensor:
-        shape = [2 if d is None else d for d in (self.meta.shape or ())] \
-            if self.example is None else list(self.example.shape)
+        """Dimensions known only at run time are 0 here: the value is never read, and an
+        empty stand-in asks nothing of the real size (an export keeps any batch size)."""
+        if self.meta.shape is None:
+            shape = list(self.example.shape) if self.example is not None else []
+        else:
+            shape = [0 if d is None else d for d in self.meta.shape]
         return torch.zeros(shape, dtype=self.meta.dtype)
 
 

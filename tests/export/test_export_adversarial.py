@@ -419,9 +419,6 @@ def test_loop_rebinding_a_carried_row_keeps_the_batch_dynamic(fn):
         assert_matches(ep.module()(x), _eager(fn, call(x)), where=str(tuple(x.shape)))
 
 
-@pytest.mark.xfail(reason="BUG: an early return under a tensor if lowers the pending "
-                          "return value to zeros([2, 4]) (the dynamic batch as 2); the .pt2 "
-                          "asserts 'u0 >= 2' and refuses batches of 1 and 0", strict=True)
 def test_early_return_accepts_batches_of_one_and_zero():
     ep = to_torch_export(to_graph(ap.early_return), (rows(3, 1),))
     assert_matches(ep.module()(rows(5, -1)), _eager(ap.early_return, call(rows(5, -1))))
