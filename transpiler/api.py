@@ -475,27 +475,66 @@ def _leaf_names(params: List[str], args, kwargs, n: int) -> List[str]:
     return (names + [f"input{i}" for i in range(len(names), n)])[:n]
 
 
-def _assignment_line(fn, change: str) -> Optional[Tuple[str, int]]:
-    """Where ``fn`` assigns the global or nonlocal a side-effect message names (the line
-    to change), or None."""
-    import ast
+_MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "update",
+                       "setdefault", "add", "discard", "sort", "reverse", "popitem"})
+
+
+def _changed_name(fn, change: str) -> Optional[str]:
+    """The variable a side-effect message is about: a global, nonlocal or closure
+    variable, a parameter (``argument #i``), or ``self`` for the method's object."""
     import re
+    named = re.search(r"(?:global|nonlocal variable|closure variable) '(\w+)'", change)
+    if named:
+        return named.group(1)
+    params = _param_names(inspect.unwrap(getattr(fn, "__func__", fn)))
+    numbered = re.search(r"mutates argument #(\d+)", change)
+    if numbered:
+        index = int(numbered.group(1)) + (1 if getattr(fn, "__self__", None) is not None
+                                           else 0)
+        return params[index] if index < len(params) else None
+    if "object the method belongs to" in change and params:
+        return params[0]
+    return None
+
+
+def _touches(node, name: str) -> bool:
+    """Whether a statement or call rebinds or mutates ``name`` (``name = ...``,
+    ``name[i] = ...``, ``name.a = ...``, ``name += ...``, ``name.append(...)``,
+    ``name.add_(...)``)."""
+    import ast
+
+    def base(target):
+        while isinstance(target, (ast.Attribute, ast.Subscript)):
+            target = target.value
+        return isinstance(target, ast.Name) and target.id == name
+    if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return any(base(t) for t in targets)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        attr = node.func.attr
+        return base(node.func.value) and (attr in _MUTATORS or
+                                          (attr.endswith("_") and not attr.endswith("__")))
+    return False
+
+
+def _assignment_line(fn, change: str) -> Optional[Tuple[str, int]]:
+    """The first line of ``fn`` that assigns or mutates what a side-effect message names
+    (the line to change), or None."""
+    import ast
     import textwrap
-    found = re.match(r"the function assigns (?:global|nonlocal variable) '(\w+)'", change)
-    if not found:
+    name = _changed_name(fn, change)
+    if name is None:
         return None
     try:
-        lines, first = inspect.getsourcelines(inspect.unwrap(getattr(fn, "__func__", fn)))
+        target = inspect.unwrap(getattr(fn, "__func__", fn))
+        lines, first = inspect.getsourcelines(target)
         tree = ast.parse(textwrap.dedent("".join(lines)))
     except (OSError, TypeError, SyntaxError):
         return None
-    for node in ast.walk(tree):
-        targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
-        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and any(
-                isinstance(t, ast.Name) and t.id == found.group(1) for t in targets):
-            return (inspect.getsourcefile(fn) or fn.__code__.co_filename,
-                    first + node.lineno - 1)
-    return None
+    hits = [n.lineno for n in ast.walk(tree) if _touches(n, name)]
+    if not hits:
+        return None
+    return inspect.getsourcefile(target) or target.__code__.co_filename, first + min(hits) - 1
 
 
 def _location(e: Exception, fn) -> Tuple[Optional[str], Optional[int]]:

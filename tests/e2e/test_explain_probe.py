@@ -547,3 +547,33 @@ def test_probe_names_bound_in_branches_with_keyword_arguments(sign, flag):
     assert torch.equal(p["h"], h) and torch.equal(p["k"], k) and p["flag"] is flag
     assert p.counts == {"h": 1, "k": 1, "flag": 1}           # only the branch taken ran
     assert torch.equal(p.result, branches(x, flag=flag))
+
+
+def appends_to_argument(x, seen):
+    y = x * 2
+    seen.append(y)
+    return y
+
+
+class KeepsLast(torch.nn.Module):
+    def forward(self, x):
+        h = x * 2
+        self.last = h
+        return h
+
+
+def bumps_in_place(x):
+    y = x + 1
+    x.add_(1)
+    return y
+
+
+@pytest.mark.parametrize("fn, args, text", [
+    (appends_to_argument, (T([1.0]), []), "seen.append(y)"),
+    (KeepsLast(), (T([1.0]),), "self.last = h"),
+    (bumps_in_place, (T([1.0]),), "x.add_(1)")], ids=["append", "self_attribute", "add_"])
+def test_side_effect_fallbacks_name_the_mutating_line(fn, args, text):
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    e = to_graph(fn).explain(*args)
+    assert e.fell_back
+    assert [ev.lineno for ev in e.lines if ev.what == "fallback"] == [line_of(target, text)]
