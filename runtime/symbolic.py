@@ -330,9 +330,45 @@ def rebound_mark() -> int:
     return len(_REBOUND)
 
 
+# Sizes known only at run time (``dim_size``, ``numel``) stand for Python ints. Python
+# arithmetic on them stays int with ints and becomes a float (a double) with floats or
+# true division; torch would compute int64 with a float in float32. So: integer results
+# stay marked as Python ints, and mixing with floats first casts to float64.
+_INT_ARITHMETIC = frozenset({"add", "radd", "sub", "rsub", "mul", "rmul", "floordiv",
+                             "rfloordiv", "mod", "rmod", "neg", "truediv", "rdiv",
+                             "rtruediv", "div"})
+_TRUE_DIVISION = frozenset({"truediv", "rdiv", "rtruediv", "div"})
+
+
+def _python_int(value) -> bool:
+    return isinstance(value, SymbolicTensor) and value._node.attrs.get("python_int", False)
+
+
+def _as_python_numbers(func, args):
+    """(args, whether the result is a Python-int stand-in) for arithmetic on stand-ins."""
+    name = op_name(func)
+    if name not in _INT_ARITHMETIC or not any(_python_int(a) for a in args):
+        return args, False
+    others = [a for a in args if not _python_int(a)]
+    if any(isinstance(a, torch.Tensor) for a in others):
+        return args, False          # with a tensor, torch's promotion treats it as Python's
+    if name in _TRUE_DIVISION or any(isinstance(a, float) for a in others):
+        return tuple(a.double() if _python_int(a) else a for a in args), False
+    return args, all(isinstance(a, int) and not isinstance(a, bool) for a in others)
+
+
 def dispatch_record(func, args, kwargs, concrete: bool = False):
     """Add a node calling ``func``; ``concrete``: no symbolic argument (run it for real if
     it yields a Python value rather than tensors)."""
+    args, python_int = _as_python_numbers(func, args) if not kwargs else (args, False)
+    result = _dispatch_record(func, args, kwargs, concrete)
+    if (python_int or func in (graph_ops.dim_size, graph_ops.numel)) and \
+            isinstance(result, SymbolicTensor):
+        result._node.attrs["python_int"] = True
+    return result
+
+
+def _dispatch_record(func, args, kwargs, concrete: bool = False):
     leaves = _flat_leaves(args, kwargs)
     graph = _target_graph((args, kwargs), leaves)
     location = user_location()

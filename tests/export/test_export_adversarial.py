@@ -386,10 +386,8 @@ def test_writes_through_views(fn, kind, tmp_path):
         assert any(f"adversarial_programs.py:{n}: " in str(e) for n in lines), str(e)
 
 
-@pytest.mark.xfail(reason="BUG (silent loss of precision): a batch size in true division "
-                          "(x.shape[0] / 3) becomes a float32 tensor: float64 programs lose "
-                          "precision (relative error ~3e-8)", strict=True)
 def test_float64_size_arithmetic_keeps_float64_precision():
+    """A size stands for a Python int: with floats it computes as a double."""
     x = rows(3, 1, dtype=torch.float64)
     ep = to_torch_export(to_graph(ap.batch_over_three), (x,))
     for n in (3, 5):
