@@ -99,13 +99,15 @@ class Fill:
         self.example = example
 
     def make(self) -> torch.Tensor:
-        """Dimensions known only at run time are 0 here: the value is never read, and an
-        empty stand-in asks nothing of the real size (an export keeps any batch size)."""
-        if self.meta.shape is None:
-            shape = list(self.example.shape) if self.example is not None else []
-        else:
-            shape = [0 if d is None else d for d in self.meta.shape]
-        return torch.zeros(shape, dtype=self.meta.dtype)
+        """The zeros (a node marked ``fill`` when traced: its value is never read, so an
+        export may give it any shape)."""
+        shape = [2 if d is None else d for d in (self.meta.shape or ())] \
+            if self.example is None else list(self.example.shape)
+        value = torch.zeros(shape, dtype=self.meta.dtype)
+        node = getattr(value, "_node", None)
+        if node is not None:
+            node.attrs["fill"] = True
+        return value
 
 
 def _unobservable(v) -> bool:

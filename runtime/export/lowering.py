@@ -280,10 +280,31 @@ def check_view_writes(graph: Graph) -> None:
                 f"back (y[:, 1] = v * 2)")
 
 
+def _fill_like(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.zeros_like(value, dtype=dtype)
+
+
+def shape_fills(graph: Graph) -> None:
+    """A branch's stand-in zeros for a value it leaves undefined (the pending return value
+    of an early return) take the size of a branch input of the same type: then both
+    branches of the ``cond`` return the same symbolic shape, and the export needs no
+    guess at the batch size (the traced stand-in has the example's sizes)."""
+    for node in graph.walk():
+        for sub in node.subgraphs if node.op == "cond" else ():
+            for out, meta in zip(iter_nodes(sub.outputs), node.meta):
+                if not out.attrs.get("fill") or meta is None or meta.is_static:
+                    continue            # the cond's output meta: dynamic where paths differ
+                like = next((p for p in sub.inputs if p.meta == meta), None)
+                if like is not None:
+                    out.target, out.op, out.meta = _fill_like, "zeros_like", meta
+                    out.args, out.kwargs = (like, meta.dtype), {}
+
+
 def lower_for_export(graph: Graph, inputs: Sequence[Node], outputs: Any, name: str = "forward"):
     """(function of the input tensors returning ``outputs``, its source, its file name,
     the effect nodes left out). ``graph`` is changed (``unalias``): pass a copy."""
     check_view_writes(graph)
+    shape_fills(graph)
     dedupe_cond_operands(graph)
     unalias(graph)
     pin_loop_shapes(graph)

@@ -223,9 +223,13 @@ def _export_program(source, example_args, example_kwargs, dynamic, numbers_as_te
 
 
 def _export(fn, tensors, dynamic_shapes):
+    """torch.export, with sizes "oblivious": a dynamic size is not assumed to be >= 2 (its
+    0/1 specialization), so the program also serves batches of 1 and 0."""
+    import torch.fx.experimental._config as fx_config
     try:
-        return torch.export.export(_Program(fn), tuple(tensors),
-                                   dynamic_shapes=dynamic_shapes, strict=False)
+        with fx_config.patch(backed_size_oblivious=True):
+            return torch.export.export(_Program(fn), tuple(tensors),
+                                       dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as e:
         raise located_export_error(e, "torch.export") from e
 

@@ -220,10 +220,15 @@ def test_weights_first_dimension_is_pinned_with_a_warning(onnx_dir):
         session.run(None, {"x": x.numpy(), "w": torch.eye(4)[:2].contiguous().numpy()})
 
 
-def test_example_batch_of_one_warns_that_the_export_is_static():
-    with pytest.warns(ExportWarning, match="fixed"):
+def test_an_example_batch_of_one_still_exports_a_dynamic_batch():
+    """Sizes are exported "size-oblivious": no 0/1 specialization of the example."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ExportWarning)
         ep = to_torch_export(to_graph(ap.two_batches), (rows(1, 1), rows(1, 1)))
-    assert dynamic_dims(ep) == [(), ()]
+    assert dynamic_dims(ep) == [(0,), (0,)]
+    for n, m in ((1, 1), (4, 2), (0, 3)):
+        args = (rows(n, 1), rows(m, -1))
+        assert_matches(ep.module()(*args), _eager(ap.two_batches, call(*args)))
 
 
 # ----------------------------------------------------------------------------- static graph API
