@@ -28,12 +28,17 @@ from runtime import operators as tg
 from runtime.errors import GraphError
 from runtime.executor import Unstack, located, lower
 from runtime.graph import Node, iter_nodes, map_structure
-from runtime.meta import TensorMeta
+from runtime.meta import TensorMeta, meta_text  # noqa: F401  (the bridge: see below)
 from runtime.operators.iterables import TensorList
 from runtime.operators.special_values import Undefined, UndefinedReturn
 from runtime.source_info import register_source_map
 from runtime.symbolic import tracing, wrap_node
 from runtime.tensor_list import take_converted
+# The rest of the front door (the debugging tools, the CLI) meets torch and runtime only
+# through this module: these names, ``torch``, ``pytree``, ``lower``, ``tg`` and ``export_tools``.
+from runtime import dot as graph_pictures  # noqa: F401,E402
+from runtime.operators.decisions import listening  # noqa: F401,E402
+from runtime.probe_log import collecting  # noqa: F401,E402
 
 from . import conversion
 from .errors import ConversionError
@@ -620,3 +625,9 @@ def parse_args_text(text: str) -> tuple:
         return ()
     value = eval(f"({text},)", {"torch": torch, "__builtins__": __builtins__})  # noqa: S307
     return tuple(value)
+
+
+def export_tools():
+    """``runtime.export`` (imported on first use: it loads torch.export's machinery)."""
+    from runtime import export
+    return export

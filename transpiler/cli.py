@@ -85,8 +85,9 @@ def _parse_dynamic(text):
 
 def _cmd_export(ns) -> int:
     import logging
-    import torch
-    from runtime.export import dynamic_dims, to_onnx, to_torch_export
+    torch, export = api.torch, api.export_tools()
+    dynamic_dims, to_onnx, to_torch_export = (export.dynamic_dims, export.to_onnx,
+                                              export.to_torch_export)
     if not ns.verbose:
         torch._logging.set_logs(all=logging.ERROR)   # torch.export's notes on stderr
     fn = api.to_graph(api.load_target(ns.target), strict=True)

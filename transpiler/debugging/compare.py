@@ -22,11 +22,7 @@ import time
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
-import torch
-import torch.utils._pytree as pytree
-
-from runtime.executor import lower
-
+from ..api import lower, pytree, torch
 from .differences import TOLERANCES, OutputDiff, diff_grads, diff_tree, error_text
 
 __all__ = ["BranchRecord", "CompareReport", "OutputDiff", "TOLERANCES", "compare"]

@@ -12,8 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional
 
-import torch
-import torch.utils._pytree as pytree
+from ..api import pytree, torch
 
 TOLERANCES = {
     torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5),

@@ -15,9 +15,7 @@ import re
 import warnings
 from typing import Any, Dict, Iterable
 
-import torch
-
-from runtime.probe_log import collecting
+from ..api import collecting, torch
 
 from ..errors import ConversionError
 

@@ -23,11 +23,8 @@ import os
 import platform
 from typing import Any, Callable, List, Optional, Tuple
 
-import torch
 
-import runtime
-from runtime import dot
-from runtime.meta import TensorMeta, meta_text
+from ..api import TensorMeta, graph_pictures as dot, meta_text, tg, torch
 
 from .. import api, conversion
 from ..errors import ConversionError
@@ -87,7 +84,7 @@ def _gather(fn, args: tuple, kwargs: dict) -> _Facts:
     if lines is not None:
         facts.source, facts.first_line = "".join(lines[0]), max(lines[1], 1)
     converted, facts.generated_error = _attempt(
-        lambda: conversion.convert(target, {"tg": runtime.operators}))
+        lambda: conversion.convert(target, {"tg": tg}))
     if converted is not None:
         facts.generated, facts.line_map = converted.source, converted.line_map
     facts.graph, facts.graph_error = _attempt(lambda: gf.graph(*args, **kwargs))
