@@ -17,7 +17,7 @@ nodes (as for the executor), so an export error can name the user's line.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, Sequence
 
 import torch
 from torch._higher_order_ops.while_loop import while_loop
@@ -103,12 +103,12 @@ unflatten detach real imag split chunk unbind tensor_split hsplit vsplit get ali
 
 def _view_of(node: Node):
     """The node ``node`` is a view of (through ``get`` of a split), or None."""
-    while node.op in VIEW_OPS and node.op != "placeholder":
-        source = node.args[0] if node.args and isinstance(node.args[0], Node) else None
-        if node.op != "get" or (source is not None and source.op in VIEW_OPS):
-            return source
-        node = source
-    return None
+    if node.op not in VIEW_OPS:
+        return None
+    source = node.args[0] if node.args and isinstance(node.args[0], Node) else None
+    if node.op == "get" and (source is None or source.op not in VIEW_OPS):
+        return None                 # an output of a multi-output op that is not a split
+    return source
 
 
 def _mutated(node: Node):
@@ -147,8 +147,6 @@ class ExportLowering(_Lowering):
         self.free = False                   # no ``del``: closures may still read values
         self.globals["_torch_cond"] = torch.cond
         self.globals["_while_loop"] = while_loop
-        self.dropped: List[Node] = []
-        self.unsupported: List[str] = []
 
     def function(self, graph, fname, inputs, outputs, keep_effects=True, structure=_FLAT):
         super().function(graph, fname, inputs, outputs, False, structure)   # no effects
@@ -173,9 +171,8 @@ class ExportLowering(_Lowering):
         target = _SUBSTITUTES.get(node.target) or _BY_OP.get(node.op) or node.target
         kwargs = node.kwargs
         if target is node.target and is_inplace(node.target, node.kwargs):
-            plain = functional(node.target, node.kwargs)      # view writes: refused above
-            if plain is None:
-                self.unsupported.append(node.op)
+            plain = functional(node.target, node.kwargs)  # view writes: check_view_writes
+            if plain is None:                             # no functional form known
                 return super().node_code(node, names, bind)
             target, kwargs = plain
         call_args = args + [f"{k}={self.expr(v, names)}" for k, v in kwargs.items()]

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.utils._pytree as pytree
 
-from ..executor import _LINE_NODES
+from ..executor import _LINE_NODES, Unstack
 from ..graph import Graph, Node, iter_nodes, map_structure
 from ..source_info import format_location
 from .errors import ExportError, ExportWarning
@@ -104,7 +104,7 @@ def _traced(source, args, kwargs, dynamic) -> Tuple[Graph, Any, List[torch.Tenso
         graph, structure = source.trace_graph(tuple(args), dict(kwargs), {})   # static
         warnings.warn(ExportWarning(f"the batch dimension cannot stay dynamic ({e}); "
                                     f"exporting static shapes"), stacklevel=4)
-    structure = map_structure(structure, lambda v: type(v).__name__ == "Unstack",
+    structure = map_structure(structure, lambda v: isinstance(v, Unstack),
                               lambda v: v.node)     # a list grown in a loop: its stack
     return graph, structure, [v for v in flat if isinstance(v, torch.Tensor)]
 
