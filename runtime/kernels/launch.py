@@ -23,35 +23,7 @@ import torch
 from .codegen import KernelSpec
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bool": torch.bool}
-HUGE_BYTES = 4 << 20       # outputs this large ask the kernel for transparent huge pages
-_HUGE = 1 << 21
-
-
-def _madvise():
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.madvise
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    return fn
-
-
-_MADVISE = _madvise()
-_MADV_HUGEPAGE = 14
-
-
-def empty_large(shape, dtype) -> torch.Tensor:
-    """``torch.empty`` for a large output, backed by transparent huge pages where the
-    kernel allows it: first writes then fault in 2 MB at a time instead of 4 KB (64 MB of
-    fresh output was measured 36 ms -> 8.5 ms to write)."""
-    out = torch.empty(shape, dtype=dtype)
-    if _MADVISE is not None:
-        start = (out.data_ptr() + _HUGE - 1) & ~(_HUGE - 1)
-        end = (out.data_ptr() + out.numel() * out.element_size()) & ~(_HUGE - 1)
-        if end > start:
-            _MADVISE(start, end - start, _MADV_HUGEPAGE)
-    return out
+LARGE_BYTES = 4 << 20      # outputs this large are recycled between calls (``_Recycler``)
 
 
 class FusedKernel:
@@ -147,7 +119,7 @@ class FusedKernel:
                 out.dtype == self._out_dtypes[0] and out.is_contiguous():
             outs = [out]
         else:
-            outs = [_allocate(s, dt) for s, dt in zip(shapes, self._out_dtypes)]
+            outs = [torch.empty(s, dtype=dt) for s, dt in zip(shapes, self._out_dtypes)]
         outer, inner = _sizes(shape, self._split)
         self._c(*ptrs, *[o.data_ptr() for o in outs], outer, inner,
                 torch.get_num_threads(), self._parallel_min)
@@ -177,17 +149,12 @@ class _Recycler:
         # storage object ``untyped_storage()`` returns
         if spare is not None and sys.getrefcount(spare) == 2 and _storage_users(spare) == 2:
             return spare
-        return empty_large(self.shape, self.dtype)
+        return torch.empty(self.shape, dtype=self.dtype)
 
 
 def _sizes(shape, split: int):
     """(outer, inner): the iteration space ``shape`` seen as a matrix split at ``split``."""
     return math.prod(shape[:split]), math.prod(shape[split:])
-
-
-def _allocate(shape, dtype) -> torch.Tensor:
-    n = math.prod(shape) * dtype.itemsize
-    return empty_large(shape, dtype) if n >= HUGE_BYTES else torch.empty(shape, dtype=dtype)
 
 
 def _generate_launcher(kernel: FusedKernel) -> Callable:
@@ -196,7 +163,7 @@ def _generate_launcher(kernel: FusedKernel) -> Callable:
     shape = kernel._out_shape
     out_shape = kernel._row_shape if kernel._row_outputs[0] else tuple(shape)
     outer, inner = _sizes(shape, kernel._split)
-    large = math.prod(out_shape) * kernel._out_dtypes[0].itemsize >= HUGE_BYTES
+    large = math.prod(out_shape) * kernel._out_dtypes[0].itemsize >= LARGE_BYTES
     recycler = _Recycler(out_shape, kernel._out_dtypes[0])
     env = {"_grad": torch.is_grad_enabled, "_slow": kernel.__call__, "_c": kernel._c,
            "_empty": torch.empty, "_dtype": kernel._out_dtypes[0], "_nt": torch.get_num_threads,
