@@ -8,6 +8,13 @@ in one of four ways, fixed when the graph is optimized:
     outer   x[o]      broadcast along trailing dims (a per-row value)
     scalar  x[0]      one element
 
+A kernel may also begin with a small matrix product (``KernelSpec.gemm``, made by
+``passes/gemm_epilogue.py``): the input in slot ``a`` is the left matrix ``A`` (M x K,
+mode ``gemm``), another input the right one ``B`` (K x N, mode ``gemm_b``), and each row
+``o`` first sums ``acc[j] = A[o,:] . B[:,j]`` (fused multiply-adds in k order); slot ``a``
+then reads as ``acc[j]``, plus ``C[o,j]`` when the product was an ``addmm``. The rest of
+the group runs on those values as an epilogue, so the product never goes to memory.
+
 Every value is computed in the group's float type ``T`` (bools as 0/1), then stored as its
 output's C type. A flat kernel (no inner/outer input) runs one ``omp simd`` loop over
 ``outer*inner`` elements. Work above ``parallel_min`` runs on ``nthreads`` threads when the
@@ -26,7 +33,7 @@ from typing import Iterable, List, Sequence, Tuple
 CTYPES = {"float32": "float", "float64": "double", "bool": "unsigned char",
           "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t",
           "uint8": "uint8_t"}
-MODES = ("full", "inner", "outer", "scalar")
+MODES = ("full", "inner", "outer", "scalar", "gemm", "gemm_b")
 
 # libm functions the table uses: C name stem -> (float name, double name)
 _LIBM = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos", "tan",
@@ -43,6 +50,7 @@ _GENERIC = "\n".join(
                  "ceil", "trunc"])
 
 PRELUDE_TAIL = _GENERIC + r"""
+#define m_fma(a, b, c) _Generic((a), float: __builtin_fmaf, default: __builtin_fma)((a), (b), (c))
 #define m_round(x) _Generic((x), float: rintf, default: rint)(x)
 #define m_abs(x) _Generic((x), float: fabsf, default: fabs)(x)
 #define m_pow(x, y) _Generic((x), float: powf, default: pow)((x), (y))
@@ -98,10 +106,12 @@ class KernelSpec:
     inputs: Tuple[Tuple[str, str], ...]   # (dtype, mode) per input tensor
     steps: Tuple[Step, ...]               # value k = steps[k] over inputs/values/literals
     outputs: Tuple[Tuple[int, str], ...]  # (value index, dtype) per output
+    # a matrix product first: (slot of A, input index of B, of C or -1, K); () for none
+    gemm: Tuple[int, ...] = ()
 
     @property
     def flat(self) -> bool:
-        return all(mode in ("full", "scalar") for _, mode in self.inputs)
+        return not self.gemm and all(mode in ("full", "scalar") for _, mode in self.inputs)
 
     @property
     def rows(self) -> bool:
@@ -110,7 +120,8 @@ class KernelSpec:
 
     def cost(self) -> int:
         """Rough work per element: transcendental calls count more than arithmetic."""
-        return sum(1 + 8 * step.template.count("m_") for step in self.steps)
+        work = sum(1 + 8 * step.template.count("m_") for step in self.steps)
+        return work + (2 * self.gemm[3] if self.gemm else 0)
 
     @property
     def output_rows(self) -> Tuple[bool, ...]:
@@ -140,8 +151,8 @@ def function(spec: KernelSpec, name: str, parallel: bool) -> str:
                if mode == "scalar"]
     index = {"full": "i", "inner": "j", "outer": "o"}
     reads = "".join(f"        const T a{k} = (T)in{k}[{index[mode]}];\n"
-                    for k, (dt, mode) in enumerate(spec.inputs) if mode != "scalar")
-    inner_loop = reads + _body(spec)
+                    for k, (dt, mode) in enumerate(spec.inputs) if mode in index)
+    inner_loop = reads + _gemm_read(spec) + _body(spec)
     # The loop lives once, in ``name_range`` over [lo, hi) (of elements for a flat kernel,
     # of rows otherwise); the entry runs it on one thread or splits it over ``nthreads``.
     if spec.flat:
@@ -149,7 +160,8 @@ def function(spec: KernelSpec, name: str, parallel: bool) -> str:
                 "    }"]
         extent, align = "outer * inner", 16
     else:
-        loop = ["    for (int64_t o = lo; o < hi; o++) {", "#pragma omp simd",
+        loop = ["    for (int64_t o = lo; o < hi; o++) {"] + _gemm_row(spec) + [
+                "#pragma omp simd",
                 "      for (int64_t j = 0; j < inner; j++) {",
                 "        const int64_t i = o * inner + j;", _indent(inner_loop, 2),
                 "      }", "    }"]
@@ -173,6 +185,31 @@ def function(spec: KernelSpec, name: str, parallel: bool) -> str:
                   "    }"]
     lines += [f"    {name}_range({call}, 0, n);", "}", ""]
     return "\n".join(lines)
+
+
+def _gemm_row(spec: KernelSpec) -> List[str]:
+    """The row's matrix product into ``acc`` (nothing without one)."""
+    if not spec.gemm:
+        return []
+    a, b, _, k = spec.gemm
+    return ["      T acc[inner];",
+            "#pragma omp simd",
+            "      for (int64_t j = 0; j < inner; j++) acc[j] = (T)0;",
+            f"      for (int64_t k = 0; k < {k}; k++) {{",
+            f"        const T x = (T)in{a}[o * {k} + k];",
+            f"        const {CTYPES[spec.inputs[b][0]]} *restrict row = in{b} + k * inner;",
+            "#pragma omp simd",
+            "        for (int64_t j = 0; j < inner; j++) acc[j] = m_fma(x, (T)row[j], acc[j]);",
+            "      }"]
+
+
+def _gemm_read(spec: KernelSpec) -> str:
+    if not spec.gemm:
+        return ""
+    a, _, c, _ = spec.gemm
+    term = f"a{c} + " if c >= 0 and spec.inputs[c][1] != "scalar" else \
+        (f"s{c} + " if c >= 0 else "")
+    return f"        const T a{a} = {term}acc[j];\n"
 
 
 def _indent(text: str, n: int) -> str:

@@ -32,6 +32,7 @@ from ..kernels.codegen import KernelSpec, Operand, Step
 from ..kernels.launch import FusedKernel
 from ..kernels.pointwise import Expr, match
 from ..meta import TensorMeta
+from .gemm_epilogue import absorb_products
 
 _FLOATS = {torch.float32: "float32", torch.float64: "float64"}
 _READABLE = {torch.float32: "float32", torch.float64: "float64", torch.bool: "bool",
@@ -58,6 +59,7 @@ def fuse_elementwise(graph: Graph) -> Graph:
     """Fuse in place (the pass manager hands us its own copy); compile all kernels once."""
     kernels: List[FusedKernel] = []
     _fuse_graph(graph, kernels)
+    absorb_products(graph, kernels)          # small matmuls become kernel prologues
     if kernels:
         from ..kernels.library import build_kernels
         build_kernels(kernels)

@@ -62,7 +62,7 @@ def _writer(node: Node):
     if not _static(node) or node.impure or "out" in node.kwargs:
         return None
     if node.op == "fused":
-        return True
+        return not node.target.spec.gemm     # a product reads whole rows and columns
     form = _OUT_FORMS.get(node.op)
     if form is None or set(node.kwargs) - {"alpha"} or \
             not all(isinstance(a, Node) for a in node.args[:1]):
