@@ -83,6 +83,7 @@ class _Lowering:
         self.globals: Dict[str, Any] = {"torch": torch}
         self.observe = None if observer is None else self.global_name(observer, "observe")
         self.free = True            # ``del`` each value after its last use
+        self.predicates: set = set()  # ids of loop tests to compute as Python bools
         self.lines: List[str] = []
         self.line_nodes: Dict[int, Node] = {}
         self._global_ids: Dict[int, str] = {}
@@ -157,6 +158,7 @@ class _Lowering:
         body_nodes = [n for n in graph.nodes if n.op != "placeholder" and id(n) in needed]
         last_use = _last_uses(body_nodes, outputs)
         out_ids = {id(n) for n in iter_nodes(list(outputs))}
+        self.predicates |= _branch_tests(body_nodes, out_ids)
         subfns = []
         text: List[tuple] = []      # (line, node or None)
         for index, node in enumerate(body_nodes):
@@ -237,6 +239,7 @@ class _Lowering:
                     f"{fnames[1]}({operands})"], extra
         if node.op == "while":
             n = node.attrs["n_vars"]
+            self.predicates |= _loop_tests(node)
             fc, fb = self.sub_functions(node, extra)
             state = bind(node)
             init = "".join(a + ", " for a in args[:n])
@@ -248,8 +251,12 @@ class _Lowering:
                 lines.insert(1, f"{self.observe}.loop({node.name!r})")
                 lines.insert(3, f"    {self.observe}.step({node.name!r})")
             return lines, extra
-        target = self.global_for(getattr(node.target, "launcher", node.target), node.op)
+        callee = getattr(node.target, "launcher", node.target)
         kwargs = [f"{k}={self.expr(v, names)}" for k, v in node.kwargs.items()]
+        if id(node) in self.predicates and getattr(node.target, "predicate", None) is not None:
+            callee = node.target.predicate       # the test comes back as a bool: no buffer
+            kwargs = [k for k in kwargs if not k.startswith("out=")]
+        target = self.global_for(callee, node.op)
         if node.attrs.get("planned_out"):    # memory planning: only when autograd is off
             kwargs = [f"out=({names[id(node.kwargs['out'])]} if _plan else None)"
                       if k.startswith("out=") else k for k in kwargs]
@@ -276,6 +283,29 @@ class _Lowering:
         name = f"_{_ident(base)}_{next(self._counter)}"
         self.globals[name] = None         # reserved: generated below as a module-level def
         return name
+
+
+def _loop_tests(node: Node) -> set:
+    """The node computing a ``while``'s test, when nothing but the loop reads it: it may
+    hand the loop a Python bool (``FusedKernel.predicate``) instead of a 0-d tensor."""
+    cond = node.subgraphs[0]
+    test = cond.outputs[0] if isinstance(cond.outputs, (tuple, list)) and \
+        len(cond.outputs) == 1 else None
+    if not isinstance(test, Node) or test.op != "fused" or \
+            any(test in n.inputs for n in cond.nodes):
+        return set()
+    return {id(test)}
+
+
+def _branch_tests(nodes: List[Node], out_ids: set) -> set:
+    """The fused nodes that compute a ``cond``'s predicate and nothing else reads."""
+    uses: Dict[int, int] = {}
+    for n in nodes:
+        for v in n.inputs:
+            uses[id(v)] = uses.get(id(v), 0) + 1
+    return {id(n.args[0]) for n in nodes
+            if n.op == "cond" and isinstance(n.args[0], Node) and n.args[0].op == "fused"
+            and uses.get(id(n.args[0])) == 1 and id(n.args[0]) not in out_ids}
 
 
 def _ident(name: str) -> str:

@@ -244,5 +244,22 @@ def unit(specs: Sequence[Tuple[KernelSpec, str]], vector_names: Iterable[str],
     from . import rows
     head = "#include <omp.h>\n" if parallel else ""
     return head + prelude(vector_names) + "\n" + "\n".join(
-        (rows.function if spec.rows else function)(spec, name, parallel)
+        (rows.function if spec.rows else function)(spec, name, parallel) + _test(spec, name)
         for spec, name in specs)
+
+
+def _test(spec: KernelSpec, name: str) -> str:
+    """For a kernel with one bool output: ``int name_test(inputs..., sizes)``, which runs
+    it into a local byte and returns it, so a one-element result (a loop test) comes back
+    as a number instead of through a tensor (``FusedKernel.predicate``)."""
+    if len(spec.outputs) != 1 or spec.outputs[0][1] != "bool":
+        return ""
+    params = [f"const {CTYPES[dt]} *restrict in{k}" for k, (dt, _) in enumerate(spec.inputs)]
+    names = [f"in{k}" for k in range(len(spec.inputs))]
+    return "\n".join([
+        f"int {name}_test({', '.join(params)}, int64_t outer, int64_t inner, int nthreads, "
+        f"int64_t parallel_min) {{",
+        "    unsigned char result = 0;",
+        f"    {name}({', '.join(names)}, &result, outer, inner, nthreads, parallel_min);",
+        "    return result;",
+        "}", ""])

@@ -45,7 +45,9 @@ class FusedKernel:
         self._out_dtypes = [_DTYPES[dt] for _, dt in spec.outputs]
         self._single = len(spec.outputs) == 1
         self._c = None
+        self._test_c = None                     # name_test: the one bool, returned
         self._fast: Optional[Callable] = None   # the generated launcher, made on first use
+        self._predicate: Optional[Callable] = None
         self._parallel_min = max(4096, 262144 // max(1, spec.cost()))
         self.__name__ = name
 
@@ -57,6 +59,12 @@ class FusedKernel:
                                                ctypes.c_int64]
         fn.restype = None
         self._c = fn
+        test = getattr(library, self.name + "_test", None) if self._single and \
+            self._out_dtypes[0] == torch.bool else None
+        if test is not None:
+            test.argtypes = fn.argtypes[:len(self.spec.inputs)] + fn.argtypes[n:]
+            test.restype = ctypes.c_int
+        self._test_c = test
         self._library = library              # keep the shared object loaded
         self.source = source
 
@@ -79,6 +87,20 @@ class FusedKernel:
         if self._fast is None:
             self._fast = _generate_launcher(self)
         return self._fast
+
+    @property
+    def predicate(self) -> Optional[Callable]:
+        """For a launchable kernel whose one output is a single bool (a loop test): a
+        generated function returning it as a Python bool (no tensor made, no ``bool()``
+        of one); None otherwise. Its slow path is ``bool()`` of the general call."""
+        if not self._launchable() or self._test_c is None:
+            return None
+        shape = self._row_shape if self._row_outputs[0] else self._out_shape
+        if math.prod(shape) != 1:
+            return None
+        if self._predicate is None:
+            self._predicate = _generate_launcher(self, predicate=True)
+        return self._predicate
 
     def share_launcher(self, launchers: dict) -> None:
         """Use the launcher of an equal kernel in ``launchers`` (same C function and
@@ -157,7 +179,7 @@ def _sizes(shape, split: int):
     return math.prod(shape[:split]), math.prod(shape[split:])
 
 
-def _generate_launcher(kernel: FusedKernel) -> Callable:
+def _generate_launcher(kernel: FusedKernel, predicate: bool = False) -> Callable:
     n = len(kernel.spec.inputs)
     xs = [f"x{k}" for k in range(n)]
     shape = kernel._out_shape
@@ -166,6 +188,7 @@ def _generate_launcher(kernel: FusedKernel) -> Callable:
     large = math.prod(out_shape) * kernel._out_dtypes[0].itemsize >= LARGE_BYTES
     recycler = _Recycler(out_shape, kernel._out_dtypes[0])
     env = {"_grad": torch.is_grad_enabled, "_slow": kernel.__call__, "_c": kernel._c,
+           "_test": kernel._test_c,
            "_empty": torch.empty, "_dtype": kernel._out_dtypes[0], "_nt": torch.get_num_threads,
            "_oshape": out_shape, "_rec": recycler}
     checks = []
@@ -174,9 +197,17 @@ def _generate_launcher(kernel: FusedKernel) -> Callable:
         checks.append(f"x{k}.shape != _s{k} or not x{k}.is_contiguous() or not x{k}.is_cpu")
     grads = " or ".join(f"{x}.requires_grad" for x in xs) or "False"
     ptrs = "".join(f"{x}.data_ptr(), " for x in xs)
+    guard = f"    if ({grads}) and _grad() or {' or '.join(checks) or 'False'}:"
+    if predicate:
+        source = "\n".join([
+            f"def test({', '.join(xs)}):", guard,
+            f"        return bool(_slow({', '.join(xs)}))",
+            f"    return _test({ptrs}{outer}, {inner}, _nt(), {kernel._parallel_min}) != 0"])
+        exec(compile(source, f"<tograph-test-{kernel.name}>", "exec"), env)  # noqa: S102
+        return env["test"]
     source = "\n".join([
         f"def launch({', '.join(xs + ['out=None'])}):",
-        f"    if ({grads}) and _grad() or {' or '.join(checks) or 'False'}:",
+        guard,
         f"        return _slow({', '.join(xs)}, out=out)",
         "    if out is None or out.shape != _oshape or out.dtype != _dtype or "
         "not out.is_contiguous():",
