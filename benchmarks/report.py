@@ -273,7 +273,9 @@ def markdown(results: dict, png_path: Optional[str], md_path: str) -> str:
             "first call, with inductor's FX graph and autograd caches off (the process's very "
             "first compile, measured apart, ran with them on, in this run's own fresh cache "
             "dir); jit.script = "
-            "`torch.jit.script(fn)` and its first call.", ""]
+            "`torch.jit.script(fn)` and its first call. Every first call starts after a "
+            "`gc.collect()`, so garbage that earlier measurements left is not collected "
+            "(and billed) inside it.", ""]
     out += [f"- {line}" for line in _one_off_lines(results)]
     out += ["", "## Memory bandwidth", ""]
     out += [f"- {line}" for line in _bandwidth_lines(results)]

@@ -277,3 +277,14 @@ def test_a_parallel_kernel_shares_torchs_openmp_runtime(cache):
         assert len(report["gomp"]) == 1, report["gomp"]     # never a second runtime
     else:
         assert report["gomp"] == [] or len(report["gomp"]) == 1
+
+
+def test_gcc_only_flags_follow_the_compiler():
+    gnu = compiler._flags("/usr/bin/cc | cc (Debian 12.2.0) 12.2.0 | gnu")
+    clang = compiler._flags("/usr/bin/clang | Debian clang version 16.0.6")
+    assert set(compiler.GCC_FLAGS) <= set(gnu)
+    assert not set(compiler.GCC_FLAGS) & set(clang)
+    assert set(compiler.FLAGS) <= set(clang)
+    found = compiler._compiler("")
+    if found is not None and "gcc" in found[1].split("|")[1]:
+        assert found[1].endswith(" | gnu")
