@@ -89,3 +89,13 @@ def same():
 @pytest.fixture(scope="session")
 def meta_matches():
     return assert_meta_matches
+
+
+@pytest.fixture(scope="module")
+def module_kernel_cache(tmp_path_factory, request):
+    """Kernels built in this module go to a fresh cache of its own (use it with
+    ``pytestmark = pytest.mark.usefixtures("module_kernel_cache")``)."""
+    from runtime.options import options
+    name = request.module.__name__.rsplit(".", 1)[-1]
+    with options.override(cache_dir=str(tmp_path_factory.mktemp(f"{name}-kernels"))):
+        yield

@@ -22,10 +22,7 @@ HAS_CC = compiler.compiler_available()
 NAN, INF = float("nan"), float("inf")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def kernel_cache(tmp_path_factory):
-    with options.override(cache_dir=str(tmp_path_factory.mktemp("tograph-gemm"))):
-        yield
+pytestmark = pytest.mark.usefixtures("module_kernel_cache")
 
 
 @pytest.fixture(autouse=True)
@@ -39,19 +36,9 @@ def randn(*shape, seed=0, dtype=torch.float32):
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
 
-def fused(graph):
-    found = []
-    for node in graph.nodes:
-        if node.op == "fused":
-            found.append(node)
-        for sub in node.subgraphs:
-            found += fused(sub)
-    return found
-
-
 def products(graph):
     """The fused nodes of ``graph`` (subgraphs too) that begin with a product."""
-    return [n for n in fused(graph) if n.target.spec.gemm]
+    return [n for n in graph.walk() if n.op == "fused" and n.target.spec.gemm]
 
 
 def run(fn, *args, absorbed=1, rtol=1e-5, atol=1e-5):
