@@ -9,8 +9,12 @@ out and there is one call instead of two. It applies when the product is small
 (``M * N * K <= MAX_WORK``: there a library GEMM costs more in calling than in
 arithmetic, as in an RNN step) and its rows are wide (``MIN_N <= N <= MAX_N``: a row of
 accumulators lives on the stack, and narrower rows were measured slower than the library
-call: 32x128 @ 128x32 24 us against 16, 16x64 @ 64x64 12 against 14), every matrix has the kernel's float type, the product is read by that kernel
-only, and every other input of the kernel broadcasts to ``M x N`` statically.
+call: 32x128 @ 128x32 24 us against 16, 16x64 @ 64x64 12 against 14), every matrix
+has the kernel's float type, the product is read by that kernel only, every other input
+of the kernel broadcasts to ``M x N`` statically, and nothing between the product and the
+kernel could change what the product reads or how autograd records it: no node with an
+effect (an in-place write, a grad-mode switch, a random draw) and no ``cond``/``while``
+(whose bodies may write) — the product moves to where the kernel runs.
 
 The sums are fused multiply-adds in ``k`` order: a different rounding order than a
 library GEMM's blocked one, within float tolerance as any two GEMMs are. Without a
@@ -20,6 +24,7 @@ torch ops they came from. A kernel with a product is not elementwise for memory 
 """
 from __future__ import annotations
 
+import bisect
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -28,11 +33,13 @@ from ..graph import Graph, Node, iter_nodes
 from ..kernels.codegen import KernelSpec
 from ..kernels.launch import FusedKernel
 from ..meta import TensorMeta
+from .rewrite import has_effect
 
 MAX_WORK = 1 << 17      # multiply-adds; 16x64 @ 64x64 (an RNN step) is 65536
 MIN_N = 64
 MAX_N = 4096
 _FLOATS = {"float32": torch.float32, "float64": torch.float64}
+_BARRIERS = ("cond", "while")
 
 
 def absorb_products(graph: Graph, kernels: List[FusedKernel]) -> None:
@@ -48,10 +55,15 @@ def absorb_products(graph: Graph, kernels: List[FusedKernel]) -> None:
     for value in iter_nodes(graph.outputs):
         readers[id(value)] = readers.get(id(value), 0) + 1
     dropped = set()
+    barriers = []                       # positions of nodes a product may not move across
+    for index, node in enumerate(graph.nodes):
+        if has_effect(node) or node.op in _BARRIERS:
+            barriers.append(index)
+    position = {id(n): i for i, n in enumerate(graph.nodes)}
     for node in graph.nodes:
         if node.op != "fused" or not isinstance(node.target, FusedKernel):
             continue
-        found = _product_input(node, readers)
+        found = _product_input(node, readers, barriers, position)
         if found is None:
             continue
         slot, product = found
@@ -89,7 +101,14 @@ def _matrix(value, dtype: torch.dtype) -> bool:
         value.meta.is_static and len(value.meta.shape) == 2 and value.meta.dtype == dtype
 
 
-def _product_input(node: Node, readers: Dict[int, int]) -> Optional[Tuple[int, Node]]:
+def _crosses(barriers: List[int], start: int, end: int) -> bool:
+    """Whether a barrier position lies strictly between ``start`` and ``end``."""
+    k = bisect.bisect_right(barriers, start)
+    return k < len(barriers) and barriers[k] < end
+
+
+def _product_input(node: Node, readers: Dict[int, int], barriers: List[int],
+                   position: Dict[int, int]) -> Optional[Tuple[int, Node]]:
     """(argument slot, product node) of the first product ``node`` can take in."""
     kernel: FusedKernel = node.target
     spec = kernel.spec
@@ -100,7 +119,8 @@ def _product_input(node: Node, readers: Dict[int, int]) -> Optional[Tuple[int, N
     for slot, value in enumerate(node.args):
         if not isinstance(value, Node) or value.impure or readers.get(id(value)) != 1 or \
                 value.op not in ("addmm", "mm", "matmul") or \
-                sum(a is value for a in node.args) != 1:
+                sum(a is value for a in node.args) != 1 or \
+                _crosses(barriers, position[id(value)], position[id(node)]):
             continue
         if value.op == "addmm":
             if len(value.args) != 3 or set(value.kwargs) - {"beta", "alpha"} or \
