@@ -344,6 +344,32 @@ def _python_int(value) -> bool:
     return isinstance(value, SymbolicTensor) and value._node.attrs.get("python_int", False)
 
 
+# A staged ``range`` loop's index is a 0-d int64 graph value where eager has a Python int.
+# Marked ``python_index`` (kept through integer arithmetic with ints), it only changes what
+# ``torch.tensor(i)`` does: eager builds a tensor from an int, with no warning about
+# copy-constructing from a tensor. Its arithmetic stays torch's (a full Python-int
+# stand-in would make ``i / 2`` a float64 tensor, which promotes 0-d float32 operands
+# where eager's Python float does not).
+_INDEX_ARITHMETIC = frozenset({"add", "radd", "sub", "rsub", "mul", "rmul", "floordiv",
+                               "rfloordiv", "mod", "rmod", "neg"})
+
+
+def _python_index(value) -> bool:
+    return isinstance(value, SymbolicTensor) and value._node.attrs.get("python_index", False)
+
+
+def mark_python_index(value) -> None:
+    """Mark ``value`` (a staged range loop's 0-d int64 index) as standing for an int."""
+    if isinstance(value, SymbolicTensor) and value.dtype == torch.int64 and value.dim() == 0:
+        value._node.attrs["python_index"] = True
+
+
+def _keeps_index(func, args, kwargs) -> bool:
+    return not kwargs and op_name(func) in _INDEX_ARITHMETIC and \
+        any(_python_index(a) for a in args) and \
+        all(_python_index(a) or (isinstance(a, int) and not isinstance(a, bool)) for a in args)
+
+
 def _as_python_numbers(func, args):
     """(args, whether the result is a Python-int stand-in) for arithmetic on stand-ins."""
     name = op_name(func)
@@ -357,14 +383,31 @@ def _as_python_numbers(func, args):
     return args, all(isinstance(a, int) and not isinstance(a, bool) for a in others)
 
 
+def _tensor_of_python_int(args, kwargs):
+    """``torch.tensor(i)`` of a stand-in for a Python int (a size, a staged range index):
+    eager builds a new int64 (or ``dtype``) tensor from the int, without torch's warning
+    about copy-constructing from a tensor; so does a copying ``to``. None otherwise."""
+    if len(args) != 1 or not (_python_int(args[0]) or _python_index(args[0])) or \
+            set(kwargs) - {"dtype"}:
+        return None
+    dtype = kwargs.get("dtype") or torch.int64
+    return dispatch_record(torch.Tensor.to, (args[0],), {"dtype": dtype, "copy": True})
+
+
 def dispatch_record(func, args, kwargs, concrete: bool = False):
     """Add a node calling ``func``; ``concrete``: no symbolic argument (run it for real if
     it yields a Python value rather than tensors)."""
+    if func is torch.tensor:
+        made = _tensor_of_python_int(args, kwargs)
+        if made is not None:
+            return made
     args, python_int = _as_python_numbers(func, args) if not kwargs else (args, False)
     result = _dispatch_record(func, args, kwargs, concrete)
     if (python_int or func in (graph_ops.dim_size, graph_ops.numel)) and \
             isinstance(result, SymbolicTensor):
         result._node.attrs["python_int"] = True
+    if isinstance(result, SymbolicTensor) and _keeps_index(func, args, kwargs):
+        result._node.attrs["python_index"] = True
     return result
 
 

@@ -12,7 +12,7 @@ import torch
 
 from ..errors import TracingError
 from ..source_info import format_location, user_location
-from ..symbolic import is_symbolic
+from ..symbolic import is_symbolic, mark_python_index
 from ..tensor_list import TensorList
 
 
@@ -113,6 +113,7 @@ class _RangeSource:
         return len(self.range)
 
     def item(self, i):
+        mark_python_index(i)         # torch.tensor(item) then builds from an int, as eager
         return self.range.start + i * self.range.step
 
 

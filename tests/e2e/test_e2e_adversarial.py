@@ -264,10 +264,9 @@ def continue_in_nested(x):
     return s
 
 
-@case((POS,), (T([0.0, 5.0, 1.0]),), cond=True,
-      xfail="BUG: spurious torch UserWarning 'To copy construct from a tensor' at the user line: "
-      "the Python loop index i silently becomes a tensor when the loop has a tensor break")
+@case((POS,), (T([0.0, 5.0, 1.0]),), cond=True)
 def for_else_python_range_tensor_break(x):
+    # the staged index stands for a Python int: torch.tensor(i) warns no more than eager
     found = T(-1)
     for i in range(3):
         if x[i] > 2:
@@ -276,6 +275,20 @@ def for_else_python_range_tensor_break(x):
     else:
         found = T(99)
     return found
+
+
+@case((POS,), (T([0.0, 5.0, 1.0]),), cond=True)
+def staged_range_index_as_python_int(x):
+    # i is a staged index: torch.tensor(i, dtype=...), torch.tensor(i * 3 + 1) and i / 2
+    # behave as for an int
+    acc = torch.zeros(())
+    last = torch.tensor(0)
+    for i in range(3):
+        if x[i] > 2:
+            break
+        acc = acc + torch.tensor(i, dtype=torch.float32) * x[i] + (i / 2) * x[0]
+        last = torch.tensor(i * 3 + 1)
+    return acc, last
 
 
 @case((M,), (M3,), cond=True, loop=True)
