@@ -31,14 +31,15 @@ from transpiler.converters import loops
 from transpiler.converters import return_statements
 from transpiler.converters import try_statements
 from transpiler.converters import unsupported
+from transpiler.converters import walrus_tests
 from transpiler.pyct import codegen
 from transpiler.pyct import loader
 from transpiler.pyct import naming
 from transpiler.pyct import origin
 from transpiler.pyct import parser
 
-BEFORE_ANALYSIS = (unsupported, comprehensions, functions, call_trees, asserts, try_statements,
-                   return_statements, break_statements, continue_statements)
+BEFORE_ANALYSIS = (unsupported, walrus_tests, comprehensions, functions, call_trees, asserts,
+                   try_statements, return_statements, break_statements, continue_statements)
 AFTER_ANALYSIS = (control_flow, loops, conditional_expressions, logical)
 
 

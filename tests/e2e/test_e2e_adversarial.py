@@ -458,13 +458,36 @@ def reversed_range_tensor(n):
     return s
 
 
-@case((T([1.0, 2.0]),), (T([30.0, 1.0]),), loop=True,
-      xfail="BUG: walrus in a tensor while condition: 'the result holds variable s, which is "
-      "not defined' (the name bound in the test is not loop state)")
+@case((T([1.0, 2.0]),), (T([30.0, 1.0]),), loop=True)
 def walrus_in_while(x):
     while (s := x.sum()) < 20:
         x = x * 2
     return x, s
+
+
+@case((T([1.0, 2.0]),), (T([60.0, 1.0]),), cond=True, loop=True)
+def walrus_in_while_with_continue_and_break(x):
+    # the test's binding is evaluated before each continue and not after a break
+    n = 0.0
+    while not (s := x.sum()) >= 50:
+        x = x + 1
+        if x.max() > 4:
+            x = x * 1.5
+            continue
+        if x.min() > 100:
+            break
+        n += 1
+    return x, s, n
+
+
+@case((T([1.0, 2.0]),), loop=False)
+def walrus_in_while_on_python_values(x):
+    # a Python test: the loop runs in Python while tracing (no while node)
+    i = 0
+    while (j := i * 3) < 10:
+        x = x + j
+        i += 1
+    return x, j
 
 
 @case((T([1.0, 1.0]),), (T([5.0, 3.0]),), loop=True)

@@ -148,7 +148,32 @@ def loop_var_after(n):
     return i
 
 
+def walrus_test(xs):
+    # the binding in the test is evaluated before the loop, after each iteration and
+    # before each continue, never after a break (converters/walrus_tests.py)
+    seen, i = [], 0
+    while (v := xs[i] if i < len(xs) else -1) >= 0:
+        i += 1
+        if v % 2:
+            continue
+        if v > 8:
+            break
+        seen.append(v)
+    else:
+        seen.append('else')
+    return seen, v, i
+
+
+def walrus_not_first(xs):
+    i = 0
+    while i < len(xs) and (v := xs[i]) > 0:    # conditional binding: left in the test
+        i += 1
+    return i
+
+
 CASES = [
+    (walrus_test, [([],), ([2, 3, 4, -1],), ([1, 10, 2],), ([3, 5],)]),
+    (walrus_not_first, [([],), ([1, 2, 0, 3],), ([1, 2],)]),
     (branches, [(3,), (-7,), (-1,)]),
     (while_break_continue, [(0,), (5,), (30,)]),
     (for_else, [([1, 2, 3],), ([1, -1, 3],), ([],)]),
