@@ -28,12 +28,31 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, List, Sequence, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 CTYPES = {"float32": "float", "float64": "double", "bool": "unsigned char",
           "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t",
           "uint8": "uint8_t"}
 MODES = ("full", "inner", "outer", "scalar", "gemm", "gemm_b")
+
+
+def read_mode(s, shape, split) -> Optional[str]:
+    """How an input of static shape ``s`` is read over the iteration space ``shape`` seen
+    as ``outer x inner`` at ``split`` (one of the first four ``MODES``), or None when it
+    does not broadcast that way."""
+    s = (1,) * (len(shape) - len(s)) + tuple(s) if len(s) <= len(shape) else None
+    if s is None:
+        return None
+    if all(d == 1 for d in s):
+        return "scalar"
+    if s == tuple(shape):
+        return "full"
+    if all(d == 1 for d in s[:split]) and s[split:] == tuple(shape[split:]):
+        return "inner"
+    if s[:split] == tuple(shape[:split]) and all(d == 1 for d in s[split:]):
+        return "outer"
+    return None
+
 
 # libm functions the table uses: C name stem -> (float name, double name)
 _LIBM = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos", "tan",

@@ -22,7 +22,7 @@ import torch
 
 from .codegen import KernelSpec
 
-_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bool": torch.bool}
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bool": torch.bool}
 LARGE_BYTES = 4 << 20      # outputs this large are recycled between calls (``_Recycler``)
 
 
@@ -42,7 +42,7 @@ class FusedKernel:
         self._split = split                  # outer = prod(shape[:split])
         self._row_outputs = spec.output_rows  # per-row outputs have shape row_shape
         self._row_shape = row_shape
-        self._out_dtypes = [_DTYPES[dt] for _, dt in spec.outputs]
+        self._out_dtypes = [DTYPES[dt] for _, dt in spec.outputs]
         self._single = len(spec.outputs) == 1
         self._c = None
         self._test_c = None                     # name_test: the one bool, returned

@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import torch
 
 from ..graph import Graph, Node, iter_nodes, map_nodes
-from ..kernels.codegen import KernelSpec, Operand, Step
+from ..kernels.codegen import KernelSpec, Operand, Step, read_mode
 from ..kernels.launch import FusedKernel
 from ..kernels.pointwise import Expr, match
 from ..meta import TensorMeta
@@ -371,7 +371,7 @@ def _replace(graph: Graph, group: _Group, replacements: Dict[int, Node], index: 
     rows = any(role != "vec" for role in group.roles.values())
     if rows:
         split = 0 if group.row_kind == "all" else len(shape) - 1
-        modes = [(_mode(tuple(v.meta.shape), shape, split) if v.meta.is_static else None)
+        modes = [(read_mode(tuple(v.meta.shape), shape, split) if v.meta.is_static else None)
                  or "expand" for v in inputs]
     elif static:
         split, modes = _layout(shape, [v.meta.shape for v in inputs])
@@ -429,7 +429,7 @@ def _layout(shape, in_shapes):
     rank = len(shape)
     best = None
     for split in range(rank + 1):
-        modes = [_mode(tuple(s), shape, split) if s is not None and None not in s else None
+        modes = [read_mode(tuple(s), shape, split) if s is not None and None not in s else None
                  for s in in_shapes]
         if None in modes:
             continue
@@ -438,24 +438,9 @@ def _layout(shape, in_shapes):
         if best is None or score > best[0]:
             best = (score, split, modes)
     if best is None:     # some input broadcasts oddly: it is expanded and copied when run
-        return 0, [(_mode(tuple(s), shape, 0) if s is not None and None not in s else None)
+        return 0, [(read_mode(tuple(s), shape, 0) if s is not None and None not in s else None)
                    or "expand" for s in in_shapes]
     return best[1], best[2]
-
-
-def _mode(s, shape, split) -> Optional[str]:
-    s = (1,) * (len(shape) - len(s)) + s if len(s) <= len(shape) else None
-    if s is None:
-        return None
-    if all(d == 1 for d in s):
-        return "scalar"
-    if s == tuple(shape):
-        return "full"
-    if all(d == 1 for d in s[:split]) and s[split:] == tuple(shape[split:]):
-        return "inner"
-    if s[:split] == tuple(shape[:split]) and all(d == 1 for d in s[split:]):
-        return "outer"
-    return None
 
 
 def _dynamic_mode(s) -> str:

@@ -30,15 +30,14 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from ..graph import Graph, Node, iter_nodes
-from ..kernels.codegen import KernelSpec
-from ..kernels.launch import FusedKernel
+from ..kernels.codegen import KernelSpec, read_mode
+from ..kernels.launch import DTYPES, FusedKernel
 from ..meta import TensorMeta
 from .rewrite import has_effect
 
 MAX_WORK = 1 << 17      # multiply-adds; 16x64 @ 64x64 (an RNN step) is 65536
 MIN_N = 64
 MAX_N = 4096
-_FLOATS = {"float32": torch.float32, "float64": torch.float64}
 _BARRIERS = ("cond", "while")
 
 
@@ -115,7 +114,7 @@ def _product_input(node: Node, readers: Dict[int, int], barriers: List[int],
     shape = kernel._out_shape
     if spec.rows or spec.gemm or shape is None or len(shape) != 2 or node.kwargs:
         return None
-    dtype = _FLOATS[spec.dtype]
+    dtype = DTYPES[spec.dtype]
     for slot, value in enumerate(node.args):
         if not isinstance(value, Node) or value.impure or readers.get(id(value)) != 1 or \
                 value.op not in ("addmm", "mm", "matmul") or \
@@ -136,25 +135,10 @@ def _product_input(node: Node, readers: Dict[int, int], barriers: List[int],
         if not (_matrix(a, dtype) and _matrix(b, dtype) and _matrix(value, dtype)):
             continue
         (m, k), (k2, n) = a.meta.shape, b.meta.shape
-        if k != k2 or (m, n) != tuple(shape) or m * n * k > MAX_WORK or not MIN_N <= n <= MAX_N or k < 1:
+        if k != k2 or (m, n) != tuple(shape) or m * n * k > MAX_WORK or k < 1 or \
+                not MIN_N <= n <= MAX_N:
             continue
         return slot, value
-    return None
-
-
-def _mode(shape, space) -> Optional[str]:
-    """How an input of static ``shape`` is read over the 2-D ``space`` split as rows."""
-    s = (1,) * (2 - len(shape)) + tuple(shape) if len(shape) <= 2 else None
-    if s is None:
-        return None
-    if s == (1, 1):
-        return "scalar"
-    if s == tuple(space):
-        return "full"
-    if s == (1, space[1]):
-        return "inner"
-    if s == (space[0], 1):
-        return "outer"
     return None
 
 
@@ -166,7 +150,7 @@ def _with_product(old: FusedKernel, args: List, slot: int, product: Node
     shapes = [tuple(v.meta.shape) if isinstance(v, Node) else None for v in args]
     if any(s is None for s in shapes) or None in old._in_shapes:
         return None
-    modes = [_mode(s, space) for s in shapes]
+    modes = [read_mode(s, space, 1) for s in shapes]
     if any(m is None for m in modes):
         return None
     inputs = list(old.spec.inputs)
@@ -180,7 +164,7 @@ def _with_product(old: FusedKernel, args: List, slot: int, product: Node
     in_shapes.append(tuple(b.meta.shape))
     c_index = -1
     if c is not None:
-        c_mode = _mode(tuple(c.meta.shape), space)
+        c_mode = read_mode(tuple(c.meta.shape), space, 1)
         if c_mode is None:
             return None
         c_index = len(inputs)

@@ -80,17 +80,21 @@ def _as_list(result):
     return result if isinstance(result, list) else [result]
 
 
+class _Swap(gast.NodeTransformer):
+    """``named`` -> ``load`` wherever it stands."""
+
+    def __init__(self, named, load):
+        self.named, self.load = named, load
+
+    def visit_NamedExpr(self, node):
+        return self.load if node is self.named else node
+
+
 def _replace(test, named):
     """``test`` with ``named`` replaced by a load of its name."""
     load = gast.copy_location(gast.Name(id=named.target.id, ctx=gast.Load(), annotation=None,
                                         type_comment=None), named)
-    if test is named:
-        return load
-
-    class Swap(gast.NodeTransformer):
-        def visit_NamedExpr(self, node):
-            return load if node is named else node
-    return Swap().visit(test)
+    return load if test is named else _Swap(named, load).visit(test)
 
 
 def transform(node, ctx):
