@@ -16,6 +16,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .errors import BranchMismatchError, GraphError
+from .region_effects import run_watched
 from .graph import Graph, Node
 from .meta import TensorMeta, meta_empty
 from .symbolic import (SymbolicTensor, building, current_graph, rebound_mark,
@@ -181,10 +182,16 @@ def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec
                 else:
                     ph = sub.placeholder(slot.meta, name=_clean(labels[i]))
                     leaves.append(wrap_node(ph, slot.example))
-            out = fn(*pytree.tree_unflatten(leaves, spec))
+            out = run_watched(fn, pytree.tree_unflatten(leaves, spec),
+                              _REGION.get(label, "a tensor-dependent region"))
     finally:
         restore_rebound(mark, sub)
     return sub, out
+
+
+_REGION = {"then": "a branch of a tensor condition", "else": "a branch of a tensor condition",
+           "body": "the body of a tensor-dependent loop",
+           "cond": "the test of a tensor-dependent loop"}
 
 
 def _finish(sub: Graph, leaves: list, as_tensor: List[Optional[torch.dtype]]) -> None:

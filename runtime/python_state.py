@@ -1,0 +1,311 @@
+"""Fingerprints of Python state, to tell whether running some code changed it.
+
+A graph repeats tensor work on every call, not Python work. Code traced into a graph
+must therefore leave no Python change behind that the graph does not carry (a counter
+bumped by a context manager's ``__enter__``, a ``nonlocal`` rebound by an inner function),
+and Python values a trace read (``cfg.sub.scale``) must still hold before its graph is
+reused. Both questions are answered by comparing fingerprints taken before and after.
+
+``fingerprint(value)`` is a hashable summary of ``value`` to a bounded depth: atoms by
+value, tensors and code by identity, containers and plain objects (their ``__dict__``,
+an ``nn.Module``'s submodules, parameters and buffers) by the fingerprints of what they
+hold. Past the depth or the node budget a value counts by identity only.
+
+``Reach`` collects what a function can name: the cells of its closure and of the
+functions those cells hold (an inner function bumping a ``nonlocal``), and the globals its
+code names (a helper function's globals too), each with the chain of names that leads to
+it, so that a change can be reported at the line that reaches it.
+
+Torch-free: tensors are recognised by their class's module and ``data_ptr``; this module
+is shared by the runtime's region operators and the front door's guards.
+"""
+from __future__ import annotations
+
+import dis
+import functools
+import inspect
+import types
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+
+_ATOMS = (int, str, bytes, bool, complex, type(None))
+_CODE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+         type, types.CodeType, functools.partial, types.GeneratorType)
+DEPTH = 4           # how far into nested containers and objects a fingerprint looks
+BUDGET = 2000       # values per fingerprint; beyond it values count by identity
+
+
+def is_tensor(value) -> bool:
+    cls = type(value)
+    return cls.__module__.startswith(("torch", "runtime.symbolic")) and \
+        hasattr(cls, "data_ptr")
+
+
+def _internal(value) -> bool:
+    """Our own markers and wrappers (TensorList, ObjectState, Undefined...): by identity."""
+    return type(value).__module__.split(".")[0] in ("runtime", "transpiler")
+
+
+class _Walk:
+    __slots__ = ("budget", "active", "carried", "containers")
+
+    def __init__(self, carried: Set[int], containers: Optional[list]):
+        self.budget = BUDGET
+        self.active: Set[int] = set()
+        self.carried = carried
+        self.containers = containers      # (container, shallow copy) when restoring
+
+
+def fingerprint(value, depth: int = DEPTH, carried: Set[int] = frozenset(),
+                containers: Optional[list] = None) -> Any:
+    """A comparable summary of ``value``; objects whose ids are in ``carried`` are state
+    the caller carries itself (their attributes holding numbers and tensors are skipped).
+    ``containers``: a list to receive (container, shallow copy) of each one walked."""
+    return _fp(value, depth, _Walk(carried, containers))
+
+
+def _fp(v, depth: int, walk: _Walk):
+    cls = type(v)
+    if cls is float:
+        return ("f", repr(v))                # nan == nan, and -0.0 is not 0.0
+    if isinstance(v, _ATOMS):
+        return (cls, v)
+    if isinstance(v, _CODE) or is_tensor(v) or _internal(v):
+        return ("id", id(v))
+    key = id(v)
+    walk.budget -= 1
+    if depth <= 0 or walk.budget <= 0 or key in walk.active:
+        return ("id", key)
+    walk.active.add(key)
+    try:
+        return _fp_inner(v, cls, depth - 1, walk)
+    finally:
+        walk.active.discard(key)
+
+
+def _fp_inner(v, cls, depth: int, walk: _Walk):
+    carried = id(v) in walk.carried
+    if isinstance(v, (list, tuple)):
+        if walk.containers is not None and isinstance(v, list):
+            walk.containers.append((v, list(v)))
+        return (cls, len(v), tuple(_fp(x, depth, walk) for x in v))
+    if isinstance(v, dict):
+        if walk.containers is not None:
+            walk.containers.append((v, dict(v)))
+        items = tuple((_key(k), _fp(x, depth, walk)) for k, x in v.items()
+                      if not (carried and _carried_leaf(x)))
+        attrs = getattr(v, "__dict__", None)
+        if isinstance(attrs, dict) and attrs:       # a dict subclass's own attributes
+            items += (("__dict__", _attrs(v, attrs, carried, depth, walk)),)
+        return (cls, items)
+    if isinstance(v, (set, frozenset)):
+        if walk.containers is not None and isinstance(v, set):
+            walk.containers.append((v, set(v)))
+        return (cls, frozenset(_key(x) for x in v))
+    if isinstance(v, bytearray):
+        return (cls, bytes(v))
+    attrs = getattr(v, "__dict__", None)
+    if not isinstance(attrs, dict):
+        return ("id", id(v))
+    return (cls, _attrs(v, attrs, carried, depth, walk))
+
+
+def _attrs(v, attrs: dict, carried: bool, depth: int, walk: _Walk) -> tuple:
+    if walk.containers is not None:
+        walk.containers.append((v, dict(attrs)))
+    return tuple((k, _fp(x, depth, walk)) for k, x in attrs.items()
+                 if not k.startswith("_tograph") and not (carried and _carried_leaf(x)))
+
+
+def _carried_leaf(x) -> bool:
+    """A value a carried object's state holds as a leaf (the graph carries it)."""
+    return isinstance(x, _ATOMS + (float,)) or is_tensor(x)
+
+
+def _key(k):
+    return k if isinstance(k, _ATOMS + (float,)) else ("id", id(k))
+
+
+def restore(containers: List[Tuple[Any, Any]]) -> None:
+    """Put back the shallow contents recorded by ``fingerprint(..., containers=...)``,
+    innermost first (so an outer one's copy wins where both recorded the same object)."""
+    for obj, copy in reversed(containers):
+        if isinstance(obj, list):
+            obj[:] = copy
+        elif isinstance(obj, (dict, set)):
+            obj.clear()
+            obj.update(copy)
+        else:
+            attrs = obj.__dict__
+            if attrs != copy:
+                attrs.clear()
+                attrs.update(copy)
+
+
+# --------------------------------------------------------------------------- reach
+class Root:
+    """One value a function can name: ``path`` is the chain of (code, name) from the
+    function to it (``loop_body`` names ``bump``, whose cell is ``n``)."""
+    __slots__ = ("path", "cell", "namespace", "value", "print")
+
+    def __init__(self, path, value, cell=None, namespace=None):
+        self.path, self.value, self.cell, self.namespace = path, value, cell, namespace
+        self.print = None
+
+    def current(self):
+        if self.cell is not None:
+            try:
+                return self.cell.cell_contents
+            except ValueError:
+                return _EMPTY
+        return self.namespace.get(self.path[-1][1], _EMPTY)
+
+    def describe(self, where: str = "") -> str:
+        """``'cm.enters'``, ``global 'LOG'``, ``'n' (reached through bump)``."""
+        names = [name for code, name in self.path if not _library(code.co_filename)] or \
+            [name for _, name in self.path]
+        kind = "global " if self.namespace is not None else ""
+        text = f"{kind}'{names[-1]}{where}'"
+        return text if len(names) == 1 else \
+            f"{text} (reached through {' -> '.join(names[:-1])})"
+
+
+_EMPTY = object()
+
+
+def reach(fn, limit: int = 200) -> List[Root]:
+    """The closure cells and named globals that ``fn`` (and the functions they hold, to a
+    bounded number) can reach; modules and classes are left out."""
+    roots: List[Root] = []
+    seen: Set[int] = set()
+    _reach(fn, (), roots, seen, limit)
+    return roots
+
+
+def _function_of(value):
+    if isinstance(value, types.MethodType):
+        return value.__func__, value.__self__
+    if isinstance(value, functools.partial):
+        return value.func, None
+    if isinstance(value, types.FunctionType):
+        return value, None
+    return None, None
+
+
+def _reach(fn, path, roots: List[Root], seen: Set[int], limit: int) -> None:
+    fn, owner = _function_of(fn)
+    if fn is None or id(fn) in seen or len(seen) >= limit:
+        return
+    seen.add(id(fn))
+    code = fn.__code__
+    if owner is not None:
+        roots.append(Root(path + ((code, "self"),), owner, cell=_FixedCell(owner)))
+    library = _library(code.co_filename)
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            value = _EMPTY
+        here = path + ((code, name),)
+        if not library:             # our wrappers' own cells are not the user's state
+            roots.append(Root(here, value, cell=cell))
+        _reach(value, here, roots, seen, limit)
+    if library:
+        return
+    ns = fn.__globals__
+    for name in names_used(code):
+        if name not in ns:
+            continue
+        value = ns[name]
+        here = path + ((code, name),)
+        if isinstance(value, (types.ModuleType, type, types.BuiltinFunctionType)):
+            continue
+        roots.append(Root(here, value, namespace=ns))
+        _reach(value, here, roots, seen, limit)
+
+
+class _FixedCell:
+    """The object a bound method belongs to, held like a cell that never changes."""
+    __slots__ = ("cell_contents",)
+
+    def __init__(self, value):
+        self.cell_contents = value
+
+
+def _library(filename: str) -> bool:
+    from .source_info import _is_library
+    return _is_library(filename)
+
+
+def names_used(code) -> List[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names.update(names_used(const))
+    return sorted(names)
+
+
+def line_naming(code, name: str) -> Optional[int]:
+    """The first line of ``code`` (or code nested in it) that loads ``name``."""
+    best = None
+    for instr in dis.get_instructions(code):
+        if instr.argval == name and instr.opname.startswith(("LOAD_", "STORE_", "DELETE_")) \
+                and instr.positions is not None and instr.positions.lineno is not None:
+            line = instr.positions.lineno
+            best = line if best is None else min(best, line)
+    if best is None:
+        for const in code.co_consts:
+            if inspect.iscode(const):
+                line = line_naming(const, name)
+                if line is not None:
+                    best = line if best is None else min(best, line)
+    return best
+
+
+class Watch:
+    """Fingerprints of what ``fn`` can reach, to compare after running it."""
+
+    def __init__(self, fn, carried: Iterable[Any] = ()):
+        self.carried = {id(v) for v in carried}
+        self.roots = reach(fn)
+        self.containers: list = []
+        for root in self.roots:
+            root.print = fingerprint(root.value, carried=self.carried,
+                                     containers=self.containers)
+
+    def changed(self) -> Optional[Root]:
+        """The first root whose binding or contents differ now, or None."""
+        for root in self.roots:
+            now = root.current()
+            if now is not root.value:
+                return root
+            if fingerprint(now, carried=self.carried) != root.print:
+                return root
+        return None
+
+    def restore(self) -> None:
+        for root in self.roots:
+            if root.cell is not None and not isinstance(root.cell, _FixedCell) \
+                    and root.value is not _EMPTY:
+                root.cell.cell_contents = root.value
+            elif root.namespace is not None and root.value is not _EMPTY:
+                root.namespace[root.path[-1][1]] = root.value
+        restore([(o, c) for o, c in self.containers if id(o) not in self.carried])
+
+
+def difference(before, after) -> str:
+    """Where two fingerprints first differ, as a Python access path (``.log``, ``[2]``)."""
+    if not (isinstance(before, tuple) and isinstance(after, tuple) and len(before) == 2
+            and len(after) == 2 and before[0] == after[0] and isinstance(before[0], type)):
+        return ""
+    a, b = before[1], after[1]
+    if isinstance(a, tuple) and isinstance(b, tuple) and all(
+            isinstance(x, tuple) and len(x) == 2 for x in a + b):
+        left, right = dict(a), dict(b)
+        for k in list(left) + [k for k in right if k not in left]:
+            if left.get(k, _EMPTY) != right.get(k, _EMPTY):
+                step = f".{k}" if isinstance(k, str) and k.isidentifier() and \
+                    not issubclass(before[0], dict) else f"[{k!r}]"
+                if k in left and k in right:
+                    return step + difference(left[k], right[k])
+                return step
+    return ""

@@ -1,0 +1,66 @@
+"""Python effects of a staged region that its graph would not repeat.
+
+A tensor ``if`` traces both branches and a tensor loop traces its body once, so Python
+code in them runs once per trace, not once per taken path or iteration: a context
+manager's ``__enter__`` counting entries, an inner function bumping a ``nonlocal``, a
+helper appending to a list it closes over. The region's declared state (the variables
+the converter passes in and out, objects whose attributes it assigns, lists it appends to)
+is carried by the graph; any other change to what the region's code can reach is an
+effect the graph cannot repeat, so tracing stops with a ``GraphError`` naming the line
+that reaches the changed value (the ``with`` line, the call line), which falls back.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from .errors import GraphError
+from .python_state import Watch, difference, fingerprint, line_naming
+from .source_info import _is_library, format_location, map_location
+
+
+def run_watched(fn: Callable, args: tuple, kind: str):
+    """``fn(*args)``, raising GraphError if it changed Python state it does not carry."""
+    watch = Watch(fn, _carried(args))
+    out = fn(*args)
+    root = watch.changed()
+    if root is not None:
+        now = root.current()
+        where = "" if now is not root.value else \
+            difference(root.print, fingerprint(now, carried=watch.carried))
+        location = _location(root)
+        error = GraphError(
+            f"{format_location(location)}: {root.describe(where)} changes while tracing "
+            f"{kind}: tensor-dependent control flow runs its Python code once per trace, not "
+            f"once per path taken or iteration, so the graph cannot repeat this Python side "
+            f"effect")
+        error.location = location
+        watch.restore()
+        raise error
+    return out
+
+
+def _carried(args) -> list:
+    """The objects whose attributes the region carries as state (``ObjectState``)."""
+    from .operators.object_state import ObjectState
+    found, stack = [], [args]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, ObjectState):
+            found.append(v.obj)
+            stack.extend(v.attrs.values())
+            stack.extend((getattr(v, "items", None) or {}).values())
+        elif isinstance(v, (tuple, list)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+    return found
+
+
+def _location(root):
+    for code, name in root.path:
+        if _is_library(code.co_filename):
+            continue
+        line = line_naming(code, name)
+        if line is not None:
+            return map_location(code.co_filename, line) or (code.co_filename, line)
+    return None
