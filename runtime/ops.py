@@ -69,6 +69,11 @@ def is_impure(func, kwargs, args=()) -> bool:
         return True
     if name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout"):
         return bool(kwargs.get("training", True))
+    if name == "multi_head_attention_forward":      # attention dropout draws at random
+        p = kwargs.get("dropout_p", args[10] if len(args) > 10 else 0.0)
+        return bool(p) and bool(kwargs.get("training", args[13] if len(args) > 13 else True))
+    if name == "scaled_dot_product_attention":
+        return bool(kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0))
     if name in ("batch_norm", "instance_norm"):      # training updates running statistics
         training = kwargs.get("training", kwargs.get("use_input_stats"))
         if training is None and len(args) > 5:

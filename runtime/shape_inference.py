@@ -121,6 +121,14 @@ def _describe(out) -> Inferred:
         container = examples if isinstance(out, list) else \
             (type(out)(examples) if type(out) is not tuple else tuple(examples))
         return Inferred(tuple(TensorMeta.of(o) for o in out), container)
+    if isinstance(out, (list, tuple)) and any(isinstance(o, torch.Tensor) for o in out) and \
+            all(o is None or isinstance(o, torch.Tensor) for o in out):
+        # ``None`` beside tensors (``multi_head_attention_forward(need_weights=False)``):
+        # no meta and no ``get`` node for it; the example keeps the None
+        examples = [None if o is None else _meta_like(o) for o in out]
+        container = examples if isinstance(out, list) else \
+            (type(out)(examples) if type(out) is not tuple else tuple(examples))
+        return Inferred(tuple(None if o is None else TensorMeta.of(o) for o in out), container)
     if isinstance(out, (list, tuple)) and any(isinstance(o, torch.Tensor) for o in out):
         raise GraphError(f"unsupported output: a {type(out).__name__} mixing tensors and "
                          f"other values")
@@ -215,7 +223,7 @@ def _generalize(first: Inferred, func, args, kwargs, dynamic) -> Inferred:
         meta = join(meta, second if isinstance(second, TensorMeta) else None)
     elif isinstance(meta, tuple):
         seconds = second if isinstance(second, tuple) else (None,) * len(meta)
-        meta = tuple(join(a, b) for a, b in zip(meta, seconds))
+        meta = tuple(None if a is None else join(a, b) for a, b in zip(meta, seconds))
     return Inferred(meta, first.example)
 
 
@@ -258,6 +266,64 @@ def _infer_indexing(func, args, kwargs) -> Inferred:
         dims = tuple(None if i in dynamic else d for i, d in enumerate(result.meta.shape))
         result = Inferred(TensorMeta(dims, result.meta.dtype), result.example)
     return result
+
+
+_VERIFY_LIMIT = 1 << 24     # elements: a bigger stand-in is not worth making to check
+
+
+def fails_eagerly(func, args, kwargs, error: Exception) -> bool:
+    """Whether ``func`` fails the same way (``type(error)``) on real tensors: the symbolic
+    tensors replaced by zero-filled CPU tensors of their shapes and dtypes, concrete ones
+    by copies. Then shape inference's error is the user's own, the one eager raises. False
+    when it cannot be checked (a size known only at run time, a symbolic number standing
+    for a Python int, a tensor inside a slice): the failure may be ours, not the user's."""
+    checkable, total = [True], [0]
+
+    def real(t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        node = getattr(t, "_node", None)
+        meta = TensorMeta(tuple(t.shape), t.dtype) if node is None else node.meta
+        if node is not None and (node.attrs.get("python_int") or node.attrs.get("python_index")):
+            checkable[0] = False
+        if not isinstance(meta, TensorMeta) or not meta.is_static:
+            checkable[0] = False
+            return t
+        total[0] += int(torch.Size(meta.shape).numel())
+        if total[0] > _VERIFY_LIMIT:
+            checkable[0] = False
+            return t
+        if node is None and not t.is_meta:
+            return t.detach().clone()
+        return torch.zeros(meta.shape, dtype=meta.dtype)
+
+    def walk(v):
+        if isinstance(v, slice):
+            if any(isinstance(b, torch.Tensor) for b in (v.start, v.stop, v.step)):
+                checkable[0] = False
+            return v
+        if isinstance(v, torch.Tensor):
+            return real(v)
+        if isinstance(v, tuple):
+            items = tuple(walk(x) for x in v)
+            return type(v)(*items) if hasattr(v, "_fields") else items
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        return v
+    with torch._C.DisableTorchFunction():
+        rargs, rkwargs = walk(tuple(args)), walk(dict(kwargs))
+        if not checkable[0]:
+            return False
+        try:
+            with torch.no_grad():
+                func(*rargs, **rkwargs)
+        except type(error):
+            return True
+        except Exception:   # noqa: BLE001 - a different failure: not the one we saw
+            return False
+    return False
 
 
 def infer(func, args, kwargs) -> Inferred:

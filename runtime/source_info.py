@@ -91,5 +91,22 @@ def location_of_traceback(tb) -> Optional[Location]:
     return found
 
 
+def reentered_call_site(tb) -> Optional[Location]:
+    """In a traceback through converted code, the user location of the call that first
+    re-enters a converted function already on the stack (a recursive call), or None."""
+    seen = set()
+    previous = None
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename in _SOURCE_MAPS:
+            code = tb.tb_frame.f_code
+            if code in seen and previous is not None:
+                return previous
+            seen.add(code)
+            previous = map_location(filename, tb.tb_lineno) or previous
+        tb = tb.tb_next
+    return None
+
+
 def format_location(loc: Optional[Location]) -> str:
     return "<unknown location>" if loc is None else f"{loc[0]}:{loc[1]}"

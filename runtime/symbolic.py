@@ -26,7 +26,7 @@ from .errors import GraphError, TracingError
 from .graph import Graph, Node, map_structure
 from .meta import TensorMeta, meta_empty
 from .ops import is_impure, is_inplace, op_name
-from .shape_inference import infer
+from .shape_inference import fails_eagerly, infer
 from .source_info import format_location, user_location
 
 _BUILD_STACK: List[Graph] = []
@@ -422,7 +422,13 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
         result = infer(func, args, kwargs)
     except TracingError:
         raise
-    except Exception as e:  # the same error eager torch would give, at the user's line
+    except Exception as e:
+        if not fails_eagerly(func, args, kwargs, e):   # our failure, not the user's
+            error = GraphError(f"{format_location(location)}: {op_name(func)}: the result's "
+                               f"shape could not be inferred ({type(e).__name__}: {e})")
+            error.location = location
+            raise error from e
+        # the same error eager torch gives on these shapes and dtypes, at the user's line
         error = type(e)(f"{format_location(location)}: {op_name(func)}: {e}") \
             if _simple_ctor(e) else e
         error._tograph_user_error = True
@@ -466,9 +472,13 @@ def _wrap_result(node: Node, example, meta):
 
 
 def record_tuple_outputs(node: Node, metas, examples=None) -> List[SymbolicTensor]:
-    """``get`` nodes reading each output of a multi-output node, as symbolic tensors."""
+    """``get`` nodes reading each output of a multi-output node, as symbolic tensors (an
+    output with no meta is a constant None, as the op returns it)."""
     outs = []
     for i, m in enumerate(metas):
+        if m is None:
+            outs.append(None)
+            continue
         get = node.graph.add_node("get", None, (node,), meta=m, attrs={"index": i},
                                   location=node.location)
         outs.append(wrap_node(get, None if examples is None else examples[i]))

@@ -31,7 +31,7 @@ from runtime.graph import Node, iter_nodes, map_structure
 from runtime.meta import TensorMeta, meta_text  # noqa: F401  (the bridge: see below)
 from runtime.operators.iterables import TensorList
 from runtime.operators.special_values import Undefined, UndefinedReturn
-from runtime.source_info import register_source_map
+from runtime.source_info import location_of_traceback, reentered_call_site, register_source_map
 from runtime.symbolic import tracing, wrap_node
 from runtime.tensor_list import take_converted
 # The rest of the front door (the debugging tools, the CLI) meets torch and runtime only
@@ -342,15 +342,15 @@ class GraphFunction:
             entry = self._trace(args, kwargs, flat, spec)
         except Exception as e:
             if getattr(e, "_tograph_user_error", False):
-                raise
+                raise                   # checked: eager fails the same way (shape inference)
             reason = _reason(e, self._fn)
             file, line = _location(e, self._fn)
             if self._strict or not fallback_ok:
                 if isinstance(e, ConversionError):
                     raise
-                if isinstance(e, (GraphError, NotImplementedError, UnboundLocalError)):
-                    raise ConversionError(reason, file, line) from e
-                raise
+                if not isinstance(e, GraphError):
+                    self._fn(*args, **kwargs)   # eager's own error, if it has one, as eager raises it
+                raise ConversionError(reason, file, line) from e
             warnings.warn(FallbackWarning(f"{file}:{line}: {reason} -- running "
                                           f"{getattr(self, '__name__', 'the function')} "
                                           f"eagerly"), stacklevel=4)
@@ -543,7 +543,9 @@ def _assignment_line(fn, change: str) -> Optional[Tuple[str, int]]:
 
 
 def _location(e: Exception, fn) -> Tuple[Optional[str], Optional[int]]:
-    """The user's file and line an error is about (else where ``fn`` is defined)."""
+    """The user's file and line an error is about: its own, the recursive call for a
+    ``RecursionError``, the innermost user frame it passed through, else where ``fn`` is
+    defined."""
     if isinstance(e, ConversionError) and e.filename:
         return e.filename, e.lineno
     loc = getattr(e, "location", None)
@@ -555,17 +557,30 @@ def _location(e: Exception, fn) -> Tuple[Optional[str], Optional[int]]:
         file, _, line = head.rpartition(":")
         if line.isdigit():
             return file, int(line)
-    return _origin(fn)
+    if isinstance(e, RecursionError):
+        loc = reentered_call_site(e.__traceback__)
+        if loc:
+            return loc
+    return location_of_traceback(e.__traceback__) or _origin(_python_function(fn))
+
+
+_PLAIN = (ConversionError, GraphError, NotImplementedError, UnboundLocalError)
 
 
 def _reason(e: Exception, fn) -> str:
-    """The error's text without a leading ``file:line:`` (that is kept apart)."""
+    """The error's text without a leading ``file:line:`` (that is kept apart); the
+    error's type named when it is not one of ours that explains itself."""
     if isinstance(e, ConversionError):
         return e.reason
+    if isinstance(e, RecursionError):
+        return ("recursion did not end while tracing: a recursive call whose depth depends "
+                "on a tensor value (under a tensor `if`, whose both branches are traced) "
+                "cannot end at trace time")
     text = str(e) or type(e).__name__
     file, line = _location(e, fn)
     prefix = f"{file}:{line}: "
-    return text[len(prefix):] if text.startswith(prefix) else text
+    text = text[len(prefix):] if text.startswith(prefix) else text
+    return text if isinstance(e, _PLAIN) else f"tracing failed with {type(e).__name__}: {text}"
 
 
 # --------------------------------------------------------------------------- to_graph

@@ -31,7 +31,7 @@ from ..symbolic import (building, current_graph, is_symbolic, rebound_mark,
 from ..tensor_list import TensorList, note_converted, stack_list
 from .decisions import _LISTENERS, note
 from .iterables import _RangeSource, as_source, is_symbolic_iterable
-from .object_state import ObjectState, unwrap_state, wrap_state, wrapping
+from .object_state import object_states, unwrap_state, wrap_state, wrapping
 from .special_values import Undefined
 
 
@@ -187,7 +187,7 @@ def _prepare_state(body, state, names, location, kind):
     is undefined before the loop needs the first iteration peeled (or is an error)."""
     lists = [i for i, v in enumerate(state) if isinstance(v, list)]
     undefined = [i for i, v in enumerate(state) if isinstance(v, Undefined)]
-    objects = [v for v in state if isinstance(v, ObjectState)]
+    objects = list(object_states(state))
     if not lists and not undefined:
         return state
     graph = current_graph()

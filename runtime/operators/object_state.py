@@ -69,12 +69,56 @@ def is_plain_object(value) -> bool:
     return isinstance(getattr(value, "__dict__", None), dict)
 
 
+def _wrap(value):
+    """``value`` with the plain objects it holds, itself or in lists, tuples and dicts
+    (``d["k"].t = ...``, ``lst[0].t = ...`` in a branch), as ``ObjectState``s; ``value``
+    itself when it holds none."""
+    if is_plain_object(value):
+        return ObjectState.of(value)
+    kind = type(value)
+    if kind in (list, tuple):
+        items = [_wrap(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else kind(items)
+    if kind is dict:
+        items = {k: _wrap(v) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
+    return value
+
+
+def _unwrap(value):
+    """``value`` with its ``ObjectState``s replaced by their objects (a container is
+    rebuilt only when it held one)."""
+    if isinstance(value, ObjectState):
+        return value.obj
+    kind = type(value)
+    if kind in (list, tuple):
+        items = [_unwrap(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else kind(items)
+    if kind is dict:
+        items = {k: _unwrap(v) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
+    return value
+
+
+def object_states(state):
+    """The ``ObjectState``s in wrapped state, also those inside lists, tuples and dicts."""
+    for value in state:
+        if isinstance(value, ObjectState):
+            yield value
+        elif type(value) in (list, tuple):
+            yield from object_states(value)
+        elif type(value) is dict:
+            yield from object_states(value.values())
+
+
 def wrap_state(state: tuple) -> tuple:
-    return tuple(ObjectState.of(v) if is_plain_object(v) else v for v in state)
+    """State values with the plain objects they hold (``a``, ``d["k"]``, ``lst[0]``) as
+    ``ObjectState``s."""
+    return tuple(_wrap(v) for v in state)
 
 
 def unwrap_state(state) -> tuple:
-    return tuple(v.obj if isinstance(v, ObjectState) else v for v in state)
+    return tuple(_unwrap(v) for v in state)
 
 
 def wrapping(fn, skip: int = 0):

@@ -1,0 +1,266 @@
+"""Crashes become conversions or clean fallbacks: what used to raise an internal error
+while tracing either converts (checked against eager) or falls back (default mode: eager
+and one FallbackWarning; strict: ConversionError, never anything else for a program eager
+runs). An error the eager program raises itself is raised as eager raises it."""
+import warnings
+
+import pytest
+import torch
+
+from e2e_helpers import _clone, assert_same, check
+from transpiler import ConversionError, FallbackWarning, to_graph
+
+
+def run_default(fn, *args):
+    """(result, FallbackWarnings) of a default-mode call."""
+    g = to_graph(fn)
+    with warnings.catch_warnings(record=True) as ws:
+        warnings.simplefilter("always")
+        got = g(*args)
+    return got, [w for w in ws if issubclass(w.category, FallbackWarning)]
+
+
+# --------------------------------------------------------------- tuples with None outputs
+def _encoder_layer(batch_first, norm_first=False):
+    torch.manual_seed(0)
+    return torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=batch_first,
+                                            norm_first=norm_first)
+
+
+def _inputs(batch_first, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 5, 16, generator=g) if batch_first else torch.randn(5, 2, 16, generator=g)
+    mask = torch.zeros(2, 5, dtype=torch.bool)
+    mask[1, 3:] = True
+    return x, mask
+
+
+def _same_module_call(module, args_list, kwargs_list):
+    g = to_graph(module, strict=True)
+    for args, kwargs in zip(args_list, kwargs_list):
+        exp = module(*_clone(args), **kwargs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = g(*_clone(args), **kwargs)
+        assert_same(got, exp)
+    return g
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_transformer_encoder_layer(batch_first, train, norm_first):
+    layer = _encoder_layer(batch_first, norm_first).train(train)
+    inputs = [_inputs(batch_first, s) for s in (1, 2)]
+    _same_module_call(layer, [(x,) for x, _ in inputs],
+                      [{"src_key_padding_mask": m} for _, m in inputs])
+    _same_module_call(layer, [(x,) for x, _ in inputs], [{}, {}])
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("train", [True, False])
+def test_transformer_encoder(batch_first, train):
+    encoder = torch.nn.TransformerEncoder(_encoder_layer(batch_first), 2,
+                                          enable_nested_tensor=False).train(train)
+    inputs = [_inputs(batch_first, s) for s in (3, 4)]
+    _same_module_call(encoder, [(x,) for x, _ in inputs],
+                      [{"src_key_padding_mask": m} for _, m in inputs])
+
+
+def test_transformer_encoder_gradients():
+    encoder = torch.nn.TransformerEncoder(_encoder_layer(True), 2, enable_nested_tensor=False)
+    x, mask = _inputs(True, 5)
+    g = to_graph(encoder, strict=True)
+    xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+    outs = [encoder(xs[0], src_key_padding_mask=mask), g(xs[1], src_key_padding_mask=mask)]
+    grads = [torch.autograd.grad(o.square().sum(), [xi, encoder.layers[0].linear1.weight])
+             for o, xi in zip(outs, xs)]
+    assert_same(outs[1], outs[0])
+    for a, b in zip(grads[1], grads[0]):
+        assert_same(a, b)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_multihead_attention_outputs(need_weights):
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def f(q, k):
+        out, weights = mha(q, k, k, need_weights=need_weights)
+        if out.sum() > 0:
+            out = out * 2
+        return out, weights
+
+    check(f, (torch.randn(2, 3, 8), torch.randn(2, 4, 8)),
+          (torch.randn(2, 3, 8) + 1, torch.randn(2, 4, 8)))
+    assert to_graph(f, strict=True)(torch.randn(2, 3, 8), torch.randn(2, 4, 8))[1] is None \
+        if not need_weights else True
+
+
+def test_multihead_attention_none_weights_used_in_python():
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(8, 2)
+
+    def f(q):
+        out, weights = mha(q, q, q, need_weights=False)
+        return out + 1 if weights is None else out - 1
+
+    check(f, (torch.randn(3, 2, 8),), (torch.randn(3, 2, 8),))
+
+
+# --------------------------------------------------------------- the error policy
+def test_user_shape_error_is_raised_as_eager_raises_it():
+    def f(x):
+        return x @ torch.ones(5, 2)
+
+    for strict in (False, True):
+        with pytest.raises(RuntimeError) as info:
+            to_graph(f, strict=strict)(torch.ones(2, 3))
+        assert not isinstance(info.value, ConversionError)
+        with pytest.raises(RuntimeError):
+            f(torch.ones(2, 3))
+
+
+def test_user_python_error_is_raised_as_eager_raises_it():
+    def f(x, n):
+        if n > 2:
+            raise ValueError("n too big")
+        return x + n
+
+    for strict in (False, True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FallbackWarning)
+            with pytest.raises(ValueError, match="n too big"):
+                to_graph(f, strict=strict)(torch.ones(2), 3)
+        assert_same(to_graph(f, strict=strict)(torch.ones(2), 1), f(torch.ones(2), 1))
+
+
+def test_internal_error_falls_back_or_is_a_conversion_error(monkeypatch):
+    """An error of ours while tracing (here: shape inference failing where the op works on
+    real tensors) falls back in default mode and is a ConversionError in strict mode."""
+    import runtime.symbolic as symbolic
+    real_infer = symbolic.infer
+
+    def broken(func, args, kwargs):
+        if getattr(func, "__name__", "") == "tanh":
+            raise IndexError("internal: not the user's")
+        return real_infer(func, args, kwargs)
+    monkeypatch.setattr(symbolic, "infer", broken)
+
+    def f(x):
+        return torch.tanh(x) + 1
+
+    x = torch.randn(3)
+    got, ws = run_default(f, x)
+    assert_same(got, f(x))
+    assert len(ws) == 1 and "test_fidelity_crashes.py" in str(ws[0].message)
+    with pytest.raises(ConversionError, match="IndexError"):
+        to_graph(f, strict=True)(x)
+
+
+# --------------------------------------------------------------- nested objects in branches
+class Obj:
+    pass
+
+
+def _holder(x):
+    a = Obj()
+    a.b = Obj()
+    a.b.c = Obj()
+    a.b.t = x
+    a.b.c.t = x * 2
+    return a
+
+
+def nested_attr(x):
+    a = _holder(x)
+    if x.sum() > 1:
+        a.b.t = a.b.t - 1
+    return a.b.t
+
+
+def nested_attr_two_levels(x):
+    a = _holder(x)
+    if x.sum() > 1:
+        a.b.c.t = a.b.c.t - 1
+    else:
+        a.b.c.t = a.b.c.t * 3
+    return a.b.c.t + a.b.t
+
+
+def object_in_dict(x):
+    o = Obj()
+    o.t = x
+    d = {"k": o, "n": 1}
+    if x.sum() > 1:
+        d["k"].t = d["k"].t - 1
+    return d["k"].t, o.t
+
+
+def object_in_list(x):
+    o = Obj()
+    o.t = x
+    lst = [o, x]
+    if x.mean() > 0:
+        lst[0].t = lst[0].t * 3
+    return lst[0].t + o.t
+
+
+def object_in_list_while(x):
+    o = Obj()
+    o.t = x
+    lst = [o]
+    i = 0
+    while x.sum() > i:
+        lst[0].t = lst[0].t + 1
+        i += 1
+    return lst[0].t
+
+
+def nested_attr_for_rows(x):
+    a = _holder(x[0])
+    for r in x:
+        if r.sum() > 0:
+            a.b.t = a.b.t + r
+    return a.b.t
+
+
+@pytest.mark.parametrize("fn", [object_in_dict, object_in_list, object_in_list_while])
+def test_nested_object_state(fn):
+    inputs = [(torch.ones(3),), (torch.zeros(3),), (torch.tensor([2.0, -1.0, 0.5]),)]
+    check(fn, *inputs)
+    for args in inputs:
+        got, ws = run_default(fn, *_clone(args))
+        assert not ws
+        assert_same(got, fn(*_clone(args)))
+
+
+# --------------------------------------------------------------- tensor-dependent recursion
+def countdown(x):
+    if x.sum() > 0:
+        return countdown(x - 1)   # the recursive call: its depth depends on x
+    return x
+
+
+def test_tensor_recursion_is_a_clean_fallback():
+    import inspect
+    line = inspect.getsourcelines(countdown)[1] + 2
+    x = torch.tensor([2.0, 1.0])
+    got, ws = run_default(countdown, x)
+    assert_same(got, countdown(x))
+    assert len(ws) == 1 and f"test_fidelity_crashes.py:{line}" in str(ws[0].message)
+    with pytest.raises(ConversionError, match="recursi") as info:
+        to_graph(countdown, strict=True)(x)
+    assert info.value.lineno == line
+
+
+def test_python_recursion_still_converts():
+    def power(x, n):
+        if n == 0:
+            return x
+        y = power(x, n - 1)
+        if y.sum() > 10:
+            y = y / 2
+        return y * 2
+
+    check(power, (torch.ones(3), 4), (torch.full((3,), 3.0), 4))
