@@ -3,13 +3,13 @@ graph ops for symbolic tensors. See ``transpiler`` for the code that calls them.
 """
 from .calls import call, set_converter
 from .conditionals import if_stmt
-from .effects import assert_stmt, eager_only, print_
+from .effects import assert_stmt, eager_only, print_, try_guard
 from .iterables import TensorList
 from .logical import and_, ifexp, not_, or_
 from .loops import for_stmt, while_stmt
 from .probes import probe
-from .special_values import Undefined, UndefinedReturn, is_undefined
+from .special_values import UNREAD, Undefined, UndefinedReturn, is_undefined
 
-__all__ = ["TensorList", "Undefined", "UndefinedReturn", "and_", "assert_stmt", "call",
-           "eager_only", "for_stmt", "if_stmt", "ifexp", "is_undefined", "not_", "or_",
-           "print_", "probe", "set_converter", "while_stmt"]
+__all__ = ["TensorList", "UNREAD", "Undefined", "UndefinedReturn", "and_", "assert_stmt",
+           "call", "eager_only", "for_stmt", "if_stmt", "ifexp", "is_undefined", "not_", "or_",
+           "print_", "probe", "set_converter", "try_guard", "while_stmt"]

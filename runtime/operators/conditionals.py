@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..control_flow import staged_cond
 from ..symbolic import is_symbolic
 from ..tensor_list import TensorList, note_converted
+from .cells import restoring_cells
 from .decisions import _LISTENERS, note
 from .object_state import unwrap_state, wrap_state, wrapping
 
@@ -21,6 +22,7 @@ def if_stmt(test, body, orelse, state, names):
         if _LISTENERS:
             note("if", bool(test))
         return body(*state) if test else orelse(*state)
+    body, orelse = restoring_cells(body, names), restoring_cells(orelse, names)
     out = staged_cond(test, wrapping(body), wrapping(orelse), wrap_state(tuple(state)),
                       names=names)
     for before, after in zip(state, out):

@@ -1,9 +1,9 @@
 """``print`` and ``assert`` in converted code, and the guard around ``try`` statements.
 
 While a graph is traced, ``print`` and a tensor ``assert`` become graph nodes, so they act
-on every run of the graph instead of once at trace time. ``try`` statements may only wrap
-code that adds nothing to the graph: an exception caught at trace time says nothing about
-later runs.
+on every run of the graph instead of once at trace time. The body of a ``try`` with
+``except`` clauses must be decided at trace time as eagerly (``try_guard``): an exception
+caught at trace time from tensor code says nothing about later runs.
 """
 from __future__ import annotations
 
@@ -43,6 +43,88 @@ def assert_stmt(test, msg_fn=None):
     where = format_location(location)
     dispatch_record(graph_ops.assert_true, (test, where, message), {})
     return None
+
+
+# Errors the graph's own operations may raise when it runs (index out of range, a failed
+# graph assert, ...): a handler catching one of these cannot be decided at trace time.
+_RUN_TIME_ERRORS = (RuntimeError, IndexError, ValueError, TypeError, AssertionError,
+                    ArithmeticError, MemoryError)
+_REFUSALS = [0, ""]    # try bodies refused while tracing (caught ones too), the last reason
+
+
+class _TryGuard:
+    """See ``try_guard``."""
+
+    def __init__(self, catches):
+        self.catches = catches
+        self.location = user_location()
+        self.refusals = _REFUSALS[0]
+
+    def _refuse(self, why: str) -> GraphError:
+        _REFUSALS[0] += 1
+        _REFUSALS[1] = (f"{format_location(self.location)}: try/except around {why} cannot "
+                        f"be converted to a graph (an exception caught while tracing says "
+                        f"nothing about later runs)")
+        return GraphError(_REFUSALS[1])
+
+    def _graph_may_raise_caught(self) -> bool:
+        try:
+            types = self.catches() if self.catches is not None else (BaseException,)
+        except Exception:  # noqa: BLE001  (the handler's type would fail eagerly too)
+            return True
+        flat, stack = [], [types]
+        while stack:
+            t = stack.pop()
+            if isinstance(t, tuple):
+                stack.extend(t)
+            else:
+                flat.append(t)
+        return any(not isinstance(t, type) or
+                   any(issubclass(err, t) for err in _RUN_TIME_ERRORS) for t in flat)
+
+    @contextlib.contextmanager
+    def body(self):
+        """Around the ``try`` body, inside the ``try``: its exceptions pass through here."""
+        nodes, errors = node_count(), tracing_error_count()
+        try:
+            yield
+        except BaseException as e:
+            if isinstance(e, (GraphError, TracingError)) or node_count() != nodes or \
+                    tracing_error_count() != errors:
+                raise self._refuse("tensor-dependent code that raised while tracing") from e
+            raise
+        if tracing_error_count() != errors:
+            raise self._refuse("code that uses a tensor's value")
+        if node_count() != nodes and self._graph_may_raise_caught():
+            raise self._refuse("tensor operations whose run-time errors it may catch")
+
+
+class _NoGuard:
+    @contextlib.contextmanager
+    def body(self):
+        yield
+
+
+_NO_GUARD = _NoGuard()
+
+
+@contextlib.contextmanager
+def try_guard(catches):
+    """Around a ``try`` with ``except`` clauses (``catches``: a thunk giving the handlers'
+    exception types, None for a bare ``except``). While tracing, the ``try`` body must be
+    decided at trace time as it is eagerly: it may add graph nodes only when no handler can
+    catch an error a graph raises at run time, and nothing it raises may come from traced
+    tensor code. A refusal raises GraphError from the body and again here, outside the
+    user's handlers, so catching it there does not hide it."""
+    if current_graph() is None:
+        yield _NO_GUARD
+        return
+    guard = _TryGuard(catches)
+    try:
+        yield guard
+    finally:
+        if _REFUSALS[0] != guard.refusals:
+            raise GraphError(_REFUSALS[1])
 
 
 @contextlib.contextmanager

@@ -29,6 +29,7 @@ from ..source_info import format_location, user_location
 from ..symbolic import (building, current_graph, is_symbolic, rebound_mark,
                         restore_rebound)
 from ..tensor_list import TensorList, note_converted, stack_list
+from .cells import restoring_cells
 from .decisions import _LISTENERS, note
 from .iterables import _RangeSource, as_source, is_symbolic_iterable
 from .object_state import object_states, unwrap_state, wrap_state, wrapping
@@ -38,6 +39,7 @@ from .special_values import Undefined
 # --------------------------------------------------------------------------- while
 def while_stmt(test, body, state, names):
     state = tuple(state)
+    test, body = restoring_cells(test, names), restoring_cells(body, names)
     graph, mark = graph_mark(state)
     verdict = test(*state)
     runs = 0
@@ -69,6 +71,7 @@ def wrapping_test(test):
 # --------------------------------------------------------------------------- for
 def for_stmt(iterable, extra_test, body, state, names):
     state = tuple(state)
+    body = restoring_cells(body, names)
     if is_symbolic_iterable(iterable):
         return _staged_for(as_source(iterable), extra_test, body, state, names)
     if isinstance(iterable, range):

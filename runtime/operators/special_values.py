@@ -45,5 +45,18 @@ class UndefinedReturn(Unobservable):
         return "UndefinedReturn()"
 
 
+class Unread(Unobservable):
+    """What a branch returns for a variable it takes but no later code reads (a name read
+    and then rebound inside an ``if`` that is dead after it): the paths need not agree."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNREAD"
+
+
+UNREAD = Unread()
+
+
 def is_undefined(value) -> bool:
     return isinstance(value, (Undefined, UndefinedReturn))

@@ -104,13 +104,30 @@ def eager_only(reason):
     yield
 
 
+class _TryGuard:
+    @contextlib.contextmanager
+    def body(self):
+        yield
+
+
+@contextlib.contextmanager
+def try_guard(catches):
+    calls['try_guard'] += 1
+    yield _TryGuard()
+
+
+UNREAD = object()   # a branch's value for a variable no later code reads
+
+
 class _Module:
     """``tg`` as the generated code sees it."""
     Undefined = Undefined
+    UNREAD = UNREAD
     UndefinedReturn = UndefinedReturn
     if_stmt, while_stmt, for_stmt = staticmethod(if_stmt), staticmethod(while_stmt), staticmethod(for_stmt)
     ifexp, and_, or_, not_ = staticmethod(ifexp), staticmethod(and_), staticmethod(or_), staticmethod(not_)
     call, assert_stmt, eager_only = staticmethod(call), staticmethod(assert_stmt), staticmethod(eager_only)
+    try_guard = staticmethod(try_guard)
 
 
 tg = _Module()

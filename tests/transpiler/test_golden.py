@@ -174,9 +174,10 @@ def test_assert_try_call():
     _golden(assert_and_try, '''
         def assert_and_try(x):
             tg.assert_stmt(x, (lambda : 'msg'))
-            with tg.eager_only('try/except'):
+            with tg.try_guard((lambda : (ValueError,))) as try_guard:
                 try:
-                    tg.call(print, x)
+                    with try_guard.body():
+                        tg.call(print, x)
                 except ValueError:
                     pass
     ''')

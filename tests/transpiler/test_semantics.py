@@ -247,7 +247,26 @@ def test_assert_message():
         convert(asserting)(-1)
 
 
-def test_try_uses_eager_only():
+def test_try_except_is_guarded():
     fake_tg.calls.clear()
     assert convert(try_block)(-2) == -1
-    assert fake_tg.calls['eager_only'] == 1
+    assert fake_tg.calls['try_guard'] == 1
+
+
+def try_finally_returns(x, log):
+    try:
+        if x > 0:
+            return x
+        log.append('body')
+    finally:
+        log.append('finally')
+    return -x
+
+
+def test_try_finally_is_plain_python_and_runs_finally_on_every_path():
+    fake_tg.calls.clear()
+    for x in (3, -3):
+        want_log, got_log = [], []
+        assert convert(try_finally_returns)(x, got_log) == try_finally_returns(x, want_log)
+        assert got_log == want_log
+    assert fake_tg.calls['try_guard'] == 0 and fake_tg.calls['eager_only'] == 0

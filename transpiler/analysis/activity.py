@@ -6,7 +6,8 @@ bodies excluded -- analyse them on their own):
   READ       names the statement may read (free names of nested defs/lambdas/comprehensions too)
   MODIFIED   names it may bind, delete or mutate (``x`` of ``x.a = v`` / ``x[i] = v``)
   COMPOSITES composite targets written, as source text (``self.h``, ``x[i]``)
-and on the FunctionDef: SCOPE, a ``Scope``.
+and on the FunctionDef: SCOPE, a ``Scope`` (its ``cells``: locals a nested function may read
+later, whenever it is called -- a body function must keep them in the enclosing cell).
 """
 import dataclasses
 
@@ -42,6 +43,7 @@ class Scope:
     locals: frozenset      # every name bound in the function body (params included)
     globals: frozenset     # declared ``global``
     nonlocals: frozenset   # declared ``nonlocal``
+    cells: frozenset = frozenset()   # locals that a nested def/lambda/comprehension reads
 
     @property
     def declared(self):
@@ -213,12 +215,26 @@ def block_modified(stmts):
     return frozenset().union(*[anno.getanno(s, anno.Key.MODIFIED, frozenset()) for s in stmts])
 
 
+def block_bound(stmts):
+    """Names that ``stmts`` may bind or delete (as plain names), nested blocks included:
+    the locals a generated body function holding ``stmts`` has besides its parameters."""
+    bound = set()
+    stack = list(stmts)
+    while stack:
+        stmt = stack.pop()
+        e = header_effects(stmt)
+        bound |= e.binds | e.deleted
+        bound |= {h.name.id for h in getattr(stmt, 'handlers', []) if h.name is not None}
+        for block in blocks(stmt):
+            stack.extend(block)
+    return frozenset(bound)
+
+
 def _scope(fn):
     a = fn.args
     params = {x.id for x in a.posonlyargs + a.args + a.kwonlyargs}
     params |= {x.id for x in (a.vararg, a.kwarg) if x is not None}
     declared_g, declared_nl = set(), set()
-    bound = set(params)
     stack = list(fn.body)
     while stack:
         stmt = stack.pop()
@@ -226,13 +242,16 @@ def _scope(fn):
             declared_g |= set(stmt.names)
         elif isinstance(stmt, gast.Nonlocal):
             declared_nl |= set(stmt.names)
-        e = header_effects(stmt)
-        bound |= e.binds | e.deleted
-        bound |= {h.name.id for h in getattr(stmt, 'handlers', []) if h.name is not None}
         for block in blocks(stmt):
             stack.extend(block)
-    locals_ = bound - declared_g - declared_nl
-    return Scope(frozenset(params), frozenset(locals_), frozenset(declared_g), frozenset(declared_nl))
+    locals_ = (set(params) | block_bound(fn.body)) - declared_g - declared_nl
+    captured = set()
+    for stmt in fn.body:
+        for node in gast.walk(stmt):
+            if isinstance(node, _FUNCS + _COMPS):
+                captured |= free_names(node)
+    return Scope(frozenset(params), frozenset(locals_), frozenset(declared_g), frozenset(declared_nl),
+                 frozenset(captured & locals_))
 
 
 def analyze(fn):

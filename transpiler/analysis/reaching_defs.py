@@ -7,7 +7,8 @@ Provides on every statement: DEFINED_IN (frozenset of names certainly bound befo
 
 A converted ``if``/loop binds all its state variables (its call returns them), so after
 it -- and at the start of its body functions, whose parameters they are -- they count as
-defined. A ``try`` is not converted; names it may bind count as defined after it (a wrong
+defined. Any other name a body function binds is a local of that function: unbound at
+its start, whatever the enclosing function had bound. A ``try`` is not converted; names it may bind count as defined after it (a wrong
 guess then fails loudly with UnboundLocalError rather than hiding a value).
 """
 import gast
@@ -26,10 +27,14 @@ def _stmt(stmt, defined, scope):
     anno.setanno(stmt, anno.Key.DEFINED_IN, frozenset(defined))
     e = activity.header_effects(stmt)
     if isinstance(stmt, (gast.If, gast.While, gast.For)):
-        inside = defined | set(anno.getanno(stmt, anno.Key.STATE))
-        body_in = inside | (e.binds if isinstance(stmt, gast.For) else set())
-        _block(stmt.body, body_in, scope)
-        _block(stmt.orelse, inside, scope)
+        state = set(anno.getanno(stmt, anno.Key.STATE))
+        inside = defined | state
+        # Each block becomes a body function: a name it binds is a local there, unbound
+        # at entry unless it is a parameter (state, the for target).
+        params = state | (e.binds if isinstance(stmt, gast.For) else set())
+        for block in (stmt.body, stmt.orelse):
+            _block(block, (defined - (activity.block_bound(block) - scope.declared)) | params,
+                   scope)
         return inside
     if isinstance(stmt, gast.With):
         return _block(stmt.body, defined | e.binds, scope)

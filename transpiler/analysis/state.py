@@ -6,6 +6,7 @@ bodies excluded). Used by reaching_defs and the control-flow converters.
 if:   names modified in a branch that are live after it or read in a branch before written
 loop: names modified in the body that are live at the loop head (read before written in the
       body, read by the test or an extra loop test) or live after the loop
+      (a cell variable -- one a nested def/lambda reads -- counts as live everywhere)
 Only the function's own locals qualify: ``global``/``nonlocal`` names never do.
 """
 import gast
@@ -38,6 +39,7 @@ def state_of(stmt, scope):
         live = (_live_at_entry(stmt.body, out) - for_target_names(stmt)) | extra.reads | out
     else:
         raise TypeError(stmt)
+    live |= scope.cells      # a nested function may read it whenever it is called
     return tuple(sorted((modified & live & scope.locals) - scope.declared))
 
 

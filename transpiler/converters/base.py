@@ -76,14 +76,33 @@ def check_no_del(block, state, construct):
                             'carried by the statement and must stay defined')
 
 
-def body_function(name, params, block, state, scope, origin):
-    """``def name(*params): <decls> <block>; return (*state,)``"""
+def cell_entry(params, scope, namer, origin):
+    """A parameter that is a cell variable of the user function (a nested def or lambda
+    reads it whenever called) must live in that cell, not in a local of the body function:
+    -> (params with it renamed, ``nonlocal v; v = v_in``). Each body (each branch, each
+    iteration, each loop test) so starts with the cell holding its entry value, and its
+    writes are what a closure called inside sees, as in eager code."""
+    cells = [p for p in params if p in scope.cells]
+    if not cells:
+        return list(params), []
+    renamed = {p: namer.new(p + '_in') for p in cells}
+    prologue = [gast.Nonlocal(names=cells)]
+    for p in cells:
+        prologue += templates.replace('var = var_in', origin, var=p, var_in=renamed[p])
+    return [renamed.get(p, p) for p in params], prologue
+
+
+def body_function(name, params, block, state, scope, origin, namer, returns=None):
+    """``def name(*params): <decls> <block>; return (*state,)`` (``returns``: the
+    expressions returned instead of the state names, e.g. ``tg.UNREAD``)."""
+    params, prologue = cell_entry(params, scope, namer, origin)
     return templates.replace('''
         def fn_name(params):
             body
             return state
-    ''', origin, fn_name=name, params=list(params),
-        body=declarations(block, scope) + block, state=list(state))
+    ''', origin, fn_name=name, params=params,
+        body=prologue + declarations(block, scope) + block,
+        state=list(returns if returns is not None else state))
 
 
 def undefined_inits(stmt, state):

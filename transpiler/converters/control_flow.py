@@ -10,8 +10,11 @@
     (y,) = tg.if_stmt(test, if_body, else_body, (y,), ('y',))
 
 Requires the analyses (activity, liveness, reaching_defs); the state is the STATE annotation.
-Variables only read come from the closure. Inner statements are converted first.
+Variables only read come from the closure. A state variable no later code reads (read,
+then rebound, in a branch) comes back as ``tg.UNREAD``, so the paths need not agree on it.
+Inner statements are converted first.
 """
+from transpiler.analysis import activity
 from transpiler.converters import base
 from transpiler.pyct import anno
 
@@ -28,8 +31,15 @@ class IfTransformer(base.Transformer):
             'tg.if_stmt(test, body_name, else_name, state, names)', node, test=node.test,
             body_name=body_name, else_name=else_name, state=list(state),
             names=base.names_tuple(state))
-        return (base.body_function(body_name, state, node.body, state, self.scope, node)
-                + base.body_function(else_name, state, node.orelse, state, self.scope, node)
+        # rebound in a branch, yet dead after the if: the paths need not agree on it
+        unread = (activity.block_bound(node.body + node.orelse) - self.scope.cells
+                  - anno.getanno(node, anno.Key.LIVE_OUT))
+        returns = [base.templates.replace_as_expression('tg.UNREAD', node) if v in unread
+                   else v for v in state]
+        return (base.body_function(body_name, state, node.body, state, self.scope, node,
+                                   namer, returns)
+                + base.body_function(else_name, state, node.orelse, state, self.scope, node,
+                                     namer, returns)
                 + base.undefined_inits(node, state)
                 + base.state_call(state, call, node))
 

@@ -38,12 +38,15 @@ class LoopTransformer(base.Transformer):
     def visit_While(self, node):
         node, state = self._prepare(node, 'while')
         test_name, body_name = self.ctx.namer.new('loop_test'), self.ctx.namer.new('loop_body')
-        loop_test = templates.replace('def test_name(params):\n    return test', node.test,
-                                      test_name=test_name, params=list(state), test=node.test)
+        params, prologue = base.cell_entry(state, self.scope, self.ctx.namer, node.test)
+        loop_test = templates.replace('def test_name(params):\n    prologue\n    return test',
+                                      node.test, test_name=test_name, params=params,
+                                      prologue=prologue, test=node.test)
         call = templates.replace_as_expression(
             'tg.while_stmt(test_name, body_name, state, names)', node, test_name=test_name,
             body_name=body_name, state=list(state), names=base.names_tuple(state))
-        return (loop_test + base.body_function(body_name, state, node.body, state, self.scope, node)
+        return (loop_test + base.body_function(body_name, state, node.body, state, self.scope, node,
+                                     self.ctx.namer)
                 + base.undefined_inits(node, state) + base.state_call(state, call, node))
 
     def visit_For(self, node):
@@ -64,7 +67,8 @@ class LoopTransformer(base.Transformer):
             'tg.for_stmt(iterable, extra_test, body_name, state, names)', node,
             iterable=node.iter, extra_test=extra_test, body_name=body_name, state=list(state),
             names=base.names_tuple(state))
-        return (base.body_function(body_name, [item] + list(state), body, state, self.scope, node)
+        return (base.body_function(body_name, [item] + list(state), body, state, self.scope,
+                                     node, self.ctx.namer)
                 + base.undefined_inits(node, state) + base.state_call(state, call, node))
 
 

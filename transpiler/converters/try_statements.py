@@ -1,14 +1,58 @@
-"""``try`` -> ``with tg.eager_only('try/except'): try: ...`` (the body is still converted;
-the runtime refuses to stage what it cannot repeat)."""
+"""``try`` statements: converted, or guarded so that tracing them fails when it must.
+
+- ``try``/``finally`` without ``except`` stays a Python ``try`` (its blocks converted like
+  any others, its returns/breaks lowered to flags by the later converters): the
+  ``finally`` block runs once on every path of the trace, as it runs once on every path
+  eagerly, and tensor control flow inside becomes graph nodes. A ``finally`` holding its
+  own ``return``/``break``/``continue`` (which would swallow an exception) is guarded as
+  below, with no catching clause.
+- with ``except`` clauses, the ``try`` body is guarded::
+
+      with tg.try_guard(lambda: (KeyError,)) as guard:     # None: a bare ``except``
+          try:
+              with guard.body():
+                  body
+          except KeyError:
+              ...
+
+  An exception raised while tracing is raised eagerly exactly when the body is pure
+  Python (adds no graph node, uses no tensor value), so such a body converts and the
+  handlers, ``else`` and ``finally`` run as traced. A body that adds graph nodes converts
+  only when no handler can catch an error a graph raises when it runs; anything else
+  stops tracing (the runtime's ``try_guard``), which falls back.
+"""
+import gast
+
 from transpiler.converters import base
+from transpiler.converters import jumps
 from transpiler.pyct import templates
+
+
+def _catches(handlers):
+    """``lambda: (T1, T2)`` for the handlers' types; ``None`` if one is a bare ``except``."""
+    types = [h.type for h in handlers]
+    if any(t is None for t in types):
+        return gast.Constant(value=None, kind=None)
+    return base.thunk(gast.Tuple(elts=types, ctx=gast.Load()))
+
+
+def _jumps_out_of(block):
+    return any(jumps.contains(block, kind, into_loops) for kind, into_loops in
+               ((gast.Return, True), (gast.Break, False), (gast.Continue, False)))
 
 
 class TryTransformer(base.Transformer):
 
     def visit_Try(self, node):
         node = self.generic_visit(node)
-        return templates.replace("with tg.eager_only('try/except'):\n    body", node, body=[node])
+        if not node.handlers and not _jumps_out_of(node.finalbody):
+            return node
+        guard = self.ctx.namer.new('try_guard')
+        node.body = templates.replace('with guard.body():\n    body', node, guard=guard,
+                                      body=node.body)
+        return templates.replace('with tg.try_guard(catches) as guard:\n    try_stmt', node,
+                                 catches=_catches(node.handlers), guard=guard,
+                                 try_stmt=[node])
 
 
 def transform(node, ctx):
