@@ -18,6 +18,7 @@ import torch
 
 from .graph import Graph, Node, iter_nodes, map_structure
 from .meta import TensorMeta
+from .outputs import Again, Rebuild
 from .source_info import format_location
 
 _FILE_IDS = itertools.count(1)
@@ -204,6 +205,12 @@ class _Lowering:
             return names[id(value)]
         if isinstance(value, Unstack):
             return f"list({names[id(value.node)]}.unbind(0))"
+        if isinstance(value, Rebuild):      # an object made afresh: make(items, attrs, slots)
+            parts = ", ".join(self.structure(v, names) for v in value)
+            text = f"{self.global_for(value.make, 'make')}({parts})"
+            return f"(_obj{value.key}_ := {text})" if value.shared else text
+        if isinstance(value, Again):
+            return f"_obj{value.key}_"
         if isinstance(value, (tuple, list, dict)):
             if isinstance(value, dict):
                 inner = ", ".join(f"{self.expr(k, names)}: {self.structure(v, names)}"

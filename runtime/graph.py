@@ -33,6 +33,9 @@ def same_tuple(like: tuple, items) -> tuple:
     """A tuple of the same kind as ``like`` (namedtuples and tuple subclasses kept)."""
     if type(like) is tuple:
         return tuple(items)
+    remake = getattr(like, "_tograph_with_parts", None)    # runtime.outputs.Rebuild
+    if remake is not None:
+        return remake(items)
     return type(like)(*items) if hasattr(like, "_fields") else type(like)(items)
 
 

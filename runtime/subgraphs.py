@@ -115,12 +115,30 @@ def _unobservable(v) -> bool:
     return getattr(type(v), "__tograph_unobservable__", False)
 
 
-def _fill_like(value):
-    """``value``'s structure, tensors replaced by zero ``Fill``s, Python values kept."""
-    leaves, spec = pytree.tree_flatten(value)
-    filled = [Fill(_leaf_meta(v), _example(v)) if _leaf_meta(v) is not None else v
+def _fill_like(value, side=None):
+    """``value``'s structure, tensors replaced by zero ``Fill``s, Python values kept.
+
+    An object's state (``ObjectState``) is no placeholder: the object is real on this
+    path too (``return t, D`` on one path, ``D`` carried on both). It is taken from the
+    same object's state elsewhere in ``side`` (this path's result), else kept as it is (the
+    region does not change the object: its state is the one before the region)."""
+    objects = {id(v.obj): v for v in _object_states(side)}
+    leaves, spec = pytree.tree_flatten(value, is_leaf=_is_object_state)
+    filled = [objects.get(id(v.obj), v) if _is_object_state(v) else
+              Fill(_leaf_meta(v), _example(v)) if _leaf_meta(v) is not None else v
               for v in leaves]
     return pytree.tree_unflatten(filled, spec)
+
+
+def _is_object_state(v) -> bool:
+    return getattr(type(v), "__tograph_object_state__", False)
+
+
+def _object_states(tree) -> list:
+    if tree is None:
+        return []
+    return [v for v in pytree.tree_leaves(tree, is_leaf=_is_object_state)
+            if _is_object_state(v)]
 
 
 def zip_structures(a, b, fn):
@@ -143,9 +161,9 @@ def reconcile(a, b):
     """Replace an unobservable value on one side by a placeholder shaped like the other."""
     def fill(x, y):
         if _unobservable(x) and not _unobservable(y):
-            return _fill_like(y), y
+            return _fill_like(y, a), y
         if _unobservable(y) and not _unobservable(x):
-            return x, _fill_like(x)
+            return x, _fill_like(x, b)
         return None
     return zip_structures(a, b, fill)
 

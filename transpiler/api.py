@@ -31,6 +31,7 @@ from runtime.graph import Node, iter_nodes, map_structure
 from runtime.meta import TensorMeta, meta_text  # noqa: F401  (the bridge: see below)
 from runtime.operators.iterables import TensorList
 from runtime.operators.special_values import Undefined, UndefinedReturn
+from runtime.outputs import reachable, template
 from runtime.source_info import location_of_traceback, reentered_call_site, register_source_map
 from runtime.symbolic import tracing, wrap_node
 from runtime.tensor_list import take_converted
@@ -433,7 +434,7 @@ class GraphFunction:
                                f"on every call)")
             error.location = _assignment_line(target, changed)
             raise error
-        structure = _output_structure(graph, out)
+        structure = _output_structure(graph, out, _existed(snapshot, sargs, skwargs))
         graph.outputs = map_structure(structure, lambda v: isinstance(v, Unstack),
                                       lambda v: v.node)
         return graph, structure, target
@@ -442,9 +443,26 @@ class GraphFunction:
         return f"<to_graph {getattr(self, '__qualname__', self._fn)!r}>"
 
 
-def _output_structure(graph, out):
+def _existed(snapshot, args, kwargs):
+    """``existed(obj)``: whether ``obj`` was reachable before the call (from the
+    arguments, the globals and closures of the functions traced, the method's object).
+    The walk is made on first use only: most results hold no object."""
+    found = []
+
+    def existed(obj) -> bool:
+        if not found:
+            roots = snapshot.roots() + [args, kwargs]
+            for fn in _CALLED:          # (not a method's object: the call may have made it)
+                roots += Snapshot.take(getattr(fn, "__func__", fn), (), {}).roots()
+            found.append({id(v) for v in reachable(roots)})
+        return id(obj) in found[0]
+    return existed
+
+
+def _output_structure(graph, out, existed=lambda obj: False):
     """The graph outputs for a traced result: nodes for symbolic tensors, values as is,
-    ``Unstack`` markers for lists grown in tensor loops."""
+    ``Unstack`` markers for lists grown in tensor loops, ``Rebuild`` markers for objects
+    made by the call (``runtime.outputs``: a fresh object of the same class on each call)."""
     from runtime.symbolic import building, to_node
 
     def leaf(v):
@@ -457,7 +475,7 @@ def _output_structure(graph, out):
         with building(graph):
             return to_node(graph, v)
     special = (UndefinedReturn, Undefined, TensorList, torch.Tensor)
-    return map_structure(out, lambda v: isinstance(v, special), leaf)
+    return template(out, lambda v: isinstance(v, special), leaf, existed)
 
 
 def _param_names(fn) -> List[str]:

@@ -110,6 +110,13 @@ class Snapshot:
         if state is not None:
             self._objects.append((label, obj, state, _copy(obj)))
 
+    def roots(self) -> list:
+        """The values recorded (globals, closure values, defaults, arguments, the method's
+        object): what existed before the call, for telling it from what the call made."""
+        return ([value for _, _, value in self._globals] +
+                [value for _, _, value in self._cells if value is not _EMPTY] +
+                [obj for _, obj, _, _ in self._objects])
+
     def sees(self, objects) -> str:
         """The label of a watched object that is (or directly holds) one of ``objects``."""
         wanted = {id(o) for o in objects}

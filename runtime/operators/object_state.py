@@ -11,48 +11,108 @@ own placeholders, and after the ``cond``/``while`` node the object holds its out
 """
 from __future__ import annotations
 
+import collections
+import itertools
 import types
+from typing import Optional
 
 import torch
 import torch.utils._pytree as pytree
 
+from ..outputs import items_of
 from ..tensor_list import TensorList
 
 
 class ObjectState:
-    """An object and a frozen copy of its attributes."""
+    """An object and a frozen copy of its state: its attributes and, for a dict subclass
+    (``OrderedDict``, ``defaultdict``, a user's ``dict`` subclass), its items in order.
+    Objects held in attributes or items are ObjectStates too (a cache object's config)."""
 
-    def __init__(self, obj, attrs: dict):
+    __tograph_object_state__ = True     # (``subgraphs`` knows it by this mark)
+
+    def __init__(self, obj, attrs: dict, items: Optional[dict] = None):
         self.obj = obj
         self.attrs = attrs
+        self.items = items
 
     @classmethod
-    def of(cls, obj) -> "ObjectState":
-        return cls(obj, dict(vars(obj)))
+    def of(cls, obj, _active: frozenset = frozenset()) -> "ObjectState":
+        active = _active | {id(obj)}
+
+        def wrap(v):
+            return cls.of(v, active) if is_plain_object(v) and id(v) not in active else v
+        attrs = {k: wrap(v) for k, v in getattr(obj, "__dict__", {}).items()}
+        items = {k: wrap(v) for k, v in items_of(obj)} if isinstance(obj, dict) else None
+        return cls(obj, attrs, items)
 
     def restore(self) -> None:
-        """Put the frozen attributes back (after a trace that must leave no trace)."""
-        current = vars(self.obj)
-        for key in [k for k in current if k not in self.attrs]:
+        """Put the frozen state back (after a trace that must leave no trace)."""
+        for v in itertools.chain(self.attrs.values(), (self.items or {}).values()):
+            if isinstance(v, ObjectState):
+                v.restore()
+        _set_state(self.obj, self.attrs, self.items)
+
+
+class _Same:
+    """The object in a pytree context: equal to itself only (a dataclass's ``__eq__``
+    would compare tensors)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __repr__(self) -> str:
+        return f"<{type(self.obj).__name__} object>"
+
+
+def _plain(v):
+    return v.obj if isinstance(v, ObjectState) else v
+
+
+def _set_state(obj, attrs: dict, items: Optional[dict]) -> None:
+    """Make ``obj``'s attributes (and items) exactly these, bypassing ``__setattr__`` and
+    ``__setitem__`` (a key or attribute one path added is gone on the other)."""
+    current = getattr(obj, "__dict__", None)
+    if current is not None:
+        for key in [k for k in current if k not in attrs]:
             del current[key]
-        current.update(self.attrs)
+        current.update({k: _plain(v) for k, v in attrs.items()})
+    if items is not None:
+        base = collections.OrderedDict if isinstance(obj, collections.OrderedDict) else dict
+        if [k for k, _ in items_of(obj)] != list(items):
+            base.clear(obj)
+        for k, v in items.items():
+            base.__setitem__(obj, k, _plain(v))
 
 
 def _flatten(state: ObjectState):
     keys = sorted(state.attrs)
-    return [state.attrs[k] for k in keys], (state.obj, tuple(keys))
+    items = state.items or {}
+    values = [state.attrs[k] for k in keys] + list(items.values())
+    return values, (_Same(state.obj), tuple(keys),
+                    None if state.items is None else tuple(items))
 
 
 def _unflatten(values, context):
-    obj, keys = context
+    same, keys, item_keys = context
     attrs = dict(zip(keys, values))
-    vars(obj).update(attrs)
-    return ObjectState(obj, attrs)
+    items = None if item_keys is None else dict(zip(item_keys, values[len(keys):]))
+    _set_state(same.obj, attrs, items)
+    return ObjectState(same.obj, attrs, items)
 
 
 def _flatten_with_keys(state: ObjectState):
     values, context = _flatten(state)
-    return [(pytree.GetAttrKey(k), v) for k, v in zip(context[1], values)], context
+    keys = [pytree.GetAttrKey(k) for k in context[1]] + \
+        [pytree.MappingKey(k) for k in (context[2] or ())]
+    return list(zip(keys, values)), context
 
 
 pytree.register_pytree_node(ObjectState, _flatten, _unflatten,
@@ -66,7 +126,8 @@ def is_plain_object(value) -> bool:
         return False
     if type(value).__module__.split(".")[0] == "runtime":   # our own markers
         return False
-    return isinstance(getattr(value, "__dict__", None), dict)
+    return isinstance(getattr(value, "__dict__", None), dict) or \
+        (isinstance(value, dict) and type(value) is not dict)     # a defaultdict
 
 
 def _wrap(value):

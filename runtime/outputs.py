@@ -1,0 +1,257 @@
+"""Results rebuilt on every call, with the caller's exact types.
+
+    return x.sum(), Holder(x * 2)            # Holder made inside the function
+    return OrderedDict(a=x), MyDict(b=x)     # dict subclasses keep their class
+    return ModelOutput(logits=y, past_key_values=cache)   # cache: an object of lists
+
+A traced result may hold objects besides tuples, lists and dicts. ``template`` turns it
+into an output structure the executor can rebuild: an object made inside the function
+becomes a ``Rebuild`` marker (a tuple of its parts: items, attributes, slots) whose
+``make`` builds a fresh object of the same class on each call, so the caller gets real
+tensors and a new object every time, never the trace's object holding symbolic tensors.
+Python-valued attributes are constants of the trace. An object that existed before the
+call (an argument, a global, a closure value) is returned as itself, and must not hold a
+traced tensor. What cannot be rebuilt faithfully (a class whose ``__new__`` needs
+arguments, an object holding itself, a traced tensor inside a set or a C object) raises a
+``GraphError``: the caller falls back to eager.
+
+State is copied, not replayed: ``make`` sets the traced ``__dict__``/slots/items directly,
+bypassing ``__init__``, ``__setattr__`` and ``__setitem__`` (their effects on the object are
+already in the state copied; a dataclass's ``__post_init__`` does not run twice).
+"""
+from __future__ import annotations
+
+import collections
+import enum
+import functools
+import itertools
+import types
+from typing import Any, Callable, Dict, List
+
+import torch
+import torch.utils._pytree as pytree
+
+from .errors import GraphError
+from .graph import same_tuple
+from .symbolic import is_symbolic
+
+_ATOMS = (int, float, complex, str, bytes, bool, type(None), range, slice, torch.dtype,
+          torch.device, torch.Size, torch.memory_format, torch.layout, type,
+          types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType,
+          functools.partial, enum.Enum, torch.nn.Module)
+_KEYS = itertools.count(1)
+
+
+class Rebuild(tuple):
+    """An object of the result, made afresh on each call as ``make(*parts)``; its parts
+    are output structures (nodes, markers, Python values). ``shared``: the result holds it
+    more than once (later places are ``Again(key)``)."""
+
+    def __new__(cls, parts, make: Callable, key: int):
+        self = super().__new__(cls, parts)
+        self.make, self.key, self.shared = make, key, False
+        return self
+
+    def _tograph_with_parts(self, parts) -> "Rebuild":
+        """The same marker over new parts (``graph.map_structure`` keeps it a Rebuild)."""
+        new = Rebuild(parts, self.make, self.key)
+        new.shared = self.shared
+        return new
+
+    def __repr__(self) -> str:
+        return f"Rebuild({getattr(self.make, '__qualname__', self.make)}, {tuple(self)!r})"
+
+
+class Again:
+    """A later place of a ``Rebuild`` object in the result: the same object again."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: int):
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"Again({self.key})"
+
+
+def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
+             existed: Callable[[Any], bool]):
+    """The output structure of the traced result ``out``: ``leaf(v)`` where ``is_leaf(v)``,
+    tuples/lists/dicts walked, objects ``existed`` before the call kept as themselves,
+    other objects as ``Rebuild`` markers."""
+    done: Dict[int, Rebuild] = {}
+    busy: set = set()
+    keep = []                        # the objects ``done`` is keyed by stay alive
+
+    def walk(v):
+        if is_leaf(v):
+            return leaf(v)
+        kind = type(v)
+        if kind is tuple:
+            return tuple([walk(x) for x in v])
+        if kind is list:
+            return [walk(x) for x in v]
+        if kind is dict:
+            return {_key(k): walk(x) for k, x in v.items()}
+        if isinstance(v, tuple) and not getattr(v, "__dict__", None):
+            return same_tuple(v, [walk(x) for x in v])      # namedtuples, structseqs
+        if isinstance(v, _ATOMS) or _is_runtime_marker(v):
+            return v
+        if id(v) in done:
+            done[id(v)].shared = True
+            return Again(done[id(v)].key)
+        if type(v) not in pytree.SUPPORTED_NODES and existed(v):
+            _check_untraced(v)
+            return v
+        if id(v) in busy:
+            raise GraphError(f"the result holds a {kind.__name__} object that holds itself; "
+                             f"it cannot be rebuilt on each call")
+        busy.add(id(v))
+        try:
+            parts = _parts(v, walk)
+        except _Atom:
+            return v
+        finally:
+            busy.discard(id(v))
+        marker = Rebuild(parts, maker(kind, v), next(_KEYS))
+        done[id(v)] = marker
+        keep.append(v)
+        return marker
+    return walk(out)
+
+
+def _key(k):
+    if is_symbolic(k) or isinstance(k, torch.Tensor):
+        raise GraphError("the result is a dict keyed by a tensor, which a graph cannot "
+                         "rebuild on each call")
+    return k
+
+
+def _is_runtime_marker(v) -> bool:
+    return type(v).__module__.split(".")[0] == "runtime"
+
+
+# --------------------------------------------------------------------------- parts
+def _parts(v, walk) -> tuple:
+    """(items, attributes, slots) of ``v``, each walked."""
+    kind = type(v)
+    if isinstance(v, (set, frozenset)) or not (
+            isinstance(v, (dict, list)) or hasattr(v, "__dict__") or _slot_names(kind)):
+        if _holds_traced(v):
+            raise GraphError(f"the result holds a traced tensor inside a {kind.__name__}, "
+                             f"which cannot be rebuilt on each call")
+        raise _Atom(v)
+    if isinstance(v, tuple):
+        raise GraphError(f"the result holds a {kind.__name__} (a tuple subclass with "
+                         f"attributes), which cannot be rebuilt on each call")
+    if isinstance(v, dict):
+        items = {_key(k): walk(x) for k, x in items_of(v)}
+    elif isinstance(v, list):
+        items = [walk(x) for x in list.__iter__(v)]
+    else:
+        items = None
+    attrs = getattr(v, "__dict__", None)
+    attrs = {k: walk(x) for k, x in attrs.items()} if isinstance(attrs, dict) else None
+    slots = {name: walk(getattr(v, name)) for name in _slot_names(kind) if hasattr(v, name)}
+    return items, attrs, slots
+
+
+def items_of(obj):
+    """The items of a dict subclass in its own order, without calling overrides (an
+    ``OrderedDict`` keeps an order of its own; ``defaultdict`` makes no defaults here)."""
+    base = collections.OrderedDict if isinstance(obj, collections.OrderedDict) else dict
+    return base.items(obj)
+
+
+class _Atom(Exception):
+    """Not an object to rebuild (no state Python can see): kept as it is."""
+
+
+def _slot_names(cls) -> List[str]:
+    names = []
+    for c in cls.__mro__:
+        slots = c.__dict__.get("__slots__", ())
+        for s in (slots,) if isinstance(slots, str) else slots:
+            if s in ("__dict__", "__weakref__"):
+                continue
+            names.append(f"_{c.__name__.lstrip('_')}{s}" if s.startswith("__") and
+                         not s.endswith("__") else s)
+    return names
+
+
+def maker(cls, example) -> Callable:
+    """A function ``(items, attrs, slots) -> a new cls object`` holding that state."""
+    if cls.__new__ is not object.__new__ and not isinstance(example, (dict, list)):
+        try:
+            cls.__new__(cls)
+        except Exception as e:
+            raise GraphError(f"the result holds a {cls.__name__} object, whose class needs "
+                             f"arguments to __new__ ({e}); it cannot be rebuilt on each "
+                             f"call") from None
+    setitem = next((b.__setitem__ for b in cls.__mro__
+                    if b in (collections.OrderedDict, dict)), None)
+    factory = getattr(example, "default_factory", None) \
+        if isinstance(example, collections.defaultdict) else None
+    set_slot = object.__setattr__
+
+    def make(items, attrs, slots):
+        obj = cls.__new__(cls)
+        if factory is not None:
+            obj.default_factory = factory
+        if attrs:
+            obj.__dict__.update(attrs)
+        for name, value in slots.items():
+            set_slot(obj, name, value)
+        if items is not None:
+            if setitem is not None:
+                for k, value in items.items():
+                    setitem(obj, k, value)
+            else:
+                list.extend(obj, items)
+        return obj
+    make.__qualname__ = f"make_{cls.__name__}"
+    return make
+
+
+# --------------------------------------------------------------------------- checks
+def _holds_traced(value, limit: int = 10000) -> bool:
+    """Whether a traced (symbolic) tensor is reachable from ``value`` (through containers,
+    ``__dict__`` and slots)."""
+    for v in reachable([value], limit):
+        if is_symbolic(v):
+            return True
+    return False
+
+
+def _check_untraced(obj) -> None:
+    if _holds_traced(obj):
+        raise GraphError(f"the result is a {type(obj).__name__} object that existed before "
+                         f"the call and now holds a traced tensor; it cannot be returned "
+                         f"as it is")
+
+
+def reachable(roots, limit: int = 20000):
+    """The values reachable from ``roots`` through containers, ``__dict__`` and slots
+    (not into modules, classes, functions or tensors), at most ``limit`` of them."""
+    seen = set()
+    stack = list(roots)
+    while stack and len(seen) < limit:
+        v = stack.pop()
+        if id(v) in seen or isinstance(v, (int, float, str, bytes, bool, type(None))):
+            continue
+        seen.add(id(v))
+        yield v
+        if isinstance(v, (torch.Tensor, type, types.ModuleType, types.FunctionType,
+                          types.BuiltinFunctionType)):
+            continue
+        if isinstance(v, dict):
+            stack.extend(dict.keys(v))
+            stack.extend(dict.values(v))
+        elif isinstance(v, (list, tuple, set, frozenset, collections.deque)):
+            stack.extend(v)
+        attrs = getattr(v, "__dict__", None)
+        if isinstance(attrs, dict):
+            stack.extend(attrs.values())
+        for name in _slot_names(type(v)):
+            if hasattr(v, name):
+                stack.append(getattr(v, name))
