@@ -18,7 +18,9 @@ from typing import Callable
 import torch
 import torch.utils._pytree as pytree
 
+from . import grad_flags
 from .errors import BranchMismatchError
+from .grad_flags import grad_of
 from .source_info import format_location, user_location
 from .subgraphs import (Fill, Slot, _align_captures, _check_pred, _describe_spec, _example,
                         _finish, _has_effects, _leaf_meta, _leaf_name, _merge_leaf,
@@ -45,8 +47,8 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
     _check_pred(pred, where)
     graph = _owner_graph(pred, operands)
     flat, spec = pytree.tree_flatten(operands)
-    slots = [Slot(_leaf_meta(v), None if _leaf_meta(v) is not None else v, _example(v))
-             for v in flat]
+    slots = [Slot(_leaf_meta(v), None if _leaf_meta(v) is not None else v, _example(v),
+                  grad_of(v)) for v in flat]
     then_g, then_tree = _trace_tree(graph, "then", true_fn, slots, spec, names)
     else_g, else_tree = _trace_tree(graph, "else", false_fn, slots, spec, names)
     then_tree, else_tree = reconcile(then_tree, else_tree)
@@ -73,6 +75,10 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
                 for (kind, _), a, b in zip(plans, then_out, else_out) if kind == "tensor"]
     outs = iter(record_tuple_outputs(node, metas, examples))
     leaves = [next(outs) if kind == "tensor" else value for kind, value in plans]
+    for leaf, a, b in zip(leaves, then_out, else_out):     # whichever path runs decides
+        if is_symbolic(leaf):
+            leaf._node.attrs[grad_flags.KEY] = grad_flags.merge(
+                grad_of(v) for v in (a, b) if not isinstance(v, Fill))
     return pytree.tree_unflatten(leaves, then_spec)
 
 

@@ -82,3 +82,11 @@ def probe_value(name, value, loop) -> None:
     probe log (``runtime.probe_log``) every time it runs (name None: a loop's tick)."""
     from .probe_log import record
     record(name, value, loop)
+
+
+
+@register
+def requires_grad_of(x: torch.Tensor) -> torch.Tensor:
+    """``x.requires_grad`` read at run time, as a 0-d bool tensor: for a value that
+    requires grad on one path of a ``cond`` (or after a loop's iterations) only."""
+    return torch.tensor(x.requires_grad)

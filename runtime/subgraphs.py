@@ -16,6 +16,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .errors import BranchMismatchError, GraphError
+from . import grad_flags
 from .region_effects import run_watched
 from .graph import Graph, Node
 from .meta import TensorMeta, meta_empty
@@ -175,6 +176,7 @@ class Slot:
     meta: Optional[TensorMeta]      # None: a Python constant passed as is
     const: Any = None
     example: Any = None
+    grad: Optional[bool] = False    # requires grad (None: known only at run time)
 
 
 def _trace(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec,
@@ -199,6 +201,7 @@ def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec
                     leaves.append(slot.const)
                 else:
                     ph = sub.placeholder(slot.meta, name=_clean(labels[i]))
+                    ph.attrs[grad_flags.KEY] = slot.grad
                     leaves.append(wrap_node(ph, slot.example))
             out = run_watched(fn, pytree.tree_unflatten(leaves, spec),
                               _REGION.get(label, "a tensor-dependent region"))

@@ -19,10 +19,13 @@ import contextlib
 from typing import Any, List, Optional
 
 import torch
+import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
 
 from . import graph_ops
+from . import grad_flags
 from .errors import GraphError, TracingError
+from .grad_flags import grad_of
 from .graph import Graph, Node, map_structure
 from .meta import TensorMeta, meta_empty
 from .ops import is_impure, is_inplace, op_name
@@ -54,6 +57,7 @@ _DEVICE_QUERIES = {torch.Tensor.device.__get__: torch.device("cpu"),
 _SIZE_QUERIES = {torch.Tensor.shape.__get__, torch.Tensor.size, torch.Tensor.numel,
                  torch.Tensor.__len__, torch.Tensor.nelement}
 _SUBSTITUTES = {torch._C._set_grad_enabled: graph_ops.set_grad_enabled}
+_REQUIRES_GRAD = torch.Tensor.requires_grad.__get__
 _DATA_DEPENDENT_SCALARS = {"equal", "allclose", "is_nonzero", "item", "tolist",
                            "is_same_size", "data_ptr"}
 _TEXT = {torch.Tensor.__repr__, torch.Tensor.__str__, torch.Tensor.__format__}
@@ -290,6 +294,10 @@ def dispatch(func, args, kwargs):
         return describe(t)
     if func in _CONCRETE:
         raise _needs_conversion(_CONCRETE[func])
+    if func == _REQUIRES_GRAD and isinstance(args[0], SymbolicTensor):
+        flag = grad_of(args[0])         # the value's, not the stand-in's (see grad_flags)
+        return flag if flag is not None else \
+            dispatch_record(graph_ops.requires_grad_of, (args[0],), {})
     if func in _GETTERS:
         with torch._C.DisableTorchFunction():
             return func(*args, **kwargs)
@@ -446,12 +454,30 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
     impure = is_impure(func, kwargs, args)
     node = graph.add_node(op_name(func), func, node_args, node_kwargs, result.meta,
                           location=location, impure=impure)
+    _note_grad(node, func, args, kwargs, result.meta)
     if is_inplace(func, kwargs) and isinstance(result.meta, TensorMeta):
         target = kwargs.get("out") if kwargs.get("out") is not None else args[0]
         if isinstance(target, SymbolicTensor):
             rebound = _rebind(target, node, result.example)
             return None if func is graph_ops.setitem else rebound
     return _wrap_result(node, result.example, result.meta)
+
+
+def _note_grad(node: Node, func, args, kwargs, meta) -> None:
+    """Record whether the result requires grad (``grad_flags``); a grad-mode switch is
+    applied for real too, so later ops and ``no_grad``'s saved mode see the traced mode."""
+    if func is graph_ops.set_grad_enabled:
+        torch._C._set_grad_enabled(bool(args[0] if args else kwargs.get("mode")))
+        return
+    if meta is None:
+        return
+    dtype = meta.dtype if isinstance(meta, TensorMeta) else None
+    target = (kwargs.get("out") if kwargs.get("out") is not None else args[0]) \
+        if is_inplace(func, kwargs) and args else None
+    tensors = [v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
+    node.attrs[grad_flags.KEY] = grad_flags.result_grad(
+        op_name(func), tensors if op_name(func) != "requires_grad_" else list(args),
+        kwargs, dtype, target)
 
 
 def _simple_ctor(e: Exception) -> bool:
@@ -481,6 +507,9 @@ def record_tuple_outputs(node: Node, metas, examples=None) -> List[SymbolicTenso
             continue
         get = node.graph.add_node("get", None, (node,), meta=m, attrs={"index": i},
                                   location=node.location)
+        if grad_flags.KEY in node.attrs:
+            get.attrs[grad_flags.KEY] = node.attrs[grad_flags.KEY] and \
+                (m.dtype.is_floating_point or m.dtype.is_complex)
         outs.append(wrap_node(get, None if examples is None else examples[i]))
     return outs
 
@@ -512,5 +541,9 @@ _PASSTHROUGH = set(_CONCRETE) | _GETTERS | set(_DEVICE_QUERIES) | _SIZE_QUERIES 
 def tracing(graph: Graph):
     """Trace Python code into ``graph``: record into it, and capture random factories.
     ``with torch.no_grad():`` in traced code records its grad-mode switches as ops."""
-    with building(graph), _TracingMode():
-        yield graph
+    grad = torch.is_grad_enabled()       # traced no_grad/enable_grad switch it for real
+    try:
+        with building(graph), _TracingMode():
+            yield graph
+    finally:
+        torch._C._set_grad_enabled(grad)

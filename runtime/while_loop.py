@@ -12,6 +12,8 @@ from typing import Callable, Optional
 import torch
 import torch.utils._pytree as pytree
 
+from . import grad_flags
+from .grad_flags import grad_of
 from .errors import BranchMismatchError, GraphError
 from .meta import TensorMeta, meta_empty
 from .source_info import format_location, user_location
@@ -97,7 +99,12 @@ def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None, grap
             widenable = _leaf_meta(flat[i]) is None or isinstance(flat[i], Fill)
             wider = _widen(slot, new, widenable, _leaf_name(names, spec, i), where)
             if wider is not None:
+                wider.grad = slot.grad
                 slots[i] = by_path[paths[i]] = wider
+                changed = True
+            if slots[i].meta is not None and slots[i].grad is not None and \
+                    grad_of(new) != slots[i].grad:
+                slots[i].grad = None     # the iterations run decide (see grad_flags)
                 changed = True
         if not changed:
             break
@@ -134,6 +141,9 @@ def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None, grap
     examples = [s.example for s in slots if s.meta is not None]
     outs = iter(record_tuple_outputs(node, metas, examples))
     leaves = [next(outs) if s.meta is not None else s.const for s in slots]
+    for leaf, slot in zip(leaves, slots):
+        if is_symbolic(leaf):
+            leaf._node.attrs[grad_flags.KEY] = slot.grad
     return pytree.tree_unflatten(leaves, spec)
 
 
@@ -148,7 +158,8 @@ def _slots_for(state, known: dict):
         slot = known.get(path)
         if slot is None:
             meta = _leaf_meta(value)
-            slot = Slot(meta, None if meta is not None else value, _example(value))
+            slot = Slot(meta, None if meta is not None else value, _example(value),
+                        grad_of(value))
         flat.append(value)
         slots.append(slot)
         by_path[path] = slot

@@ -181,13 +181,18 @@ def _mode(flags) -> str:
     return "train" if all(flags) else "eval" if not any(flags) else "mixed train/eval"
 
 
+_GRAD_MODE = {True: ("grad mode on",), False: ("grad mode off",)}     # a signature's last item
+
+
 def _describe_change(names: List[str], old, new) -> str:
     if old[0] != new[0]:
         return "the structure of the arguments changed"
     parts = []
     leaves = old[0].num_leaves
     for i, (a, b) in enumerate(zip(old[1:], new[1:])):
-        if a != b and i >= leaves:          # a Module's (and submodules') train/eval flags
+        if a != b and a in _GRAD_MODE.values():
+            parts.append(f"{a[0]} -> {b[0]}")
+        elif a != b and i >= leaves:        # a Module's (and submodules') train/eval flags
             parts.append(f"training mode: {_mode(a)} -> {_mode(b)}")
         elif a != b:
             name = names[i] if i < len(names) else f"argument #{i}"
@@ -272,13 +277,15 @@ class GraphFunction:
         if self._module is not None:          # train/eval changes dropout, batch norm...
             self._submodules = list(self._module.modules())
             key = key + (tuple(m.training for m in self._submodules),)
-        return key, flat, spec
+        # a trace applies no_grad/enable_grad and answers requires_grad in the ambient mode
+        return key + (_GRAD_MODE[torch.is_grad_enabled()],), flat, spec
 
     def __call__(self, *args, **kwargs):
         if _EAGERLY[0]:                         # run_eagerly(True): the original Python
             return self._fn(*args, **kwargs)
         fast = None if kwargs else _flat_key(args)
         if fast is not None:                   # the fast path: flat positional arguments
+            fast += (torch.is_grad_enabled(),)
             if self._module is not None:
                 fast += tuple(m.training for m in self._submodules)
             entry = self._fast.get(fast)
@@ -410,6 +417,7 @@ class GraphFunction:
                     meta = TensorMeta(tuple(None if d in dynamic[index] else size
                                             for d, size in enumerate(meta.shape)), meta.dtype)
                 node = graph.placeholder(meta, name=name)
+                node.attrs["requires_grad"] = value.requires_grad    # see runtime.grad_flags
                 sym.append(wrap_node(node))
             else:
                 sym.append(value)
