@@ -21,6 +21,7 @@ from . import graph_ops
 from .errors import GraphError
 from .meta import TensorMeta
 from .ops import is_inplace
+from .size_hints import hint, run_time_sizes, with_hints
 
 _CACHE: Dict[Any, "Inferred"] = {}
 _CACHE_LIMIT = 100_000
@@ -329,7 +330,49 @@ def fails_eagerly(func, args, kwargs, error: Exception) -> bool:
 def infer(func, args, kwargs) -> Inferred:
     """Output meta of ``func(*args, **kwargs)``; args hold symbolic and concrete tensors."""
     with torch._C.DisableTorchFunction():
-        return _infer(func, args, kwargs)
+        try:
+            return _infer(func, args, kwargs)
+        except Exception as e:
+            sizes = run_time_sizes(args, kwargs)
+            if not sizes:
+                raise
+            return _infer_sized(func, args, kwargs, sizes, e)
+
+
+def _infer_sized(func, args, kwargs, sizes, error) -> Inferred:
+    """``func`` given sizes known only at run time (``x.view(-1, n)``, ``zeros(n)``): run
+    with their example values (``size_hints``), then with other values: output dimensions
+    that change are dynamic; all are when no other value works."""
+    hints = {id(s): hint(s._node) for s in sizes}
+    if any(h is None for h in hints.values()):
+        raise error
+    try:
+        first = _infer(func, with_hints(args, hints), with_hints(kwargs, hints))
+    except Exception:   # noqa: BLE001 - the failure with the symbolic sizes is the one to report
+        raise error from None
+    second = None
+    for change in (lambda h: h + 1, lambda h: 2 * h + 1):
+        other = {k: change(h) for k, h in hints.items()}
+        try:
+            second = _infer(func, with_hints(args, other), with_hints(kwargs, other)).meta
+            break
+        except Exception:  # noqa: PERF203,BLE001 - trying values until one fits
+            continue
+
+    def vary(m1, m2):
+        if not isinstance(m1, TensorMeta) or m1.shape is None:
+            return m1
+        if isinstance(m2, TensorMeta) and m2.shape is not None and \
+                len(m2.shape) == len(m1.shape):
+            return m1.join(TensorMeta(m2.shape, m1.dtype))
+        return TensorMeta((None,) * len(m1.shape), m1.dtype)
+    meta = first.meta
+    if isinstance(meta, tuple):
+        seconds = second if isinstance(second, tuple) else (None,) * len(meta)
+        meta = tuple(vary(a, b) for a, b in zip(meta, seconds))
+    else:
+        meta = vary(meta, second)
+    return Inferred(meta, first.example)
 
 
 def _infer(func, args, kwargs) -> Inferred:

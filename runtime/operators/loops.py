@@ -197,7 +197,7 @@ def _prepare_state(body, state, names, location, kind):
     if graph is None:
         return state
     probe_graph = Graph(parent=graph, name="probe")
-    probe_state = tuple(list(v) if isinstance(v, list) else v for v in state)
+    probe_state = tuple(_probe_copy(v) for v in state)
     mark = rebound_mark()
     try:
         with building(probe_graph):
@@ -219,6 +219,15 @@ def _prepare_state(body, state, names, location, kind):
         if isinstance(after, (list, TensorList)) and _grew(before, after):
             new_state[i] = _as_tensor_list(before, after, location)
     return tuple(new_state)
+
+
+def _probe_copy(value):
+    """What the probe trace of a body gets for a state value: lists and plain dicts
+    copied (``L.append``, ``D["c"] += 1`` in the probe must not reach the real ones; an
+    object's state is put back after the probe)."""
+    if isinstance(value, list):
+        return list(value)
+    return dict(value) if type(value) is dict else value
 
 
 def _grew(before: list, after) -> bool:

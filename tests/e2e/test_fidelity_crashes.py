@@ -225,7 +225,8 @@ def nested_attr_for_rows(x):
     return a.b.t
 
 
-@pytest.mark.parametrize("fn", [object_in_dict, object_in_list, object_in_list_while])
+@pytest.mark.parametrize("fn", [nested_attr, nested_attr_two_levels, object_in_dict,
+                                object_in_list, object_in_list_while, nested_attr_for_rows])
 def test_nested_object_state(fn):
     inputs = [(torch.ones(3),), (torch.zeros(3),), (torch.tensor([2.0, -1.0, 0.5]),)]
     check(fn, *inputs)
@@ -233,6 +234,32 @@ def test_nested_object_state(fn):
         got, ws = run_default(fn, *_clone(args))
         assert not ws
         assert_same(got, fn(*_clone(args)))
+
+
+def test_nested_object_gradients():
+    x1 = torch.tensor([2.0, -1.0, 0.5], requires_grad=True)
+    x2 = x1.detach().clone().requires_grad_()
+    g = to_graph(nested_attr_two_levels, strict=True)
+    out1, out2 = nested_attr_two_levels(x1), g(x2)
+    assert_same(out2, out1)
+    (gx1,), (gx2,) = torch.autograd.grad(out1.sum(), [x1]), torch.autograd.grad(out2.sum(), [x2])
+    assert_same(gx2, gx1)
+
+
+def test_nested_object_seen_by_caller():
+    """The caller's object, reached through an argument, holds the branch's result."""
+    def f(a, x):
+        if x.sum() > 1:
+            a.b.t = a.b.t - x
+        return x
+
+    for x in (torch.ones(3), torch.zeros(3)):
+        a1, a2 = _holder(torch.ones(3)), _holder(torch.ones(3))
+        f(a1, x)
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            to_graph(f)(a2, x)
+        assert_same(a2.b.t, a1.b.t)
 
 
 # --------------------------------------------------------------- tensor-dependent recursion
@@ -264,3 +291,73 @@ def test_python_recursion_still_converts():
         return y * 2
 
     check(power, (torch.ones(3), 4), (torch.full((3,), 3.0), 4))
+
+
+# --------------------------------------------------------------- sizes known at run time
+def grow_view(ids, done):
+    h = ids.float()
+    while not done:
+        ids = torch.cat([ids, ids[:, -1:] + 1], 1)
+        h = ids.float().view(-1, ids.size()[-1])
+        done = h.sum() > 40
+    return ids, h
+
+
+def grow_reshape_expand(ids, done):
+    h = ids.float()
+    while not done:
+        ids = torch.cat([ids, ids[:, -1:] * 2], 1)
+        b, t = ids.size()
+        h = ids.float().reshape(b * t).expand(2, -1) + torch.zeros(t * b)
+        done = ids.sum() > 30
+    return h
+
+
+def grow_causal_mask(ids, done):
+    """GPT-2's attention: a causal mask the size of the sequence, built every step."""
+    w = ids.float()
+    while not done:
+        ids = torch.cat([ids, ids[:, -1:] + 1], 1)
+        t = ids.shape[1]
+        mask = torch.ones(t, t).tril().view(1, t, t)
+        pos = torch.arange(t)
+        w = (ids.float().unsqueeze(1) * mask).sum(-1) + pos
+        done = w.sum() > 60
+    return w, ids.new_zeros(ids.size(0), ids.size(1) - 1)
+
+
+def selected_sizes(x):
+    y = x[x > 0]
+    n = y.size(0)
+    z = torch.zeros(n, 2) + y.view(-1, 1)
+    return z.reshape(-1, n), torch.arange(n - 1), y.new_ones(n).cumsum(0)
+
+
+@pytest.mark.parametrize("fn", [grow_view, grow_reshape_expand, grow_causal_mask])
+def test_run_time_sizes_in_a_tensor_while(fn):
+    inputs = [(torch.ones(2, 2, dtype=torch.long), torch.tensor(False)),
+              (torch.full((3, 1), 2, dtype=torch.long), torch.tensor(False)),
+              (torch.ones(2, 3, dtype=torch.long), torch.tensor(True))]
+    check(fn, *inputs)
+
+
+def test_run_time_sizes_of_a_data_dependent_shape():
+    check(selected_sizes, (torch.tensor([1.0, -2.0, 3.0, 4.0]),), (torch.tensor([-1.0, 2.0]),),
+          (torch.tensor([5.0, 6.0, 7.0, 8.0]),))
+
+
+def test_run_time_size_gradients():
+    def f(x, y):
+        i = torch.tensor(0)
+        while i < y.sum():
+            x = torch.cat([x, x[-1:] * 2], 0)
+            i = i + 1
+        return x.view(-1, x.size(0)).sum() * x.reshape(x.size(0), 1).square().sum()
+
+    for steps in (1, 3):
+        x1 = torch.tensor([0.5, -1.0], requires_grad=True)
+        x2 = x1.detach().clone().requires_grad_()
+        y = torch.tensor(float(steps))
+        out1, out2 = f(x1, y), to_graph(f, strict=True)(x2, y)
+        assert_same(out2, out1)
+        assert_same(torch.autograd.grad(out2, x2)[0], torch.autograd.grad(out1, x1)[0])

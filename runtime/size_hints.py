@@ -1,0 +1,109 @@
+"""Example values for sizes known only at run time, so shape inference can use them.
+
+A size of a run-time dimension (``x.size(1)`` when that dimension is dynamic, ``numel``)
+is a graph value: a 0-d int64 node marked ``python_int`` (see ``symbolic``). Passed on as
+a size (``x.view(-1, n)``, ``torch.zeros(n)``, ``arange(n)``, ``expand(n, -1)``), a meta
+kernel would need its value. Its *hint* is the value it has for the example tensors that
+shape inference runs on (the dimension's example size; integer arithmetic on hints), so
+the op runs on meta tensors consistently; the output dimensions that follow the size are
+then marked dynamic (``None``), and the executor passes the real size at run time.
+
+Requires: nodes with ``_example`` (or ``meta``) on the tensors whose sizes are taken.
+Provides: ``hint(node)``, ``run_time_sizes(args, kwargs)``, ``with_hints(value, hints)``.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import torch
+
+from .graph import Node
+
+_MAX_DEPTH = 64
+
+
+def _example_shape(node: Node):
+    example = node.attrs.get("_example")
+    if isinstance(example, torch.Tensor):
+        return tuple(example.shape)
+    if node.op == "placeholder" and node.attrs.get("captured"):
+        for outer, inner in node.graph.captures:
+            if inner is node:
+                return _example_shape(outer)
+    shape = getattr(node.meta, "shape", None)
+    return None if shape is None else tuple(2 if d is None else d for d in shape)
+
+
+def hint(node: Node, depth: int = 0) -> Optional[int]:
+    """The value of a ``python_int`` node for the example tensors; None if unknown."""
+    if depth > _MAX_DEPTH or not isinstance(node, Node):
+        return None
+    if node.op == "placeholder" and node.attrs.get("captured"):
+        for outer, inner in node.graph.captures:
+            if inner is node:
+                return hint(outer, depth + 1)
+        return None
+    if node.op in ("dim_size", "numel") and node.args and isinstance(node.args[0], Node):
+        shape = _example_shape(node.args[0])
+        if shape is None:
+            return None
+        if node.op == "numel":
+            return int(torch.Size(shape).numel())
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        return shape[dim] if isinstance(dim, int) and -len(shape) <= dim < len(shape) else None
+    if not node.attrs.get("python_int") or node.target is None:
+        return None
+    values = []
+    for a in node.args:             # integer arithmetic on sizes: on the hints
+        if isinstance(a, Node):
+            h = hint(a, depth + 1)
+            if h is None:
+                return None
+            values.append(torch.tensor(h))
+        elif isinstance(a, (int, torch.Tensor)):
+            values.append(a)
+        else:
+            return None
+    try:
+        with torch._C.DisableTorchFunction():
+            out = node.target(*values, **node.kwargs)
+        return int(out)
+    except Exception:   # noqa: BLE001 - no hint: shape inference fails as before
+        return None
+
+
+def _is_size(v) -> bool:
+    node = getattr(v, "_node", None)
+    return isinstance(v, torch.Tensor) and node is not None and \
+        node.attrs.get("python_int", False) and v.dim() == 0
+
+
+def run_time_sizes(args, kwargs) -> List[torch.Tensor]:
+    """The symbolic sizes (``python_int``) among the arguments, in lists and tuples too."""
+    found = []
+
+    def visit(v):
+        if _is_size(v):
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                visit(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                visit(x)
+    visit((args, kwargs))
+    return found
+
+
+def with_hints(value, ints: dict):
+    """``value`` with each symbolic size replaced by ``ints[id(size)]``."""
+    if _is_size(value) and id(value) in ints:
+        return ints[id(value)]
+    if isinstance(value, tuple):
+        items = tuple(with_hints(v, ints) for v in value)
+        return type(value)(*items) if hasattr(value, "_fields") else items
+    if isinstance(value, list):
+        return [with_hints(v, ints) for v in value]
+    if isinstance(value, dict):
+        return {k: with_hints(v, ints) for k, v in value.items()}
+    return value
