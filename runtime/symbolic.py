@@ -27,6 +27,7 @@ from . import grad_flags
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
 from .graph import Graph, Node, map_structure
+from .introspection import legacy_new, legacy_type
 from .meta import TensorMeta, meta_empty
 from .ops import is_impure, is_inplace, op_name
 from .shape_inference import fails_eagerly, infer
@@ -91,6 +92,14 @@ class SymbolicTensor(torch.Tensor):
 
     def __hash__(self):
         return id(self)
+
+    @property
+    def __class__(self):
+        """``x.__class__`` as user code sees it: a tensor. ``type(x)`` stays
+        ``SymbolicTensor`` for the runtime; converted code asks ``tg.call(type, x)``, which
+        also answers ``int``/``float``/``bool`` for a Python number's stand-in (here that
+        would make the runtime's own ``isinstance(v, int)`` true for one)."""
+        return torch.Tensor
 
     def __iter__(self):
         raise _needs_conversion("iteration")
@@ -262,6 +271,15 @@ def _needs_conversion(what: str) -> TracingError:
         f"not this use (in a graph built by hand: runtime.cond / runtime.while_loop)")
 
 
+def _text_refusal() -> TracingError:
+    _TRACING_ERRORS[0] += 1
+    return TracingError(
+        f"{format_location(user_location())}: the text of a symbolic tensor (str, repr, "
+        f"format) is known only when the graph runs: converted code prints it at run time "
+        f"(print of f-strings, str.format, %, str and repr), but this use needs it as a "
+        f"Python str now")
+
+
 def _size(t: SymbolicTensor, func, args):
     meta: TensorMeta = t._node.meta
     if func is torch.Tensor.__len__:
@@ -290,7 +308,7 @@ def dispatch(func, args, kwargs):
         if not isinstance(t, SymbolicTensor):
             return func(*args, **kwargs)
         if current_graph() is not None:   # text made while tracing would be frozen
-            raise _needs_conversion("formatting as text (str, repr, f-string)")
+            raise _text_refusal()
         return describe(t)
     if func in _CONCRETE:
         raise _needs_conversion(_CONCRETE[func])
@@ -305,7 +323,24 @@ def dispatch(func, args, kwargs):
         return _DEVICE_QUERIES[func]
     if func in _SIZE_QUERIES:
         return _size(args[0], func, args)
+    if func in _LEGACY and isinstance(args[0], SymbolicTensor):
+        return _LEGACY[func](args[0], args[1:], kwargs)
     return dispatch_record(func, args, kwargs)
+
+
+def _legacy_type(t: SymbolicTensor, args, kwargs):
+    answer = legacy_type(t._node.meta.dtype, args, kwargs, format_location(user_location()))
+    return answer if isinstance(answer, str) else dispatch_record(torch.Tensor.to, (t, answer), {})
+
+
+def _legacy_new(t: SymbolicTensor, args, kwargs):
+    call = legacy_new(t._node.meta.dtype, args, kwargs)
+    if call is None:
+        return dispatch_record(torch.Tensor.new, (t,) + tuple(args), kwargs)
+    return dispatch_record(*call)
+
+
+_LEGACY = {torch.Tensor.type: _legacy_type, torch.Tensor.new: _legacy_new}
 
 
 def _rebind(t: SymbolicTensor, node: Node, example) -> SymbolicTensor:

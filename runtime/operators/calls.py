@@ -19,12 +19,14 @@ from typing import Callable, Optional
 import torch
 
 from ..errors import GraphError
+from ..introspection import python_class
 from ..source_info import format_location, user_location
 from ..symbolic import contains_symbolic, current_graph, is_symbolic
 from .effects import print_
 from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicReversed, SymbolicZip,
                         TensorList, is_symbolic_iterable, length_of)
 from .logical import ifexp
+from .text import DeferredText, format_method, join_text, text_of
 
 _CONVERTER: list = [None]          # fn -> converted fn, or None when it cannot be converted
 _LIBRARY_ROOTS = ("torch", "numpy", "runtime", "transpiler", "builtins", "functools",
@@ -96,6 +98,24 @@ def _bool(x):
     return (x != 0) if is_symbolic(x) else builtins.bool(x)
 
 
+def _stands_for(x):
+    """The class of the value a traced value stands for (a tensor, or a Python number)."""
+    return python_class(x._node.attrs, format_location(user_location()))
+
+
+def _type(*args):
+    """``type(x)`` of a traced value: the class of the value it stands for."""
+    return _stands_for(args[0]) if len(args) == 1 and is_symbolic(args[0]) else \
+        builtins.type(*args)
+
+
+def _isinstance(x, classes):
+    """``isinstance`` as for the value ``x`` stands for (a Python number stand-in is not a
+    tensor); ``classes`` may be a class, a tuple or a union, as for the builtin."""
+    return builtins.isinstance(x, classes) if not is_symbolic(x) else \
+        builtins.issubclass(_stands_for(x), classes)
+
+
 def _len(x):
     if is_symbolic(x) or isinstance(x, TensorList):
         return x.length() if isinstance(x, TensorList) else length_of(x)
@@ -118,6 +138,8 @@ def _cat(tensors, dim=0, **kwargs):
 
 
 _SYMBOLIC_BUILTINS = {
+    builtins.type: _type,
+    builtins.isinstance: _isinstance,
     builtins.len: _len,
     builtins.range: lambda *a: SymbolicRange(*a),
     builtins.enumerate: lambda x, start=0: SymbolicEnumerate(x, start),
@@ -155,6 +177,38 @@ def _nondeterministic(f) -> bool:
         or f is os.urandom or f is os.getpid
 
 
+def _text_call(f, args, kwargs):
+    """``str``/``repr``/``ascii``/``format``, ``template.format(...)`` and
+    ``sep.join(...)`` of traced values: text rendered when the graph runs. None: ``f`` is
+    none of these, or no operand is traced (Python computes the str)."""
+    how = next((h for g, h in _TEXT_OF if g is f), None)
+    if how is not None:
+        if kwargs or not 1 <= len(args) <= (2 if f is builtins.format else 1) or \
+                not _traced_text(args[0]):
+            return None
+        return text_of(args[0], how, *args[1:])
+    owner, name = getattr(f, "__self__", None), getattr(f, "__name__", None)
+    if f is str.format and args and builtins.isinstance(args[0], str):
+        owner, name, args = args[0], "format", args[1:]
+    if not builtins.isinstance(owner, str):
+        return None
+    if name == "format" and (builtins.any(_traced_text(a) for a in args) or
+                             builtins.any(_traced_text(v) for v in kwargs.values())):
+        return format_method(owner, args, kwargs)
+    if name == "join" and len(args) == 1 and not kwargs and \
+            builtins.isinstance(args[0], (list, tuple)) and \
+            builtins.any(builtins.isinstance(a, DeferredText) for a in args[0]):
+        return join_text(owner, args[0])
+    return None
+
+
+def _traced_text(value) -> bool:
+    return builtins.isinstance(value, DeferredText) or contains_symbolic(value)
+
+
+_TEXT_OF = ((builtins.str, "s"), (builtins.repr, "r"), (builtins.ascii, "a"), (builtins.format, ""))
+
+
 def call(f, *args, **kwargs):
     """Call ``f`` as converted code should: converting user functions first."""
     if current_graph() is not None and _nondeterministic(f):
@@ -163,6 +217,10 @@ def call(f, *args, **kwargs):
                          f"every call; a graph would freeze the value seen while tracing")
     if f is builtins.print:
         return print_(*args, **kwargs)
+    if current_graph() is not None and (args or kwargs):
+        text = _text_call(f, args, kwargs)
+        if text is not None:
+            return text
     special = _SYMBOLIC_BUILTINS.get(f) if _hashable(f) else None
     if special is not None:
         symbolic = any(is_symbolic_iterable(a) for a in args) if f in _ITERATION_BUILTINS \
