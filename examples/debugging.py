@@ -92,7 +92,7 @@ def eager_route():
         print("  inside, x is a", type(x).__name__, "of shape", tuple(x.shape))
         return x * 2
     x = torch.ones(2, 3)
-    print("converted (prints once per trace, a symbolic tensor):")
+    print("converted (traced: x is symbolic, yet answers type() as the real tensor):")
     shapes(x)
     with run_eagerly():                   # here one could call pdb.set_trace() inside
         print("with run_eagerly(): every call runs Python with real tensors:")

@@ -13,6 +13,8 @@ from typing import Callable, Dict, Optional
 
 import torch
 
+from .text_layout import render
+
 # qualified name ("runtime.graph_ops.dim_size") -> function; a saved graph may name these
 REGISTRY: Dict[str, Callable] = {}
 
@@ -57,15 +59,23 @@ def effect(fn):
 
 
 @effect
-def print_values(*args, sep: str = " ", end: str = "\n", flush: bool = False) -> None:
-    """``print`` as a graph op: prints the run-time values every time the graph runs."""
+def print_values(*args, sep: str = " ", end: str = "\n", flush: bool = False,
+                 layout=None) -> None:
+    """``print`` as a graph op: prints the run-time values every time the graph runs.
+    ``layout``: one ``text_layout`` part tuple per printed argument, rendered from ``args``
+    (f-strings, Python numbers standing as 0-d tensors); None: print ``args`` as they are."""
+    if layout is not None:
+        args = [render(parts, args) for parts in layout]
     print(*args, sep=sep, end=end, flush=flush)
 
 
 @effect
-def assert_true(test: torch.Tensor, where: str, message=None) -> None:
-    """``assert`` as a graph op: raises ``AssertionError`` on every run where it fails."""
+def assert_true(test: torch.Tensor, where: str, message=None, *values, layout=None) -> None:
+    """``assert`` as a graph op: raises ``AssertionError`` on every run where it fails.
+    ``layout``: the message's ``text_layout`` parts, rendered from ``values``."""
     if not bool(test):
+        if layout is not None:
+            raise AssertionError(render(layout, values))
         text = f"{where}: assertion failed" if message is None else str(message)
         raise AssertionError(text)
 
@@ -82,7 +92,6 @@ def probe_value(name, value, loop) -> None:
     probe log (``runtime.probe_log``) every time it runs (name None: a loop's tick)."""
     from .probe_log import record
     record(name, value, loop)
-
 
 
 @register

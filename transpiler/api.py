@@ -31,6 +31,7 @@ from runtime.graph import Node, iter_nodes, map_structure
 from runtime.meta import TensorMeta, meta_text  # noqa: F401  (the bridge: see below)
 from runtime.operators.iterables import TensorList
 from runtime.operators.special_values import Undefined, UndefinedReturn
+from runtime.operators.text import DeferredText
 from runtime.outputs import reachable, template
 from runtime.source_info import location_of_traceback, reentered_call_site, register_source_map
 from runtime.symbolic import tracing, wrap_node
@@ -480,9 +481,13 @@ def _output_structure(graph, out, existed=lambda obj: False):
             raise GraphError(f"the result holds variable {v.name!r}, which is not defined")
         if isinstance(v, TensorList):
             return Unstack(leaf(v.stack))
+        if isinstance(v, DeferredText):
+            raise GraphError("the result holds text made from a traced tensor's value (an "
+                             "f-string, str() or format of it), which is known only when "
+                             "the graph runs")
         with building(graph):
             return to_node(graph, v)
-    special = (UndefinedReturn, Undefined, TensorList, torch.Tensor)
+    special = (UndefinedReturn, Undefined, TensorList, torch.Tensor, DeferredText)
     return template(out, lambda v: isinstance(v, special), leaf, existed)
 
 

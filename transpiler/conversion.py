@@ -24,6 +24,7 @@ from transpiler.converters import comprehensions
 from transpiler.converters import conditional_expressions
 from transpiler.converters import continue_statements
 from transpiler.converters import control_flow
+from transpiler.converters import formatted_strings
 from transpiler.converters import functions
 from transpiler.converters import logical
 from transpiler.converters import probes
@@ -38,7 +39,8 @@ from transpiler.pyct import naming
 from transpiler.pyct import origin
 from transpiler.pyct import parser
 
-BEFORE_ANALYSIS = (unsupported, walrus_tests, comprehensions, functions, call_trees, asserts,
+BEFORE_ANALYSIS = (unsupported, walrus_tests, comprehensions, functions, call_trees,
+                   formatted_strings, asserts,
                    try_statements, return_statements, break_statements, continue_statements)
 AFTER_ANALYSIS = (control_flow, loops, conditional_expressions, logical)
 

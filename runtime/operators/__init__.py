@@ -9,7 +9,8 @@ from .logical import and_, ifexp, not_, or_
 from .loops import for_stmt, while_stmt
 from .probes import probe
 from .special_values import UNREAD, Undefined, UndefinedReturn, is_undefined
+from .text import fstring, percent
 
-__all__ = ["TensorList", "UNREAD", "Undefined", "UndefinedReturn", "and_", "assert_stmt",
-           "call", "eager_only", "for_stmt", "if_stmt", "ifexp", "is_undefined", "not_", "or_",
-           "print_", "probe", "set_converter", "try_guard", "while_stmt"]
+__all__ = ["TensorList", "UNREAD", "Undefined", "UndefinedReturn", "and_", "assert_stmt", "call",
+           "eager_only", "for_stmt", "fstring", "if_stmt", "ifexp", "is_undefined", "not_", "or_",
+           "percent", "print_", "probe", "set_converter", "try_guard", "while_stmt"]

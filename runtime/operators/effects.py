@@ -15,6 +15,7 @@ from ..errors import GraphError, TracingError
 from ..graph import node_count
 from ..symbolic import current_graph, dispatch_record, is_symbolic, tracing_error_count
 from ..source_info import format_location, user_location
+from .text import DeferredText, layout, needs_layout
 
 
 def print_(*args, **kwargs):
@@ -24,8 +25,13 @@ def print_(*args, **kwargs):
     if kwargs.get("file") is not None:
         raise GraphError(f"{format_location(user_location())}: print(file=...) cannot be "
                          f"part of a graph")
-    dispatch_record(graph_ops.print_values, args,
-                    {k: v for k, v in kwargs.items() if k in ("sep", "end", "flush")})
+    options = {k: v for k, v in kwargs.items() if k in ("sep", "end", "flush")}
+    if any(isinstance(options.get(k), DeferredText) for k in ("sep", "end")):
+        raise GraphError(f"{format_location(user_location())}: print's sep or end made from "
+                         f"a tensor's value cannot be part of a graph")
+    if needs_layout(args):              # text made at run time: f-strings, Python numbers
+        args, options["layout"] = layout(args)
+    dispatch_record(graph_ops.print_values, args, options)
     return None
 
 
@@ -41,6 +47,10 @@ def assert_stmt(test, msg_fn=None):
         message = None
     location = user_location()
     where = format_location(location)
+    if message is not None and needs_layout((message,)):    # an f-string of tensors, ...
+        values, (parts,) = layout((message,))
+        dispatch_record(graph_ops.assert_true, (test, where, None) + values, {"layout": parts})
+        return None
     dispatch_record(graph_ops.assert_true, (test, where, message), {})
     return None
 

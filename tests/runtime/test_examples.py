@@ -48,9 +48,11 @@ def test_debugging_shows_each_route():
     # route 3: the listing shows both control-flow nodes; a picture or a clear reason
     assert "= while " in out and "= cond " in out
     assert "Graphviz picture" in out or "no picture:" in out
-    # eager route: symbolic once, then real tensors on every call
-    assert out.count("inside, x is a SymbolicTensor") == 1
-    assert out.count("inside, x is a Tensor of shape (2, 3)") == 2
+    # eager route: traced once (a traced tensor answers type() as the real one), then
+    # real tensors on every call
+    assert "traced: x is symbolic, yet answers type() as the real tensor" in out
+    assert out.count("inside, x is a SymbolicTensor") == 0
+    assert out.count("inside, x is a Tensor of shape (2, 3)") == 3
     # compare on both paths, explain naming the lines
     assert out.count("eager and converted agree") == 2
     assert "then x3" in out and "else x2" in out

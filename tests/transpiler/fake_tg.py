@@ -98,6 +98,20 @@ def assert_stmt(test, msg_fn):
         raise AssertionError(msg_fn()) if msg_fn is not None else AssertionError()
 
 
+_CONVERSIONS = {'': lambda v: v, 's': str, 'r': repr, 'a': ascii}
+
+
+@_count
+def fstring(*parts):
+    return ''.join(p if isinstance(p, str) else format(_CONVERSIONS[p[1]](p[0]), p[2])
+                   for p in parts)
+
+
+@_count
+def percent(template, values):
+    return template % values
+
+
 @contextlib.contextmanager
 def eager_only(reason):
     calls['eager_only'] += 1
@@ -128,6 +142,7 @@ class _Module:
     ifexp, and_, or_, not_ = staticmethod(ifexp), staticmethod(and_), staticmethod(or_), staticmethod(not_)
     call, assert_stmt, eager_only = staticmethod(call), staticmethod(assert_stmt), staticmethod(eager_only)
     try_guard = staticmethod(try_guard)
+    fstring, percent = staticmethod(fstring), staticmethod(percent)
 
 
 tg = _Module()
