@@ -20,6 +20,7 @@ from . import grad_flags
 from .region_effects import run_watched
 from .graph import Graph, Node
 from .meta import TensorMeta, meta_empty
+from . import views
 from .symbolic import (SymbolicTensor, building, current_graph, rebound_mark,
                        restore_rebound, to_node, wrap_node)
 
@@ -187,8 +188,11 @@ def _trace(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec,
     return sub, out_leaves, out_spec
 
 
-def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec, names=None):
-    """Trace ``fn`` on placeholders for the tensor slots; returns (graph, its result)."""
+def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec, names=None,
+                outer=None):
+    """Trace ``fn`` on placeholders for the tensor slots; returns (graph, its result).
+    ``outer``: the values flowing in (one per slot), whose storage the placeholders share
+    (see ``views``)."""
     sub = Graph(parent=parent, name=label)
     leaves = []
     labels = list(names) if names is not None and len(names) == len(slots) else \
@@ -203,6 +207,8 @@ def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec
                     ph = sub.placeholder(slot.meta, name=_clean(labels[i]))
                     ph.attrs[grad_flags.KEY] = slot.grad
                     leaves.append(wrap_node(ph, slot.example))
+                    if outer is not None:
+                        views.share(leaves[-1], outer[i])
             out = run_watched(fn, pytree.tree_unflatten(leaves, spec),
                               _REGION.get(label, "a tensor-dependent region"))
     finally:

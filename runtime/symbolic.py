@@ -22,7 +22,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
 
-from . import graph_ops
+from . import graph_ops, views
 from . import grad_flags
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
@@ -493,9 +493,12 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
     if is_inplace(func, kwargs) and isinstance(result.meta, TensorMeta):
         target = kwargs.get("out") if kwargs.get("out") is not None else args[0]
         if isinstance(target, SymbolicTensor):
+            views.check_write(target, location)
             rebound = _rebind(target, node, result.example)
             return None if func is graph_ops.setitem else rebound
-    return _wrap_result(node, result.example, result.meta)
+    out = _wrap_result(node, result.example, result.meta)
+    views.note_result(func, args, out)
+    return out
 
 
 def _note_grad(node: Node, func, args, kwargs, meta) -> None:

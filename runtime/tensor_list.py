@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.utils._pytree as pytree
 
+from . import views
 from .errors import TracingError
 from .source_info import format_location, user_location
 
@@ -22,24 +23,67 @@ class TensorList:
         self.stack = stack
 
     def append(self, value) -> None:
+        self.stack = torch.cat([self.stack, self._element(value, "appending").unsqueeze(0)], 0)
+
+    def _read(self, value):
+        """An element (or the stack) handed to user code: a row of the stack, where eager
+        has the appended tensor itself; writing it in place is refused (``views``)."""
+        views.note_copy(value)
+        return value
+
+    def stacked(self) -> torch.Tensor:
+        """The stack, for ``torch.stack(L)``/``torch.cat(L)``."""
+        return self._read(self.stack)
+
+    def _element(self, value, doing: str) -> torch.Tensor:
+        """``value`` as one row of the stack: a tensor of the element dtype and shape (eager
+        would keep a differently typed element as it is; the stack cannot)."""
         value = value if isinstance(value, torch.Tensor) else \
             torch.tensor(value, dtype=self.stack.dtype)
         if value.dtype != self.stack.dtype:
             raise TracingError(
-                f"{format_location(user_location())}: appending a {value.dtype} tensor to a "
+                f"{format_location(user_location())}: {doing} a {value.dtype} tensor to a "
                 f"list of {self.stack.dtype} tensors built in a tensor loop")
-        self.stack = torch.cat([self.stack, value.unsqueeze(0)], 0)
+        rows, item = _dims(self.stack)[1:], _dims(value)
+        if rows is not None and item is not None and (len(rows) != len(item) or any(
+                a is not None and b is not None and a != b for a, b in zip(rows, item))):
+            raise TracingError(
+                f"{format_location(user_location())}: {doing} a tensor of shape "
+                f"{_text(item)} to a list of {_text(rows)} tensors built in a tensor loop "
+                f"(the list is one stacked tensor: its elements share a shape)")
+        views.note_copy(value)
+        return value
 
     def extend(self, values) -> None:
+        if isinstance(values, TensorList):
+            self.stack = torch.cat([self.stack, values.stacked()], 0)
+            return
         for value in values:
             self.append(value)
 
+    def __add__(self, other):
+        """``L + [v]`` (``L + M``): a new list, this one unchanged."""
+        if not isinstance(other, (list, tuple, TensorList)):
+            return NotImplemented
+        out = TensorList(self.stack)
+        out.extend(other)
+        return out
+
+    def __iadd__(self, other):
+        self.extend(other)
+        return self
+
     def pop(self, index=-1):
-        item = self.stack[index]
-        if index != -1:
-            raise TracingError(f"{format_location(user_location())}: only pop() of the last "
-                               f"element is supported on a list built in a tensor loop")
-        self.stack = self.stack[:-1]
+        """Remove and return the element at ``index`` (an int: where the rest closes up
+        must be known while tracing)."""
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise TracingError(f"{format_location(user_location())}: pop() of a list built "
+                               f"in a tensor loop needs a Python int index")
+        item = self._read(self.stack[index])
+        n = self.length()
+        at = index if index >= 0 else n + index
+        self.stack = torch.cat([self.stack[self._bounds(slice(None, at))],
+                                self.stack[self._bounds(slice(at + 1, None))]], 0)
         return item
 
     def length(self):
@@ -48,16 +92,41 @@ class TensorList:
         return dims[0] if dims and dims[0] is not None else self.stack.shape[0]
 
     def item(self, i):
-        return self.stack[i]
+        return self._read(self.stack[i])
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return TensorList(self.stack[index])
-        return self.stack[index]
+            return TensorList(self.stack[self._bounds(index)])
+        return self._read(self.stack[index])
+
+    def _bounds(self, index: slice) -> slice:
+        """``index`` with bounds counted from the end made explicit when the length is
+        known only at run time (``L[:-1]``, ``L[i:]``): meta tensors cannot tell how many
+        rows such a slice keeps."""
+        n = self.length()
+        if isinstance(n, int):
+            return index
+
+        def bound(b, default):
+            if b is None:
+                return default
+            return n + b if isinstance(b, int) and b < 0 else b
+        step = index.step
+        if step is not None and not (isinstance(step, int) and step > 0):
+            raise TracingError(f"{format_location(user_location())}: a slice with step "
+                               f"{step!r} of a list built in a tensor loop")
+        return slice(bound(index.start, 0), bound(index.stop, n), step)
 
     def __setitem__(self, index, value) -> None:
-        self.stack = self.stack.clone()
-        self.stack[index] = value
+        """``L[i] = v``: a new stack with row ``i`` replaced (``index_put``, not a write into
+        the old stack: earlier reads of the list keep their values, as eager's do)."""
+        if isinstance(index, slice):
+            raise TracingError(f"{format_location(user_location())}: slice assignment to a "
+                               f"list built in a tensor loop (it may change the length)")
+        if not isinstance(index, torch.Tensor):
+            index = torch.tensor(index, dtype=torch.int64)
+        value = self._element(value, "storing")
+        self.stack = self.stack.index_put((index.reshape(1),), value.unsqueeze(0))
 
     def __len__(self):
         raise _dynamic("len() of a list built in a tensor loop")
@@ -72,6 +141,16 @@ class TensorList:
 pytree.register_pytree_node(
     TensorList, lambda t: ([t.stack], None), lambda children, _: TensorList(children[0]),
     flatten_with_keys_fn=lambda t: ([(pytree.GetAttrKey("stack"), t.stack)], None))
+
+
+def _dims(t: torch.Tensor):
+    """The dimensions of ``t`` (None where known only at run time)."""
+    node = getattr(t, "_node", None)
+    return tuple(t.shape) if node is None else node.meta.shape
+
+
+def _text(dims) -> str:
+    return "(" + ", ".join("?" if d is None else str(d) for d in dims) + ")"
 
 
 def _dynamic(what: str) -> TracingError:
@@ -126,5 +205,7 @@ def stack_list(items: list, like) -> TensorList:
     if items:
         tensors = [i if isinstance(i, torch.Tensor) else torch.tensor(i, dtype=dtype)
                    for i in items]
+        for t in tensors:
+            views.note_copy(t)
         return TensorList(torch.stack(tensors))
     return TensorList(torch.empty((0,) + tuple(int(d) for d in shape), dtype=dtype))

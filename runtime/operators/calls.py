@@ -124,13 +124,14 @@ def _len(x):
 
 def _stack(tensors, dim=0, **kwargs):
     if isinstance(tensors, TensorList):
-        return tensors.stack if dim == 0 else torch.movedim(tensors.stack, 0, dim)
+        stack = tensors.stacked()
+        return stack if dim == 0 else torch.movedim(stack, 0, dim)
     return torch.stack(tensors, dim, **kwargs)
 
 
 def _cat(tensors, dim=0, **kwargs):
     if isinstance(tensors, TensorList):
-        stack = tensors.stack
+        stack = tensors.stacked()
         d = dim if dim >= 0 else dim + stack.dim() - 1
         moved = torch.movedim(stack, 0, d)
         return moved.flatten(d, d + 1)

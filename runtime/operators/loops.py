@@ -216,7 +216,7 @@ def _prepare_state(body, state, names, location, kind):
     new_state = list(state)
     for i in lists:
         before, after = state[i], out[i]
-        if isinstance(after, (list, TensorList)) and _grew(before, after):
+        if isinstance(after, (list, TensorList)) and _grew(before, after, probe_state[i]):
             new_state[i] = _as_tensor_list(before, after, location)
     return tuple(new_state)
 
@@ -230,10 +230,13 @@ def _probe_copy(value):
     return dict(value) if type(value) is dict else value
 
 
-def _grew(before: list, after) -> bool:
+def _grew(before: list, after, probe=None) -> bool:
     if isinstance(after, TensorList):
         return True
-    return len(after) > len(before) and all(a is b for a, b in zip(before, after))
+    # appended to: the body's list is the one it was given (its items may be replaced
+    # too, ``L[0] = v``), or a new list that starts with the same items
+    return len(after) > len(before) and (
+        after is probe or all(a is b for a, b in zip(before, after)))
 
 
 def _as_tensor_list(before: list, after, location) -> TensorList:

@@ -1,0 +1,123 @@
+"""Which traced values may share storage, and the writes a graph cannot reproduce.
+
+A graph runs on real tensors, so a view taken in traced code (``x[0]``, ``x[:, 1]``,
+``view``, ``transpose``, ``unbind``...) is a real view when the graph runs, and in-place
+writes through a view or its base show through exactly as in eager. One construct breaks
+that: a list grown in a tensor loop (``TensorList``) is one stacked tensor, so appending
+copies the element, and reading an element gives a row of the stack, not the object that
+was appended. Eager's list holds the tensor itself.
+
+So every symbolic tensor carries a storage token (``Storage``): fresh for an op's result,
+passed on by view ops (conservatively: ``reshape``, ``contiguous``, ``to`` count as views),
+kept by in-place ops, and given to a subgraph's placeholders by the value flowing in. A
+tensor copied into or read out of a TensorList marks its token; an in-place write to a
+marked token is a ``GraphError`` (fall back): eager's list element would see the write.
+A loop body that writes a token living across iterations and also copies it into a list
+is refused too (the next iteration's write would reach the element copied in this one).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .errors import GraphError
+from .ops import op_name
+from .source_info import format_location, user_location
+
+# ops whose results may share storage with their first argument (a few copy in some
+# layouts: counting them as views only makes the checks stricter)
+VIEW_OPS = frozenset({
+    "getitem", "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten",
+    "transpose", "transpose_", "t", "T", "mT", "H", "mH", "adjoint", "permute", "unbind",
+    "split", "split_with_sizes", "chunk", "tensor_split", "hsplit", "vsplit", "dsplit",
+    "select", "narrow", "expand", "expand_as", "diagonal", "squeeze", "unsqueeze",
+    "movedim", "moveaxis", "swapaxes", "swapdims", "as_strided", "detach", "real", "imag",
+    "unfold", "contiguous", "to", "type_as", "float", "double", "half", "bfloat16", "int",
+    "long", "short", "bool", "byte", "char", "type", "view_as_real", "view_as_complex",
+    "alias", "data", "atleast_1d", "atleast_2d", "atleast_3d", "ravel", "align_as",
+    "broadcast_to", "positive", "resolve_conj", "resolve_neg", "conj", "requires_grad_",
+})
+
+
+class Storage:
+    """The identity of a run-time storage. ``copied``: where a tensor of it was copied
+    into (or read out of) a list built in a tensor loop; ``writes``: for each in-place
+    write, the loop bodies being traced when it was recorded; ``origin``: the graph being
+    built when the storage was made."""
+
+    __slots__ = ("copied", "writes", "origin")
+
+    def __init__(self, origin=None):
+        self.copied: Optional[str] = None
+        self.writes: list = []
+        self.origin = origin
+
+
+def storage(t) -> Optional[Storage]:
+    """The storage token of a symbolic tensor (made on first use); None for other values."""
+    if not hasattr(t, "_node"):
+        return None
+    token = t.__dict__.get("_tograph_storage")
+    if token is None:
+        token = t._tograph_storage = Storage(t._node.graph)
+    return token
+
+
+def share(t, source) -> None:
+    """``t`` may share ``source``'s storage (a view of it, or the same value entering a
+    subgraph)."""
+    token = storage(source)
+    if token is not None and hasattr(t, "_node"):
+        t._tograph_storage = token
+
+
+def note_result(func, args, result) -> None:
+    """After recording ``func``: results of view ops share their input's storage."""
+    if not args or op_name(func) not in VIEW_OPS or storage(args[0]) is None:
+        return
+    if isinstance(result, (list, tuple)):
+        for r in result:
+            share(r, args[0])
+    else:
+        share(result, args[0])
+
+
+def _open_bodies() -> list:
+    from .symbolic import _BUILD_STACK
+    return [g for g in _BUILD_STACK if g.name == "body"]
+
+
+def check_write(target, location) -> None:
+    """Before an in-place write to ``target``: refuse one that eager would show through a
+    list element the graph holds as a copy; remember it for later copies."""
+    token = storage(target)
+    if token is None:
+        return
+    if token.copied is not None:
+        raise GraphError(
+            f"{format_location(location)}: writes in place into a tensor that was put into "
+            f"or read out of a list built in a tensor loop (at {token.copied}): in eager the "
+            f"list element is that tensor (or a view of it) and sees the write, while the "
+            f"graph's list holds a copy")
+    bodies = _open_bodies()
+    if bodies:
+        token.writes.append(tuple(bodies))
+
+
+def note_copy(value: Any) -> None:
+    """``value`` is copied into (or read out of) a list built in a tensor loop."""
+    token = storage(value)
+    if token is None:
+        return
+    where = format_location(user_location())
+    open_now = {id(g) for g in _open_bodies()}
+    origin_chain = set() if token.origin is None else {id(g) for g in token.origin.ancestors()}
+    for bodies in token.writes:
+        for body in bodies:
+            if id(body) in open_now and id(body) not in origin_chain:
+                raise GraphError(
+                    f"{where}: a tensor that this loop body writes in place is put into a "
+                    f"list built in a tensor loop: in eager the element is that tensor (or a "
+                    f"view of it) and sees the next iteration's write, while the graph's list "
+                    f"holds a copy")
+    if token.copied is None:
+        token.copied = where
