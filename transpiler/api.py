@@ -116,12 +116,29 @@ tg.set_converter(_recursive_converter)
 
 
 def _python_function(fn):
-    """The Python function to convert for ``fn`` (a function, method, lambda or Module)."""
+    """The Python function to convert for ``fn`` (a function, method, lambda or Module; a
+    ``functools.partial``'s function; a callable object's ``__call__``; a staticmethod's
+    function). A built-in or C function is returned as is (``_has_source`` says no)."""
     if isinstance(fn, GraphFunction):
         fn = fn.python_function
+    if isinstance(fn, functools.partial):
+        return _python_function(fn.func)
+    if isinstance(fn, (staticmethod, classmethod)):
+        return fn.__func__
     if isinstance(fn, torch.nn.Module):
         return fn.forward
+    if not isinstance(fn, (type, functools.partial)) and not inspect.isroutine(fn) and \
+            callable(fn) and inspect.isroutine(getattr(type(fn), "__call__", None)):
+        call = fn.__call__
+        if getattr(getattr(call, "__func__", call), "__code__", None) is not None:
+            return call
     return fn
+
+
+def _has_source(fn) -> bool:
+    """Whether ``fn`` (as ``_python_function`` gives it) is Python code we can convert."""
+    return getattr(getattr(fn, "__func__", fn), "__code__", None) is not None
+
 
 
 def to_code(fn) -> str:
@@ -240,6 +257,14 @@ class GraphFunction:
     """A converted function: callable like the original, traced per input signature."""
 
     def __init__(self, fn, strict: bool = False, probed: Tuple[str, ...] = ()):
+        # a partial's bound arguments become ordinary arguments of each call (tensors
+        # among them are graph inputs, not constants): see _call
+        self._partial = (fn.args, fn.keywords) if isinstance(fn, functools.partial) else None
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        self._static = isinstance(fn, staticmethod)     # a class attribute binds to nothing
+        if self._static:
+            fn = fn.__func__
         self._fn = fn
         self._strict = strict
         self._probed = tuple(sorted(set(probed)))    # f.probe: names tg.probe records
@@ -252,6 +277,13 @@ class GraphFunction:
         except (AttributeError, TypeError):
             pass
         self._param_names = _param_names(target)
+        self._no_source = None if _has_source(target) else \
+            (f"{getattr(target, '__name__', None) or type(target).__name__} is a built-in or "
+             f"C function: it has no Python source to convert")
+        try:
+            self._arguments = inspect.signature(target, follow_wrapped=False)
+        except (TypeError, ValueError):
+            self._arguments = None
         owner = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
         self._module = owner if isinstance(owner, torch.nn.Module) else None
         self._submodules = list(self._module.modules()) if self._module is not None else []
@@ -260,7 +292,14 @@ class GraphFunction:
 
     # -- descriptor: @to_graph on a method in a class body
     def __get__(self, obj, objtype=None):
-        if obj is None:
+        if isinstance(self._fn, classmethod):       # bound to the class, as eagerly
+            owner = objtype if objtype is not None else type(obj)
+            bound = self._bound.get(owner)
+            if bound is None:
+                bound = GraphFunction(self._fn.__get__(None, owner), self._strict, self._probed)
+                self._bound[owner] = bound
+            return bound
+        if obj is None or self._static:
             return self
         bound = self._bound.get(obj)
         if bound is None:
@@ -282,6 +321,8 @@ class GraphFunction:
         return key + (_GRAD_MODE[torch.is_grad_enabled()],), flat, spec
 
     def __call__(self, *args, **kwargs):
+        if self._partial is not None:
+            args, kwargs = self._partial[0] + args, {**self._partial[1], **kwargs}
         if _EAGERLY[0]:                         # run_eagerly(True): the original Python
             return self._fn(*args, **kwargs)
         fast = None if kwargs else _flat_key(args)
@@ -301,17 +342,46 @@ class GraphFunction:
         return self._call(args, kwargs, fast)
 
     def _call(self, args, kwargs, fast=None):
+        if self._no_source is not None:
+            return self._run_without_source(args, kwargs)
         key, flat, spec = self._signature(args, kwargs)
         entry = self._entries.get(key)
         if entry is not None and not isinstance(entry, _Fallback) and not entry.holds():
             entry = None              # a global, closure value or attribute it read changed
         if entry is None:
+            if not self._binds(args, kwargs):
+                # the plain call's own TypeError, raised before its body runs (no
+                # fallback warning, nothing cached)
+                return _python_function(self._fn)(*args, **kwargs)
             entry = self._build(key, args, kwargs, flat, spec)
         if fast is not None:
             self._fast[fast] = entry
         if isinstance(entry, _Fallback):
             return self._fn(*args, **kwargs)
         return entry(flat)
+
+    def _binds(self, args, kwargs) -> bool:
+        """Whether the arguments fit the function's parameters."""
+        if self._arguments is None:
+            return True
+        try:
+            self._arguments.bind(*args, **kwargs)
+        except TypeError:
+            return False
+        return True
+
+    def _run_without_source(self, args, kwargs):
+        """A built-in or C function: strict mode refuses, the default runs it as it is and
+        says so once."""
+        from runtime.source_info import user_location
+        file, line = user_location() or (None, None)
+        if self._strict:
+            raise ConversionError(self._no_source, file, line)
+        if not self._entries:
+            self._entries[None] = _Fallback(self._no_source, file, line)
+            warnings.warn(FallbackWarning(f"{file}:{line}: {self._no_source} -- running it "
+                                          f"as it is"), stacklevel=4)
+        return self._fn(*args, **kwargs)
 
     def graph(self, *args, **kwargs) -> "runtime.Graph":
         """The graph traced for this input signature, before optimization."""
@@ -615,19 +685,23 @@ def _reason(e: Exception, fn) -> str:
 
 
 # --------------------------------------------------------------------------- to_graph
-def to_graph(fn=None, *, strict: bool = False):
+_DECORATOR = object()     # to_graph(strict=...) without a function: the decorator form
+
+
+def to_graph(fn=_DECORATOR, *, strict: bool = False):
     """Convert ``fn`` (function, lambda, bound method or ``nn.Module``) to a graph function.
 
     Works as ``@to_graph``, ``to_graph(fn)``, ``to_graph(fn, strict=True)`` and
     ``@to_graph(strict=True)``.
     """
-    if fn is None:
+    if fn is _DECORATOR:
         return lambda f: to_graph(f, strict=strict)
     if isinstance(fn, GraphFunction):
         return fn if fn._strict == strict else GraphFunction(fn.python_function, strict)
-    if not callable(fn):
+    if not callable(fn) and not isinstance(fn, (staticmethod, classmethod)):
         raise TypeError(f"to_graph needs a function or nn.Module, got {type(fn).__name__}")
     return GraphFunction(fn, strict)
+
 
 
 # --------------------------------------------------------------------------- CLI support

@@ -26,6 +26,7 @@ from .effects import print_
 from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicReversed, SymbolicZip,
                         TensorList, is_symbolic_iterable, length_of)
 from .logical import ifexp
+from .numpy_calls import NOT_NUMPY, numpy_call
 from .text import DeferredText, format_method, join_text, text_of
 
 _CONVERTER: list = [None]          # fn -> converted fn, or None when it cannot be converted
@@ -222,6 +223,10 @@ def call(f, *args, **kwargs):
         text = _text_call(f, args, kwargs)
         if text is not None:
             return text
+    if current_graph() is not None:
+        result = numpy_call(f, args, kwargs)
+        if result is not NOT_NUMPY:
+            return result
     special = _SYMBOLIC_BUILTINS.get(f) if _hashable(f) else None
     if special is not None:
         symbolic = any(is_symbolic_iterable(a) for a in args) if f in _ITERATION_BUILTINS \

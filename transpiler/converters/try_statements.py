@@ -29,9 +29,10 @@ from transpiler.pyct import templates
 
 
 def _catches(handlers):
-    """``lambda: (T1, T2)`` for the handlers' types; ``None`` if one is a bare ``except``."""
+    """``lambda: (T1, T2)`` for the handlers' types; ``None`` if one is a bare ``except``
+    or there is none (a jump out of ``finally`` swallows every exception)."""
     types = [h.type for h in handlers]
-    if any(t is None for t in types):
+    if not types or any(t is None for t in types):
         return gast.Constant(value=None, kind=None)
     return base.thunk(gast.Tuple(elts=types, ctx=gast.Load()))
 
