@@ -136,7 +136,7 @@ def _parts(v, walk) -> tuple:
     """(items, attributes, slots) of ``v``, each walked."""
     kind = type(v)
     if isinstance(v, (set, frozenset)) or not (
-            isinstance(v, (dict, list)) or hasattr(v, "__dict__") or _slot_names(kind)):
+            isinstance(v, (dict, list)) or hasattr(v, "__dict__") or slot_names(kind)):
         if _holds_traced(v):
             raise GraphError(f"the result holds a traced tensor inside a {kind.__name__}, "
                              f"which cannot be rebuilt on each call")
@@ -152,7 +152,7 @@ def _parts(v, walk) -> tuple:
         items = None
     attrs = getattr(v, "__dict__", None)
     attrs = {k: walk(x) for k, x in attrs.items()} if isinstance(attrs, dict) else None
-    slots = {name: walk(getattr(v, name)) for name in _slot_names(kind) if hasattr(v, name)}
+    slots = {name: walk(getattr(v, name)) for name in slot_names(kind) if hasattr(v, name)}
     return items, attrs, slots
 
 
@@ -167,7 +167,8 @@ class _Atom(Exception):
     """Not an object to rebuild (no state Python can see): kept as it is."""
 
 
-def _slot_names(cls) -> List[str]:
+def slot_names(cls) -> List[str]:
+    """The names of the ``__slots__`` of ``cls`` and its bases (private names mangled)."""
     names = []
     for c in cls.__mro__:
         slots = c.__dict__.get("__slots__", ())
@@ -252,6 +253,6 @@ def reachable(roots, limit: int = 20000):
         attrs = getattr(v, "__dict__", None)
         if isinstance(attrs, dict):
             stack.extend(attrs.values())
-        for name in _slot_names(type(v)):
+        for name in slot_names(type(v)):
             if hasattr(v, name):
                 stack.append(getattr(v, name))

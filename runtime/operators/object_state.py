@@ -1,13 +1,20 @@
-"""Plain Python objects whose attributes tensor-dependent control flow assigns.
+"""Python objects whose state tensor-dependent control flow changes.
 
     o = Namespace(v=x)
     if x.sum() > 0:
         o.v = x * 2          # a tensor branch assigns an attribute of a local object
+        d["k"] = x + 1       # ... or an item of an OrderedDict / dict subclass
 
 Such an object is part of the state of the ``if``/loop. While staged, it travels as an
-``ObjectState``: a pytree node whose leaves are the object's attribute values. Unflattening
-one sets the attributes on the (same) object, so each branch or loop body trace sees its
-own placeholders, and after the ``cond``/``while`` node the object holds its outputs.
+``ObjectState``: a pytree node whose leaves are the object's attribute values (its
+``__dict__`` and set ``__slots__``) and, for a dict subclass (``OrderedDict``,
+``defaultdict``, ``ModelOutput``-like classes), its items in order; objects it holds are
+ObjectStates too. Unflattening one makes the (same) object's state exactly that --
+attributes and keys another path added are removed, ``__setattr__``/``__setitem__``
+overrides bypassed -- so each branch or loop body trace starts from the state before the
+construct, and after the ``cond``/``while`` node the object holds its outputs. The object
+keeps its identity and class throughout. A key or attribute present on one path only is
+a structure mismatch (``BranchMismatchError``): the call falls back.
 """
 from __future__ import annotations
 
@@ -19,7 +26,7 @@ from typing import Optional
 import torch
 import torch.utils._pytree as pytree
 
-from ..outputs import items_of
+from ..outputs import items_of, slot_names
 from ..tensor_list import TensorList
 
 
@@ -41,7 +48,7 @@ class ObjectState:
 
         def wrap(v):
             return cls.of(v, active) if is_plain_object(v) and id(v) not in active else v
-        attrs = {k: wrap(v) for k, v in getattr(obj, "__dict__", {}).items()}
+        attrs = {k: wrap(v) for k, v in _attributes(obj).items()}
         items = {k: wrap(v) for k, v in items_of(obj)} if isinstance(obj, dict) else None
         return cls(obj, attrs, items)
 
@@ -79,17 +86,32 @@ def _plain(v):
 def _set_state(obj, attrs: dict, items: Optional[dict]) -> None:
     """Make ``obj``'s attributes (and items) exactly these, bypassing ``__setattr__`` and
     ``__setitem__`` (a key or attribute one path added is gone on the other)."""
+    slots = slot_names(type(obj))
     current = getattr(obj, "__dict__", None)
     if current is not None:
         for key in [k for k in current if k not in attrs]:
             del current[key]
-        current.update({k: _plain(v) for k, v in attrs.items()})
+        current.update({k: _plain(v) for k, v in attrs.items() if k not in slots})
+    for name in slots:
+        if name in attrs:
+            object.__setattr__(obj, name, _plain(attrs[name]))
+        elif hasattr(obj, name):
+            object.__delattr__(obj, name)
     if items is not None:
         base = collections.OrderedDict if isinstance(obj, collections.OrderedDict) else dict
         if [k for k, _ in items_of(obj)] != list(items):
             base.clear(obj)
         for k, v in items.items():
             base.__setitem__(obj, k, _plain(v))
+
+
+def _attributes(obj) -> dict:
+    """``obj``'s attributes: its ``__dict__`` and the slots it has set."""
+    attrs = dict(getattr(obj, "__dict__", {}))
+    for name in slot_names(type(obj)):
+        if hasattr(obj, name):
+            attrs[name] = getattr(obj, name)
+    return attrs
 
 
 def _flatten(state: ObjectState):
@@ -126,8 +148,11 @@ def is_plain_object(value) -> bool:
         return False
     if type(value).__module__.split(".")[0] == "runtime":   # our own markers
         return False
+    if isinstance(value, tuple):
+        return False
     return isinstance(getattr(value, "__dict__", None), dict) or \
-        (isinstance(value, dict) and type(value) is not dict)     # a defaultdict
+        (isinstance(value, dict) and type(value) is not dict) or \
+        bool(slot_names(type(value)))       # a defaultdict; a class with __slots__ only
 
 
 def _wrap(value):

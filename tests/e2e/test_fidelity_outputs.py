@@ -407,3 +407,41 @@ def test_a_key_added_on_one_path_only_is_a_clear_error():
         with pytest.warns(FallbackWarning):
             got = to_graph(fn)(POS[0])
         same(got, fn(POS[0]))
+
+
+class Slotted:
+    __slots__ = ("v", "n", "__private")
+
+    def __init__(self, v):
+        self.v = v
+        self.n = 0
+        self.__private = "p"
+
+    def private(self):
+        return self.__private
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    t: Any
+    k: int = 0
+
+
+def test_slots_and_frozen_dataclasses_as_results_and_state():
+    def f(x):
+        s = Slotted(x)
+        if x.sum() > 0:
+            s.v = x * 2
+            s.n = 1
+        return s, Frozen(t=x + 1, k=2)
+    for strict in (False, True):
+        g = to_graph(f, strict=strict)
+        for (x,) in (POS, NEG):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                got = g(x.clone())
+            exp = f(x.clone())
+            assert type(got[0]) is Slotted and got[0].private() == "p"
+            same(got[0].v, exp[0].v)
+            same(got[0].n, exp[0].n)
+            same(got[1], exp[1])
