@@ -93,8 +93,10 @@ class _TryGuard:
                    any(issubclass(err, t) for err in _RUN_TIME_ERRORS) for t in flat)
 
     @contextlib.contextmanager
-    def body(self):
-        """Around the ``try`` body, inside the ``try``: its exceptions pass through here."""
+    def body(self, control_flow: bool = False):
+        """Around the ``try`` body, inside the ``try``: its exceptions pass through here.
+        ``control_flow``: the body holds converted if/while/for statements, whose
+        variables an exception raised inside them would lose (they travel by return)."""
         nodes, errors = node_count(), tracing_error_count()
         try:
             yield
@@ -102,6 +104,8 @@ class _TryGuard:
             if isinstance(e, (GraphError, TracingError)) or node_count() != nodes or \
                     tracing_error_count() != errors:
                 raise self._refuse("tensor-dependent code that raised while tracing") from e
+            if control_flow:
+                raise self._refuse("if/while/for statements that raised while tracing") from e
             raise
         if tracing_error_count() != errors:
             raise self._refuse("code that uses a tensor's value")
@@ -111,7 +115,7 @@ class _TryGuard:
 
 class _NoGuard:
     @contextlib.contextmanager
-    def body(self):
+    def body(self, control_flow: bool = False):
         yield
 
 

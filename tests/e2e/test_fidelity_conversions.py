@@ -346,3 +346,17 @@ def test_numpy_needing_concrete_values_falls_back(use):
                 to_graph(fn, strict=True)(POS)
         else:
             falls_back(fn, *SIGNS, match="numpy needs concrete values")
+
+
+def test_exception_leaving_a_loop_inside_try_except_falls_back():
+    def f(x, keys, d):
+        total = 0.0
+        try:
+            for k in keys:
+                total = total + d[k]      # KeyError on a missing key: eager keeps the sum so far
+        except KeyError:
+            total = total + 100.0
+        return x * total
+    d = {"a": 1.0, "b": 2.0}
+    converts(f, (POS, ("a", "b"), d))
+    falls_back(f, (POS, ("a", "z", "b"), d), match="try/except")

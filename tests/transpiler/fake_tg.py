@@ -120,7 +120,7 @@ def eager_only(reason):
 
 class _TryGuard:
     @contextlib.contextmanager
-    def body(self):
+    def body(self, control_flow=False):
         yield
 
 

@@ -176,7 +176,7 @@ def test_assert_try_call():
             tg.assert_stmt(x, (lambda : 'msg'))
             with tg.try_guard((lambda : (ValueError,))) as try_guard:
                 try:
-                    with try_guard.body():
+                    with try_guard.body(False):
                         tg.call(print, x)
                 except ValueError:
                     pass

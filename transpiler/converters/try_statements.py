@@ -10,14 +10,15 @@
 
       with tg.try_guard(lambda: (KeyError,)) as guard:     # None: a bare ``except``
           try:
-              with guard.body():
+              with guard.body(False):       # True: the body holds if/while/for
                   body
           except KeyError:
               ...
 
   An exception raised while tracing is raised eagerly exactly when the body is pure
   Python (adds no graph node, uses no tensor value), so such a body converts and the
-  handlers, ``else`` and ``finally`` run as traced. A body that adds graph nodes converts
+  handlers, ``else`` and ``finally`` run as traced -- unless the exception leaves an
+  if/while/for of the body (its variables travel by return values, lost on a raise). A body that adds graph nodes converts
   only when no handler can catch an error a graph raises when it runs; anything else
   stops tracing (the runtime's ``try_guard``), which falls back.
 """
@@ -37,6 +38,21 @@ def _catches(handlers):
     return base.thunk(gast.Tuple(elts=types, ctx=gast.Load()))
 
 
+def _has_control_flow(block):
+    """Whether ``block`` holds an if/while/for of this function (each becomes a call
+    passing its variables back by return: an exception raised inside one loses the
+    values it had assigned, which an ``except`` clause could then observe)."""
+    stack = list(block)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (gast.If, gast.While, gast.For)):
+            return True
+        if not isinstance(node, (gast.FunctionDef, gast.AsyncFunctionDef, gast.ClassDef,
+                                 gast.Lambda)):
+            stack.extend(n for n in gast.iter_child_nodes(node) if isinstance(n, gast.stmt))
+    return False
+
+
 def _jumps_out_of(block):
     return any(jumps.contains(block, kind, into_loops) for kind, into_loops in
                ((gast.Return, True), (gast.Break, False), (gast.Continue, False)))
@@ -49,7 +65,9 @@ class TryTransformer(base.Transformer):
         if not node.handlers and not _jumps_out_of(node.finalbody):
             return node
         guard = self.ctx.namer.new('try_guard')
-        node.body = templates.replace('with guard.body():\n    body', node, guard=guard,
+        node.body = templates.replace('with guard.body(flow):\n    body', node, guard=guard,
+                                      flow=gast.Constant(value=_has_control_flow(node.body),
+                                                         kind=None),
                                       body=node.body)
         return templates.replace('with tg.try_guard(catches) as guard:\n    try_stmt', node,
                                  catches=_catches(node.handlers), guard=guard,
