@@ -29,7 +29,6 @@ import types
 from typing import Any, Callable, Dict, List
 
 import torch
-import torch.utils._pytree as pytree
 
 from .errors import GraphError
 from .graph import same_tuple
@@ -74,6 +73,20 @@ class Again:
         return f"Again({self.key})"
 
 
+class Existing:
+    """An object of the result that existed before the call, returned as itself: a
+    container subclass (an ``OrderedDict``, a ``dict`` subclass) that ``map_structure``
+    must not walk into (it would hand back a plain dict)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __repr__(self) -> str:
+        return f"Existing({type(self.obj).__name__})"
+
+
 def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
              existed: Callable[[Any], bool]):
     """The output structure of the traced result ``out``: ``leaf(v)`` where ``is_leaf(v)``,
@@ -100,9 +113,9 @@ def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
         if id(v) in done:
             done[id(v)].shared = True
             return Again(done[id(v)].key)
-        if type(v) not in pytree.SUPPORTED_NODES and existed(v):
+        if existed(v):
             _check_untraced(v)
-            return v
+            return Existing(v) if isinstance(v, (tuple, list, dict, slice)) else v
         if id(v) in busy:
             raise GraphError(f"the result holds a {kind.__name__} object that holds itself; "
                              f"it cannot be rebuilt on each call")

@@ -530,7 +530,9 @@ def _existed(snapshot, args, kwargs):
 
     def existed(obj) -> bool:
         if not found:
-            roots = snapshot.roots() + [args, kwargs]
+            # the arguments' leaves: their tuples, lists, dicts, OrderedDicts were
+            # rebuilt for the trace (what the trace returns of them is no caller's object)
+            roots = snapshot.roots() + pytree.tree_leaves((args, kwargs))
             for fn in _CALLED:          # (not a method's object: the call may have made it)
                 roots += Snapshot.take(getattr(fn, "__func__", fn), (), {}).roots()
             found.append({id(v) for v in reachable(roots)})

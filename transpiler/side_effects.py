@@ -111,11 +111,13 @@ class Snapshot:
             self._objects.append((label, obj, state, _copy(obj)))
 
     def roots(self) -> list:
-        """The values recorded (globals, closure values, defaults, arguments, the method's
-        object): what existed before the call, for telling it from what the call made."""
+        """The values recorded but the arguments (globals, closure values, defaults, the
+        method's object): what existed before the call, to tell it from what the call
+        made. (The arguments the trace sees are rebuilt containers: see the caller.)"""
         return ([value for _, _, value in self._globals] +
                 [value for _, _, value in self._cells if value is not _EMPTY] +
-                [obj for _, obj, _, _ in self._objects])
+                [obj for label, obj, _, _ in self._objects
+                 if not label.startswith("argument ")])
 
     def sees(self, objects) -> str:
         """The label of a watched object that is (or directly holds) one of ``objects``."""

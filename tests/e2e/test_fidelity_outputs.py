@@ -445,3 +445,19 @@ def test_slots_and_frozen_dataclasses_as_results_and_state():
             same(got[0].v, exp[0].v)
             same(got[0].n, exp[0].n)
             same(got[1], exp[1])
+
+
+GLOBAL_TABLE = collections.OrderedDict(scale=2.0)
+
+
+def test_existing_dict_subclasses_are_returned_as_themselves():
+    def f(x, h):
+        h.table = h.table            # (reads only)
+        return x * GLOBAL_TABLE["scale"], GLOBAL_TABLE, h.table
+    g = to_graph(f, strict=True)
+    h = Holder(0)
+    h.table = MyDict(a=1)
+    for (x,) in (POS, NEG):
+        out = g(x, h)
+        assert out[1] is GLOBAL_TABLE and out[2] is h.table
+        torch.testing.assert_close(out[0], x * 2.0)
