@@ -202,6 +202,7 @@ def maker(cls, example) -> Callable:
             raise GraphError(f"the result holds a {cls.__name__} object, whose class needs "
                              f"arguments to __new__ ({e}); it cannot be rebuilt on each "
                              f"call") from None
+    _check_hooks(cls)
     setitem = next((b.__setitem__ for b in cls.__mro__
                     if b in (collections.OrderedDict, dict)), None)
     factory = getattr(example, "default_factory", None) \
@@ -228,6 +229,42 @@ def maker(cls, example) -> Callable:
 
 
 # --------------------------------------------------------------------------- checks
+_HOOKS = ("__setattr__", "__delattr__", "__setitem__", "__delitem__")
+
+
+def _check_hooks(cls) -> None:
+    """A class whose ``__setattr__``/``__setitem__``... reaches mutable state besides the
+    object (a global list it logs to, a registry in a closure) has effects that copying
+    the object's state does not repeat on each call: GraphError. Hooks that only keep
+    the object consistent (a frozen dataclass, ``ModelOutput``'s item/attribute sync)
+    are reproduced by the copied state."""
+    for name in _HOOKS:
+        fn = getattr(cls, name, None)
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            continue
+        ns = getattr(fn, "__globals__", {})
+        reached = [(f"global {n!r}", ns[n]) for n in code.co_names if n in ns]
+        for cell_name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+            try:
+                reached.append((f"closure variable {cell_name!r}", cell.cell_contents))
+            except ValueError:
+                pass
+        for what, value in reached:
+            if _mutable(value):
+                raise GraphError(f"the result holds a {cls.__name__} object, whose "
+                                 f"{name} reaches {what} (a {type(value).__name__}); its "
+                                 f"effects would not be repeated on each call")
+
+
+def _mutable(value) -> bool:
+    if isinstance(value, (list, dict, set, bytearray, collections.deque)):
+        return True
+    return not isinstance(value, _ATOMS + (tuple, frozenset, BaseException)) and \
+        isinstance(getattr(value, "__dict__", None), dict) and \
+        not isinstance(value, type)
+
+
 def _holds_traced(value, limit: int = 10000) -> bool:
     """Whether a traced (symbolic) tensor is reachable from ``value`` (through containers,
     ``__dict__`` and slots)."""

@@ -461,3 +461,27 @@ def test_existing_dict_subclasses_are_returned_as_themselves():
         out = g(x, h)
         assert out[1] is GLOBAL_TABLE and out[2] is h.table
         torch.testing.assert_close(out[0], x * 2.0)
+
+
+SET_LOG = []
+
+
+class Logged:
+    """__setattr__ with an effect outside the object: a log of every assignment."""
+
+    def __setattr__(self, name, value):
+        SET_LOG.append(name)
+        object.__setattr__(self, name, value)
+
+
+def test_a_setattr_with_effects_elsewhere_falls_back():
+    def f(x):
+        o = Logged()
+        o.v = x * 2
+        return o
+    g = to_graph(f)
+    with pytest.warns(FallbackWarning, match="__setattr__ reaches global 'SET_LOG'"):
+        out = g(POS[0])
+    torch.testing.assert_close(out.v, POS[0] * 2)
+    with pytest.raises(ConversionError, match="SET_LOG"):
+        to_graph(f, strict=True)(POS[0])
