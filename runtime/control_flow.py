@@ -21,6 +21,7 @@ import torch.utils._pytree as pytree
 from . import grad_flags
 from .errors import BranchMismatchError
 from .grad_flags import grad_of
+from .introspection import kind_of, mark, merged_kind
 from .source_info import format_location, user_location
 from .subgraphs import (Fill, Slot, _align_captures, _check_pred, _describe_spec, _example,
                         _finish, _has_effects, _leaf_meta, _leaf_name, _merge_leaf,
@@ -48,7 +49,7 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
     graph = _owner_graph(pred, operands)
     flat, spec = pytree.tree_flatten(operands)
     slots = [Slot(_leaf_meta(v), None if _leaf_meta(v) is not None else v, _example(v),
-                  grad_of(v)) for v in flat]
+                  grad_of(v), kind_of(v)) for v in flat]
     then_g, then_tree = _trace_tree(graph, "then", true_fn, slots, spec, names, flat)
     else_g, else_tree = _trace_tree(graph, "else", false_fn, slots, spec, names, flat)
     then_tree, else_tree = reconcile(then_tree, else_tree)
@@ -80,6 +81,7 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
             leaf._node.attrs[grad_flags.KEY] = grad_flags.merge(
                 grad_of(v) for v in (a, b) if not isinstance(v, Fill))
     return pytree.tree_unflatten(leaves, then_spec)
+            mark(leaf, merged_kind(kind_of(v) for v in (a, b) if not isinstance(v, Fill)))
 
 
 def _grown_lists(then_g, then_tree, else_g, else_tree):

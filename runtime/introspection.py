@@ -16,15 +16,19 @@ Torch-only: the symbolic-tensor layer calls these with a node's attributes.
 """
 from __future__ import annotations
 
+import operator
 from typing import Optional
 
 import torch
 
 from .errors import GraphError
 
-# node.attrs["python_number"]: the Python number a 0-d graph value stands for on every
-# path ("int", "float", "bool"), or "mixed" when it is a number on some paths and a tensor
-# on others (its type is known only at run time).
+# node.attrs[KEY]: the Python number a 0-d graph value stands for on every path ("int",
+# "float", "bool"), or "mixed" when it is a number on some paths and a tensor on others
+# (its type is known only at run time). Set where such values are made: a branch or loop
+# merging a Python number (``control_flow``, ``while_loop``), ``int()``/``float()``/
+# ``bool()`` of a tensor, Python arithmetic on stand-ins (``arithmetic_kind``).
+KEY = "python_number"
 NUMBER_KINDS = {"int": int, "float": float, "bool": bool}
 MIXED = "mixed"
 
@@ -40,26 +44,70 @@ def number_kind(attrs: dict) -> Optional[str]:
     return None
 
 
-def kind_of_value(value, attrs: Optional[dict]) -> Optional[str]:
-    """The number kind of a value meeting another at a merge: a Python number's own type,
-    a graph value's mark (``attrs``), None for a tensor; "other" for anything else."""
-    if attrs is not None:
-        return number_kind(attrs)
-    if isinstance(value, torch.Tensor):
-        return None
+def kind_of(value) -> Optional[str]:
+    """The Python number kind ``value`` is or stands for (a Python number's own type, a
+    graph value's mark); None for a tensor or anything else."""
+    node = getattr(value, "_node", None) if isinstance(value, torch.Tensor) else None
+    if node is not None:
+        return number_kind(node.attrs)
     for name, kind in NUMBER_KINDS.items():
         if type(value) is kind:
             return name
-    return "other"
+    return None
 
 
 def merged_kind(kinds) -> Optional[str]:
-    """The mark for a value that is one of ``kinds`` depending on the path: the common
-    kind, or "mixed" when paths disagree (a tensor on one, a number on another)."""
+    """The kind of a value that is one of ``kinds`` depending on the path taken: the
+    common kind, or "mixed" when paths disagree (a tensor on one, a number on another)."""
     kinds = set(kinds)
-    if len(kinds) == 1:
-        return next(iter(kinds))
-    return MIXED
+    if not kinds:
+        return None
+    return next(iter(kinds)) if len(kinds) == 1 else MIXED
+
+
+def mark(value, kind: Optional[str]) -> None:
+    """Record on a graph value's node the Python number it stands for."""
+    node = getattr(value, "_node", None) if isinstance(value, torch.Tensor) else None
+    if node is not None and kind is not None:
+        node.attrs[KEY] = kind
+
+
+_SAMPLES = {"int": 3, "float": 3.0, "bool": True}
+_PYTHON_OPS = {
+    "add": operator.add, "radd": lambda a, b: b + a, "sub": operator.sub,
+    "rsub": lambda a, b: b - a, "mul": operator.mul, "rmul": lambda a, b: b * a,
+    "truediv": operator.truediv, "div": operator.truediv, "rtruediv": lambda a, b: b / a,
+    "rdiv": lambda a, b: b / a, "floordiv": operator.floordiv,
+    "rfloordiv": lambda a, b: b // a, "mod": operator.mod, "rmod": lambda a, b: b % a,
+    "floor_divide": operator.floordiv, "remainder": operator.mod,
+    "neg": operator.neg, "pos": operator.pos, "abs": abs,
+    "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
+    "eq": operator.eq, "ne": operator.ne,
+}
+
+
+# in-place operators on a Python number's stand-in: Python rebinds (``k += 1``, which
+# torch dispatches as ``add_``)
+REBINDING_OPS = {
+    **{getattr(torch.Tensor, f"__i{name}__"): getattr(torch.Tensor, f"__{name}__")
+       for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow")},
+    **{getattr(torch.Tensor, name + "_"): getattr(torch.Tensor, name)
+       for name in ("add", "sub", "mul", "div", "floor_divide", "remainder", "pow")}}
+
+
+def arithmetic_kind(name: str, args) -> Optional[str]:
+    """The kind of Python arithmetic's result on stand-ins and Python numbers (``k + 1``
+    is an int, ``acc * 0.5`` a float, ``k > 2`` a bool); None when a tensor operand (or
+    an op Python numbers do not have) makes it a tensor."""
+    fn = _PYTHON_OPS.get(name)
+    if fn is None or not any(isinstance(a, torch.Tensor) for a in args):
+        return None
+    kinds = [kind_of(a) for a in args]
+    if None in kinds:
+        return None
+    if MIXED in kinds:
+        return MIXED
+    return type(fn(*[_SAMPLES[k] for k in kinds])).__name__
 
 
 def python_class(attrs: dict, where: str):

@@ -16,7 +16,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .errors import BranchMismatchError, GraphError
-from . import grad_flags
+from . import grad_flags, introspection
 from .region_effects import run_watched
 from .graph import Graph, Node
 from .meta import TensorMeta, meta_empty
@@ -178,6 +178,7 @@ class Slot:
     const: Any = None
     example: Any = None
     grad: Optional[bool] = False    # requires grad (None: known only at run time)
+    kind: Optional[str] = None      # the Python number it stands for (see introspection)
 
 
 def _trace(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec,
@@ -206,6 +207,8 @@ def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec
                 else:
                     ph = sub.placeholder(slot.meta, name=_clean(labels[i]))
                     ph.attrs[grad_flags.KEY] = slot.grad
+                    if slot.kind is not None:
+                        ph.attrs[introspection.KEY] = slot.kind
                     leaves.append(wrap_node(ph, slot.example))
                     if outer is not None:
                         views.share(leaves[-1], outer[i])

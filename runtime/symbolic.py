@@ -27,7 +27,8 @@ from . import grad_flags
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
 from .graph import Graph, Node, map_structure
-from .introspection import legacy_new, legacy_type
+from .introspection import (REBINDING_OPS, arithmetic_kind, kind_of, legacy_new, legacy_type,
+                            mark)
 from .meta import TensorMeta, meta_empty
 from .ops import is_impure, is_inplace, op_name
 from .shape_inference import fails_eagerly, infer
@@ -325,6 +326,10 @@ def dispatch(func, args, kwargs):
         return _size(args[0], func, args)
     if func in _LEGACY and isinstance(args[0], SymbolicTensor):
         return _LEGACY[func](args[0], args[1:], kwargs)
+    if func in REBINDING_OPS and kind_of(args[0]) is not None:
+        # ``k += 1`` of a Python number's stand-in rebinds k, as for the number: no
+        # in-place write that an alias (``j = k``) would see
+        return dispatch_record(REBINDING_OPS[func], args, kwargs)
     return dispatch_record(func, args, kwargs)
 
 
@@ -444,6 +449,7 @@ def dispatch_record(func, args, kwargs, concrete: bool = False):
         made = _tensor_of_python_int(args, kwargs)
         if made is not None:
             return made
+    number = arithmetic_kind(op_name(func), args) if not kwargs else None
     args, python_int = _as_python_numbers(func, args) if not kwargs else (args, False)
     result = _dispatch_record(func, args, kwargs, concrete)
     if (python_int or func in (graph_ops.dim_size, graph_ops.numel)) and \
@@ -451,6 +457,7 @@ def dispatch_record(func, args, kwargs, concrete: bool = False):
         result._node.attrs["python_int"] = True
     if isinstance(result, SymbolicTensor) and _keeps_index(func, args, kwargs):
         result._node.attrs["python_index"] = True
+    mark(result, number)            # Python arithmetic on number stand-ins: int, float, bool
     return result
 
 

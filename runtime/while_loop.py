@@ -14,6 +14,7 @@ import torch.utils._pytree as pytree
 
 from . import grad_flags
 from .grad_flags import grad_of
+from .introspection import kind_of, mark, merged_kind
 from .errors import BranchMismatchError, GraphError
 from .meta import TensorMeta, meta_empty
 from .source_info import format_location, user_location
@@ -99,9 +100,14 @@ def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None, grap
             widenable = _leaf_meta(flat[i]) is None or isinstance(flat[i], Fill)
             wider = _widen(slot, new, widenable, _leaf_name(names, spec, i), where)
             if wider is not None:
-                wider.grad = slot.grad
+                wider.grad, wider.kind = slot.grad, slot.kind
                 slots[i] = by_path[paths[i]] = wider
                 changed = True
+            if slots[i].meta is not None and not isinstance(new, Fill):
+                kind = merged_kind([slots[i].kind, kind_of(new)])
+                if kind != slots[i].kind:   # a number on entry, a tensor after: "mixed"
+                    slots[i].kind = kind
+                    changed = True
             if slots[i].meta is not None and slots[i].grad is not None and \
                     grad_of(new) != slots[i].grad:
                 slots[i].grad = None     # the iterations run decide (see grad_flags)
@@ -144,6 +150,7 @@ def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None, grap
     for leaf, slot in zip(leaves, slots):
         if is_symbolic(leaf):
             leaf._node.attrs[grad_flags.KEY] = slot.grad
+            mark(leaf, slot.kind)
     return pytree.tree_unflatten(leaves, spec)
 
 
@@ -159,7 +166,7 @@ def _slots_for(state, known: dict):
         if slot is None:
             meta = _leaf_meta(value)
             slot = Slot(meta, None if meta is not None else value, _example(value),
-                        grad_of(value))
+                        grad_of(value), kind_of(value))
         flat.append(value)
         slots.append(slot)
         by_path[path] = slot

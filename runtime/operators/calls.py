@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import torch
 
 from ..errors import GraphError
-from ..introspection import python_class
+from ..introspection import mark, python_class
 from ..source_info import format_location, user_location
 from ..symbolic import contains_symbolic, current_graph, is_symbolic
 from .effects import print_
@@ -88,15 +88,22 @@ def _lt(b, a):
 
 
 def _int(x, *rest):
-    return x.to(torch.int64) if is_symbolic(x) and not rest else builtins.int(x, *rest)
+    return _number(x.to(torch.int64), "int") if is_symbolic(x) and not rest else \
+        builtins.int(x, *rest)
 
 
 def _float(x):
-    return x.to(torch.float64) if is_symbolic(x) else builtins.float(x)
+    return _number(x.to(torch.float64), "float") if is_symbolic(x) else builtins.float(x)
 
 
 def _bool(x):
-    return (x != 0) if is_symbolic(x) else builtins.bool(x)
+    return _number(x != 0, "bool") if is_symbolic(x) else builtins.bool(x)
+
+
+def _number(value, kind: str):
+    """``int(t)``/``float(t)``/``bool(t)``: a graph value standing for that Python number."""
+    mark(value, kind)
+    return value
 
 
 def _stands_for(x):

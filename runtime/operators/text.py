@@ -19,6 +19,8 @@ import re
 import string
 from typing import Any, List, Tuple
 
+import torch
+
 from ..errors import GraphError
 from ..introspection import MIXED, number_kind
 from ..source_info import format_location, user_location
@@ -123,12 +125,35 @@ def _field(value, how: str, spec) -> Any:
         if how == "%":
             return spec % (value,)
         return format({"": lambda v: v, "s": str, "r": repr, "a": ascii}[how](value), spec)
-    if isinstance(value, SymbolicTensor) and number_kind(value._node.attrs) == MIXED:
-        raise GraphError(
-            f"{format_location(user_location())}: the text of this value depends on the "
-            f"path taken at run time (a Python number on one path of tensor-dependent "
-            f"control flow, a tensor on another)")
+    if isinstance(value, SymbolicTensor):
+        kind = number_kind(value._node.attrs)
+        if kind == MIXED:
+            raise GraphError(
+                f"{format_location(user_location())}: the text of this value depends on the "
+                f"path taken at run time (a Python number on one path of tensor-dependent "
+                f"control flow, a tensor on another)")
+        if kind == "float" and value._node.meta.dtype == torch.float32 and \
+                not _few_digits(how, spec):
+            raise GraphError(
+                f"{format_location(user_location())}: the text of a Python float carried "
+                f"through tensor-dependent control flow: the graph holds it as a float32, "
+                f"so all its digits could differ from Python's double (a format with a "
+                f"precision of at most 6 digits, e.g. f'{{v:.4f}}', converts)")
     return Field(value, how, spec)
+
+
+_PRECISION = re.compile(r"\.(\d+)[eEfFgG%]?$")
+
+
+def _few_digits(how: str, spec: str) -> bool:
+    """Whether a float32 is rendered with few enough digits to read as Python's double."""
+    if how == "%":
+        if spec[-1] not in "eEfFgG":
+            return False
+        found = re.search(r"\.(\d+)", spec)
+        return found is None or int(found.group(1)) <= 6
+    found = _PRECISION.search(spec) if how == "" else None
+    return found is not None and int(found.group(1)) <= 6
 
 
 # --------------------------------------------------------------------------- builders

@@ -200,3 +200,83 @@ def test_run_time_size_answers_as_an_int():
         return y, type(n).__name__, isinstance(n, int), isinstance(n, torch.Tensor), \
             type(n) is int
     check(f, (POS,), (NEG,), (torch.tensor([1.0, -1.0, 2.0]),))
+
+
+def counters_through_tensor_control_flow(x, n):
+    k = 0
+    acc = 0.0
+    flag = False
+    for j in range(3):
+        if x.sum() > j:
+            k += 1
+            acc = acc + 0.5
+            flag = True
+        x = x - 1.0
+    i = 0
+    while x.abs().sum() < 30.0:
+        x = x * 2.0
+        i += 1
+    return (x, k, acc, flag, i, type(k).__name__, type(acc) is float, isinstance(flag, bool),
+            isinstance(i, int), isinstance(k, torch.Tensor), type(j).__name__)
+
+
+def number_arithmetic_keeps_its_kind(x, n):
+    k = 0
+    if x.sum() > 0:
+        k = k + 2
+    h = k / 2
+    q = k // 2
+    m = -k * 1.5
+    c = k > 1
+    f = float(x.sum())
+    i = int(x.max())
+    b = bool(x.min() > -1.0)
+    return (x * h, [type(v).__name__ for v in (k, h, q, m, c, f, i, b)],
+            isinstance(h, float), isinstance(c, bool), k, h, q, m, c, f, i, b)
+
+
+@pytest.mark.parametrize("fn", [counters_through_tensor_control_flow,
+                                number_arithmetic_keeps_its_kind])
+def test_python_number_stand_ins_answer_as_numbers(fn):
+    both_modes(fn, (POS.clone(), 2), (NEG.clone(), 2), (torch.tensor([0.5, 0.1, 0.2]), 1))
+
+
+def test_augmented_assignment_on_a_stand_in_rebinds_like_a_number():
+    def f(x):
+        k = 0
+        if x.sum() > 0:
+            k = k + 1
+        j = k               # an alias: k += 1 below must not change j (ints are immutable)
+        k += 1
+        k *= 3
+        return x * j, j, k, type(k).__name__
+    both_modes(f, (POS,), (NEG,))
+
+
+def path_dependent_type_in_branch(x):
+    acc = 0.0
+    if x.sum() > 0:
+        acc = acc + x.sum()          # a tensor on this path, a float on the other
+    return x, acc, isinstance(acc, float)
+
+
+def path_dependent_type_in_loop(x):
+    acc = 0.0
+    for r in x:
+        if r > 0:
+            acc = acc + r
+    return acc, type(acc).__name__
+
+
+@pytest.mark.parametrize("fn", [path_dependent_type_in_branch, path_dependent_type_in_loop])
+def test_a_type_known_only_at_run_time_falls_back(fn):
+    falls_back(fn, (POS.clone(),), (NEG.clone(),), match="depends on the path taken")
+
+
+def test_path_dependent_value_converts_when_its_type_is_not_asked():
+    def f(x):
+        acc = 0.0
+        if x.sum() > 0:
+            acc = acc + x.sum()
+        return x * 2.0, acc
+    check(f, (POS,), (NEG,))

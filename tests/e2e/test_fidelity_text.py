@@ -187,3 +187,41 @@ def test_library_text_of_a_tensor_falls_back_without_control_flow_talk():
         to_graph(f)(torch.ones(2))
     message = str(record[0].message)
     assert "text" in message and "control flow" not in message
+
+
+def numbers_through_branches(x, n):
+    k = 0
+    acc = 0.0
+    for j in range(3):
+        if x.sum() > j:
+            k += 1
+            acc = acc + 0.1
+        x = x - 1.0
+        print("step", j, k, f"{k}:{acc:.3f} {acc * 2:8.4f}", k > 1, -k, f"{k / 4:.2f}", "%.2f" % acc)
+    print("end", k, int(x.sum()), float(x.max()), bool(x.min() > 0), "%d %e" % (k, acc))
+    return x
+
+
+def test_numbers_through_tensor_control_flow_print_as_numbers(capsys):
+    same_text(capsys, numbers_through_branches)
+
+
+def test_all_digits_of_a_float_carried_as_float32_fall_back():
+    def f(x):
+        acc = 0.0
+        for j in range(3):
+            if x.sum() > j:
+                acc = acc + 0.1
+        print("acc", acc)            # Python: 0.30000000000000004
+        return x
+    falls_back(f, (torch.ones(3) * 5,), match="float32")
+
+
+def test_printing_a_value_whose_type_depends_on_the_path_falls_back():
+    def f(x):
+        acc = 0.0
+        if x.sum() > 0:
+            acc = acc + x.sum()
+        print("acc", acc)
+        return x
+    falls_back(f, (torch.ones(2),), match="depends on the path taken")
