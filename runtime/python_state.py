@@ -35,14 +35,12 @@ BUDGET = 2000       # values per fingerprint; beyond it values count by identity
 
 
 def is_tensor(value) -> bool:
-    cls = type(value)
+    return _tensor_class(type(value))
+
+
+def _tensor_class(cls) -> bool:
     return cls.__module__.startswith(("torch", "runtime.symbolic")) and \
         hasattr(cls, "data_ptr")
-
-
-def _internal(value) -> bool:
-    """Our own markers and wrappers (TensorList, ObjectState, Undefined...): by identity."""
-    return type(value).__module__.split(".")[0] in ("runtime", "transpiler")
 
 
 class _Walk:
@@ -63,13 +61,31 @@ def fingerprint(value, depth: int = DEPTH, carried: Set[int] = frozenset(),
     return _fp(value, depth, _Walk(carried, containers))
 
 
+_ATOM, _FLOAT, _IDENTITY, _WALK = range(4)
+_KINDS: Dict[type, int] = {}         # class -> how to fingerprint its instances
+
+
+def _kind(cls) -> int:
+    kind = _KINDS.get(cls)
+    if kind is None:
+        kind = _FLOAT if issubclass(cls, float) else _ATOM if issubclass(cls, _ATOMS) else \
+            _IDENTITY if (issubclass(cls, _CODE) or _tensor_class(cls) or
+                          cls.__module__.split(".")[0] in ("runtime", "transpiler")) else _WALK
+        if len(_KINDS) < 10_000:
+            _KINDS[cls] = kind
+    return kind
+
+
 def _fp(v, depth: int, walk: _Walk):
     cls = type(v)
-    if cls is float:
-        return ("f", repr(v))                # nan == nan, and -0.0 is not 0.0
-    if isinstance(v, _ATOMS):
+    kind = _KINDS.get(cls)
+    if kind is None:
+        kind = _kind(cls)
+    if kind == _ATOM:
         return (cls, v)
-    if isinstance(v, _CODE) or is_tensor(v) or _internal(v):
+    if kind == _FLOAT:
+        return ("f", repr(v))                # nan == nan, and -0.0 is not 0.0
+    if kind == _IDENTITY:
         return ("id", id(v))
     key = id(v)
     walk.budget -= 1

@@ -237,6 +237,7 @@ class _Traced:
         self.inputs, self.outputs = inputs, outputs    # how ``optimized`` was lowered
         self.fn = executable.fn
         self.holds = guard.compile_check()
+        self.arguments_hold = guard.arguments_check()    # None: no object arguments
 
     def __call__(self, flat):
         try:
@@ -346,7 +347,8 @@ class GraphFunction:
             return self._run_without_source(args, kwargs)
         key, flat, spec = self._signature(args, kwargs)
         entry = self._entries.get(key)
-        if entry is not None and not isinstance(entry, _Fallback) and not entry.holds():
+        if entry is not None and not isinstance(entry, _Fallback) and not (
+                entry.holds() and (entry.arguments_hold is None or entry.arguments_hold(flat))):
             entry = None              # a global, closure value or attribute it read changed
         if entry is None:
             if not self._binds(args, kwargs):
@@ -471,6 +473,7 @@ class GraphFunction:
         inputs = [next(params) if isinstance(v, torch.Tensor) else None for v in flat]
         executable = lower(optimized, inputs, outputs, name=_fn_name(target))
         guard = Snapshot.take(target, (), {})
+        guard.watch_arguments(flat)
         for fn in list(_CALLED):
             guard.include(fn)
         return _Traced(graph, optimized, executable, guard, inputs, outputs)

@@ -18,6 +18,8 @@ import inspect
 import types
 from typing import Any, List, Tuple
 
+from runtime.python_state import difference, fingerprint, is_tensor, restore
+
 _ATOMS = (int, float, complex, str, bytes, bool, type(None))
 
 
@@ -70,6 +72,8 @@ class Snapshot:
         self._globals: List[Tuple[dict, str, Any]] = []       # (namespace, name, value)
         self._cells: List[Tuple[Any, Any]] = []
         self._objects: List[Tuple[str, Any, Any, Any]] = []   # (label, obj, fingerprint, copy)
+        self._deep: List[Tuple[str, Any, Any, list]] = []    # (label, obj, deep print, copies)
+        self._arguments: List[Tuple[int, Any]] = []         # (flat index, deep print)
 
     @classmethod
     def take(cls, fn, args, kwargs) -> "Snapshot":
@@ -101,7 +105,41 @@ class Snapshot:
             snap._watch(f"argument #{i}", a)
         for k, v in kwargs.items():
             snap._watch(f"argument {k!r}", v)
+        if owner is not None:           # and deeper: ``self.cfg.count += 1``
+            snap._watch_deep("an attribute of the object the method belongs to", owner)
+        for i, a in enumerate(args):
+            snap._watch_deep(f"argument #{i}", a)
+        for k, v in kwargs.items():
+            snap._watch_deep(f"argument {k!r}", v)
         return snap
+
+    def _watch_deep(self, label: str, obj) -> None:
+        if not _is_value(obj):
+            containers: list = []
+            self._deep.append((label, obj, fingerprint(obj, containers=containers),
+                               containers))
+
+    def watch_arguments(self, flat) -> None:
+        """Guard the Python values the trace could read through the (flattened)
+        arguments: an object's attributes, at any depth up to ``python_state.DEPTH``
+        (``cfg.sub.scale``, ``cfgs[0].scale``, a module argument's attributes); atoms
+        and tensors are in the signature already."""
+        self._arguments = [(i, fingerprint(v)) for i, v in enumerate(flat)
+                           if not _is_value(v)]
+
+    def arguments_check(self):
+        """A check of ``watch_arguments``'s record against a call's flattened arguments,
+        or None when the arguments hold no objects (the fast path checks nothing)."""
+        if not self._arguments:
+            return None
+        prints = tuple(self._arguments)
+
+        def check(flat) -> bool:
+            for i, print_ in prints:
+                if fingerprint(flat[i]) != print_:
+                    return False
+            return True
+        return check
 
     def _watch(self, label: str, obj) -> None:
         if isinstance(obj, _ATOMS):
@@ -151,6 +189,12 @@ class Snapshot:
         for label, obj, state, _ in self._objects:
             if _state_of(obj) != state:
                 return f"the function mutates {label}"
+        for label, obj, print_, _ in self._deep:
+            now = fingerprint(obj)
+            if now != print_:
+                where = difference(print_, now)
+                return f"the function mutates {label}" + (f" (its {where.lstrip('.')})"
+                                                          if where else "")
         return ""
 
     def still_holds(self) -> bool:
@@ -194,6 +238,9 @@ class Snapshot:
         self._objects += other._objects
 
     def restore(self) -> None:
+        for label, obj, print_, containers in self._deep:
+            if fingerprint(obj) != print_:
+                restore(containers)
         for ns, name, value in self._globals:
             ns[name] = value
         for name, cell, value in self._cells:
@@ -211,6 +258,11 @@ class Snapshot:
 
 
 _EMPTY = object()
+
+
+def _is_value(v) -> bool:
+    """An atom or a tensor: compared by the signature, not fingerprinted."""
+    return isinstance(v, _ATOMS) or is_tensor(v)
 
 
 def _always() -> bool:

@@ -146,10 +146,12 @@ def _note_events(notes) -> List[Tuple[Tuple[str, int], str, str]]:
 
 
 def _describe_signature(names: List[str], key) -> str:
-    from ..api import _mode
+    from ..api import _GRAD_MODE, _mode
     parts = []
     leaves = key[0].num_leaves
-    parts_mode = [f"training mode: {_mode(key[-1])}"] if len(key) > leaves + 1 else []
+    extra = key[leaves + 1:]          # a Module's train/eval flags, then the grad mode
+    parts_mode = [f"training mode: {_mode(e)}" for e in extra if e not in _GRAD_MODE.values()]
+    parts_mode += [e[0] for e in extra if e == _GRAD_MODE[False]]
     for i, leaf in enumerate(key[1:leaves + 1]):
         name = names[i] if i < len(names) else f"#{i}"
         if leaf and leaf[0] == "T":
