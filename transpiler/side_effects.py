@@ -74,6 +74,8 @@ class Snapshot:
         self._objects: List[Tuple[str, Any, Any, Any]] = []   # (label, obj, fingerprint, copy)
         self._deep: List[Tuple[str, Any, Any, list]] = []    # (label, obj, deep print, copies)
         self._arguments: List[Tuple[int, Any]] = []         # (flat index, deep print)
+        self._held: List[Tuple[Any, Any]] = []              # (object, deep print): guards
+        self._owner = None
 
     @classmethod
     def take(cls, fn, args, kwargs) -> "Snapshot":
@@ -99,6 +101,7 @@ class Snapshot:
         for name, default in (getattr(func, "__kwdefaults__", None) or {}).items():
             snap._watch(f"default of argument {name!r} (shared by all calls)", default)
         owner = getattr(fn, "__self__", None)
+        snap._owner = owner
         if owner is not None:
             snap._watch("an attribute of the object the method belongs to", owner)
         for i, a in enumerate(args):
@@ -123,9 +126,22 @@ class Snapshot:
         """Guard the Python values the trace could read through the (flattened)
         arguments: an object's attributes, at any depth up to ``python_state.DEPTH``
         (``cfg.sub.scale``, ``cfgs[0].scale``, a module argument's attributes); atoms
-        and tensors are in the signature already."""
+        and tensors are in the signature already. Objects held by the globals, closure
+        variables and the method's object's public attributes (``self.cfg.scale``) are
+        guarded to the same depth (their binding is checked one level deep already);
+        a Module among them keeps the one-level check (a deep one per call costs too
+        much for a model)."""
         self._arguments = [(i, fingerprint(v)) for i, v in enumerate(flat)
                            if not _is_value(v)]
+        held = [value for _, _, value in self._globals] + \
+            [value for _, _, value in self._cells]
+        if self._owner is not None and isinstance(getattr(self._owner, "__dict__", None), dict):
+            held += [v for k, v in vars(self._owner).items() if not k.startswith("_")]
+        seen = set()
+        for value in held:
+            if id(value) not in seen and _plain_holder(value):
+                seen.add(id(value))
+                self._held.append((value, fingerprint(value)))
 
     def arguments_check(self):
         """A check of ``watch_arguments``'s record against a call's flattened arguments,
@@ -213,14 +229,17 @@ class Snapshot:
         for label, obj, state, _ in self._objects:
             if _state_of(obj) != state:
                 return False
+        for obj, print_ in self._held:
+            if fingerprint(obj) != print_:
+                return False
         return True
 
     def compile_check(self):
         """``still_holds`` as one generated expression (checked before every call)."""
-        if self._cells or not (self._globals or self._objects):
-            return self.still_holds if (self._globals or self._cells or self._objects) \
-                else _always
-        env = {"_EMPTY": _EMPTY, "_state_of": _state_of}
+        if self._cells or not (self._globals or self._objects or self._held):
+            return self.still_holds if (self._globals or self._cells or self._objects or
+                                        self._held) else _always
+        env = {"_EMPTY": _EMPTY, "_state_of": _state_of, "_fp": fingerprint}
         terms = []
         for k, (ns, name, value) in enumerate(self._globals):
             env[f"ns{k}"], env[f"v{k}"] = ns, value
@@ -228,6 +247,9 @@ class Snapshot:
         for k, (_, obj, state, _) in enumerate(self._objects):
             env[f"o{k}"], env[f"s{k}"] = obj, state
             terms.append(f"_state_of(o{k}) == s{k}")
+        for k, (obj, print_) in enumerate(self._held):
+            env[f"h{k}"], env[f"p{k}"] = obj, print_
+            terms.append(f"_fp(h{k}) == p{k}")
         return eval("lambda: " + " and ".join(terms), env)  # noqa: S307 -- our own text
 
     def include(self, fn) -> None:
@@ -263,6 +285,19 @@ _EMPTY = object()
 def _is_value(v) -> bool:
     """An atom or a tensor: compared by the signature, not fingerprinted."""
     return isinstance(v, _ATOMS) or is_tensor(v)
+
+
+def _plain_holder(v) -> bool:
+    """A container or plain object whose contents a trace may read (not code, a module,
+    a tensor or an ``nn.Module``)."""
+    if _is_value(v) or isinstance(v, (types.ModuleType, types.FunctionType, type,
+                                      types.BuiltinFunctionType, types.MethodType)):
+        return False
+    if isinstance(v, (list, tuple, dict, set)):
+        return True
+    attrs = getattr(v, "__dict__", None)
+    return isinstance(attrs, dict) and "_modules" not in attrs and \
+        type(v).__module__.split(".")[0] not in ("runtime", "transpiler", "torch")
 
 
 def _always() -> bool:
