@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 import torch.utils._pytree as pytree
 
-from . import grad_flags
+from . import grad_flags, path_values
 from .errors import BranchMismatchError
 from .grad_flags import grad_of
 from .introspection import kind_of, mark, merged_kind
@@ -60,6 +60,7 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
         raise BranchMismatchError(
             f"{where}: the branches of the tensor condition return different structures: "
             f"{_describe_spec(then_spec)} vs {_describe_spec(else_spec)}")
+    chosen = path_values.choose(then_g, then_out, else_g, else_out)   # "a" or "b": an index
     plans = [_merge_leaf(a, b, _leaf_name(names, then_spec, i), where)
              for i, (a, b) in enumerate(zip(then_out, else_out))]
     dtypes = [meta.dtype if kind == "tensor" else None for kind, meta in plans]
@@ -80,8 +81,8 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
         if is_symbolic(leaf):
             leaf._node.attrs[grad_flags.KEY] = grad_flags.merge(
                 grad_of(v) for v in (a, b) if not isinstance(v, Fill))
-    return pytree.tree_unflatten(leaves, then_spec)
             mark(leaf, merged_kind(kind_of(v) for v in (a, b) if not isinstance(v, Fill)))
+    return pytree.tree_unflatten(path_values.wrap(leaves, chosen), then_spec)
 
 
 def _grown_lists(then_g, then_tree, else_g, else_tree):

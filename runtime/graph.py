@@ -249,6 +249,8 @@ class Graph:
                         raise AssertionError(
                             f"{inner} belongs to another graph; capture it first")
                 break
+            elif getattr(type(value), "__tograph_trace_only__", False):
+                value._refuse()          # a path_values.PathValue: no constant of a graph
         name = self.unique_name(name) if name else self.fresh_name(op)
         node = Node(self, op, target, args, kwargs, meta, name, attrs,
                     subgraphs, location, impure)

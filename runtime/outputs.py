@@ -32,6 +32,7 @@ import torch
 
 from .errors import GraphError
 from .graph import same_tuple
+from .path_values import PathValue
 from .symbolic import is_symbolic
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None), range, slice, torch.dtype,
@@ -108,6 +109,8 @@ def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
             return {_key(k): walk(x) for k, x in v.items()}
         if isinstance(v, tuple) and not getattr(v, "__dict__", None):
             return same_tuple(v, [walk(x) for x in v])      # namedtuples, structseqs
+        if isinstance(v, PathValue):       # the option the run took
+            return Rebuild((walk(v.index),), _picker(v.options), next(_KEYS))
         if isinstance(v, _ATOMS) or _is_runtime_marker(v):
             return v
         if id(v) in done:
@@ -226,6 +229,13 @@ def maker(cls, example) -> Callable:
         return obj
     make.__qualname__ = f"make_{cls.__name__}"
     return make
+
+
+def _picker(options: tuple) -> Callable:
+    def pick(index):
+        return options[int(index)]
+    pick.__qualname__ = "pick_option"
+    return pick
 
 
 # --------------------------------------------------------------------------- checks

@@ -20,6 +20,7 @@ import torch
 
 from ..errors import GraphError
 from ..introspection import mark, python_class
+from ..path_values import check_call
 from ..source_info import format_location, user_location
 from ..symbolic import contains_symbolic, current_graph, is_symbolic
 from .effects import print_
@@ -241,6 +242,7 @@ def call(f, *args, **kwargs):
         if symbolic:
             return special(*args, **kwargs)
     target = _converted(f)
+    check_call(f if target is f else target, args, kwargs, target is not f)
     return target(*args, **kwargs)
 
 

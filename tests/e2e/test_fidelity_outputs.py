@@ -485,3 +485,78 @@ def test_a_setattr_with_effects_elsewhere_falls_back():
     torch.testing.assert_close(out.v, POS[0] * 2)
     with pytest.raises(ConversionError, match="SET_LOG"):
         to_graph(f, strict=True)(POS[0])
+
+
+# --------------------------------------------------------------------------- chosen values
+def test_python_values_a_tensor_condition_chooses():
+    def f(x):
+        r = Rec(t=x, tag="init")
+        label = None
+        if x.sum() > 0:
+            r.tag = "pos"
+            label = 1
+            if x.mean() > 1.5:
+                r.tag = "big"
+                label = 2.5
+        else:
+            r.t = r.t * 2
+        return r, label, {"tag": r.tag}
+    inputs = [(torch.full((2,), 2.0),), (torch.ones(2),), (-torch.ones(2),)]
+    results = run_both(f, inputs)
+    assert [r[0].tag for r in results[:3]] == ["big", "pos", "init"]
+    assert [type(r[1]) for r in results[:3]] == [float, int, type(None)]
+
+
+def _tagged(x):
+    r = Rec(t=x, tag="init")
+    if x.sum() > 0:
+        r.tag = "pos"
+    return r
+
+
+def uses_is(x):
+    r = _tagged(x)
+    if r.tag is None:
+        return x
+    return r
+
+
+def uses_print(x):
+    r = _tagged(x)
+    print(r.tag)
+    return r
+
+
+def uses_isinstance(x):
+    r = _tagged(x)
+    return isinstance(r.tag, str), r
+
+
+def uses_compare(x):
+    r = _tagged(x)
+    if r.tag == "pos":
+        return x * 2
+    return x
+
+
+def uses_format(x):
+    r = _tagged(x)
+    return f"<{r.tag}>"
+
+
+def uses_key(x):
+    r = _tagged(x)
+    return {r.tag: x}
+
+
+@pytest.mark.parametrize("f", [uses_is, uses_print, uses_isinstance, uses_compare,
+                               uses_format, uses_key])
+def test_chosen_values_used_while_tracing_fall_back(f, capsys):
+    g = to_graph(f)
+    with pytest.warns(FallbackWarning):
+        got = g(POS[0])
+    same(got, f(POS[0]))
+    for (x,) in (POS, NEG):
+        same(g(x), f(x))
+    with pytest.raises(ConversionError):
+        to_graph(f, strict=True)(POS[0])

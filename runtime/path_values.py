@@ -1,0 +1,173 @@
+"""Python values chosen by a tensor condition.
+
+    r.tag = "init"
+    if x.sum() > 0:
+        r.tag = "pos"        # a str on one path, another str on the other
+    return r             # the caller gets "pos" or "init", as the run goes
+
+A Python value that the two branches of a ``cond`` leave different (two strings, ``None``
+and a string, an int and a float) cannot be a tensor. It leaves the ``cond`` as a
+``PathValue``: a 0-d int64 graph output (which option the run took) and the options. A
+result holding one is rebuilt on each call with the option the run took
+(``runtime.outputs``). Used while tracing -- compared, printed, hashed, tested, passed to
+a function that is not converted, even asked its class -- it raises ``GraphError``, so
+the call falls back: its value is known only when the graph runs. Python's ``is`` cannot
+be intercepted, so no PathValue is made while converted code that compares with ``is``
+is being traced (see ``allowed``), and none flows into converted code that does.
+
+Only ``cond`` makes them: a loop's Python values would need every iteration's options.
+"""
+from __future__ import annotations
+
+import dis
+import sys
+from typing import Dict, List, Tuple
+
+import torch
+
+from .errors import GraphError
+from .subgraphs import _leaf_meta, _is_plain
+from .symbolic import building
+
+_NUMBERS = (bool, int, float)
+MADE = [0]      # PathValues ever made: until one is, calls need no check
+
+
+class PathValue:
+    """One of ``options``; which one is known when the graph runs (``index``)."""
+
+    __slots__ = ("index", "options")
+    __tograph_trace_only__ = True       # (``Graph.add_node`` refuses it as an argument)
+
+    def __init__(self, index, options: tuple):
+        object.__setattr__(self, "index", index)
+        object.__setattr__(self, "options", options)
+
+    def _refuse(self, *args, **kwargs):
+        raise GraphError(
+            f"a Python value that tensor-dependent control flow chose (one of "
+            f"{', '.join(_short(o) for o in self.options)}) is used while tracing; its "
+            f"value is known only when the graph runs")
+
+    __bool__ = __str__ = __repr__ = __format__ = __hash__ = _refuse
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    __len__ = __iter__ = __contains__ = __getitem__ = __call__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __mod__ = _refuse
+    __truediv__ = __rtruediv__ = __floordiv__ = __neg__ = __int__ = __float__ = _refuse
+    __index__ = __setattr__ = __reduce__ = __reduce_ex__ = __copy__ = __deepcopy__ = _refuse
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        for v in list(args) + list((kwargs or {}).values()):
+            if isinstance(v, PathValue):
+                v._refuse()
+        return NotImplemented
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 20 else text[:17] + "..."
+
+
+def _choosable(v) -> bool:
+    return isinstance(v, PathValue) or (_leaf_meta(v) is None and _is_plain(v))
+
+
+def _same(a, b) -> bool:
+    return type(a) is type(b) and (a is b or a == b)
+
+
+def choose(then_g, then_out: list, else_g, else_out: list) -> Dict[int, tuple]:
+    """Where the branches leave two different Python values (``_merge_leaf`` could make
+    no tensor of them), put an option index in their place (then: 0.., else: after the
+    then options), in place in the lists; returns {leaf position: options}."""
+    found: Dict[int, tuple] = {}
+    for i, (a, b) in enumerate(zip(then_out, else_out)):
+        if not (_choosable(a) and _choosable(b)) or (
+                not isinstance(a, PathValue) and not isinstance(b, PathValue) and
+                (_same(a, b) or (isinstance(a, _NUMBERS) and type(a) is type(b)))):
+            continue
+        if not allowed():
+            continue
+        first = a.options if isinstance(a, PathValue) else (a,)
+        second = b.options if isinstance(b, PathValue) else (b,)
+        then_out[i] = a.index if isinstance(a, PathValue) else 0
+        if isinstance(b, PathValue):
+            with building(else_g):
+                else_out[i] = b.index + len(first)
+        else:
+            else_out[i] = len(first)
+        found[i] = first + second
+    return found
+
+
+def wrap(leaves: list, found: Dict[int, tuple]) -> list:
+    """The ``cond``'s results with PathValues where ``choose`` put indices."""
+    for i, options in found.items():
+        leaves[i] = PathValue(leaves[i], options)
+        MADE[0] += 1
+    return leaves
+
+
+# --------------------------------------------------------------------------- `is`
+_COMPARES_IDENTITY: Dict[object, bool] = {}
+
+
+def compares_identity(code) -> bool:
+    """Whether ``code`` (or code nested in it) uses ``is``/``is not`` or builds a PathValue
+    check we cannot see (cached per code object)."""
+    hit = _COMPARES_IDENTITY.get(code)
+    if hit is None:
+        hit = any(ins.opname == "IS_OP" for ins in dis.get_instructions(code)) or any(
+            compares_identity(c) for c in code.co_consts if hasattr(c, "co_code"))
+        _COMPARES_IDENTITY[code] = hit
+    return hit
+
+
+def allowed() -> bool:
+    """No converted code on the stack compares with ``is``: a PathValue may be made."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.startswith("<tograph generated") and compares_identity(code):
+            return False
+        frame = frame.f_back
+    return True
+
+
+def check_call(fn, args: tuple, kwargs: dict, converted: bool) -> None:
+    """Before a call while tracing: a PathValue given to code that is not converted (a
+    builtin like ``isinstance``, a library), or to converted code that compares with
+    ``is``, is refused."""
+    if not MADE[0]:
+        return
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if not converted or code is None:
+        values = [v for v in list(args) + list(kwargs.values()) if isinstance(v, PathValue)]
+    elif compares_identity(code):
+        values = holds_path_values((args, kwargs))
+    else:
+        return
+    if values:
+        values[0]._refuse()
+
+
+def holds_path_values(value, limit: int = 1000) -> List[PathValue]:
+    """The PathValues directly in ``value`` (lists, tuples, dicts, object attributes)."""
+    found: List[PathValue] = []
+    stack: List[Tuple[object, int]] = [(value, 0)]
+    seen = set()
+    while stack and len(seen) < limit:
+        v, depth = stack.pop()
+        if id(v) in seen or depth > 4 or isinstance(v, torch.Tensor):
+            continue
+        seen.add(id(v))
+        if isinstance(v, PathValue):
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            stack.extend((x, depth + 1) for x in v)
+        elif isinstance(v, dict):
+            stack.extend((x, depth + 1) for x in v.values())
+        elif isinstance(getattr(v, "__dict__", None), dict):
+            stack.extend((x, depth + 1) for x in vars(v).values())
+    return found
