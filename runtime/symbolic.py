@@ -473,7 +473,9 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
     except TracingError:
         raise
     except Exception as e:
-        if not fails_eagerly(func, args, kwargs, e):   # our failure, not the user's
+        # the user's own error only where eager surely runs the op (not in a traced branch
+        # or loop body, which eager may skip) and it fails there on real tensors too
+        if graph.parent is not None or not fails_eagerly(func, args, kwargs, e):
             error = GraphError(f"{format_location(location)}: {op_name(func)}: the result's "
                                f"shape could not be inferred ({type(e).__name__}: {e})")
             error.location = location

@@ -135,6 +135,24 @@ def test_user_python_error_is_raised_as_eager_raises_it():
         assert_same(to_graph(f, strict=strict)(torch.ones(2), 1), f(torch.ones(2), 1))
 
 
+def test_error_in_a_branch_eager_may_skip_is_not_raised():
+    """Both branches of a tensor ``if`` are traced; an op that fails in the one eager does
+    not take must not fail the call: default mode falls back, strict raises ConversionError."""
+    def f(x, w):
+        if x.sum() > 100:
+            y = x @ w           # shapes disagree: eager never gets here for these inputs
+        else:
+            y = x + 1
+        return y
+
+    x, w = torch.ones(2, 3), torch.ones(5, 2)
+    got, ws = run_default(f, x, w)
+    assert_same(got, f(x, w))
+    assert len(ws) == 1
+    with pytest.raises(ConversionError):
+        to_graph(f, strict=True)(x, w)
+
+
 def test_internal_error_falls_back_or_is_a_conversion_error(monkeypatch):
     """An error of ours while tracing (here: shape inference failing where the op works on
     real tensors) falls back in default mode and is a ConversionError in strict mode."""
@@ -345,3 +363,18 @@ def test_run_time_size_gradients():
         out1, out2 = f(x1, y), to_graph(f, strict=True)(x2, y)
         assert_same(out2, out1)
         assert_same(torch.autograd.grad(out2, x2)[0], torch.autograd.grad(out1, x1)[0])
+
+
+def test_transformer_encoder_nested_fast_path_falls_back():
+    """Under no_grad in eval, the encoder asks whether the padding mask is left-aligned (a
+    question about data, answered in torch's own Python): a clean fallback, as eager."""
+    torch.manual_seed(0)
+    encoder = torch.nn.TransformerEncoder(_encoder_layer(True), 2).eval()
+    x, mask = _inputs(True, 6)
+    with torch.no_grad():
+        exp = encoder(x, src_key_padding_mask=mask)
+        got, ws = run_default(lambda x, m: encoder(x, src_key_padding_mask=m), x, mask)
+        assert_same(got, exp)
+        assert len(ws) == 1
+        with pytest.raises(ConversionError):
+            to_graph(lambda x, m: encoder(x, src_key_padding_mask=m), strict=True)(x, mask)
