@@ -103,6 +103,9 @@ def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
         kind = type(v)
         if kind is tuple:
             return tuple([walk(x) for x in v])
+        if (kind is list or kind is dict) and existed(v):     # a global list, self.cache
+            _check_untraced(v)
+            return Existing(v)
         if kind is list:
             return [walk(x) for x in v]
         if kind is dict:

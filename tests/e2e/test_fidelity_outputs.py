@@ -560,3 +560,18 @@ def test_chosen_values_used_while_tracing_fall_back(f, capsys):
         same(g(x), f(x))
     with pytest.raises(ConversionError):
         to_graph(f, strict=True)(POS[0])
+
+
+GLOBAL_LIST = [1, 2]
+
+
+def test_existing_lists_and_dicts_are_returned_as_themselves():
+    def f(x, h):
+        return x + 1, GLOBAL_LIST, h.cache, [GLOBAL_LIST]
+    g = to_graph(f, strict=True)
+    h = Holder(0)
+    h.cache = {"k": torch.ones(2)}
+    for (x,) in (POS, NEG):
+        out = g(x, h)
+        assert out[1] is GLOBAL_LIST and out[2] is h.cache and out[3][0] is GLOBAL_LIST
+        assert type(out[3]) is list
