@@ -242,6 +242,20 @@ def _has_tensor_scalars(index) -> bool:
         isinstance(b, torch.Tensor) for b in (v.start, v.stop, v.step))) for v in items)
 
 
+def _hinted_slice(v: slice) -> slice:
+    """A slice with tensor bounds as meta tensors can take it: the bounds' example values
+    when all are sizes with one (``x[:, :t]`` with ``t = ids.size(1)``: the example stays
+    consistent with the other tensors sized by ``t``), else the full slice."""
+    bounds = []
+    for b in (v.start, v.stop, v.step):
+        if isinstance(b, torch.Tensor):
+            b = hint(b._node) if run_time_sizes(b, {}) else None
+            if b is None:
+                return slice(None)
+        bounds.append(b)
+    return slice(*bounds)
+
+
 def _infer_indexing(func, args, kwargs) -> Inferred:
     """Indexing with 0-d integer tensors (``x[i]`` in a tensor loop) or tensor slice bounds
     (``x[:n]``): meta tensors have no values, so infer with 0 / a full slice, and mark the
@@ -254,7 +268,7 @@ def _infer_indexing(func, args, kwargs) -> Inferred:
             meta_items.append(0)
         elif isinstance(v, slice) and any(isinstance(b, torch.Tensor)
                                           for b in (v.start, v.stop, v.step)):
-            meta_items.append(slice(None))
+            meta_items.append(_hinted_slice(v))
             dynamic.append(position)
             position += 1
         else:
@@ -351,13 +365,28 @@ def _infer_sized(func, args, kwargs, sizes, error) -> Inferred:
     except Exception:   # noqa: BLE001 - the failure with the symbolic sizes is the one to report
         raise error from None
     second = None
+    dynamic = _dynamic_inputs(args, kwargs)
+    grown = {id(s): hint(s._node, grow=1) for s in sizes}
+    if dynamic and all(h is not None for h in grown.values()):
+        # the run-time dims one bigger, as _generalize does, and the sizes taken from them
+        resize = {id(t): [s + 1 if d is None else s for s, d in
+                          zip(t.shape, _symbolic_meta(t).shape or (None,) * t.dim())]
+                  for t in dynamic}
+        try:
+            margs, mkwargs = _to_meta_args(with_hints(args, grown), with_hints(kwargs, grown),
+                                           resize)
+            second = _run_any(func, margs, mkwargs).meta
+        except Exception:  # noqa: BLE001 - then other values for the sizes alone
+            second = None
     for change in (lambda h: h + 1, lambda h: 2 * h + 1):
+        if second is not None:
+            break
         other = {k: change(h) for k, h in hints.items()}
         try:
             second = _infer(func, with_hints(args, other), with_hints(kwargs, other)).meta
-            break
         except Exception:  # noqa: PERF203,BLE001 - trying values until one fits
             continue
+    values = set(hints.values())
 
     def vary(m1, m2):
         if not isinstance(m1, TensorMeta) or m1.shape is None:
@@ -365,7 +394,8 @@ def _infer_sized(func, args, kwargs, sizes, error) -> Inferred:
         if isinstance(m2, TensorMeta) and m2.shape is not None and \
                 len(m2.shape) == len(m1.shape):
             return m1.join(TensorMeta(m2.shape, m1.dtype))
-        return TensorMeta((None,) * len(m1.shape), m1.dtype)
+        # no other value fits: the dimensions equal to a size's example value follow it
+        return TensorMeta(tuple(None if d in values else d for d in m1.shape), m1.dtype)
     meta = first.meta
     if isinstance(meta, tuple):
         seconds = second if isinstance(second, tuple) else (None,) * len(meta)

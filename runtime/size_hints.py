@@ -22,29 +22,38 @@ from .graph import Node
 _MAX_DEPTH = 64
 
 
-def _example_shape(node: Node):
+def _example_shape(node: Node, grow: int):
+    """The example shape of a tensor node, its run-time dimensions ``grow`` bigger."""
     example = node.attrs.get("_example")
+    meta_shape = getattr(node.meta, "shape", None)
     if isinstance(example, torch.Tensor):
-        return tuple(example.shape)
-    if node.op == "placeholder" and node.attrs.get("captured"):
+        shape = tuple(example.shape)
+    elif node.op == "placeholder" and node.attrs.get("captured"):
         for outer, inner in node.graph.captures:
             if inner is node:
-                return _example_shape(outer)
-    shape = getattr(node.meta, "shape", None)
-    return None if shape is None else tuple(2 if d is None else d for d in shape)
+                return _example_shape(outer, grow)
+        return None
+    elif meta_shape is not None:
+        shape = tuple(2 if d is None else d for d in meta_shape)
+    else:
+        return None
+    if meta_shape is None or len(meta_shape) != len(shape):
+        return shape if not grow else None
+    return tuple(s + grow if d is None else s for s, d in zip(shape, meta_shape))
 
 
-def hint(node: Node, depth: int = 0) -> Optional[int]:
-    """The value of a ``python_int`` node for the example tensors; None if unknown."""
+def hint(node: Node, grow: int = 0, depth: int = 0) -> Optional[int]:
+    """The value of a ``python_int`` node for the example tensors (their run-time
+    dimensions ``grow`` bigger, as ``shape_inference`` resizes them); None if unknown."""
     if depth > _MAX_DEPTH or not isinstance(node, Node):
         return None
     if node.op == "placeholder" and node.attrs.get("captured"):
         for outer, inner in node.graph.captures:
             if inner is node:
-                return hint(outer, depth + 1)
+                return hint(outer, grow, depth + 1)
         return None
     if node.op in ("dim_size", "numel") and node.args and isinstance(node.args[0], Node):
-        shape = _example_shape(node.args[0])
+        shape = _example_shape(node.args[0], grow)
         if shape is None:
             return None
         if node.op == "numel":
@@ -56,7 +65,7 @@ def hint(node: Node, depth: int = 0) -> Optional[int]:
     values = []
     for a in node.args:             # integer arithmetic on sizes: on the hints
         if isinstance(a, Node):
-            h = hint(a, depth + 1)
+            h = hint(a, grow, depth + 1)
             if h is None:
                 return None
             values.append(torch.tensor(h))

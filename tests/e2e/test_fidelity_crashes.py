@@ -378,3 +378,57 @@ def test_transformer_encoder_nested_fast_path_falls_back():
         assert len(ws) == 1
         with pytest.raises(ConversionError):
             to_graph(lambda x, m: encoder(x, src_key_padding_mask=m), strict=True)(x, mask)
+
+
+class _CausalSelfAttention(torch.nn.Module):
+    """GPT-2's attention: sizes read from the input, a causal buffer sliced to them."""
+
+    def __init__(self, channels=8, heads=2, block=16):
+        super().__init__()
+        self.c_attn = torch.nn.Linear(channels, 3 * channels)
+        self.c_proj = torch.nn.Linear(channels, channels)
+        self.heads = heads
+        self.register_buffer("bias", torch.tril(torch.ones(block, block)).view(1, 1, block, block))
+
+    def forward(self, x):
+        import math
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        k = k.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        q = q.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        v = v.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        y = (torch.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class _Generator(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(10, 8)
+        self.attn = _CausalSelfAttention()
+        self.head = torch.nn.Linear(8, 10)
+
+    def forward(self, ids, limit):
+        done = torch.tensor(False)
+        score = torch.zeros(())
+        while not done:
+            h = self.attn(self.emb(ids))
+            logits = self.head(h[:, -1, :])
+            nxt = logits.argmax(-1, keepdim=True)
+            score = score + logits.max(-1).values.sum()
+            ids = torch.cat([ids, nxt], 1)
+            done = (ids.size(1) >= limit) | (nxt == 3).all()
+        return ids, score
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_greedy_generation_with_causal_attention(grad):
+    model = _Generator().eval()
+    inputs = [(torch.tensor([[1, 2]]), torch.tensor(9)),
+              (torch.tensor([[4, 5], [6, 7]]), torch.tensor(6)),
+              (torch.tensor([[3, 3, 3]]), torch.tensor(4))]
+    with torch.set_grad_enabled(grad):
+        check(model, *inputs)
