@@ -95,9 +95,9 @@ def check_write(target, location) -> None:
     if token.copied is not None:
         raise GraphError(
             f"{format_location(location)}: writes in place into a tensor that was put into "
-            f"or read out of a list built in a tensor loop (at {token.copied}): in eager the "
-            f"list element is that tensor (or a view of it) and sees the write, while the "
-            f"graph's list holds a copy")
+            f"or read out of a list that a tensor loop builds or iterates (at "
+            f"{token.copied}): in eager the list element is that tensor (or a view of it) and "
+            f"sees the write, while the graph's list holds a copy")
     bodies = _open_bodies()
     if bodies:
         token.writes.append(tuple(bodies))
@@ -116,8 +116,15 @@ def note_copy(value: Any) -> None:
             if id(body) in open_now and id(body) not in origin_chain:
                 raise GraphError(
                     f"{where}: a tensor that this loop body writes in place is put into a "
-                    f"list built in a tensor loop: in eager the element is that tensor (or a "
-                    f"view of it) and sees the next iteration's write, while the graph's list "
-                    f"holds a copy")
+                    f"list that a tensor loop builds or iterates: in eager the element is that "
+                    f"tensor (or a view of it) and sees the next iteration's write, while the "
+                    f"graph's list holds a copy")
     if token.copied is None:
         token.copied = where
+
+
+def copied(value):
+    """``value`` (a copy the trace made of tensors eager keeps apart), marked: reading it
+    is fine, writing it in place is refused."""
+    note_copy(value)
+    return value

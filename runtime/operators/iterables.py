@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import views
 from ..errors import TracingError
 from ..source_info import format_location, user_location
 from ..symbolic import is_symbolic, mark_python_index
@@ -128,7 +129,9 @@ def as_source(value):
         return _RangeSource(value)
     if isinstance(value, (list, tuple)) and value and \
             all(isinstance(v, torch.Tensor) for v in value):
-        return _TensorSource(torch.stack(list(value)))
+        for v in value:              # the loop sees rows of a copy: writing one in place
+            views.note_copy(v)       # (or the items, later) would not reach them
+        return _TensorSource(views.copied(torch.stack(list(value))))
     raise TracingError(f"{format_location(user_location())}: cannot iterate a "
                        f"{type(value).__name__} with a run-time index")
 
