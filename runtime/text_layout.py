@@ -3,7 +3,8 @@
 
 A layout is data (it is saved with the graph): a tuple of parts, each a literal ``str`` or
 a field ``(index, how, spec, kind)``: ``values[index]``, read as a Python number of
-``kind`` ("int", "float", "bool"; "" for as it is), then rendered as Python renders it:
+``kind`` ("int", "float", "bool"; "" for as it is; ``(container, item kinds)`` for a
+list/tuple/dict holding such numbers), then rendered as Python renders it:
 ``how`` "" -> ``format(v, spec)``; "s"/"r"/"a" -> ``format(str/repr/ascii(v), spec)``
 (an f-string's ``!s``, ``print``'s ``str``); "%" -> ``spec % (v,)`` (``spec`` one printf
 conversion such as ``"%.3f"``).
@@ -26,10 +27,17 @@ def _float32_text_value(x: float) -> float:
     return x
 
 
-def as_number(value, kind: str):
-    """A 0-d tensor standing for a Python number, as that number."""
+def as_number(value, kind):
+    """A 0-d tensor standing for a Python number, as that number; ``kind`` ("list",
+    "tuple" or "dict", item kinds): a container holding such tensors, rebuilt."""
     if not kind:
         return value
+    if isinstance(kind, tuple):
+        container, kinds = kind
+        if container == "dict":
+            return {k: as_number(v, c) for (k, v), c in zip(value.items(), kinds)}
+        items = [as_number(v, c) for v, c in zip(value, kinds)]
+        return items if container == "list" else tuple(items)
     if kind == "int":
         return int(value)
     if kind == "bool":

@@ -126,20 +126,41 @@ def _field(value, how: str, spec) -> Any:
             return spec % (value,)
         return format({"": lambda v: v, "s": str, "r": repr, "a": ascii}[how](value), spec)
     if isinstance(value, SymbolicTensor):
-        kind = number_kind(value._node.attrs)
-        if kind == MIXED:
-            raise GraphError(
-                f"{format_location(user_location())}: the text of this value depends on the "
-                f"path taken at run time (a Python number on one path of tensor-dependent "
-                f"control flow, a tensor on another)")
-        if kind == "float" and value._node.meta.dtype == torch.float32 and \
-                not _few_digits(how, spec):
-            raise GraphError(
-                f"{format_location(user_location())}: the text of a Python float carried "
-                f"through tensor-dependent control flow: the graph holds it as a float32, "
-                f"so all its digits could differ from Python's double (a format with a "
-                f"precision of at most 6 digits, e.g. f'{{v:.4f}}', converts)")
+        _check_text(value, number_kind(value._node.attrs), how, spec)
     return Field(value, how, spec)
+
+
+def _check_text(value, kind, how: str, spec: str) -> None:
+    """Refuse text a graph cannot make exactly as Python would."""
+    if kind == MIXED:
+        raise GraphError(
+            f"{format_location(user_location())}: the text of this value depends on the "
+            f"path taken at run time (a Python number on one path of tensor-dependent "
+            f"control flow, a tensor on another)")
+    if kind == "float" and value._node.meta.dtype == torch.float32 and \
+            not _few_digits(how, spec):
+        raise GraphError(
+            f"{format_location(user_location())}: the text of a Python float carried "
+            f"through tensor-dependent control flow: the graph holds it as a float32, so "
+            f"all its digits could differ from Python's double (a format with a precision "
+            f"of at most 6 digits, e.g. f'{{v:.4f}}', converts)")
+
+
+def _kind_template(value, item: bool = False):
+    """How to read a printed value at run time: a number kind for a Python number's
+    stand-in, ("list"/"tuple"/"dict", item templates) for a container holding one, ""
+    for as it is (Python prints container items with repr: all digits)."""
+    if isinstance(value, SymbolicTensor):
+        kind = number_kind(value._node.attrs)
+        if item:
+            _check_text(value, kind, "r", "")
+        return kind or ""
+    if type(value) in (list, tuple, dict):
+        items = list(value.values()) if type(value) is dict else list(value)
+        kinds = tuple(_kind_template(v, True) for v in items)
+        if any(kinds):
+            return (type(value).__name__, kinds)
+    return ""
 
 
 _PRECISION = re.compile(r"\.(\d+)[eEfFgG%]?$")
@@ -276,9 +297,7 @@ def layout(texts) -> Tuple[tuple, tuple]:
             if isinstance(p, str):
                 parts.append(p)
                 continue
-            kind = number_kind(p.value._node.attrs) if isinstance(p.value, SymbolicTensor) \
-                else None
-            parts.append((len(values), p.how, p.spec, kind or ""))
+            parts.append((len(values), p.how, p.spec, _kind_template(p.value)))
             values.append(p.value)
         entries.append(tuple(parts))
     return tuple(values), tuple(entries)
@@ -286,6 +305,5 @@ def layout(texts) -> Tuple[tuple, tuple]:
 
 def needs_layout(values) -> bool:
     """Whether printing ``values`` needs run-time text (not the values as they are)."""
-    return any(isinstance(v, DeferredText) or
-               (isinstance(v, SymbolicTensor) and number_kind(v._node.attrs) is not None)
+    return any(isinstance(v, DeferredText) or (contains_symbolic(v) and _kind_template(v))
                for v in values)

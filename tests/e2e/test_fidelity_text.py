@@ -225,3 +225,13 @@ def test_printing_a_value_whose_type_depends_on_the_path_falls_back():
         print("acc", acc)
         return x
     falls_back(f, (torch.ones(2),), match="depends on the path taken")
+
+
+def test_containers_of_python_number_stand_ins_print_as_python_containers(capsys):
+    def f(x, n):
+        k = 0
+        if x.sum() > 0:
+            k = k + 1
+        print("held", [k, n], (k,), {"k": k}, f"{[k]!r}", [(k, [k > 0])])
+        return x
+    same_text(capsys, f)
