@@ -123,6 +123,21 @@ def python_class(attrs: dict, where: str):
     return NUMBER_KINDS[kind]
 
 
+class RunTimeSize(tuple):
+    """``x.shape`` / ``x.size()`` with a dimension known only at run time: a tuple of ints
+    and graph values (a ``torch.Size`` cannot hold those). It answers ``type()``,
+    ``isinstance`` and its printed text as the ``torch.Size`` it stands for, and becomes
+    one when built again from real sizes (the executor's ``RunTimeSize((...))``)."""
+
+    def __new__(cls, items=()):
+        items = list(items)
+        if all(isinstance(i, int) or (isinstance(i, torch.Tensor) and not hasattr(i, "_node")
+                                      and i.dim() == 0 and not i.is_floating_point())
+               for i in items):
+            return torch.Size([int(i) for i in items])
+        return super().__new__(cls, items)
+
+
 def legacy_type(dtype: torch.dtype, args, kwargs, where: str):
     """``x.type(...)`` of a CPU tensor of ``dtype``: the type name (no argument), or the
     dtype to convert to (a name, a legacy tensor class or a dtype)."""

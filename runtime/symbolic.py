@@ -27,8 +27,8 @@ from . import grad_flags
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
 from .graph import Graph, Node, map_structure
-from .introspection import (REBINDING_OPS, arithmetic_kind, kind_of, legacy_new, legacy_type,
-                            mark)
+from .introspection import (REBINDING_OPS, RunTimeSize, arithmetic_kind, kind_of, legacy_new,
+                            legacy_type, mark)
 from .meta import TensorMeta, meta_empty
 from .ops import is_impure, is_inplace, op_name
 from .shape_inference import fails_eagerly, infer
@@ -299,7 +299,7 @@ def _size(t: SymbolicTensor, func, args):
             for i, d in enumerate(meta.shape)]
     if func is torch.Tensor.size and len(args) > 1:
         return dims[args[1]]
-    return torch.Size(dims) if all(isinstance(d, int) for d in dims) else tuple(dims)
+    return torch.Size(dims) if all(isinstance(d, int) for d in dims) else RunTimeSize(dims)
 
 
 def dispatch(func, args, kwargs):

@@ -4,7 +4,7 @@
 A layout is data (it is saved with the graph): a tuple of parts, each a literal ``str`` or
 a field ``(index, how, spec, kind)``: ``values[index]``, read as a Python number of
 ``kind`` ("int", "float", "bool"; "" for as it is; ``(container, item kinds)`` for a
-list/tuple/dict holding such numbers), then rendered as Python renders it:
+list/tuple/dict/``torch.Size`` holding such numbers), then rendered as Python renders it:
 ``how`` "" -> ``format(v, spec)``; "s"/"r"/"a" -> ``format(str/repr/ascii(v), spec)``
 (an f-string's ``!s``, ``print``'s ``str``); "%" -> ``spec % (v,)`` (``spec`` one printf
 conversion such as ``"%.3f"``).
@@ -12,6 +12,8 @@ conversion such as ``"%.3f"``).
 from __future__ import annotations
 
 import struct
+
+import torch
 
 _CONVERSIONS = {"s": str, "r": repr, "a": ascii}
 
@@ -37,6 +39,8 @@ def as_number(value, kind):
         if container == "dict":
             return {k: as_number(v, c) for (k, v), c in zip(value.items(), kinds)}
         items = [as_number(v, c) for v, c in zip(value, kinds)]
+        if container == "size":                 # x.shape with a run-time dimension
+            return torch.Size(items)
         return items if container == "list" else tuple(items)
     if kind == "int":
         return int(value)

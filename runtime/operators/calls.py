@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import torch
 
 from ..errors import GraphError
-from ..introspection import mark, python_class
+from ..introspection import RunTimeSize, mark, python_class
 from ..path_values import check_call
 from ..source_info import format_location, user_location
 from ..symbolic import contains_symbolic, current_graph, is_symbolic
@@ -114,6 +114,8 @@ def _stands_for(x):
 
 def _type(*args):
     """``type(x)`` of a traced value: the class of the value it stands for."""
+    if len(args) == 1 and builtins.isinstance(args[0], RunTimeSize):
+        return torch.Size
     return _stands_for(args[0]) if len(args) == 1 and is_symbolic(args[0]) else \
         builtins.type(*args)
 
@@ -121,6 +123,8 @@ def _type(*args):
 def _isinstance(x, classes):
     """``isinstance`` as for the value ``x`` stands for (a Python number stand-in is not a
     tensor); ``classes`` may be a class, a tuple or a union, as for the builtin."""
+    if builtins.isinstance(x, RunTimeSize):
+        return builtins.issubclass(torch.Size, classes)
     return builtins.isinstance(x, classes) if not is_symbolic(x) else \
         builtins.issubclass(_stands_for(x), classes)
 

@@ -22,7 +22,7 @@ from typing import Any, List, Tuple
 import torch
 
 from ..errors import GraphError
-from ..introspection import MIXED, number_kind
+from ..introspection import MIXED, RunTimeSize, number_kind
 from ..source_info import format_location, user_location
 from ..symbolic import SymbolicTensor, contains_symbolic
 
@@ -155,11 +155,11 @@ def _kind_template(value, item: bool = False):
         if item:
             _check_text(value, kind, "r", "")
         return kind or ""
-    if type(value) in (list, tuple, dict):
+    if type(value) in (list, tuple, dict, RunTimeSize):
         items = list(value.values()) if type(value) is dict else list(value)
         kinds = tuple(_kind_template(v, True) for v in items)
         if any(kinds):
-            return (type(value).__name__, kinds)
+            return ("size" if type(value) is RunTimeSize else type(value).__name__, kinds)
     return ""
 
 

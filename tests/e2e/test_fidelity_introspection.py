@@ -280,3 +280,12 @@ def test_path_dependent_value_converts_when_its_type_is_not_asked():
             acc = acc + x.sum()
         return x * 2.0, acc
     check(f, (POS,), (NEG,))
+
+
+def test_shape_with_a_run_time_dimension_answers_as_a_torch_size():
+    def f(x):
+        y = x[x > 0]                      # its length is known only at run time
+        s = y.shape
+        return (y, s, y.size(), type(s).__name__, isinstance(s, torch.Size), type(s) is tuple,
+                torch.zeros(s), y.view(s[0], 1).shape, len(s))
+    check(f, (POS,), (NEG,), (torch.tensor([1.0, -1.0, 2.0]),))
