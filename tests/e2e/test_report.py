@@ -143,7 +143,7 @@ def test_page_escapes_user_text_and_survives_a_raising_trace():
         assert text_of(page, ident)
     assert "too big: &lt;x&gt; &amp; co" in page and "<x>" not in page
     assert "both raised" in text_of(page, "outputs")
-    line = raises_on_big.__code__.co_firstlineno
+    line = raises_on_big.__code__.co_firstlineno + 2      # the raise: the traceback's user line
     assert f'href="#src-L{line}"' in section(page, "fallbacks")
 
 
