@@ -261,20 +261,19 @@ def names_used(code) -> List[str]:
 
 
 def line_naming(code, name: str) -> Optional[int]:
-    """The first line of ``code`` (or code nested in it) that loads ``name``."""
-    best = None
+    """The first line of ``code`` that uses ``name``; else of the code nested in it (a
+    loop body defined in a branch: the line inside it, not the ``for`` that passes the
+    name on to it); else the line that passes it on."""
+    uses, passes = [], []
     for instr in dis.get_instructions(code):
         if instr.argval == name and instr.opname.startswith(("LOAD_", "STORE_", "DELETE_")) \
                 and instr.positions is not None and instr.positions.lineno is not None:
-            line = instr.positions.lineno
-            best = line if best is None else min(best, line)
-    if best is None:
-        for const in code.co_consts:
-            if inspect.iscode(const):
-                line = line_naming(const, name)
-                if line is not None:
-                    best = line if best is None else min(best, line)
-    return best
+            (passes if instr.opname == "LOAD_CLOSURE" else uses).append(instr.positions.lineno)
+    if uses:
+        return min(uses)
+    nested = [line_naming(c, name) for c in code.co_consts if inspect.iscode(c)]
+    nested = [line for line in nested if line is not None]
+    return min(nested) if nested else min(passes) if passes else None
 
 
 class Watch:
