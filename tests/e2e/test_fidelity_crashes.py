@@ -432,3 +432,39 @@ def test_greedy_generation_with_causal_attention(grad):
               (torch.tensor([[3, 3, 3]]), torch.tensor(4))]
     with torch.set_grad_enabled(grad):
         check(model, *inputs)
+
+
+def _positives(x):
+    y = x[x > 0]
+    return y, y.size(0)
+
+
+def sized_full(x):
+    y, t = _positives(x)
+    return torch.full((t, 2), 1.5) + y.sum()
+
+
+def sized_repeat_pad(x):
+    y, t = _positives(x)
+    return torch.nn.functional.pad(y.repeat(t), (0, t))
+
+
+def sized_narrow_slice(x):
+    y, t = _positives(x)
+    return x.narrow(0, 0, t) * y + torch.zeros(t)[t - 1:]
+
+
+def sized_eye_linspace(x):
+    y, t = _positives(x)
+    return torch.eye(t) * torch.linspace(0, 1, t) + y.reshape(t, 1) @ y.reshape(1, t)
+
+
+def sized_arithmetic(x):
+    y, t = _positives(x)
+    return torch.zeros(t + 1, t * 2).sum(0) + torch.arange(t, 2 * t).sum(), y.new_full((t,), 2.0)
+
+
+@pytest.mark.parametrize("fn", [sized_full, sized_repeat_pad, sized_narrow_slice,
+                                sized_eye_linspace, sized_arithmetic])
+def test_run_time_size_spellings(fn):
+    check(fn, (torch.tensor([1.0, -2.0, 3.0, 4.0]),), (torch.tensor([5.0, 6.0, -1.0]),))
