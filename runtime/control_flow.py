@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 import torch.utils._pytree as pytree
 
-from . import grad_flags, path_values
+from . import grad_flags, path_values, views
 from .errors import BranchMismatchError
 from .grad_flags import grad_of
 from .introspection import kind_of, mark, merged_kind
@@ -77,6 +77,7 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
                 for (kind, _), a, b in zip(plans, then_out, else_out) if kind == "tensor"]
     outs = iter(record_tuple_outputs(node, metas, examples))
     leaves = [next(outs) if kind == "tensor" else value for kind, value in plans]
+    views.follow(leaves, then_out, else_out)
     for leaf, a, b in zip(leaves, then_out, else_out):     # whichever path runs decides
         if is_symbolic(leaf):
             leaf._node.attrs[grad_flags.KEY] = grad_flags.merge(

@@ -11,8 +11,9 @@ from __future__ import annotations
 import torch
 import torch.utils._pytree as pytree
 
-from . import views
+from . import grad_flags, views
 from .errors import TracingError
+from .grad_flags import grad_of
 from .source_info import format_location, user_location
 
 
@@ -23,16 +24,47 @@ class TensorList:
         self.stack = stack
 
     def append(self, value) -> None:
-        self.stack = torch.cat([self.stack, self._element(value, "appending").unsqueeze(0)], 0)
+        value = self._element(value, "appending")
+        self._grow(torch.cat([self.stack, value.unsqueeze(0)], 0), value)
 
-    def _read(self, value):
+    def _grow(self, stack, added=None, flags=None) -> None:
+        """The new stack, remembering the ``requires_grad`` of the elements it holds."""
+        before = element_grads(self.stack)
+        if added is not None:
+            flags = frozenset([grad_of(added)])
+        self.stack = stack
+        if before is not None and flags is not None:
+            stack._tograph_element_grads = before | flags
+
+    def _read(self, value, element: bool = True):
         """An element (or the stack) handed to user code: a row of the stack, where eager
         has the appended tensor itself; writing it in place is refused (``views``)."""
+        if element:
+            self._check_grads()
+            flags = element_grads(self.stack)
+            node = getattr(value, "_node", None)
+            if flags is not None and len(flags) == 1 and node is not None:
+                node.attrs[grad_flags.KEY] = next(iter(flags))   # every element's flag
         views.note_copy(value)
         return value
 
+    def _check_grads(self) -> None:
+        """Eager's elements keep their own ``requires_grad``; the stack's rows share one:
+        reading an element of a list that mixes them (or may) falls back."""
+        flags = element_grads(self.stack)
+        if flags is not None and (None in flags or len(flags) > 1):
+            raise TracingError(
+                f"{format_location(user_location())}: an element of a list built in a tensor "
+                f"loop is read, and the list mixes tensors that require grad with tensors "
+                f"that do not (or may, depending on the path): its rows share one "
+                f"requires_grad, eager's elements keep their own")
+
     def stacked(self) -> torch.Tensor:
-        """The stack, for ``torch.stack(L)``/``torch.cat(L)``."""
+        """The stack, for ``torch.stack(L)``/``torch.cat(L)`` (one tensor in eager too)."""
+        return self._read(self.stack, element=False)
+
+    def unstacked(self) -> torch.Tensor:
+        """The stack of a list the function returns (unbound into its elements)."""
         return self._read(self.stack)
 
     def _element(self, value, doing: str) -> torch.Tensor:
@@ -56,7 +88,8 @@ class TensorList:
 
     def extend(self, values) -> None:
         if isinstance(values, TensorList):
-            self.stack = torch.cat([self.stack, values.stacked()], 0)
+            self._grow(torch.cat([self.stack, values.stacked()], 0),
+                       flags=element_grads(values.stack))
             return
         for value in values:
             self.append(value)
@@ -66,7 +99,7 @@ class TensorList:
         if not isinstance(other, (list, tuple, TensorList)):
             return NotImplemented
         out = TensorList(self.stack)
-        out.extend(other)
+        out.extend(other)       # (out's stacks are new tensors: this list is unchanged)
         return out
 
     def __iadd__(self, other):
@@ -82,8 +115,9 @@ class TensorList:
         item = self._read(self.stack[index])
         n = self.length()
         at = index if index >= 0 else n + index
-        self.stack = torch.cat([self.stack[self._bounds(slice(None, at))],
-                                self.stack[self._bounds(slice(at + 1, None))]], 0)
+        self._grow(torch.cat([self.stack[self._bounds(slice(None, at))],
+                              self.stack[self._bounds(slice(at + 1, None))]], 0),
+                   flags=frozenset())
         return item
 
     def length(self):
@@ -96,7 +130,9 @@ class TensorList:
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return TensorList(self.stack[self._bounds(index)])
+            part = TensorList(self.stack)
+            part._grow(self.stack[self._bounds(index)], flags=frozenset())
+            return part
         return self._read(self.stack[index])
 
     def _bounds(self, index: slice) -> slice:
@@ -126,7 +162,7 @@ class TensorList:
         if not isinstance(index, torch.Tensor):
             index = torch.tensor(index, dtype=torch.int64)
         value = self._element(value, "storing")
-        self.stack = self.stack.index_put((index.reshape(1),), value.unsqueeze(0))
+        self._grow(self.stack.index_put((index.reshape(1),), value.unsqueeze(0)), value)
 
     def __len__(self):
         raise _dynamic("len() of a list built in a tensor loop")
@@ -141,6 +177,12 @@ class TensorList:
 pytree.register_pytree_node(
     TensorList, lambda t: ([t.stack], None), lambda children, _: TensorList(children[0]),
     flatten_with_keys_fn=lambda t: ([(pytree.GetAttrKey("stack"), t.stack)], None))
+
+
+def element_grads(stack) -> "frozenset | None":
+    """The ``requires_grad`` flags (True, False, None: path-dependent) of the elements a
+    traced stack holds, as far as this trace saw them be added; None if unknown."""
+    return getattr(stack, "__dict__", {}).get("_tograph_element_grads")
 
 
 def _dims(t: torch.Tensor):
@@ -207,5 +249,11 @@ def stack_list(items: list, like) -> TensorList:
                    for i in items]
         for t in tensors:
             views.note_copy(t)
-        return TensorList(torch.stack(tensors))
-    return TensorList(torch.empty((0,) + tuple(int(d) for d in shape), dtype=dtype))
+        stack = torch.stack(tensors)
+        flags = frozenset(grad_of(t) for t in tensors)
+    else:
+        stack = torch.empty((0,) + tuple(int(d) for d in shape), dtype=dtype)
+        flags = frozenset()
+    if hasattr(stack, "_node"):
+        stack._tograph_element_grads = flags
+    return TensorList(stack)

@@ -68,6 +68,28 @@ def share(t, source) -> None:
     token = storage(source)
     if token is not None and hasattr(t, "_node"):
         t._tograph_storage = token
+        for name in _FOLLOW:
+            value = source.__dict__.get(name)
+            if value is not None:
+                setattr(t, name, value)
+
+
+# facts about a value that hold for the same value inside a subgraph (a TensorList's
+# element grads: see ``tensor_list``), merged over paths for a cond/while output
+_FOLLOW = ("_tograph_element_grads",)
+
+
+def follow(outer: list, *paths: list) -> None:
+    """After a cond/while node: the ``_FOLLOW`` facts of each output are those of the
+    values the paths give it (the union of the sets), when every path's value has them."""
+    for i, t in enumerate(outer):
+        if not hasattr(t, "_node"):
+            continue
+        for name in _FOLLOW:
+            found = [getattr(p[i], "__dict__", {}).get(name) if i < len(p) else None
+                     for p in paths]
+            if found and all(f is not None for f in found):
+                setattr(t, name, frozenset().union(*found))
 
 
 def note_result(func, args, result) -> None:

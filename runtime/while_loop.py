@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import torch
 import torch.utils._pytree as pytree
 
-from . import grad_flags
+from . import grad_flags, views
 from .grad_flags import grad_of
 from .introspection import kind_of, mark, merged_kind
 from .errors import BranchMismatchError, GraphError
@@ -147,6 +147,7 @@ def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None, grap
     examples = [s.example for s in slots if s.meta is not None]
     outs = iter(record_tuple_outputs(node, metas, examples))
     leaves = [next(outs) if s.meta is not None else s.const for s in slots]
+    views.follow(leaves, flat, out)     # (zero iterations: the values flowing in)
     for leaf, slot in zip(leaves, slots):
         if is_symbolic(leaf):
             leaf._node.attrs[grad_flags.KEY] = slot.grad

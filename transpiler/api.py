@@ -555,7 +555,7 @@ def _output_structure(graph, out, existed=lambda obj: False):
         if isinstance(v, Undefined):
             raise GraphError(f"the result holds variable {v.name!r}, which is not defined")
         if isinstance(v, TensorList):
-            return Unstack(leaf(v.stack))
+            return Unstack(leaf(v.unstacked()))
         if isinstance(v, DeferredText):
             raise GraphError("the result holds text made from a traced tensor's value (an "
                              "f-string, str() or format of it), which is known only when "

@@ -12,6 +12,18 @@ from transpiler import ConversionError, FallbackWarning, to_graph
 from e2e_helpers import _clone, assert_same
 
 
+def same_grad_flags(got, exp, path="out"):
+    """``requires_grad`` of every tensor in a result as in eager's."""
+    if isinstance(exp, torch.Tensor):
+        assert got.requires_grad == exp.requires_grad, f"{path}: requires_grad"
+    elif isinstance(exp, (list, tuple)):
+        for i, (a, b) in enumerate(zip(got, exp)):
+            same_grad_flags(a, b, f"{path}[{i}]")
+    elif isinstance(exp, dict):
+        for k in exp:
+            same_grad_flags(got[k], exp[k], f"{path}[{k!r}]")
+
+
 def converts(fn, *inputs):
     """Strict mode converts and default mode runs the graph (no FallbackWarning); both equal
     eager on every input, arguments included."""
@@ -24,6 +36,7 @@ def converts(fn, *inputs):
                 warnings.simplefilter("error", FallbackWarning)
                 got = g(*graph_args)
             assert_same(got, exp)
+            same_grad_flags(got, exp)
             assert_same(graph_args, eager_args, "arguments")
 
 
@@ -42,6 +55,7 @@ def falls_back(fn, *inputs, match=None):
         if match and i == 0:
             assert match in str(warned[0].message), str(warned[0].message)
         assert_same(got, exp)
+        same_grad_flags(got, exp)
         assert_same(graph_args, eager_args, "arguments")
     with pytest.raises(ConversionError, match=match):
         to_graph(fn, strict=True)(*_clone(inputs[0]))

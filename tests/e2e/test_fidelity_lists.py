@@ -196,3 +196,56 @@ def test_gradients_with_and_without_planned_buffers():
     with torch.no_grad():           # planned buffers may be used: values still eager's
         assert_same(g(*args), f(*args))
     same_gradients(f, args)        # and gradients after a no_grad call
+
+
+def test_gradients_with_in_place_updates_of_fresh_values_in_the_loop():
+    def f(x, W):
+        L = []
+        h = x
+        i = 0
+        while i < 3 and h.abs().sum() < 1e6:
+            h = h * W[i]
+            h += x                  # in place on a fresh value, before it is appended
+            L.append(h)
+            i += 1
+        return torch.stack(L).pow(2).sum() + L[-1].sum()
+    torch.manual_seed(3)
+    same_gradients(f, (torch.randn(4), torch.randn(3, 4)), (torch.randn(4), torch.randn(3, 4)))
+
+
+# ------------------------------------------------------------------ requires_grad per element
+X_GRAD = (torch.tensor([1., -2., 3.], requires_grad=True), M1)
+
+
+def test_elements_that_all_require_grad_convert():
+    def f(x, M):
+        L = [x * 2]
+        for r in M:
+            L.append(r * x)
+        L[1] = L[1] * 0.5
+        return L, L.pop(0)
+    converts(f, X_GRAD)
+
+
+def test_list_mixing_grad_and_no_grad_elements_falls_back():
+    def f(x, M):
+        with torch.no_grad():
+            L = [x * 0.0]              # eager: this element never requires grad
+        for r in M:
+            if r.sum() > 0:
+                L.append(r * x)
+        return L
+    falls_back(f, X_GRAD, match="require grad")
+
+
+def test_element_read_from_mixed_list_falls_back():
+    def f(x, M):
+        L = []
+        h = x.detach()
+        i = 0
+        while i < 3 and h.sum() > -1e9:
+            L.append(h)                # the first element does not require grad
+            h = h * x
+            i += 1
+        return L[-1] * 1, L[0] + 1
+    falls_back(f, X_GRAD, match="require grad")
