@@ -125,14 +125,19 @@ def compares_identity(code) -> bool:
 
 
 def allowed() -> bool:
-    """No converted code on the stack compares with ``is``: a PathValue may be made."""
+    """A PathValue may be made: converted code is being traced (its result is rebuilt
+    per call; ``runtime.cond`` called as such keeps its mismatch error) and none of it on
+    the stack compares with ``is``."""
     frame = sys._getframe(1)
+    converted = False
     while frame is not None:
         code = frame.f_code
-        if code.co_filename.startswith("<tograph generated") and compares_identity(code):
-            return False
+        if code.co_filename.startswith("<tograph generated"):
+            if compares_identity(code):
+                return False
+            converted = True
         frame = frame.f_back
-    return True
+    return converted
 
 
 def check_call(fn, args: tuple, kwargs: dict, converted: bool) -> None:
