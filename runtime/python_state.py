@@ -151,8 +151,8 @@ def restore(containers: List[Tuple[Any, Any]]) -> None:
             obj.clear()
             obj.update(copy)
         else:
-            attrs = obj.__dict__
-            if attrs != copy:
+            attrs = obj.__dict__       # compared by identity: == on tensors is elementwise
+            if attrs.keys() != copy.keys() or any(attrs[k] is not v for k, v in copy.items()):
                 attrs.clear()
                 attrs.update(copy)
 

@@ -264,6 +264,31 @@ def test_nested_object_gradients():
     assert_same(gx2, gx1)
 
 
+def test_argument_objects_mutated_in_a_branch_fall_back_and_keep_real_tensors():
+    """The caller's object (reached through an argument, one or two levels down) mutated
+    in a tensor branch: the call falls back, and the object holds real tensors, as eager."""
+    def one_level(a, x):
+        if x.sum() > 1:
+            a.t = a.t - x
+        return x
+
+    def two_levels(a, x):
+        if x.sum() > 1:
+            a.b.t = a.b.t - x
+        return x
+
+    for fn in (one_level, two_levels):
+        for x in (torch.ones(3), torch.zeros(3)):
+            a1, a2 = _holder(torch.ones(3)), _holder(torch.ones(3))
+            a1.t, a2.t = torch.ones(3), torch.ones(3)
+            fn(a1, x)
+            got, ws = run_default(fn, a2, x)
+            assert len(ws) == 1 and "mutates argument" in str(ws[0].message)
+            assert_same(a2.t, a1.t)
+            assert_same(a2.b.t, a1.b.t)
+            assert type(a2.b.c.t) is torch.Tensor
+
+
 # --------------------------------------------------------------- tensor-dependent recursion
 def countdown(x):
     if x.sum() > 0:
