@@ -355,8 +355,10 @@ def infer(func, args, kwargs) -> Inferred:
 
 def _infer_sized(func, args, kwargs, sizes, error) -> Inferred:
     """``func`` given sizes known only at run time (``x.view(-1, n)``, ``zeros(n)``): run
-    with their example values (``size_hints``), then with other values: output dimensions
-    that change are dynamic; all are when no other value works."""
+    with their example values (``size_hints``), then again with the run-time dimensions
+    and the sizes taken from them one bigger (else with other values for the sizes alone):
+    output dimensions that change are dynamic. When no other value fits, the dimensions
+    equal to a size's example value are."""
     hints = {id(s): hint(s._node) for s in sizes}
     if any(h is None for h in hints.values()):
         raise error
