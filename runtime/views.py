@@ -42,14 +42,19 @@ class Storage:
     """The identity of a run-time storage. ``copied``: where a tensor of it was copied
     into (or read out of) a list built in a tensor loop; ``writes``: for each in-place
     write, the loop bodies being traced when it was recorded; ``origin``: the graph being
-    built when the storage was made."""
+    built when the storage was made; ``aliases``: other storages it may be (a cond/while
+    output that is a view of one base on one path and of another on the other)."""
 
-    __slots__ = ("copied", "writes", "origin")
+    __slots__ = ("copied", "writes", "origin", "aliases")
 
-    def __init__(self, origin=None):
+    def __init__(self, origin=None, aliases=()):
         self.copied: Optional[str] = None
         self.writes: list = []
         self.origin = origin
+        self.aliases = tuple(aliases)
+
+    def all(self) -> tuple:
+        return (self,) + self.aliases
 
 
 def storage(t) -> Optional[Storage]:
@@ -80,11 +85,18 @@ _FOLLOW = ("_tograph_element_grads",)
 
 
 def follow(outer: list, *paths: list) -> None:
-    """After a cond/while node: the ``_FOLLOW`` facts of each output are those of the
-    values the paths give it (the union of the sets), when every path's value has them."""
+    """After a cond/while node: each output shares the storage of the values the paths
+    give it (one storage, or one that may be any of theirs), and its ``_FOLLOW`` facts are
+    theirs (the union of the sets) when every path's value has them."""
     for i, t in enumerate(outer):
         if not hasattr(t, "_node"):
             continue
+        tokens = [storage(p[i]) for p in paths if i < len(p)]
+        tokens = list({id(k): k for k in tokens if k is not None}.values())
+        if len(tokens) == 1:
+            t._tograph_storage = tokens[0]
+        elif tokens:
+            t._tograph_storage = Storage(t._node.graph, {a for k in tokens for a in k.all()})
         for name in _FOLLOW:
             found = [getattr(p[i], "__dict__", {}).get(name) if i < len(p) else None
                      for p in paths]
@@ -114,15 +126,17 @@ def check_write(target, location) -> None:
     token = storage(target)
     if token is None:
         return
-    if token.copied is not None:
+    copied = next((t.copied for t in token.all() if t.copied is not None), None)
+    if copied is not None:
         raise GraphError(
             f"{format_location(location)}: writes in place into a tensor that was put into "
             f"or read out of a list that a tensor loop builds or iterates (at "
-            f"{token.copied}): in eager the list element is that tensor (or a view of it) and "
+            f"{copied}): in eager the list element is that tensor (or a view of it) and "
             f"sees the write, while the graph's list holds a copy")
     bodies = _open_bodies()
     if bodies:
-        token.writes.append(tuple(bodies))
+        for t in token.all():
+            t.writes.append(tuple(bodies))
 
 
 def note_copy(value: Any) -> None:
@@ -132,17 +146,18 @@ def note_copy(value: Any) -> None:
         return
     where = format_location(user_location())
     open_now = {id(g) for g in _open_bodies()}
-    origin_chain = set() if token.origin is None else {id(g) for g in token.origin.ancestors()}
-    for bodies in token.writes:
-        for body in bodies:
-            if id(body) in open_now and id(body) not in origin_chain:
-                raise GraphError(
-                    f"{where}: a tensor that this loop body writes in place is put into a "
-                    f"list that a tensor loop builds or iterates: in eager the element is that "
-                    f"tensor (or a view of it) and sees the next iteration's write, while the "
-                    f"graph's list holds a copy")
-    if token.copied is None:
-        token.copied = where
+    for t in token.all():
+        origin_chain = set() if t.origin is None else {id(g) for g in t.origin.ancestors()}
+        for bodies in t.writes:
+            for body in bodies:
+                if id(body) in open_now and id(body) not in origin_chain:
+                    raise GraphError(
+                        f"{where}: a tensor that this loop body writes in place is put into "
+                        f"a list that a tensor loop builds or iterates: in eager the element "
+                        f"is that tensor (or a view of it) and sees the next iteration's "
+                        f"write, while the graph's list holds a copy")
+        if t.copied is None:
+            t.copied = where
 
 
 def copied(value):

@@ -235,3 +235,36 @@ def test_python_list_of_views_zipped_with_rows_written_falls_back():
             v.mul_(r.sum())
         return X
     falls_back(f, *INPUTS, match="list")
+
+
+def test_view_leaving_a_branch_appended_then_base_written_falls_back():
+    def f(M):
+        X = M.clone()
+        if M.sum() > 0:
+            Y = X[0]
+        else:
+            Y = X[1]
+        L = []
+        i = 0
+        while i < 2 and M.sum() > -1e9:
+            L.append(Y)
+            i += 1
+        X.add_(1.0)
+        return L, X
+    falls_back(f, *INPUTS, match="a tensor loop builds")
+
+
+def test_view_leaving_a_loop_appended_then_base_written_falls_back():
+    def f(M):
+        X = M.clone()
+        Y = X[0]
+        i = 0
+        while i < 2 and X.sum() > -1e9:
+            Y = X[i]
+            i += 1
+        L = []
+        for r in M:
+            L.append(Y)
+        X.mul_(2.0)
+        return L, X
+    falls_back(f, *INPUTS, match="a tensor loop builds")
