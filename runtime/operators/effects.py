@@ -103,9 +103,11 @@ class _TryGuard:
         except BaseException as e:
             if isinstance(e, (GraphError, TracingError)) or node_count() != nodes or \
                     tracing_error_count() != errors:
-                raise self._refuse("tensor-dependent code that raised while tracing") from e
+                raise self._refuse(f"tensor-dependent code that raised while tracing "
+                                   f"({_first_line(e)})") from e
             if control_flow:
-                raise self._refuse("if/while/for statements that raised while tracing") from e
+                raise self._refuse(f"if/while/for statements that raised while tracing "
+                                   f"({_first_line(e)})") from e
             raise
         if tracing_error_count() != errors:
             raise self._refuse("code that uses a tensor's value")
@@ -113,13 +115,23 @@ class _TryGuard:
             raise self._refuse("tensor operations whose run-time errors it may catch")
 
 
-class _NoGuard:
-    @contextlib.contextmanager
-    def body(self, control_flow: bool = False):
+def _first_line(e: BaseException) -> str:
+    text = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {text[:200]}" if text else type(e).__name__
+
+
+_GUARDS: list = []       # the try_guard of each try statement being run, innermost last
+
+
+@contextlib.contextmanager
+def try_body(control_flow: bool = False):
+    """Around the body of the innermost ``try_guard``'s ``try`` (see ``_TryGuard.body``)."""
+    guard = _GUARDS[-1] if _GUARDS else None
+    if guard is None:
         yield
-
-
-_NO_GUARD = _NoGuard()
+        return
+    with guard.body(control_flow):
+        yield
 
 
 @contextlib.contextmanager
@@ -131,12 +143,18 @@ def try_guard(catches):
     tensor code. A refusal raises GraphError from the body and again here, outside the
     user's handlers, so catching it there does not hide it."""
     if current_graph() is None:
-        yield _NO_GUARD
+        _GUARDS.append(None)
+        try:
+            yield
+        finally:
+            _GUARDS.pop()
         return
     guard = _TryGuard(catches)
+    _GUARDS.append(guard)
     try:
-        yield guard
+        yield
     finally:
+        _GUARDS.pop()
         if _REFUSALS[0] != guard.refusals:
             raise GraphError(_REFUSALS[1])
 

@@ -360,3 +360,22 @@ def test_exception_leaving_a_loop_inside_try_except_falls_back():
     d = {"a": 1.0, "b": 2.0}
     converts(f, (POS, ("a", "b"), d))
     falls_back(f, (POS, ("a", "z", "b"), d), match="try/except")
+
+
+def test_try_except_inside_tensor_branches_and_loops():
+    def f(x, d):
+        i = 0
+        while x.sum() < 8:
+            try:
+                v = d["k"]
+            except KeyError:
+                v = 1.0
+            x = x + v
+            i += 1
+        if x.mean() > 4:
+            try:
+                x = x * d["k"]
+            except KeyError:
+                x = x - 1
+        return x, i
+    converts(f, (POS, {}), (NEG, {"k": 2.0}), (POS * 4, {"k": 0.5}))

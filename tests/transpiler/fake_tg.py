@@ -118,16 +118,15 @@ def eager_only(reason):
     yield
 
 
-class _TryGuard:
-    @contextlib.contextmanager
-    def body(self, control_flow=False):
-        yield
-
-
 @contextlib.contextmanager
 def try_guard(catches):
     calls['try_guard'] += 1
-    yield _TryGuard()
+    yield
+
+
+@contextlib.contextmanager
+def try_body(control_flow):
+    yield
 
 
 UNREAD = object()   # a branch's value for a variable no later code reads
@@ -141,7 +140,7 @@ class _Module:
     if_stmt, while_stmt, for_stmt = staticmethod(if_stmt), staticmethod(while_stmt), staticmethod(for_stmt)
     ifexp, and_, or_, not_ = staticmethod(ifexp), staticmethod(and_), staticmethod(or_), staticmethod(not_)
     call, assert_stmt, eager_only = staticmethod(call), staticmethod(assert_stmt), staticmethod(eager_only)
-    try_guard = staticmethod(try_guard)
+    try_guard, try_body = staticmethod(try_guard), staticmethod(try_body)
     fstring, percent = staticmethod(fstring), staticmethod(percent)
 
 

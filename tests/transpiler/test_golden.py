@@ -174,9 +174,9 @@ def test_assert_try_call():
     _golden(assert_and_try, '''
         def assert_and_try(x):
             tg.assert_stmt(x, (lambda : 'msg'))
-            with tg.try_guard((lambda : (ValueError,))) as try_guard:
+            with tg.try_guard((lambda : (ValueError,))):
                 try:
-                    with try_guard.body(False):
+                    with tg.try_body(False):
                         tg.call(print, x)
                 except ValueError:
                     pass

@@ -1,6 +1,6 @@
 """Liveness: which names may be read before being rebound, before and after each statement.
 
-Requires: activity (READ on statements, for ``try``). Works on structured control flow:
+Requires: activity. Works on structured control flow:
 run it after return/break/continue have been lowered to flags (a remaining ``return``
 ends the path; ``break``/``continue`` are treated as plain statements).
 Provides on every statement: LIVE_IN, LIVE_OUT (frozensets of names).
@@ -9,6 +9,12 @@ import gast
 
 from transpiler.analysis import activity
 from transpiler.pyct import anno
+
+
+def _type_reads(expr):
+    e = activity.Effects()
+    e.expr(expr)
+    return frozenset(e.reads)
 
 
 def _block(stmts, live_out):
@@ -46,10 +52,18 @@ def _stmt(stmt, out):
     elif isinstance(stmt, gast.With):
         live = reads | (_block(stmt.body, out) - binds)
     elif isinstance(stmt, gast.Try):
-        everything = out | anno.getanno(stmt, anno.Key.READ, frozenset())
-        for block in activity.blocks(stmt):
-            _block(block, everything)
-        live = everything
+        # an exception may leave the body before any of its statements: what a handler
+        # reads, or (none matching) the finally block before the exception propagates,
+        # is live throughout the body
+        exc = set(_block(stmt.finalbody, frozenset()))
+        fin_in = _block(stmt.finalbody, out)
+        for h in stmt.handlers:
+            h_in = _block(h.body, fin_in) - ({h.name.id} if h.name is not None else set())
+            exc |= h_in | _type_reads(h.type)
+        live = _block(stmt.orelse, fin_in)
+        for s in reversed(stmt.body):
+            live = _stmt(s, live) | exc
+        live = frozenset(live | exc)
     elif isinstance(stmt, (gast.Return, gast.Raise)):
         live = reads
     else:

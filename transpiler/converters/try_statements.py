@@ -8,9 +8,9 @@
   below, with no catching clause.
 - with ``except`` clauses, the ``try`` body is guarded::
 
-      with tg.try_guard(lambda: (KeyError,)) as guard:     # None: a bare ``except``
+      with tg.try_guard(lambda: (KeyError,)):     # None: a bare ``except``
           try:
-              with guard.body(False):       # True: the body holds if/while/for
+              with tg.try_body(False):          # True: the body holds if/while/for
                   body
           except KeyError:
               ...
@@ -64,14 +64,12 @@ class TryTransformer(base.Transformer):
         node = self.generic_visit(node)
         if not node.handlers and not _jumps_out_of(node.finalbody):
             return node
-        guard = self.ctx.namer.new('try_guard')
-        node.body = templates.replace('with guard.body(flow):\n    body', node, guard=guard,
+        node.body = templates.replace('with tg.try_body(flow):\n    body', node,
                                       flow=gast.Constant(value=_has_control_flow(node.body),
                                                          kind=None),
                                       body=node.body)
-        return templates.replace('with tg.try_guard(catches) as guard:\n    try_stmt', node,
-                                 catches=_catches(node.handlers), guard=guard,
-                                 try_stmt=[node])
+        return templates.replace('with tg.try_guard(catches):\n    try_stmt', node,
+                                 catches=_catches(node.handlers), try_stmt=[node])
 
 
 def transform(node, ctx):
