@@ -2,18 +2,20 @@
 
 A graph runs on real tensors, so a view taken in traced code (``x[0]``, ``x[:, 1]``,
 ``view``, ``transpose``, ``unbind``...) is a real view when the graph runs, and in-place
-writes through a view or its base show through exactly as in eager. One construct breaks
-that: a list grown in a tensor loop (``TensorList``) is one stacked tensor, so appending
-copies the element, and reading an element gives a row of the stack, not the object that
-was appended. Eager's list holds the tensor itself.
+writes through a view or its base show through exactly as in eager. What breaks that is
+a copy the trace makes where eager keeps the tensor itself: a list grown in a tensor loop
+(``TensorList``) is one stacked tensor, so appending copies the element and reading one
+gives a row of the stack; a tensor loop over ``zip``/``enumerate`` of a Python list of
+tensors reads rows of a stacked copy.
 
 So every symbolic tensor carries a storage token (``Storage``): fresh for an op's result,
 passed on by view ops (conservatively: ``reshape``, ``contiguous``, ``to`` count as views),
-kept by in-place ops, and given to a subgraph's placeholders by the value flowing in. A
-tensor copied into or read out of a TensorList marks its token; an in-place write to a
-marked token is a ``GraphError`` (fall back): eager's list element would see the write.
-A loop body that writes a token living across iterations and also copies it into a list
-is refused too (the next iteration's write would reach the element copied in this one).
+kept by in-place ops, given to a subgraph's placeholders by the value flowing in, and to
+a cond/while output by the values its paths give it (``follow``). A tensor copied into or
+read out of such a list marks its token; an in-place write to a marked token is a
+``GraphError`` (fall back): eager's list element would see the write. A loop body that
+writes a token living across iterations and also copies it into a list is refused too
+(the next iteration's write would reach the element copied in this one).
 """
 from __future__ import annotations
 
