@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 import torch.utils._pytree as pytree
 
-from . import grad_flags, path_values, views
+from . import grad_flags, path_values, region_state, views
 from .errors import BranchMismatchError
 from .grad_flags import grad_of
 from .introspection import kind_of, mark, merged_kind
@@ -50,8 +50,15 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
     flat, spec = pytree.tree_flatten(operands)
     slots = [Slot(_leaf_meta(v), None if _leaf_meta(v) is not None else v, _example(v),
                   grad_of(v), kind_of(v)) for v in flat]
-    then_g, then_tree = _trace_tree(graph, "then", true_fn, slots, spec, names, flat)
-    else_g, else_tree = _trace_tree(graph, "else", false_fn, slots, spec, names, flat)
+    then_carry, else_carry = [], []       # Python state the branches change (region_state)
+    then_g, then_tree = _trace_tree(graph, "then", true_fn, slots, spec, names, flat,
+                                    carry=then_carry)
+    else_g, else_tree = _trace_tree(graph, "else", false_fn, slots, spec, names, flat,
+                                    carry=else_carry)
+    locations = region_state.merge(then_carry, else_carry)
+    if locations:       # each location's value per path leaves the cond with the results
+        then_tree = (then_tree, region_state.values_on(then_carry, locations))
+        else_tree = (else_tree, region_state.values_on(else_carry, locations))
     then_tree, else_tree = reconcile(then_tree, else_tree)
     then_tree, else_tree = _grown_lists(then_g, then_tree, else_g, else_tree)
     then_out, then_spec = pytree.tree_flatten(then_tree)
@@ -83,7 +90,12 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
             leaf._node.attrs[grad_flags.KEY] = grad_flags.merge(
                 grad_of(v) for v in (a, b) if not isinstance(v, Fill))
             mark(leaf, merged_kind(kind_of(v) for v in (a, b) if not isinstance(v, Fill)))
-    return pytree.tree_unflatten(path_values.wrap(leaves, chosen), then_spec)
+    result = pytree.tree_unflatten(path_values.wrap(leaves, chosen), then_spec)
+    if locations:
+        result, values = result
+        for loc, value in zip(locations, values):
+            loc.assign(value)
+    return result
 
 
 def _grown_lists(then_g, then_tree, else_g, else_tree):

@@ -11,18 +11,28 @@ that reaches the changed value (the ``with`` line, the call line), which falls b
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
+from . import region_state
 from .errors import GraphError
 from .python_state import Watch, difference, fingerprint, line_naming
 from .source_info import _is_library, format_location, map_location
 
 
-def run_watched(fn: Callable, args: tuple, kind: str):
-    """``fn(*args)``, raising GraphError if it changed Python state it does not carry."""
+def run_watched(fn: Callable, args: tuple, kind: str, carry: Optional[list] = None,
+                numbers_only: bool = False):
+    """``fn(*args)``, raising GraphError if it changed Python state it does not carry.
+    ``carry``: a list to receive (Location, new value) of changes the region can carry
+    instead (``region_state``; the state is put back as before), numbers and tensors only
+    if ``numbers_only``."""
     watch = Watch(fn, _carried(args))
     out = fn(*args)
     root = watch.changed()
+    if root is not None and carry is not None:
+        found = region_state.changes(watch, numbers_only)
+        if found is not None:
+            carry.extend(found)
+            return out
     if root is not None:
         now = root.current()
         where = "" if now is not root.value else \

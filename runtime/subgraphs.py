@@ -190,10 +190,11 @@ def _trace(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec,
 
 
 def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec, names=None,
-                outer=None):
+                outer=None, carry=None):
     """Trace ``fn`` on placeholders for the tensor slots; returns (graph, its result).
     ``outer``: the values flowing in (one per slot), whose storage the placeholders share
-    (see ``views``)."""
+    (see ``views``). ``carry``: a list to receive the Python state changes the region
+    carries (``region_state``; a loop body's: numbers and tensors only)."""
     sub = Graph(parent=parent, name=label)
     leaves = []
     labels = list(names) if names is not None and len(names) == len(slots) else \
@@ -213,7 +214,8 @@ def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec
                     if outer is not None:
                         views.share(leaves[-1], outer[i])
             out = run_watched(fn, pytree.tree_unflatten(leaves, spec),
-                              _REGION.get(label, "a tensor-dependent region"))
+                              _REGION.get(label, "a tensor-dependent region"), carry,
+                              numbers_only=label == "body")
     finally:
         restore_rebound(mark, sub)
     return sub, out

@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import torch
 import torch.utils._pytree as pytree
 
-from . import grad_flags, views
+from . import grad_flags, region_state, views
 from .grad_flags import grad_of
 from .introspection import kind_of, mark, merged_kind
 from .errors import BranchMismatchError, GraphError
@@ -73,14 +73,54 @@ def _as_given(state, loop_vars, as_tuple):
 
 
 def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None, graph=None):
-    """Trace ``cond_fn``/``body_fn`` into a ``while`` node; returns the final state tuple."""
+    """Trace ``cond_fn``/``body_fn`` into a ``while`` node; returns the final state tuple.
+
+    Python numbers (and tensors) the body changes outside the loop variables (a
+    ``nonlocal`` counter, a context manager's count: ``region_state``) become loop
+    variables too, set into their locations while the body and test are traced, and
+    set to the loop's results after it."""
+    n_vars = len(state)
+    locations: list = []
+
+    def located(fn, carry_out):
+        def run(*s):
+            for loc, value in zip(locations, s[n_vars:]):
+                loc.set(value)
+            try:
+                out = fn(*s[:n_vars])
+                return (_as_state(out, n_vars) + tuple(loc.get() for loc in locations)) \
+                    if carry_out else out
+            finally:
+                for loc in locations:
+                    loc.set(loc.before)
+        return run
+    body = located(body_fn, True)
+    test = located(cond_fn, False)
+    out = _staged_while(test, body, state, names, location, graph, locations)
+    for loc, value in zip(locations, out[n_vars:]):
+        loc.assign(value)
+    return out[:n_vars]
+
+
+def _staged_while(cond_fn, body, state: tuple, names, location, graph, locations: list):
     location = location or user_location()
     where = format_location(location)
     graph = graph or _owner_graph(state)
-    body = lambda *s: _as_state(body_fn(*s), len(state))  # noqa: E731
     flat, spec, slots, by_path = _slots_for(state, {})
     for _ in range(2 * _MAX_RETRACES):
-        body_g, out_tree = _trace_tree(graph, "body", body, slots, spec, names, flat)
+        carry: list = []
+        body_g, out_tree = _trace_tree(graph, "body", body, slots, spec, names, flat,
+                                       carry=carry)
+        new = region_state.merge(carry)
+        if new:     # state the body changes: carry it as loop variables and trace again
+            body_g.forget_all()
+            locations.extend(new)
+            state = tuple(state) + tuple(loc.before for loc in new)
+            names = (tuple(names) if names is not None else ()) + tuple(
+                loc.label for loc in new) if names is not None and \
+                len(names) == len(state) - len(new) else names
+            flat, spec, slots, by_path = _slots_for(state, by_path)
+            continue
         new_state, _ = reconcile(state, out_tree)
         if not _same_tree(new_state, state):
             # a value no path can observe yet (the return value) met a real one: start

@@ -25,6 +25,7 @@ import torch.utils._pytree as pytree
 
 import runtime
 from runtime import operators as tg
+from runtime import region_state
 from runtime.errors import GraphError
 from runtime.executor import Unstack, located, lower
 from runtime.graph import Node, iter_nodes, map_structure
@@ -138,7 +139,6 @@ def _python_function(fn):
 def _has_source(fn) -> bool:
     """Whether ``fn`` (as ``_python_function`` gives it) is Python code we can convert."""
     return getattr(getattr(fn, "__func__", fn), "__code__", None) is not None
-
 
 
 def to_code(fn) -> str:
@@ -499,10 +499,12 @@ class GraphFunction:
         snapshot = Snapshot.take(target, sargs, skwargs)   # what the trace really receives
         take_converted()
         del _CALLED[:]
+        touched = len(region_state.TOUCHED)
         try:
             with tracing(graph):
                 out = converted(*sargs, **skwargs)
         except BaseException:
+            region_state.untouch(touched)
             snapshot.restore()
             raise
         changed = snapshot.changes()
@@ -516,7 +518,14 @@ class GraphFunction:
                                f"on every call)")
             error.location = _assignment_line(target, changed)
             raise error
-        structure = _output_structure(graph, out, _existed(snapshot, sargs, skwargs))
+        existed = _existed(snapshot, sargs, skwargs)
+        shared = region_state.shared_touched(touched, existed)
+        if shared is not None:
+            snapshot.restore()
+            raise GraphError(f"a tensor-dependent region changes {shared} of an object that "
+                             f"existed before the call (a Python side effect that a graph "
+                             f"cannot repeat on every call)")
+        structure = _output_structure(graph, out, existed)
         graph.outputs = map_structure(structure, lambda v: isinstance(v, Unstack),
                                       lambda v: v.node)
         return graph, structure, target
@@ -706,7 +715,6 @@ def to_graph(fn=_DECORATOR, *, strict: bool = False):
     if not callable(fn) and not isinstance(fn, (staticmethod, classmethod)):
         raise TypeError(f"to_graph needs a function or nn.Module, got {type(fn).__name__}")
     return GraphFunction(fn, strict)
-
 
 
 # --------------------------------------------------------------------------- CLI support

@@ -25,6 +25,7 @@ from ..subgraphs import KindChange
 from ..while_loop import graph_mark, staged_while
 from ..errors import BranchMismatchError, GraphError
 from ..graph import Graph
+from ..python_state import Watch
 from ..source_info import format_location, user_location
 from ..symbolic import (building, current_graph, is_symbolic, rebound_mark,
                         restore_rebound)
@@ -199,6 +200,7 @@ def _prepare_state(body, state, names, location, kind):
     probe_graph = Graph(parent=graph, name="probe")
     probe_state = tuple(_probe_copy(v) for v in state)
     mark = rebound_mark()
+    watch = Watch(body)     # the probe's Python effects (a nonlocal counter) are put back
     try:
         with building(probe_graph):
             out = tuple(body(*probe_state))
@@ -207,6 +209,8 @@ def _prepare_state(body, state, names, location, kind):
         probe_graph.forget_all()
         for obj in objects:
             obj.restore()
+        if watch.changed() is not None:
+            watch.restore()
     for i in undefined:
         if not isinstance(out[i], Undefined):
             name = names[i] if i < len(names) else f"#{i}"

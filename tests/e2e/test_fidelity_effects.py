@@ -174,8 +174,7 @@ def cm_swallowing(x):
     return x, cm.exits
 
 
-@pytest.mark.parametrize("fn", [cm_in_branch, cm_in_else, cm_in_while, cm_in_for_rows,
-                                cm_swallowing])
+@pytest.mark.parametrize("fn", [cm_in_branch, cm_in_else, cm_in_while, cm_in_for_rows])
 def test_user_context_manager_in_tensor_control_flow_falls_back(fn):
     falls_back_at(fn, BOTH, "# <- effect")
 
@@ -312,8 +311,7 @@ def closure_list_appended_by_helper(x):
     return x, len(seen)
 
 
-@pytest.mark.parametrize("fn", [nonlocal_in_loop, nonlocal_in_branch, method_of_local_object,
-                                property_with_effect, descriptor_with_effect,
+@pytest.mark.parametrize("fn", [nonlocal_in_branch, descriptor_with_effect,
                                 global_helper_appends, closure_list_appended_by_helper])
 def test_effects_through_calls_fall_back_at_the_call_line(fn):
     falls_back_at(fn, BOTH, "# <- effect")

@@ -1,0 +1,206 @@
+"""Python state a staged region changes, carried through its ``cond``/``while``.
+
+    cm = CM()                        cnt = 0
+    if x.sum() > 0:                  def bump(z):
+        with cm:                         nonlocal cnt
+            t = t * 2                    cnt += 1
+    return t, cm.enters              ...
+                                     for r in x: t = bump(t)     # a tensor loop
+
+A tensor branch or loop body runs its Python code once per trace. A change it makes to
+state the call itself made -- a closure cell of a converted frame that is running (the
+``nonlocal cnt``), an attribute of an object of a user class that the call created
+(``cm.enters``) -- is a *location* the region can carry: the cond outputs each location's
+value per path (a Python number that differs becomes a 0-d output marked as the number,
+other plain values a ``PathValue``), the while loop carries numbers and tensors as loop
+variables, and the location is set to the result after the region. Changes to lists,
+dicts or sets, to anything reached through a global, to objects that existed before the
+call (checked by the front door with ``TOUCHED``), or to values of other kinds are not
+carried: ``region_effects`` refuses them.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from typing import List, Optional, Tuple
+
+from .python_state import _EMPTY, _FixedCell, _library, is_tensor
+
+_GENERATED = "<tograph generated"
+_RUNTIME = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_NUMBERS = (bool, int, float)
+TOUCHED: List[Tuple[object, str, object]] = []   # (object, attribute, value before)
+
+
+class Location:
+    """A closure cell or an object's attribute that a region changed."""
+    __slots__ = ("cell", "obj", "name", "before", "label")
+
+    def __init__(self, before, label: str, cell=None, obj=None, name=None):
+        self.cell, self.obj, self.name, self.before, self.label = cell, obj, name, before, label
+
+    @property
+    def key(self):
+        return (id(self.cell), None) if self.cell is not None else (id(self.obj), self.name)
+
+    def get(self):
+        return self.cell.cell_contents if self.cell is not None else self.obj.__dict__[self.name]
+
+    def set(self, value) -> None:
+        if self.cell is not None:
+            self.cell.cell_contents = value
+        else:
+            self.obj.__dict__[self.name] = value
+
+    def assign(self, value) -> None:
+        """Set the location after the region (objects noted for the front door's check)."""
+        if self.obj is not None:
+            TOUCHED.append((self.obj, self.name, self.before))
+        self.set(value)
+
+
+def untouch(start: int) -> list:
+    """Forget the objects noted since ``start``, putting their attributes back as they
+    were before the regions (newest first); returns what was noted."""
+    noted = TOUCHED[start:]
+    del TOUCHED[start:]
+    for obj, name, before in reversed(noted):
+        obj.__dict__[name] = before
+    return noted
+
+
+def shared_touched(start: int, existed) -> Optional[str]:
+    """After a trace: the attribute (``'CM.enters'``) a region carried on an object that
+    existed before the call (``existed(obj)``), its changes put back; else None (the
+    record since ``start`` is dropped)."""
+    noted = TOUCHED[start:]
+    for obj, name, _ in noted:
+        if existed(obj):
+            untouch(start)
+            return f"'{type(obj).__name__}.{name}'"
+    del TOUCHED[start:]
+    return None
+
+
+def carriable(value, numbers_only: bool) -> bool:
+    from .path_values import PathValue
+    if isinstance(value, _NUMBERS) or is_tensor(value):
+        return True
+    return not numbers_only and (value is None or isinstance(value, (str, bytes, PathValue)))
+
+
+def changes(watch, numbers_only: bool) -> Optional[List[Tuple[Location, object]]]:
+    """The locations ``watch``'s region changed and their new values, with the state put
+    back as it was before the region; None (nothing put back) when some change is not
+    one a region can carry."""
+    found = {}
+    for root in watch.roots:
+        now = root.current()
+        if now is root.value:
+            continue
+        if root.value is _EMPTY or now is _EMPTY or not _local_cell(root) or not (
+                carriable(now, numbers_only) and carriable(root.value, numbers_only)):
+            return None
+        loc = Location(root.value, root.describe(), cell=root.cell)
+        found.setdefault(loc.key, (loc, now))
+    seen = set()
+    for obj, copy in watch.containers:
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, (list, dict, set)):
+            if _shallow_differs(obj, copy):
+                return None
+            continue
+        if id(obj) in watch.carried:
+            continue
+        attrs = obj.__dict__
+        if attrs.keys() != copy.keys():
+            return None
+        for k, v in attrs.items():
+            if v is copy[k]:
+                continue
+            if not (_user_class(type(obj)) and carriable(v, numbers_only) and
+                    carriable(copy[k], numbers_only)):
+                return None
+            loc = Location(copy[k], f"{type(obj).__name__}.{k}", obj=obj, name=k)
+            found.setdefault(loc.key, (loc, v))
+    for loc, _ in found.values():
+        loc.set(loc.before)
+    if watch.changed() is not None:       # a change the locations do not explain
+        for loc, new in found.values():
+            loc.set(new)
+        return None
+    return list(found.values())
+
+
+def merge(*carries) -> List[Location]:
+    """The locations of several traces' changes, each once, in order."""
+    out, seen = [], set()
+    for carry in carries:
+        for loc, _ in carry:
+            if loc.key not in seen:
+                seen.add(loc.key)
+                out.append(loc)
+    return out
+
+
+def values_on(carry, locations: List[Location]) -> tuple:
+    """Each location's value after one trace (its value before where it did not change)."""
+    new = {loc.key: v for loc, v in carry}
+    return tuple(new.get(loc.key, loc.before) for loc in locations)
+
+
+def _shallow_differs(obj, copy) -> bool:
+    if isinstance(obj, list):
+        return len(obj) != len(copy) or any(a is not b for a, b in zip(obj, copy))
+    if isinstance(obj, dict):
+        return obj.keys() != copy.keys() or any(obj[k] is not copy[k] for k in copy)
+    return obj != copy
+
+
+def _user_class(cls) -> bool:
+    """Instances of classes defined in user code (a library's object may be shared)."""
+    module = sys.modules.get(cls.__module__)
+    filename = getattr(module, "__file__", None)
+    if not filename or getattr(cls, "__slots__", None) is not None:
+        return False
+    return not _library(filename) and not cls.__module__.startswith(("runtime", "transpiler"))
+
+
+def _local_cell(root) -> bool:
+    """A cell made by a converted frame that is running now (a local of the call being
+    traced), reached only through closure variables of converted code."""
+    if root.cell is None or isinstance(root.cell, _FixedCell):
+        return False
+    for code, name in root.path:      # (our own wrappers' cells lead to the user's code)
+        if not (code.co_filename.startswith(_GENERATED) or code.co_filename.startswith(
+                _RUNTIME)) or name not in code.co_freevars:
+            return False
+    code, name = root.path[-1]
+    frame = sys._getframe(1)
+    while frame is not None:
+        outer = frame.f_code
+        if outer.co_filename.startswith(_GENERATED) and name in outer.co_cellvars and \
+                _contains(outer, code) and _frame_cell(frame, name) is root.cell:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _frame_cell(frame, name):
+    """The cell ``frame`` holds for ``name`` (found through a function it made that
+    closes over it: frames do not show their cells)."""
+    for value in list(frame.f_locals.values()):
+        fn = getattr(value, "__func__", value)
+        code = getattr(fn, "__code__", None)
+        if code is not None and name in code.co_freevars and fn.__closure__:
+            return fn.__closure__[code.co_freevars.index(name)]
+    return None
+
+
+def _contains(outer, code) -> bool:
+    if outer is code:
+        return True
+    return any(inspect.iscode(c) and _contains(c, code) for c in outer.co_consts)

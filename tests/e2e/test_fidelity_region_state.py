@@ -1,0 +1,353 @@
+"""Python state a tensor branch or loop body changes is carried through the cond/while.
+
+A context manager's counters, a ``nonlocal`` bumped by an inner function, an attribute
+counter of a local object bumped by its method: locations the call itself made, carried
+as cond outputs (per path) or loop variables, and compared with eager on inputs that take
+different paths (two calls: a value baked at trace time shows up). State the caller can
+see (arguments, globals) and lists growing in a loop keep falling back.
+"""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from transpiler import ConversionError, FallbackWarning, to_graph
+
+from e2e_helpers import _clone, assert_same
+from test_fidelity_effects import (method_of_local_object, nonlocal_in_loop,
+                                   property_with_effect, cm_swallowing)
+
+POS, NEG = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([-1.0, -2.0, -3.0])
+MIXED = torch.tensor([1.0, -2.0, 3.0, -4.0])
+BOTH = [(POS,), (NEG,), (MIXED,)]
+
+
+class CM:
+    """Counts entries and exits (numbers only)."""
+
+    def __init__(self):
+        self.enters = 0
+        self.exits = 0
+        self.tag = "new"
+
+    def __enter__(self):
+        self.enters += 1
+        return self
+
+    def __exit__(self, *exc):
+        self.exits += 1
+        return False
+
+
+class LogCM(CM):
+    """Also records exits in a list of strings (as the fuzzer's CM)."""
+
+    def __init__(self):
+        super().__init__()
+        self.log = []
+
+    def __exit__(self, *exc):
+        self.exits += 1
+        self.log.append("exit")
+        return False
+
+
+class Acc:
+    def __init__(self):
+        self.n = 0
+        self.total = 0.0
+
+    def hit(self, z):
+        self.n += 1
+        self.total += 0.5
+        return z + 1
+
+
+def _state(v):
+    """Results with their objects opened up (the oracle compares attributes)."""
+    if isinstance(v, CM):
+        return ("CM", type(v).__name__, _state(vars(v)))
+    if isinstance(v, Acc):
+        return ("Acc", _state(vars(v)))
+    if isinstance(v, dict):
+        return {k: _state(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return type(v)(_state(x) for x in v)
+    return v
+
+
+def converts(fn, inputs=BOTH):
+    """Strict and default: no fallback, results equal eager's on every input."""
+    for strict in (True, False):
+        g = to_graph(fn, strict=strict)
+        for args in inputs:
+            exp = fn(*_clone(args))
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FallbackWarning)
+                got = g(*_clone(args))
+            assert_same(_state(got), _state(exp))
+
+
+def falls_back(fn, inputs=BOTH, match=""):
+    g = to_graph(fn)
+    for i, args in enumerate(inputs):
+        exp = fn(*_clone(args))
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            got = g(*_clone(args))
+        warned = [str(x.message) for x in w if issubclass(x.category, FallbackWarning)]
+        assert len(warned) == 1 or i > 0, warned   # (a new shape or guard: warned again)
+        assert_same(_state(got), _state(exp))
+    with pytest.raises(ConversionError, match=match):
+        to_graph(fn, strict=True)(*_clone(inputs[0]))
+
+
+# --------------------------------------------------------------------------- cond
+def cm_one_branch(x):
+    cm = CM()
+    t = x
+    if x.sum() > 0:
+        with cm:
+            t = t * 2
+    return t, cm.enters, cm.exits
+
+
+def cm_both_branches_returned(x):
+    cm = CM()
+    t = x
+    if x.sum() > 0:
+        with cm:
+            t = t * 2
+    else:
+        with cm:
+            with cm:
+                t = t - 1
+        cm.tag = "neg"
+    return t, cm
+
+
+def cm_nested_ifs(x):
+    cm = CM()
+    t = x
+    if x[0] > 0:
+        with cm:
+            if x[1] > 0:
+                with cm:
+                    t = t + 1
+            t = t * 2
+    return t, cm
+
+
+def cm_value_used_after(x):
+    cm = CM()
+    if x.sum() > 0:
+        with cm:
+            x = x + 1
+    return x * (cm.enters + 1), cm.exits
+
+
+def nonlocal_bumped_in_branches(x):
+    cnt = 0
+    scale = 1.0
+
+    def bump(z, by):
+        nonlocal cnt, scale
+        cnt += by
+        scale = scale * 0.5
+        return z * 0.75
+    t = x
+    if x.sum() > 0:
+        t = bump(t, 1)
+    else:
+        t = bump(bump(t, 2), 3)
+    return t, cnt, scale
+
+
+def label_set_by_helper(x):
+    label = None
+
+    def mark(z, text):
+        nonlocal label
+        label = text
+        return z
+    t = x
+    if x.mean() > 0:
+        t = mark(t + 1, "pos")
+    return t, label
+
+
+@pytest.mark.parametrize("fn", [cm_one_branch, cm_both_branches_returned, cm_nested_ifs,
+                                cm_value_used_after, nonlocal_bumped_in_branches,
+                                label_set_by_helper, cm_swallowing, property_with_effect])
+def test_state_changed_in_a_tensor_branch_is_carried(fn):
+    converts(fn)
+
+
+# --------------------------------------------------------------------------- loops
+def nonlocal_in_for_rows(x):
+    cnt = 0
+
+    def bump(z):
+        nonlocal cnt
+        cnt += 1
+        return z * 0.75
+    t = x
+    for r in x:
+        t = bump(t) + r
+    return t, cnt
+
+
+def nonlocal_in_for_with_break(x):
+    cnt = 0
+    total = 0.0
+
+    def bump(z):
+        nonlocal cnt, total
+        cnt += 1
+        total += 0.25
+        return z
+    t = torch.zeros(())
+    for r in x:
+        t = t + bump(r)
+        if t < -2.5:
+            break
+    return t, cnt, total
+
+
+def nonlocal_in_while(x):
+    cnt = 0
+
+    def bump():
+        nonlocal cnt
+        cnt += 2
+    t = x
+    while t.sum() < 10:
+        bump()
+        t = t + 1
+    return t, cnt
+
+
+def cm_in_for_rows(x):
+    cm = CM()
+    total = torch.zeros(())
+    for row in x:
+        with cm:
+            total = total + row
+    return total, cm
+
+
+def method_counter_in_loop(x):
+    a = Acc()
+    t = x
+    for r in x:
+        t = a.hit(t) * r
+    return t, a.n, a
+
+
+def list_appended_and_counted(x):
+    cnt = 0
+    out = []
+
+    def bump(z):
+        nonlocal cnt
+        cnt += 1
+        return z * 2
+    for r in x:
+        out.append(bump(r))
+    return out, cnt
+
+
+def cm_in_branch_in_loop(x):
+    cm = CM()
+    t = torch.zeros(())
+    for r in x:
+        if r > 0:
+            with cm:
+                t = t + r
+    return t, cm.enters, cm.exits
+
+
+@pytest.mark.parametrize("fn", [nonlocal_in_for_rows, nonlocal_in_for_with_break,
+                                nonlocal_in_while, cm_in_for_rows, method_counter_in_loop,
+                                list_appended_and_counted, cm_in_branch_in_loop,
+                                nonlocal_in_loop, method_of_local_object])
+def test_numbers_changed_in_a_tensor_loop_are_carried(fn):
+    converts(fn, BOTH if fn is not method_of_local_object else BOTH[:2])
+
+
+def test_gradient_flows_through_a_loop_with_a_carried_counter():
+    x = torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    g = to_graph(nonlocal_in_for_rows, strict=True)
+    t, cnt = g(x)
+    t.sum().backward()
+    grad, x.grad = x.grad.clone(), None
+    t2, cnt2 = nonlocal_in_for_rows(x)
+    t2.sum().backward()
+    assert int(cnt) == cnt2 == 3
+    assert torch.allclose(grad, x.grad)
+
+
+# --------------------------------------------------------------------------- refusals
+SHARED = CM()
+
+
+def cm_global(x):
+    if x.sum() > 0:
+        with SHARED:
+            x = x + 1
+    return x
+
+
+def cm_argument(x, cm):
+    if x.sum() > 0:
+        with cm:
+            x = x + 1
+    return x, cm.enters
+
+
+def log_grows_in_loop(x):
+    cm = LogCM()
+    t = x
+    for r in x:
+        with cm:
+            t = t + r
+    return t, cm.log
+
+
+def label_in_loop(x):
+    label = "start"
+
+    def mark(z):
+        nonlocal label
+        label = label + "+"
+        return z
+    t = x
+    for r in x:
+        t = mark(t) + r
+    return t, label
+
+
+def test_global_state_keeps_falling_back():
+    before = SHARED.enters
+    falls_back(cm_global, match="SHARED")
+    assert SHARED.enters == before + 2    # eager's entries (POS, twice) only, none from traces
+
+
+def test_argument_state_keeps_falling_back():
+    g = to_graph(cm_argument)
+    for x, entered in ((POS, 1), (NEG, 0), (POS, 1)):
+        cm = CM()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            t, n = g(x.clone(), cm)
+        assert (int(n), cm.enters, cm.exits) == (entered, entered, entered)
+        assert_same(t, x + 1 if entered else x)
+    with pytest.raises(ConversionError, match="argument"):
+        to_graph(cm_argument, strict=True)(POS.clone(), CM())
+
+
+@pytest.mark.parametrize("fn", [log_grows_in_loop, label_in_loop])
+def test_values_growing_in_a_loop_keep_falling_back(fn):
+    falls_back(fn, match="changes while tracing the body")
