@@ -244,6 +244,13 @@ def stack_list(items: list, like) -> TensorList:
     """A TensorList of ``items`` (tensors or numbers); ``like``: an element (or a
     TensorList) giving the element type, used when ``items`` is empty."""
     shape, dtype = element_type(like)
+    for item in items:
+        if element_type(item) != (shape, dtype):
+            raise TracingError(
+                f"{format_location(user_location())}: a list whose length is known only at "
+                f"run time is one stacked tensor: its items must share a shape and dtype, "
+                f"not {_text(element_type(item)[0])} {element_type(item)[1]} and "
+                f"{_text(shape)} {dtype}")
     if items:
         tensors = [i if isinstance(i, torch.Tensor) else torch.tensor(i, dtype=dtype)
                    for i in items]

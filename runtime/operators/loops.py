@@ -237,13 +237,17 @@ def _probe_copy(value):
 def _grew(before: list, after, probe=None) -> bool:
     if isinstance(after, TensorList):
         return True
-    # appended to: the body's list is the one it was given (its items may be replaced
-    # too, ``L[0] = v``), or a new list that starts with the same items
-    return len(after) > len(before) and (
-        after is probe or all(a is b for a, b in zip(before, after)))
+    # appended to or popped from: the body's list is the one it was given (its items may
+    # be replaced too, ``L[0] = v``), or a new longer list that starts with the same items
+    if after is probe:
+        return len(after) != len(before)
+    return len(after) > len(before) and all(a is b for a, b in zip(before, after))
 
 
 def _as_tensor_list(before: list, after, location) -> TensorList:
-    """The list ``before`` as a TensorList, typed like what the body appended to it."""
+    """The list ``before`` as a TensorList, typed like what the body appended to it (or
+    like its own items, for a list the body only pops from)."""
     note_converted(before)
-    return stack_list(before, after if isinstance(after, TensorList) else after[len(before)])
+    like = after if isinstance(after, TensorList) else \
+        after[len(before)] if len(after) > len(before) else before[0]
+    return stack_list(before, like)

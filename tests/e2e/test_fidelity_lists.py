@@ -249,3 +249,34 @@ def test_element_read_from_mixed_list_falls_back():
             i += 1
         return L[-1] * 1, L[0] + 1
     falls_back(f, X_GRAD, match="require grad")
+
+
+# ------------------------------------------------------------------ lists a tensor loop shrinks
+A1, A2 = torch.tensor([1., 2., 3.]), torch.tensor([-1., 0.5, -3.])
+
+
+def test_list_popped_in_a_tensor_loop_converts():
+    def f(a, M):
+        L = [a * 0.0, a + 1]
+        t = a * 1
+        for r in M:
+            if len(L) > 1:
+                t = t - L.pop()
+            if torch.tanh(t).sum() > -0.5:
+                break
+        L.append(t)
+        i = 0
+        while i < 1 and a.sum() > -100:
+            L.pop(0)
+            i += 1
+        return t, L
+    converts(f, (A1, M1), (A2, M2))
+
+
+def test_list_of_items_of_different_shapes_falls_back():
+    def f(a, M):
+        L = [a, M]
+        for r in M:
+            L.append(r)
+        return len(L)
+    falls_back(f, (A1, M1), (A2, M2), match="share a shape")
