@@ -56,9 +56,12 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
     else_g, else_tree = _trace_tree(graph, "else", false_fn, slots, spec, names, flat,
                                     carry=else_carry)
     locations = region_state.merge(then_carry, else_carry)
-    if locations:       # each location's value per path leaves the cond with the results
-        then_tree = (then_tree, region_state.values_on(then_carry, locations))
-        else_tree = (else_tree, region_state.values_on(else_carry, locations))
+    carried = bool(locations)
+    if carried:         # each location's value per path leaves the cond with the results
+        locations, contents, then_idx, else_idx = region_state.choose_contents(
+            locations, then_carry, else_carry)
+        then_tree = (then_tree, region_state.values_on(then_carry, locations), then_idx)
+        else_tree = (else_tree, region_state.values_on(else_carry, locations), else_idx)
     then_tree, else_tree = reconcile(then_tree, else_tree)
     then_tree, else_tree = _grown_lists(then_g, then_tree, else_g, else_tree)
     then_out, then_spec = pytree.tree_flatten(then_tree)
@@ -91,10 +94,11 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
                 grad_of(v) for v in (a, b) if not isinstance(v, Fill))
             mark(leaf, merged_kind(kind_of(v) for v in (a, b) if not isinstance(v, Fill)))
     result = pytree.tree_unflatten(path_values.wrap(leaves, chosen), then_spec)
-    if locations:
-        result, values = result
+    if carried:
+        result, values, indices = result
         for loc, value in zip(locations, values):
             loc.assign(value)
+        region_state.assign_contents(contents, indices)
     return result
 
 

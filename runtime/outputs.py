@@ -236,7 +236,8 @@ def maker(cls, example) -> Callable:
 
 def _picker(options: tuple) -> Callable:
     def pick(index):
-        return options[int(index)]
+        value = options[int(index)]
+        return list(value) if type(value) is list else value     # (a fresh list per call)
     pick.__qualname__ = "pick_option"
     return pick
 

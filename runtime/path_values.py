@@ -56,6 +56,11 @@ class PathValue:
     __truediv__ = __rtruediv__ = __floordiv__ = __neg__ = __int__ = __float__ = _refuse
     __index__ = __setattr__ = __reduce__ = __reduce_ex__ = __copy__ = __deepcopy__ = _refuse
 
+    def __getattr__(self, name):        # a method of the value (``log.append``)
+        if name.startswith("_"):
+            raise AttributeError(name)
+        self._refuse()
+
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         for v in list(args) + list((kwargs or {}).values()):

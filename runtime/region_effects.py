@@ -20,16 +20,16 @@ from .source_info import _is_library, format_location, map_location
 
 
 def run_watched(fn: Callable, args: tuple, kind: str, carry: Optional[list] = None,
-                numbers_only: bool = False):
+                numbers_only: bool = False, names=()):
     """``fn(*args)``, raising GraphError if it changed Python state it does not carry.
     ``carry``: a list to receive (Location, new value) of changes the region can carry
     instead (``region_state``; the state is put back as before), numbers and tensors only
-    if ``numbers_only``."""
+    if ``numbers_only``; ``names``: the region's state variables."""
     watch = Watch(fn, _carried(args))
     out = fn(*args)
     root = watch.changed()
     if root is not None and carry is not None:
-        found = region_state.changes(watch, numbers_only)
+        found = region_state.changes(watch, numbers_only, names)
         if found is not None:
             carry.extend(found)
             return out

@@ -25,6 +25,7 @@ import os
 import sys
 from typing import List, Optional, Tuple
 
+from .errors import GraphError
 from .python_state import _EMPTY, _FixedCell, _library, is_tensor
 
 _GENERATED = "<tograph generated"
@@ -34,22 +35,28 @@ TOUCHED: List[Tuple[object, str, object]] = []   # (object, attribute, value bef
 
 
 class Location:
-    """A closure cell or an object's attribute that a region changed."""
-    __slots__ = ("cell", "obj", "name", "before", "label")
+    """A closure cell or an object's attribute that a region changed; or the contents
+    of a list (``holder``: the (object, attribute) holding it), as a tuple."""
+    __slots__ = ("cell", "obj", "name", "before", "label", "holder")
 
-    def __init__(self, before, label: str, cell=None, obj=None, name=None):
+    def __init__(self, before, label: str, cell=None, obj=None, name=None, holder=None):
         self.cell, self.obj, self.name, self.before, self.label = cell, obj, name, before, label
+        self.holder = holder
 
     @property
     def key(self):
         return (id(self.cell), None) if self.cell is not None else (id(self.obj), self.name)
 
     def get(self):
-        return self.cell.cell_contents if self.cell is not None else self.obj.__dict__[self.name]
+        if self.cell is not None:
+            return self.cell.cell_contents
+        return tuple(self.obj) if self.holder else self.obj.__dict__[self.name]
 
     def set(self, value) -> None:
         if self.cell is not None:
             self.cell.cell_contents = value
+        elif self.holder:
+            self.obj[:] = value
         else:
             self.obj.__dict__[self.name] = value
 
@@ -66,7 +73,8 @@ def untouch(start: int) -> list:
     noted = TOUCHED[start:]
     del TOUCHED[start:]
     for obj, name, before in reversed(noted):
-        obj.__dict__[name] = before
+        if name is not None:
+            obj.__dict__[name] = before
     return noted
 
 
@@ -78,7 +86,8 @@ def shared_touched(start: int, existed) -> Optional[str]:
     for obj, name, _ in noted:
         if existed(obj):
             untouch(start)
-            return f"'{type(obj).__name__}.{name}'"
+            return f"'{type(obj).__name__}.{name}'" if name is not None else \
+                f"the contents of a {type(obj).__name__}"
     del TOUCHED[start:]
     return None
 
@@ -90,16 +99,18 @@ def carriable(value, numbers_only: bool) -> bool:
     return not numbers_only and (value is None or isinstance(value, (str, bytes, PathValue)))
 
 
-def changes(watch, numbers_only: bool) -> Optional[List[Tuple[Location, object]]]:
+def changes(watch, numbers_only: bool, names=()) -> Optional[List[Tuple[Location, object]]]:
     """The locations ``watch``'s region changed and their new values, with the state put
     back as it was before the region; None (nothing put back) when some change is not
-    one a region can carry."""
+    one a region can carry. ``names``: the region's state variables (a cell of one of
+    those names is the converter's to carry, not a location of its own)."""
     found = {}
     for root in watch.roots:
         now = root.current()
         if now is root.value:
             continue
-        if root.value is _EMPTY or now is _EMPTY or not _local_cell(root) or not (
+        if root.value is _EMPTY or now is _EMPTY or root.path[-1][1] in names or \
+                not _local_cell(root) or not (
                 carriable(now, numbers_only) and carriable(root.value, numbers_only)):
             return None
         loc = Location(root.value, root.describe(), cell=root.cell)
@@ -111,7 +122,12 @@ def changes(watch, numbers_only: bool) -> Optional[List[Tuple[Location, object]]
         seen.add(id(obj))
         if isinstance(obj, (list, dict, set)):
             if _shallow_differs(obj, copy):
-                return None
+                holder = None if numbers_only else _list_holder(obj, copy, watch)
+                if holder is None:
+                    return None
+                loc = Location(tuple(copy), f"{type(holder[0]).__name__}.{holder[1]}",
+                               obj=obj, name="[:]", holder=holder)
+                found[loc.key] = (loc, tuple(obj))
             continue
         if id(obj) in watch.carried:
             continue
@@ -126,9 +142,12 @@ def changes(watch, numbers_only: bool) -> Optional[List[Tuple[Location, object]]
                 return None
             loc = Location(copy[k], f"{type(obj).__name__}.{k}", obj=obj, name=k)
             found.setdefault(loc.key, (loc, v))
+    if not all(_in_scope(v) for loc, new in found.values() for v in (loc.before, new)):
+        return None     # a value of a region traced apart (an object's state elsewhere)
     for loc, _ in found.values():
         loc.set(loc.before)
     if watch.changed() is not None:       # a change the locations do not explain
+        print("DBG unexplained", watch.changed().describe(), [l.label for l, _ in found.values()])
         for loc, new in found.values():
             loc.set(new)
         return None
@@ -150,6 +169,98 @@ def values_on(carry, locations: List[Location]) -> tuple:
     """Each location's value after one trace (its value before where it did not change)."""
     new = {loc.key: v for loc, v in carry}
     return tuple(new.get(loc.key, loc.before) for loc in locations)
+
+
+def _list_holder(lst, copy, watch):
+    """(object, attribute) of the one local user-class object whose attribute holds the
+    list ``lst`` of plain values that a branch changed (``cm.log``), held nowhere else
+    the running converted frames reach; else None. After the ``cond`` the attribute
+    holds a ``PathValue`` choosing the contents (the list itself is no longer the
+    attribute, so no other reference to it may see stale contents)."""
+    from .subgraphs import _is_plain
+    if type(lst) is not list or not all(_is_plain(v) for v in list(lst) + list(copy)):
+        return None
+    holders = []
+    for obj, _ in watch.containers:
+        attrs = getattr(obj, "__dict__", None)
+        if isinstance(attrs, dict) and not isinstance(obj, (list, dict, set)):
+            holders += [(obj, k) for k, v in attrs.items() if v is lst]
+    holders = list({(id(o), k): (o, k) for o, k in holders}.values())
+    if len(holders) != 1 or id(holders[0][0]) in watch.carried or \
+            not _user_class(type(holders[0][0])):
+        return None
+    return holders[0]
+
+
+def _aliased(lst, owner, name: str) -> bool:
+    """Whether the locals of the running converted frames reach ``lst`` other than as
+    ``owner.<name>``."""
+    from .outputs import reachable
+    roots = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_GENERATED):
+            roots += list(frame.f_locals.values())
+        frame = frame.f_back
+    saved = owner.__dict__.pop(name)
+    try:
+        return any(v is lst for v in reachable(roots))
+    finally:
+        owner.__dict__[name] = saved
+
+
+def choose_contents(locations, then_carry, else_carry):
+    """The list-contents locations among ``locations``: those the two paths leave alike
+    are set now; for the others an index leaf per path (0 then, 1 else: the cond's
+    output says which path ran). Returns (other locations, [(location, options)],
+    then leaves, else leaves)."""
+    rest, chosen, then_idx, else_idx = [], [], [], []
+    then_v = dict((loc.key, v) for loc, v in then_carry)
+    else_v = dict((loc.key, v) for loc, v in else_carry)
+    for loc in locations:
+        if not loc.holder:
+            rest.append(loc)
+            continue
+        a, b = then_v.get(loc.key, loc.before), else_v.get(loc.key, loc.before)
+        TOUCHED.append((loc.obj, None, None))
+        if a == b and all(type(x) is type(y) for x, y in zip(a, b)):
+            loc.set(list(a))
+            continue
+        from .path_values import allowed
+        if _aliased(loc.obj, *loc.holder) or not allowed():
+            raise GraphError(
+                f"{loc.label} (a list) differs between the paths of a tensor condition and "
+                f"is also reached by another name (or compared with 'is'): its contents are "
+                f"known only when the graph runs")
+        chosen.append((loc, (list(a), list(b))))
+        then_idx.append(0)
+        else_idx.append(1)
+    return rest, chosen, tuple(then_idx), tuple(else_idx)
+
+
+def assign_contents(chosen, indices) -> None:
+    """After the cond: the holder's attribute becomes a PathValue of the contents."""
+    from .path_values import PathValue, MADE
+    for (loc, options), index in zip(chosen, indices):
+        owner, name = loc.holder
+        TOUCHED.append((owner, name, loc.obj))
+        owner.__dict__[name] = PathValue(index, options)
+        MADE[0] += 1
+
+
+def _in_scope(value) -> bool:
+    """A traced value the region being traced can use: from its graph or an enclosing
+    one (Python values always)."""
+    from .symbolic import current_graph
+    node = getattr(value, "_node", None)
+    if node is None:
+        return True
+    graph = current_graph()
+    while graph is not None:
+        if node.graph is graph:
+            return True
+        graph = graph.parent
+    return False
 
 
 def _shallow_differs(obj, copy) -> bool:

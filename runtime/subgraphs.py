@@ -215,7 +215,8 @@ def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec
                         views.share(leaves[-1], outer[i])
             out = run_watched(fn, pytree.tree_unflatten(leaves, spec),
                               _REGION.get(label, "a tensor-dependent region"), carry,
-                              numbers_only=label == "body")
+                              numbers_only=label == "body", names=tuple(
+                                  str(n) for n in (names or ()) if isinstance(n, str)))
     finally:
         restore_rebound(mark, sub)
     return sub, out

@@ -174,7 +174,7 @@ def cm_swallowing(x):
     return x, cm.exits
 
 
-@pytest.mark.parametrize("fn", [cm_in_branch, cm_in_else, cm_in_while, cm_in_for_rows])
+@pytest.mark.parametrize("fn", [cm_in_while, cm_in_for_rows])
 def test_user_context_manager_in_tensor_control_flow_falls_back(fn):
     falls_back_at(fn, BOTH, "# <- effect")
 

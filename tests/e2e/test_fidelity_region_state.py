@@ -16,8 +16,9 @@ import torch
 from transpiler import ConversionError, FallbackWarning, to_graph
 
 from e2e_helpers import _clone, assert_same
-from test_fidelity_effects import (method_of_local_object, nonlocal_in_loop,
-                                   property_with_effect, cm_swallowing)
+from test_fidelity_effects import (cm_in_branch, cm_in_else, cm_swallowing,
+                                   method_of_local_object, nonlocal_in_loop,
+                                   property_with_effect)
 
 POS, NEG = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([-1.0, -2.0, -3.0])
 MIXED = torch.tensor([1.0, -2.0, 3.0, -4.0])
@@ -178,11 +179,79 @@ def label_set_by_helper(x):
     return t, label
 
 
+def log_one_branch(x):
+    cm = LogCM()
+    t = x
+    if x.sum() > 0:
+        with cm:
+            t = t * 2
+    return t, cm
+
+
+def log_both_branches(x):
+    cm = LogCM()
+    t = x
+    if x.sum() > 0:
+        with cm:
+            t = t * 2
+    else:
+        cm.log.append("else")
+        with cm:
+            t = t - 2
+    return t, cm.log, cm.exits
+
+
+def log_alike_on_both_paths(x):
+    cm = LogCM()
+    log = cm.log
+    if x.sum() > 0:
+        with cm:
+            x = x * 2
+    else:
+        with cm:
+            x = x - 2
+    return x, log, log is cm.log
+
+
 @pytest.mark.parametrize("fn", [cm_one_branch, cm_both_branches_returned, cm_nested_ifs,
                                 cm_value_used_after, nonlocal_bumped_in_branches,
-                                label_set_by_helper, cm_swallowing, property_with_effect])
+                                label_set_by_helper, cm_swallowing, property_with_effect,
+                                cm_in_else, log_one_branch, log_both_branches,
+                                log_alike_on_both_paths])
 def test_state_changed_in_a_tensor_branch_is_carried(fn):
     converts(fn)
+
+
+def log_aliased(x):
+    cm = LogCM()
+    log = cm.log                  # another name for the list: it must see the contents
+    if x.sum() > 0:
+        with cm:
+            x = x * 2
+    return x, log
+
+
+def log_read_after(x):
+    cm = LogCM()
+    if x.sum() > 0:
+        with cm:
+            x = x * 2
+    return x, len(cm.log)         # known only when the graph runs
+
+
+def log_nested(x):
+    cm = LogCM()
+    if x[0] > 0:
+        if x[1] > 0:
+            with cm:
+                x = x * 2
+        x = x + 1
+    return x, cm
+
+
+@pytest.mark.parametrize("fn", [log_aliased, log_read_after, log_nested, cm_in_branch])
+def test_a_list_a_branch_changes_falls_back_where_its_contents_are_needed(fn):
+    falls_back(fn)
 
 
 # --------------------------------------------------------------------------- loops
@@ -327,6 +396,35 @@ def label_in_loop(x):
     for r in x:
         t = mark(t) + r
     return t, label
+
+
+def counter_also_a_loop_variable(x):
+    cnt = 0
+
+    def bump():
+        nonlocal cnt
+        cnt += 1
+    for r in x:
+        bump()
+        cnt = cnt + 1             # the converter's loop variable and bump's cell at once
+    return cnt
+
+
+def counter_also_assigned_in_branch(x):
+    cnt = 0
+
+    def bump():
+        nonlocal cnt
+        cnt += 1
+    if x.sum() > 0:
+        bump()
+        cnt = cnt * 10
+    return x, cnt
+
+
+@pytest.mark.parametrize("fn", [counter_also_a_loop_variable, counter_also_assigned_in_branch])
+def test_a_cell_that_is_also_a_state_variable_falls_back(fn):
+    falls_back(fn, match="changes while tracing")
 
 
 def test_global_state_keeps_falling_back():
