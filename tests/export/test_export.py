@@ -202,11 +202,13 @@ def test_print_is_left_out_with_a_warning():
     torch.testing.assert_close(ep.module()(torch.ones(3, 2)), torch.full((3, 2), 2.0))
 
 
-def test_sizes_flowing_into_shape_arguments_make_the_export_static():
-    with pytest.warns(ExportWarning, match="cannot stay dynamic"):
-        ep = to_torch_export(to_graph(_reshapes_by_size), (torch.ones(2, 3),))
-    assert dynamic_dims(ep) == [()]
-    torch.testing.assert_close(ep.module()(torch.ones(2, 3)), torch.ones(6))
+def test_sizes_flowing_into_shape_arguments_stay_dynamic():
+    """A size passed on as a shape argument is a graph value (the executor passes the
+    real size), so the export keeps the dimension dynamic and serves other sizes."""
+    ep = to_torch_export(to_graph(_reshapes_by_size), (torch.ones(2, 3),))
+    for shape in ((2, 3), (5, 3)):
+        x = torch.randn(*shape)
+        torch.testing.assert_close(ep.module()(x), _reshapes_by_size(x))
 
 
 def test_a_size_read_as_a_python_number_makes_the_export_static():
@@ -218,9 +220,10 @@ def test_a_size_read_as_a_python_number_makes_the_export_static():
     torch.testing.assert_close(ep.module()(torch.ones(3, 2)), torch.zeros(4))
 
 
-def test_explicit_dynamic_dims_that_cannot_be_kept_raise():
-    with pytest.raises(Exception, match="test_export.py"):
-        to_torch_export(to_graph(_reshapes_by_size), (torch.ones(2, 3),), dynamic={"x": 0})
+def test_explicit_dynamic_dims_through_shape_arguments_are_kept():
+    ep = to_torch_export(to_graph(_reshapes_by_size), (torch.ones(2, 3),), dynamic={"x": 0})
+    x = torch.randn(7, 3)
+    torch.testing.assert_close(ep.module()(x), _reshapes_by_size(x))
 
 
 def test_not_a_graph_or_converted_function():
