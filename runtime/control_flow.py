@@ -60,8 +60,10 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
     if carried:         # each location's value per path leaves the cond with the results
         locations, contents, then_idx, else_idx = region_state.choose_contents(
             locations, then_carry, else_carry)
-        then_tree = (then_tree, region_state.values_on(then_carry, locations), then_idx)
-        else_tree = (else_tree, region_state.values_on(else_carry, locations), else_idx)
+        then_tree = (then_tree, region_state.values_on(then_carry, locations, then_g),
+                     then_idx)
+        else_tree = (else_tree, region_state.values_on(else_carry, locations, else_g),
+                     else_idx)
     then_tree, else_tree = reconcile(then_tree, else_tree)
     then_tree, else_tree = _grown_lists(then_g, then_tree, else_g, else_tree)
     then_out, then_spec = pytree.tree_flatten(then_tree)

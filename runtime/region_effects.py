@@ -26,7 +26,11 @@ def run_watched(fn: Callable, args: tuple, kind: str, carry: Optional[list] = No
     instead (``region_state``; the state is put back as before), numbers and tensors only
     if ``numbers_only``; ``names``: the region's state variables."""
     watch = Watch(fn, _carried(args))
-    out = fn(*args)
+    try:
+        out = fn(*args)
+    except BaseException:
+        watch.restore()     # (a ``with`` the error passes through sees the state before)
+        raise
     root = watch.changed()
     if root is not None and carry is not None:
         found = region_state.changes(watch, numbers_only, names)

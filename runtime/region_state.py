@@ -147,7 +147,6 @@ def changes(watch, numbers_only: bool, names=()) -> Optional[List[Tuple[Location
     for loc, _ in found.values():
         loc.set(loc.before)
     if watch.changed() is not None:       # a change the locations do not explain
-        print("DBG unexplained", watch.changed().describe(), [l.label for l, _ in found.values()])
         for loc, new in found.values():
             loc.set(new)
         return None
@@ -165,10 +164,17 @@ def merge(*carries) -> List[Location]:
     return out
 
 
-def values_on(carry, locations: List[Location]) -> tuple:
-    """Each location's value after one trace (its value before where it did not change)."""
+def values_on(carry, locations: List[Location], graph) -> tuple:
+    """Each location's value after one trace (its value before where it did not change),
+    checked to be usable in the trace's ``graph``."""
     new = {loc.key: v for loc, v in carry}
-    return tuple(new.get(loc.key, loc.before) for loc in locations)
+    values = tuple(new.get(loc.key, loc.before) for loc in locations)
+    for loc, value in zip(locations, values):
+        if not _in_scope(value, graph):
+            raise GraphError(
+                f"{loc.label} holds a value traced in another region (or one that has "
+                f"finished) when a tensor-dependent region changes it")
+    return values
 
 
 def _list_holder(lst, copy, watch):
@@ -248,14 +254,14 @@ def assign_contents(chosen, indices) -> None:
         MADE[0] += 1
 
 
-def _in_scope(value) -> bool:
-    """A traced value the region being traced can use: from its graph or an enclosing
-    one (Python values always)."""
+def _in_scope(value, graph=None) -> bool:
+    """A traced value the region being traced (``graph``, or the one being built) can
+    use: from its graph or an enclosing one (Python values always)."""
     from .symbolic import current_graph
     node = getattr(value, "_node", None)
     if node is None:
         return True
-    graph = current_graph()
+    graph = graph or current_graph()
     while graph is not None:
         if node.graph is graph:
             return True
