@@ -4,6 +4,7 @@
 The executor's lowering is reused with these differences:
   cond   ``torch.cond(pred, then_fn, else_fn, (operands..., captures...))``
   while  ``while_loop(test_fn, body_fn, (carried...))``, captured values as closures
+         (an initial value the loop also captures, or receives twice, is cloned)
   in-place ops (``add_``, ``x += y``, ``x[i] = v``, ``out=``, ``inplace=True``) become
          their functional forms: the graph already routes later reads to the op's
          result, and export forbids mutating the inputs of branches and loop bodies; a
@@ -260,6 +261,31 @@ def dedupe_cond_operands(graph: Graph) -> None:
             node.attrs["n_operands"] = n_operands - sum(1 for i, _ in dropped if i < n_operands)
 
 
+def unalias_loop_inputs(graph: Graph) -> None:
+    """A value a ``while`` receives twice -- an initial loop value that is also a captured
+    value or another initial value -- is copied for the loop variable: ``while_loop``
+    refuses inputs that alias one another ("cond_fn might be aliasing the input"). The
+    usual case is one constant the optimizer shares between an outer loop's counter and
+    an inner loop's (``k = 0`` ... ``m = 0``), which the inner loop captures from outside
+    (``graph``: a copy, changed in place)."""
+    for node in list(graph.walk()):
+        if node.op != "while":
+            continue
+        n = node.attrs["n_vars"]
+        seen = {id(a) for a in node.args[n:] if isinstance(a, Node)}
+        args = list(node.args)
+        for i, value in enumerate(args[:n]):
+            if not isinstance(value, Node):
+                continue
+            if id(value) in seen:
+                owner = node.graph
+                args[i] = owner.add_node("clone", torch.clone, (value,), {}, value.meta,
+                                         location=node.location,
+                                         index=owner.nodes.index(node))
+            seen.add(id(value))
+        node.args = tuple(args)
+
+
 def check_view_writes(graph: Graph) -> None:
     """Refuse in-place writes through views (see ``ExportLowering.node_code``) anywhere in
     the graph, also where the write's result is never read again."""
@@ -303,6 +329,7 @@ def lower_for_export(graph: Graph, inputs: Sequence[Node], outputs: Any, name: s
     check_view_writes(graph)
     shape_fills(graph)
     dedupe_cond_operands(graph)
+    unalias_loop_inputs(graph)
     unalias(graph)
     pin_loop_shapes(graph)
     dropped = [n for n in graph.walk() if n.op in DROPPED_EFFECTS]
