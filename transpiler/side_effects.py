@@ -34,16 +34,12 @@ def _state_of(obj) -> Any:
     if isinstance(obj, (types.ModuleType, types.FunctionType, type, types.BuiltinFunctionType)):
         return None
     attrs = getattr(obj, "__dict__", None)
-    if isinstance(attrs, dict) and not _is_tensor(obj):
+    if isinstance(attrs, dict) and not is_tensor(obj):   # (a traced tensor too)
         items = tuple((k, id(v)) for k, v in attrs.items() if not k.startswith("_tograph"))
         if hasattr(obj, "_buffers") and isinstance(obj._buffers, dict):
             items += tuple(("buffer:" + k, id(v)) for k, v in obj._buffers.items())
         return ("obj", items)
     return None
-
-
-def _is_tensor(obj) -> bool:
-    return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
 
 
 def _hashable(k) -> bool:
