@@ -1,0 +1,1478 @@
+"""Adversarial fidelity programs written as users and model libraries write them (HF
+transformers ModelOutput / attention masks / caches, torchvision-style modules): each is run
+eager and converted, default and strict mode, two or three calls taking different paths
+through tensor control flow. A program must equal eager (values, dtypes, exact container and
+object types, object attributes, requires_grad, gradients, printed text, argument mutation)
+or fall back loudly (default: FallbackWarning + eager's result; strict: ConversionError)."""
+import collections
+import contextlib
+import copy
+import dataclasses
+import functools
+import heapq
+import io
+import itertools
+import warnings
+from typing import Optional
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from transpiler import ConversionError, FallbackWarning, to_graph
+
+
+# ----------------------------------------------------------------------------- harness
+def same(got, exp, path="out"):
+    """Deep equality that also checks exact types, dict order/defaults and object attributes."""
+    if isinstance(exp, torch.Tensor):
+        assert type(got) is type(exp), f"{path}: {type(got)} != {type(exp)}"
+        assert got.dtype == exp.dtype and got.shape == exp.shape, \
+            f"{path}: {got.dtype}{tuple(got.shape)} != {exp.dtype}{tuple(exp.shape)}"
+        assert got.requires_grad == exp.requires_grad, f"{path}: requires_grad"
+        assert torch.allclose(got.detach(), exp.detach(), rtol=1e-5, atol=1e-5, equal_nan=True), \
+            f"{path}: {got} != {exp}"
+        return
+    if isinstance(exp, (bool, int, float)) and isinstance(got, torch.Tensor):
+        # the project's rule: a 0-d plain tensor may stand for a Python number of its kind
+        kind = bool if got.dtype == torch.bool else \
+            float if got.is_floating_point() else int
+        assert type(got) is torch.Tensor and got.dim() == 0 and kind is type(exp), \
+            f"{path}: {got!r} stands for {exp!r}"
+        got = kind(got)
+    assert type(got) is type(exp), f"{path}: {type(got).__name__} != {type(exp).__name__}"
+    if isinstance(exp, dict):
+        assert list(got) == list(exp), f"{path}: keys {list(got)} != {list(exp)}"
+        if isinstance(exp, collections.defaultdict):
+            assert got.default_factory is exp.default_factory, f"{path}: default_factory"
+        for k in exp:
+            same(got[k], exp[k], f"{path}[{k!r}]")
+    elif isinstance(exp, (list, tuple)):
+        assert len(got) == len(exp), f"{path}: len {len(got)} != {len(exp)}"
+        for i, (a, b) in enumerate(zip(got, exp)):
+            same(a, b, f"{path}[{i}]")
+    elif isinstance(exp, float):
+        assert abs(got - exp) <= 1e-5 + 1e-5 * abs(exp), f"{path}: {got} != {exp}"
+    elif isinstance(exp, (int, str, bool, type(None), torch.dtype, torch.device)):
+        assert got == exp, f"{path}: {got!r} != {exp!r}"
+    elif isinstance(exp, nn.Module):
+        for (k, a), (_, b) in zip(got.state_dict().items(), exp.state_dict().items()):
+            same(a, b, f"{path}.{k}")
+    if hasattr(exp, "__dict__") and not isinstance(exp, (nn.Module, type)) \
+            and not callable(exp):
+        same(vars(got), vars(exp), f"{path}.__dict__")
+
+
+def grads(args):
+    return [a.grad for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+
+
+def tensor_leaves(v):
+    if isinstance(v, torch.Tensor):
+        yield v
+    elif isinstance(v, dict):
+        for x in v.values():
+            yield from tensor_leaves(x)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            yield from tensor_leaves(x)
+    elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+        for f in dataclasses.fields(v):
+            yield from tensor_leaves(getattr(v, f.name))
+
+
+def run(fn, args, grad):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        out = fn(*args)
+    if grad:
+        loss = sum(t.float().sum() for t in tensor_leaves(out) if t.requires_grad)
+        loss.backward()
+    return out, buf.getvalue()
+
+
+def agree(fn, *inputs, grad=False, make=None, state=None):
+    """Each mode: every call equals eager, or the whole program falls back loudly.
+
+    ``make()`` builds (fn, graph_fn-arg) pairs afresh per mode when fn carries state;
+    ``state(fn)`` returns extra state to compare after each call (e.g. a global log)."""
+    outcomes = []
+    for strict in (True, False):
+        fe, fg = make() if make else (fn, fn)
+        g = to_graph(fg, strict=strict)
+        fell = False
+        for args in inputs:
+            ea, ga = copy.deepcopy(args), copy.deepcopy(args)
+            exp, exp_text = run(fe, ea, grad)
+            exp_state = copy.deepcopy(state(fe)) if state else None
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                try:
+                    got, text = run(g, ga, grad)
+                except ConversionError:
+                    assert strict, "ConversionError in default mode"
+                    fell = True
+                    continue
+            if any(issubclass(x.category, FallbackWarning) for x in w):
+                fell = True
+            same(got, exp)
+            assert text == exp_text, f"printed {text!r} != {exp_text!r}"
+            same(ga, ea, "arguments")
+            same(grads(ga), grads(ea), "grads")
+            if state:
+                same(state(fg), exp_state, "state")
+        outcomes.append(fell)
+    return outcomes
+
+
+# ----------------------------------------------------------------------------- inputs
+def T(*v):
+    return torch.tensor(v, dtype=torch.float32)
+
+
+POS, NEG = T(1.0, 2.0, 3.0), T(-1.0, -2.0, 0.5)
+X3 = [(POS,), (NEG,), (T(0.2, 0.1, 0.05),)]
+
+
+# ============================================================ 1. objects returned or kept
+@dataclasses.dataclass
+class Stats:
+    total: torch.Tensor
+    count: int = 0
+    tag: str = "none"
+
+
+def obj_dataclass_mutated_in_branch(x):
+    s = Stats(total=x.sum())
+    if x.sum() > 0:
+        s.total = s.total * 2
+        s.tag = "pos"
+    else:
+        s.tag = "neg"
+    s.count += 1
+    return s
+
+
+def obj_dataclass_while(x):
+    s = Stats(total=torch.zeros(()))
+    while s.total < 5:
+        s.total = s.total + x.abs().sum()
+        s.count = s.count + 1
+    return s
+
+
+class ModelOutput(collections.OrderedDict):
+    """The shape of transformers.utils.ModelOutput: a dataclass that is also an OrderedDict
+    holding its non-None fields."""
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v is not None:
+                self[f.name] = v
+
+    def __setattr__(self, name, value):
+        if name in self.keys() and value is not None:
+            super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+    def to_tuple(self):
+        return tuple(self[k] for k in self.keys())
+
+
+@dataclasses.dataclass
+class CausalLMOutput(ModelOutput):
+    loss: Optional[torch.Tensor] = None
+    logits: torch.Tensor = None
+    hidden_states: Optional[tuple] = None
+
+
+def obj_model_output(x):
+    logits = x * 3
+    if logits.max() > 2:
+        logits = logits - logits.max()
+    loss = (logits ** 2).mean()
+    return CausalLMOutput(loss=loss, logits=logits)
+
+
+def obj_model_output_to_tuple(x):
+    h = x
+    states = ()
+    for _ in range(2):
+        if h.sum() > 0:
+            h = h * 0.5
+        else:
+            h = h + 1
+        states = states + (h,)
+    out = CausalLMOutput(logits=h, hidden_states=states)
+    return out.to_tuple(), out["logits"], out.logits
+
+
+def obj_defaultdict_while(x):
+    d = collections.defaultdict(list)
+    i = 0
+    while x.sum() > 0.5 and i < 4:
+        d["steps"].append(x)
+        x = x * 0.5
+        i += 1
+    d["final"].append(x)
+    return d
+
+
+Pair = collections.namedtuple("Pair", ["value", "scale"])
+
+
+def obj_namedtuple_branch(x):
+    if x.mean() > 0:
+        p = Pair(x * 2, 2.0)
+    else:
+        p = Pair(-x, 1.0)
+    return p, p._replace(scale=p.scale + 1)
+
+
+class AttrDict(dict):
+    pass
+
+
+def obj_dict_subclass(x):
+    d = AttrDict(a=x)
+    if x.sum() > 0:
+        d["b"] = x + 1
+    else:
+        d["b"] = x - 1
+    d.note = "kept"
+    return d
+
+
+def obj_ordered_dict_move(x):
+    d = collections.OrderedDict(a=x, b=x * 2)
+    if x.sum() > 0:
+        d.move_to_end("a")
+    return d
+
+
+class KVCache:
+    """The shape of transformers' DynamicCache: per-layer lists of key/value tensors."""
+
+    def __init__(self):
+        self.key_cache = []
+        self.value_cache = []
+        self.seen_tokens = 0
+
+    def update(self, k, v, layer):
+        if layer == 0:
+            self.seen_tokens += k.shape[-2]
+        if len(self.key_cache) <= layer:
+            self.key_cache.append(k)
+            self.value_cache.append(v)
+        else:
+            self.key_cache[layer] = torch.cat([self.key_cache[layer], k], dim=-2)
+            self.value_cache[layer] = torch.cat([self.value_cache[layer], v], dim=-2)
+        return self.key_cache[layer], self.value_cache[layer]
+
+    def get_seq_length(self, layer=0):
+        return 0 if len(self.key_cache) <= layer else self.key_cache[layer].shape[-2]
+
+
+def obj_cache_returned(x):
+    cache = KVCache()
+    for layer in range(2):
+        k, v = cache.update(x, x * 2, layer)
+        if k.sum() > 0:
+            x = x + v.mean()
+        else:
+            x = x - 1
+    k, v = cache.update(x, x, 0)
+    return cache, cache.get_seq_length(), x
+
+
+def obj_cache_argument(x, cache):
+    k, v = cache.update(x, -x, 0)
+    if k.sum() > 0:
+        out = k.sum(-2)
+    else:
+        out = v.sum(-2)
+    return out, cache.get_seq_length()
+
+
+class Box:
+    def __init__(self, v):
+        self.v = v
+        self.hits = 0
+
+
+def obj_argument_attr_mutated(x, box):
+    if x.sum() > 0:
+        box.v = box.v + x
+        box.hits += 1
+    return box.v * 2
+
+
+# ============================================================ 2. introspection
+def intro_type_is(x):
+    if type(x) is torch.Tensor and x.__class__.__name__ == "Tensor":
+        y = x * 2
+    else:
+        y = x
+    if y.sum() > 0:
+        y = y + 1
+    return y, type(y).__name__, isinstance(y, torch.Tensor), isinstance(y, nn.Parameter)
+
+
+def intro_type_string(x):
+    kind = x.type()
+    if kind == "torch.FloatTensor" and x.sum() > 0:
+        y = x.double()
+    else:
+        y = x.half().float()
+    return y, kind, y.type()
+
+
+def intro_new(x):
+    z = x.new_zeros(x.shape)
+    o = x.new_ones(2, dtype=torch.int64)
+    t = x.new_tensor([1.5, 2.5])
+    e = x.new(3).fill_(7)
+    if x.sum() > 0:
+        z = z + x
+    return z, o, t, e, e.dtype
+
+
+def intro_device_dim_element(x):
+    out = x
+    if x.device.type == "cpu" and x.dim() == 1 and x.element_size() == 4:
+        out = out * 10
+    if x.is_floating_point() and torch.is_floating_point(x) and not x.is_cuda:
+        while out.sum() > 1:
+            out = out / 2
+    return out, x.dim(), x.ndim, x.element_size(), str(x.device), x.numel()
+
+
+def intro_dtype_dispatch(x):
+    # transformers-style: min of the dtype as mask fill value
+    mask = x > 0
+    fill = torch.finfo(x.dtype).min
+    scores = x.masked_fill(~mask, fill)
+    if x.dtype == torch.float16:
+        scores = scores.float()
+    elif x.dtype in (torch.float32, torch.float64):
+        if scores.max() > 2:
+            scores = scores - scores.max()
+    return torch.softmax(scores, -1), fill
+
+
+def intro_param_isinstance():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(3))
+
+        def forward(self, x):
+            if isinstance(self.w, nn.Parameter) and type(self.w) is nn.Parameter:
+                y = x * self.w
+            else:
+                y = x
+            if y.sum() > 0:
+                y = y * 2
+            return y, self.w.requires_grad
+    torch.manual_seed(0)
+    net = Net()
+    return net, copy.deepcopy(net)
+
+
+# ============================================================ 3. views and in-place
+def view_unbind_base_write(x):
+    y = x.clone().reshape(3, 1).expand(3, 2).contiguous()
+    rows = list(y.unbind(0))
+    if y.sum() > 0:
+        y.add_(1)
+    else:
+        y.mul_(-1)
+    return torch.stack(rows), y
+
+
+def view_chunk_inplace_loop(x):
+    y = x.clone().repeat(2)
+    a, b = y.chunk(2)
+    while y.sum() < 20:
+        a.mul_(2)
+        b.add_(1)
+    return y, a, b
+
+
+def view_row_while_base_grows(x):
+    y = torch.stack([x, x + 1])
+    v = y[0]
+    while v.sum() < 10:
+        y.mul_(2)
+    return v, y
+
+
+def view_split_branch(x):
+    y = x.clone()
+    parts = y.split([1, 2])
+    if parts[1].sum() > 0:
+        parts[0].fill_(5)
+    else:
+        y.zero_()
+    return parts, y
+
+
+def view_argument_inplace(x):
+    flat = x.view(-1)
+    if x.sum() > 0:
+        flat[0] = 100.0
+    else:
+        flat.neg_()
+    return x.sum()
+
+
+def view_transpose_list(x):
+    m = x.clone().reshape(1, 3).repeat(2, 1)
+    ts = [m.t(), m[:, 1:]]
+    for i in range(2):
+        if m.sum() > 0:
+            m[i].sub_(1)
+    return ts, m
+
+
+# ============================================================ 4. indirect side effects
+class Counter:
+    def __init__(self):
+        self.enters = 0
+        self.log = []
+
+    def __enter__(self):
+        self.enters += 1
+        self.log.append("enter")
+        return self
+
+    def __exit__(self, *exc):
+        self.log.append("exit")
+        return False
+
+
+def eff_context_manager_in_branch(x, ctr):
+    if x.sum() > 0:
+        with ctr:
+            x = x * 2
+    return x
+
+
+def eff_nonlocal_counter(x):
+    calls = 0
+
+    def step(v):
+        nonlocal calls
+        calls += 1
+        return v * 0.5
+
+    while x.sum() > 1:
+        x = step(x)
+    return x, calls
+
+
+class Lazy:
+    def __init__(self, t):
+        self._t = t
+        self.reads = 0
+
+    @property
+    def value(self):
+        self.reads += 1
+        return self._t
+
+
+def eff_property_in_branch(x):
+    lz = Lazy(x)
+    if x.sum() > 0:
+        y = lz.value * 2
+    else:
+        y = x
+    return y, lz.reads
+
+
+class Stepper:
+    def __init__(self):
+        self.steps = 0
+
+    def step(self, v):
+        self.steps += 1
+        return v - 1
+
+
+def eff_local_method_loop(x):
+    s = Stepper()
+    while x.max() > 0:
+        x = s.step(x)
+    return x, s.steps
+
+
+EVENTS = []
+
+
+def _record(tag):
+    EVENTS.append(tag)
+
+
+def eff_global_list_helper(x):
+    if x.sum() > 0:
+        _record("pos")
+        x = x + 1
+    else:
+        _record("neg")
+    return x
+
+
+# ============================================================ 5. guards
+@dataclasses.dataclass
+class Sub:
+    scale: float = 1.0
+
+
+@dataclasses.dataclass
+class Cfg:
+    scale: float = 1.0
+    use_bias: bool = True
+    sub: Sub = dataclasses.field(default_factory=Sub)
+
+
+def guard_fn(x, cfg):
+    y = x * cfg.scale
+    if y.sum() > 0:
+        y = y * cfg.sub.scale
+    if cfg.use_bias:
+        y = y + 1
+    return y
+
+
+def guard_dict_fn(x, cfg):
+    if cfg["mode"] == "double":
+        x = x * 2
+    if x.sum() > cfg["threshold"]:
+        x = x - cfg["threshold"]
+    return x
+
+
+def guard_list_fn(x, cfgs):
+    for c in cfgs:
+        if x.sum() > 0:
+            x = x * c.scale
+    return x
+
+
+class Temp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.temperature = 1.0
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        x = x / self.temperature
+        if x.sum() > 0:
+            x = self.drop(x)
+        return x
+
+
+SCALE = 2.0
+
+
+def guard_global(x):
+    if x.sum() > 0:
+        return x * SCALE
+    return x
+
+
+# ============================================================ 6. crash candidates
+class MHABlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(4, 2, batch_first=True)
+
+    def forward(self, x):
+        out, w = self.attn(x, x, x)
+        if out.sum() > 0:
+            out = out + x
+        return out, w
+
+
+class EncBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(4, 2, dim_feedforward=8, dropout=0.0,
+                                                batch_first=True)
+
+    def forward(self, x):
+        y = self.layer(x)
+        if y.mean() > 0:
+            y = y * 2
+        return y
+
+
+def crash_view_growing(x):
+    h = x.reshape(1, -1)
+    while h.sum() < 30:
+        h = torch.cat([h, h + 1], dim=0)
+    flat = h.view(-1, h.size(-1))
+    return flat, flat.shape[0]
+
+
+class Node_:
+    pass
+
+
+def crash_nested_attr(x):
+    st = Node_()
+    st.inner = Node_()
+    st.inner.val = x
+    if x.sum() > 0:
+        st.inner.val = x * 3
+        st.inner.flag = True
+    else:
+        st.inner.flag = False
+    return st.inner.val, st.inner.flag
+
+
+def crash_recursion(x):
+    if x.sum() > 1:
+        return crash_recursion(x / 2)
+    return x
+
+
+# ============================================================ 7. control-flow corners
+def try_finally_loop(x):
+    log = []
+    while x.sum() > 1:
+        try:
+            x = x / 2
+        finally:
+            log.append("f")
+    return x, len(log)
+
+
+def try_except_tensor_raise(x):
+    try:
+        if x.sum() < 0:
+            raise ValueError("negative")
+        y = x * 2
+    except ValueError:
+        y = x.abs()
+    return y
+
+
+def hf_attention_mask(input_ids, attention_mask=None):
+    # transformers: _prepare_4d_attention_mask style
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    bsz, tgt = input_ids.shape
+    expanded = attention_mask[:, None, None, :].expand(bsz, 1, tgt, tgt).float()
+    inverted = 1.0 - expanded
+    mask = inverted.masked_fill(inverted.bool(), torch.finfo(torch.float32).min)
+    if (attention_mask == 0).any():
+        return mask
+    return None
+
+
+def early_return_rebind(x, scale=None):
+    if x.sum() < 0:
+        return -x
+    if scale is None:
+        scale = 2.0
+    x = x * scale
+    if x.sum() > 10:
+        x = x / 10
+    return x
+
+
+def print_formats_loop(x):
+    i = 0
+    while x.sum() > 1:
+        x = x / 2
+        print(f"step {i}: sum={x.sum():.3f} max={x.max().item():.2f}")
+        print("fmt {}".format(x.mean()))
+        print("pct %.2f" % x.sum())
+        i += 1
+    return x
+
+
+def closure_rebound(x):
+    factor = 2.0
+    if x.sum() > 0:
+        factor = x.mean()
+
+    def apply(v):
+        return v * factor
+
+    return apply(x)
+
+
+def numpy_on_tensor(x):
+    if x.sum() > 0:
+        y = torch.from_numpy(np.exp(x.numpy()))
+    else:
+        y = x
+    return y, float(np.sum(x.numpy()))
+
+
+def _scaled(x, scale):
+    if x.sum() > 0:
+        return x * scale
+    return x
+
+
+class CallableObj:
+    def __init__(self, s):
+        self.s = s
+
+    def __call__(self, x):
+        while x.sum() < 10:
+            x = x * self.s
+        return x
+
+
+# ============================================================ tests
+OBJECT_CASES = [
+    (obj_dataclass_mutated_in_branch, X3),
+    (obj_dataclass_while, X3),
+    (obj_model_output, X3),
+    (obj_model_output_to_tuple, X3),
+    (obj_defaultdict_while, X3),
+    (obj_namedtuple_branch, X3),
+    (obj_dict_subclass, X3),
+    (obj_ordered_dict_move, X3),
+    (obj_cache_returned, [(POS.reshape(1, 3, 1),), (NEG.reshape(1, 3, 1),)]),
+    (obj_argument_attr_mutated, [(POS, Box(POS)), (NEG, Box(POS))]),
+]
+INTRO_CASES = [
+    (intro_type_is, X3),
+    (intro_type_string, X3),
+    (intro_new, X3),
+    (intro_device_dim_element, X3),
+    (intro_dtype_dispatch, X3 + [(POS.double(),), (NEG.half(),)]),
+]
+VIEW_CASES = [
+    (view_unbind_base_write, X3),
+    (view_chunk_inplace_loop, X3),
+    (view_row_while_base_grows, X3),
+    (view_split_branch, X3),
+    (view_argument_inplace, X3),
+    (view_transpose_list, X3),
+]
+EFFECT_CASES = [
+    (eff_nonlocal_counter, [(POS,), (T(0.1, 0.1, 0.1),), (POS * 10,)]),
+    (eff_property_in_branch, X3),
+    (eff_local_method_loop, X3),
+]
+CRASH_CASES = [
+    (crash_view_growing, X3),
+    (crash_nested_attr, X3),
+    (crash_recursion, [(POS,), (T(0.1, 0.1, 0.1),)]),
+]
+CORNER_CASES = [
+    (try_finally_loop, X3),
+    (try_except_tensor_raise, X3),
+    (hf_attention_mask, [(torch.ones(2, 3, dtype=torch.long),),
+                         (torch.ones(2, 3, dtype=torch.long), torch.tensor([[1, 1, 0], [1, 1, 1]])),
+                         (torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.long))]),
+    (early_return_rebind, [(POS,), (NEG,), (POS, 0.5), (POS * 3,)]),
+    (print_formats_loop, [(POS,), (T(0.1, 0.2, 0.3),)]),
+    (closure_rebound, X3),
+    (numpy_on_tensor, X3),
+]
+
+
+# ============================================================ more programs (mixed classes)
+def alias_return_arg(x):
+    if x.sum() > 0:
+        x = x * 2
+    return x
+
+
+def dtype_differs(x):
+    if x.sum() > 0:
+        y = x.int()
+    else:
+        y = x.double()
+    return y
+
+
+def shape_differs(x):
+    if x.sum() > 0:
+        y = x[:2]
+    else:
+        y = x
+    return y, y.shape[0]
+
+
+def string_branch(x):
+    name = "pos" if x.sum() > 0 else "neg"
+    return name
+
+
+def defaultdict_read_creates(x):
+    d = collections.defaultdict(int)
+    if x.sum() > 0:
+        d["a"] += 1
+    else:
+        _ = d["b"]
+    return d
+
+
+def setdefault_branch(x):
+    d = {}
+    if x.sum() > 0:
+        d.setdefault("k", []).append(x)
+    return d
+
+
+def list_pop_branch(x):
+    lst = [x, x * 2, x * 3]
+    if x.sum() > 0:
+        lst.pop()
+    return lst
+
+
+def item_accumulate(x):
+    total = 0.0
+    while x.sum() > 1:
+        total += x.sum().item()
+        x = x / 2
+    return x, total
+
+
+def tolist_branch(x):
+    if x.sum() > 0:
+        return x.tolist()
+    return [0.0]
+
+
+def list_len_branch(x):
+    lst = []
+    for i in range(3):
+        if x[i] > 0:
+            lst.append(x[i])
+    return len(lst), lst
+
+
+def counter_then_python_if(x):
+    n = 0
+    while x.sum() > 1:
+        x = x / 2
+        n += 1
+    if n > 2:
+        x = x + 100
+    return x, n
+
+
+def range_of_count(x):
+    n = 0
+    while x.sum() > 0.5:
+        x = x / 2
+        n += 1
+    out = []
+    for i in range(n):
+        out.append(i)
+    return out
+
+
+def list_arg_append(x, acc):
+    if x.sum() > 0:
+        acc.append(x)
+    acc.append(len(acc))
+    return x
+
+
+def dict_arg_while(x, st):
+    while x.sum() > 0.5:
+        x = x / 2
+        st["n"] = st["n"] + 1
+        st["last"] = x
+    return x
+
+
+def lambdas_loopvar(x):
+    fs = [lambda v, i=i: v * i for i in range(3)]
+    for f in fs:
+        if x.sum() > 0:
+            x = f(x) + 1
+    return x
+
+
+def args_kwargs(x, *rest, scale=2.0, **kw):
+    if x.sum() > 0:
+        x = x * scale
+    return x, rest, kw
+
+
+def hf_hidden_states(x, output_hidden_states):
+    all_h = () if output_hidden_states else None
+    h = x
+    for i in range(3):
+        if output_hidden_states:
+            all_h = all_h + (h,)
+        if h.sum() > 0:
+            h = h * 0.5
+        else:
+            h = h + 1.0
+    return tuple(v for v in [h, all_h] if v is not None)
+
+
+def ternary_none(x):
+    loss = x.sum() if x.sum() > 0 else None
+    return loss
+
+
+def int_float_mix(x):
+    s = 0
+    if x.sum() > 0:
+        s = 1.5
+    return s
+
+
+def bool_from_compare(x):
+    flag = False
+    if x.sum() > 0:
+        flag = True
+    return flag, x
+
+
+def slots_obj(x):
+    class S:
+        __slots__ = ("a", "b")
+    s = S(); s.a = x
+    if x.sum() > 0:
+        s.b = 1
+    else:
+        s.b = 2
+    return s.a, s.b
+
+
+def frozen_dc(x):
+    @dataclasses.dataclass(frozen=True)
+    class F:
+        v: torch.Tensor
+        k: int = 0
+    f = F(x)
+    if x.sum() > 0:
+        f = dataclasses.replace(f, k=1, v=x * 2)
+    return f.v, f.k
+
+
+def inplace_arg_loop(x):
+    while x.sum() < 10:
+        x.add_(1)
+    return x
+
+
+def inplace_arg_branch_not_taken(x):
+    y = x
+    if x.sum() > 0:
+        y = x.clone()
+    y.mul_(2)
+    return y
+
+
+def return_same_twice(x):
+    if x.sum() > 0:
+        y = x + 1
+    else:
+        y = x - 1
+    return y, y
+
+
+def dtype_between_calls(x):
+    if x.sum() > 0:
+        x = x * 2
+    return x, x.dtype
+
+
+def shape_between_calls(x):
+    if x.sum() > 2:
+        x = x.flatten()[:2]
+    return x, x.shape
+
+
+def x_shape_type(x):
+    s = x.shape
+    if x.sum() > 0:
+        x = torch.cat([x, x])
+    return type(s) is torch.Size, x.shape, type(x.shape).__name__, x.size(0)
+
+
+def contiguity(x):
+    m = torch.stack([x, x])
+    if x.sum() > 0:
+        y = m.t()
+    else:
+        y = m
+    return y.is_contiguous(), y.stride(), y
+
+
+def iterator_consume(x):
+    it = iter([1, 2, 3])
+    if x.sum() > 0:
+        next(it)
+    return x * next(it)
+
+
+def deque_append(x):
+    d = collections.deque(maxlen=2)
+    for i in range(3):
+        if x[i] > 0:
+            d.append(x[i])
+    return list(d)
+
+
+def heap_push(x):
+    h = []
+    if x.sum() > 0:
+        heapq.heappush(h, 3)
+    heapq.heappush(h, 1)
+    return h
+
+
+def setattr_builtin(x):
+    class O: pass
+    o = O()
+    o.v = 0
+    if x.sum() > 0:
+        setattr(o, "v", 1)
+    return o.v
+
+
+def dict_vars_update(x):
+    class O: pass
+    o = O()
+    if x.sum() > 0:
+        vars(o).update(v=1)
+    else:
+        o.__dict__["v"] = 2
+    return o.v
+
+
+def list_sort_branch(x):
+    lst = [3, 1, 2]
+    if x.sum() > 0:
+        lst.sort()
+    return lst
+
+
+def list_extend_reverse(x):
+    lst = [1]
+    if x.sum() > 0:
+        lst.extend([2, 3])
+    else:
+        lst.reverse()
+        lst.insert(0, 9)
+    return lst
+
+
+def dict_pop_branch(x):
+    d = {"a": 1, "b": 2}
+    if x.sum() > 0:
+        d.pop("a")
+    return d
+
+
+def dict_update_branch(x):
+    d = {"a": x}
+    if x.sum() > 0:
+        d.update(b=x * 2)
+    return d
+
+
+def del_attr_branch(x):
+    class O: pass
+    o = O(); o.a = 1; o.b = 2
+    if x.sum() > 0:
+        del o.a
+    return sorted(vars(o))
+
+
+def del_list_item(x):
+    lst = [1, 2, 3]
+    if x.sum() > 0:
+        del lst[0]
+    return lst
+
+
+def augassign_list_item(x):
+    lst = [x, x]
+    if x.sum() > 0:
+        lst[0] += 1
+    return lst
+
+
+def inplace_through_list_alias(x):
+    y = x.clone()
+    lst = [y]
+    if y.sum() > 0:
+        lst[0] += 1
+    return y, lst
+
+
+def gen_next(x):
+    gen = (i for i in range(5))
+    if x.sum() > 0:
+        next(gen)
+    return x * next(gen)
+
+
+def count_next(x):
+    c = itertools.count()
+    while x.sum() > 1:
+        x = x / 2
+        next(c)
+    return x, next(c)
+
+
+def set_add(x):
+    s = set()
+    if x.sum() > 0:
+        s.add("p")
+    else:
+        s.add("n")
+    return sorted(s)
+
+
+def stringio_write(x):
+    buf = io.StringIO()
+    if x.sum() > 0:
+        buf.write("pos")
+    else:
+        buf.write("neg")
+    return buf.getvalue()
+
+
+def numpy_array_mut(x):
+    import numpy as np
+    a = np.zeros(2)
+    if x.sum() > 0:
+        a[0] += 1
+    return x, float(a[0])
+
+
+MORE_CASES = [
+    (alias_return_arg, [*X3]),
+    (dtype_differs, [*X3]),
+    (shape_differs, [*X3]),
+    (string_branch, [*X3]),
+    (defaultdict_read_creates, [*X3]),
+    (setdefault_branch, [*X3]),
+    (list_pop_branch, [*X3]),
+    (item_accumulate, [*X3]),
+    (tolist_branch, [*X3]),
+    (list_len_branch, [*X3]),
+    (counter_then_python_if, [*X3]),
+    (range_of_count, [*X3]),
+    (list_arg_append, [(POS, []), (NEG, [])]),
+    (dict_arg_while, [(POS, {"n": 0}), (NEG, {"n": 0})]),
+    (lambdas_loopvar, [*X3]),
+    (args_kwargs, [*X3]),
+    (hf_hidden_states, [(POS, True), (NEG, False), (POS, False)]),
+    (ternary_none, [*X3]),
+    (int_float_mix, [*X3]),
+    (bool_from_compare, [*X3]),
+    (slots_obj, [*X3]),
+    (frozen_dc, [*X3]),
+    (inplace_arg_loop, [*X3]),
+    (inplace_arg_branch_not_taken, [*X3]),
+    (return_same_twice, [*X3]),
+    (dtype_between_calls, [(torch.tensor([1, 2, 3]),), (POS,), (torch.tensor([-5, 1, 1]),)]),
+    (shape_between_calls, [(POS,), (torch.arange(5.0),), (torch.ones(2, 2),)]),
+    (x_shape_type, [*X3]),
+    (contiguity, [*X3]),
+    (iterator_consume, [*X3]),
+    (deque_append, [*X3]),
+    (heap_push, [*X3]),
+    (setattr_builtin, [*X3]),
+    (dict_vars_update, [*X3]),
+    (list_sort_branch, [*X3]),
+    (list_extend_reverse, [*X3]),
+    (dict_pop_branch, [*X3]),
+    (dict_update_branch, [*X3]),
+    (del_attr_branch, [*X3]),
+    (del_list_item, [*X3]),
+    (augassign_list_item, [*X3]),
+    (inplace_through_list_alias, [*X3]),
+    (gen_next, [*X3]),
+    (count_next, [*X3]),
+    (set_add, [*X3]),
+    (stringio_write, [*X3]),
+    (numpy_array_mut, [*X3]),
+]
+
+ALL = MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
+_UNSEEN = ("a tensor `if` traces both branches (a tensor loop its body once) and the effect "
+           "watch (runtime/python_state.fingerprint) does not see this object's change, so the "
+           "untaken branch's Python effect happens silently in both modes")
+XFAIL = {
+    "contiguity": "BUG: stride()/is_contiguous() of a tensor merged by a tensor `if` are read "
+                  "from the traced value (always contiguous) - eager's transposed branch gives "
+                  "is_contiguous() False and stride (1, 3), the graph True and (2, 1); stride "
+                  "(2, 1) is even reported for the (2, 3) result; silently wrong, both modes",
+    "iterator_consume": "BUG: next(list_iterator) in an untaken tensor branch: " + _UNSEEN,
+    "gen_next": "BUG: next(generator) in an untaken tensor branch: " + _UNSEEN,
+    "count_next": "BUG: next(itertools.count()) in a tensor while body runs once per trace, "
+                  "not per iteration: " + _UNSEEN,
+    "set_add": "BUG: set.add on a local set in both branches of a tensor `if` - the graph "
+               "returns both elements ['n', 'p']; silently wrong, both modes",
+    "stringio_write": "BUG: io.StringIO.write in both branches of a tensor `if` - the graph "
+                      "returns 'posneg': " + _UNSEEN,
+    "numpy_array_mut": "BUG: a[0] += 1 on a numpy array in an untaken tensor branch: " + _UNSEEN,
+}
+
+
+def _param(fn, inputs):
+    marks = [pytest.mark.xfail(strict=True, reason=XFAIL[fn.__name__])] \
+        if fn.__name__ in XFAIL else []
+    return pytest.param(fn, inputs, id=fn.__name__, marks=marks)
+
+
+@pytest.mark.parametrize("fn,inputs", [_param(f, i) for f, i in ALL])
+def test_program_agrees_with_eager(fn, inputs):
+    agree(fn, *inputs)
+
+
+GRAD_CASES = [obj_dataclass_mutated_in_branch, obj_model_output, obj_namedtuple_branch,
+              view_transpose_list, closure_rebound, early_return_rebind, intro_dtype_dispatch]
+
+
+@pytest.mark.parametrize("fn,inputs", [_param(f, None) for f in GRAD_CASES])
+def test_gradients_agree(fn, inputs):
+    agree(fn, (POS.clone().requires_grad_(),), (NEG.clone().requires_grad_(),), grad=True)
+
+
+# ---------------------------------------------------------------- state-carrying programs
+def test_cache_argument_mutated():
+    agree(obj_cache_argument, (POS.reshape(1, 3, 1), KVCache()),
+          (NEG.reshape(1, 3, 1), KVCache()))
+
+
+def test_context_manager_counter_in_branch():
+    agree(eff_context_manager_in_branch, (POS, Counter()), (NEG, Counter()), (POS, Counter()))
+
+
+def test_global_list_helper():
+    def make():
+        EVENTS.clear()
+        return eff_global_list_helper, eff_global_list_helper
+    for strict in (True, False):
+        EVENTS.clear()
+        g = to_graph(eff_global_list_helper, strict=strict)
+        exp_events = []
+        for x in (POS, NEG, POS):
+            exp = x + 1 if x.sum() > 0 else x
+            exp_events.append("pos" if x.sum() > 0 else "neg")
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FallbackWarning)
+                    got = g(x)
+            except ConversionError:
+                assert strict
+                EVENTS[:] = exp_events
+                continue
+            same(got, exp)
+            assert EVENTS == exp_events
+
+
+def _same_object_calls(fn, x_list, mutate_list, obj):
+    """Call eager and converted on the SAME config object, mutating it between calls."""
+    for strict in (True, False):
+        g = to_graph(fn, strict=strict)
+        for x, mutate in zip(x_list, mutate_list):
+            mutate(obj)
+            exp = fn(x.clone(), obj)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FallbackWarning)
+                    got = g(x.clone(), obj)
+            except ConversionError:
+                assert strict
+                continue
+            same(got, exp)
+
+
+def _set(**kw):
+    def mutate(o):
+        for k, v in kw.items():
+            tgt = o
+            *path, last = k.split("__")
+            for p in path:
+                tgt = getattr(tgt, p) if not isinstance(tgt, (dict, list)) else tgt[int(p) if isinstance(tgt, list) else p]
+            if isinstance(tgt, dict):
+                tgt[last] = v
+            else:
+                setattr(tgt, last, v)
+    return mutate
+
+
+def test_guard_attribute_and_nested_attribute_changed():
+    _same_object_calls(guard_fn, [POS, POS, NEG, POS],
+                       [_set(), _set(scale=3.0), _set(sub__scale=-2.0), _set(use_bias=False)],
+                       Cfg())
+
+
+def test_guard_dict_config_changed():
+    _same_object_calls(guard_dict_fn, [POS, POS, POS],
+                       [_set(), _set(mode="double"), _set(threshold=100.0)],
+                       {"mode": "single", "threshold": 1.0})
+
+
+def test_guard_list_of_configs_changed():
+    cfgs = [Sub(2.0), Sub(3.0)]
+
+    def bump(o):
+        o[1].scale = 0.5
+
+    def extend(o):
+        o.append(Sub(10.0))
+    _same_object_calls(guard_list_fn, [POS, POS, POS], [_set(), bump, extend], cfgs)
+
+
+def test_guard_module_attribute_and_training_flag():
+    torch.manual_seed(0)
+    m = Temp().eval()
+    for strict in (True, False):
+        g = to_graph(m, strict=strict)
+        for x, setup in [(POS, lambda: None), (POS, lambda: setattr(m, "temperature", 4.0)),
+                         (NEG, lambda: None), (POS, lambda: setattr(m, "temperature", -1.0))]:
+            setup()
+            exp = m(x)
+            got = g(x)
+            same(got, exp)
+        m.temperature = 1.0
+    # training mode: dropout active in the branch -> compare the mask-free invariants
+    m.train()
+    g = to_graph(m)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        out = g(POS)
+    assert ((out == 0) | (out == POS * 2)).all()
+    m.eval()
+    same(g(POS), m(POS))
+
+
+def test_guard_global_changed():
+    global SCALE
+    for strict in (True, False):
+        g = to_graph(guard_global, strict=strict)
+        try:
+            for s in (2.0, 5.0):
+                SCALE = s
+                same(g(POS), guard_global(POS))
+        finally:
+            SCALE = 2.0
+
+
+def test_module_mha_and_encoder_layer():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4)
+    for cls in (MHABlock, EncBlock):
+        torch.manual_seed(0)
+        m = cls().eval()
+        agree(None, (x,), (-x,), make=lambda m=m: (m, m))
+
+
+def test_to_graph_on_partial_callable_builtin_none():
+    agree(None, (POS,), (NEG,), make=lambda: (functools.partial(_scaled, scale=3.0),) * 2)
+    agree(None, (POS,), (T(0.1, 0.1, 0.1),), make=lambda: (CallableObj(2.0),) * 2)
+    agree(None, (POS,), (NEG,), make=lambda: (torch.relu,) * 2)
+    with pytest.raises(TypeError):
+        to_graph(None)
+
+
+def test_wrong_argument_count_raises_like_eager():
+    for strict in (True, False):
+        g = to_graph(_scaled, strict=strict)
+        with pytest.raises(TypeError):
+            g(POS)
+        with pytest.raises(TypeError):
+            g(POS, 1.0, 2.0)
+        with pytest.raises(TypeError):
+            g(POS, scale=1.0, bogus=2)
+        same(g(POS, 2.0), _scaled(POS, 2.0))
+
+
+def _seeded_inside(x):
+    torch.manual_seed(0)
+    if x.sum() > 0:
+        x = x + torch.randn(3)
+    return x + torch.randn(3)
+
+
+def _seedless(x):
+    if x.sum() > 0:
+        x = x + torch.randn(3)
+    return x, torch.randn(2)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: the first call of a converted function (its "
+                   "trace) draws from torch's default generator besides the graph's own draws: "
+                   "after torch.manual_seed(1), g(x) for `x + torch.randn(3)` (no control flow "
+                   "at all) differs from eager on the first call, agrees on later calls and on a "
+                   "retrace for a new dtype; silently wrong, strict and default mode")
+def test_random_first_call_after_seed():
+    for strict in (True, False):
+        def h(x):
+            return x + torch.randn(3)
+        g = to_graph(h, strict=strict)
+        torch.manual_seed(1)
+        exp = h(POS)
+        torch.manual_seed(1)
+        same(g(POS), exp)
+
+
+def test_random_ops_consume_the_generator_like_eager():
+    for strict in (True, False):
+        g = to_graph(_seedless, strict=strict)
+        g(POS)                      # (the first call's extra draw: test_random_first_call_...)
+        for x in (POS, NEG, POS):
+            torch.manual_seed(1)
+            exp = _seedless(x)
+            torch.manual_seed(1)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FallbackWarning)
+                same(g(x), exp)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: torch.manual_seed inside a converted function runs "
+                   "only while tracing; the second call's graph draws from the unreset "
+                   "generator and returns different random numbers than eager (silently, "
+                   "both modes)")
+def test_manual_seed_inside_converted_function():
+    for strict in (True, False):
+        g = to_graph(_seeded_inside, strict=strict)
+        for x in (POS, NEG, POS):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FallbackWarning)
+                same(g(x), _seeded_inside(x))
+
+
+def _raise_on_negative(x):
+    if x.sum() < 0:
+        raise ValueError("negative")
+    return x * 2
+
+
+def _assert_positive(x):
+    assert x.sum() > 0, "must be positive"
+    return x + 1
+
+
+@pytest.mark.parametrize("fn,exc", [(_raise_on_negative, ValueError),
+                                    (_assert_positive, AssertionError)])
+def test_tensor_dependent_raise_raises_like_eager(fn, exc):
+    for strict in (True, False):
+        g = to_graph(fn, strict=strict)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FallbackWarning)
+                same(g(POS), fn(POS))
+        except ConversionError:
+            assert strict
+            continue
+        with pytest.raises(exc):
+            g(NEG)
+        same(g(POS * 2), fn(POS * 2))
