@@ -1476,3 +1476,196 @@ def test_tensor_dependent_raise_raises_like_eager(fn, exc):
         with pytest.raises(exc):
             g(NEG)
         same(g(POS * 2), fn(POS * 2))
+
+
+# ---------------------------------------------------------------- guards: change, then call again
+def _then_changed(make):
+    """``make()`` -> (fn, change): fresh state per mode; the converted fn must agree with eager
+    before and after ``change()`` (or fall back loudly)."""
+    for strict in (True, False):
+        fn, change = make()
+        g = to_graph(fn, strict=strict)
+        for step in range(2):
+            if step:
+                change()
+            exp = fn(POS)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FallbackWarning)
+                    got = g(POS)
+            except ConversionError:
+                assert strict
+                break
+            same(got, exp)
+
+
+class ScaleHolder:
+    SCALE = 2.0
+
+
+def _class_attr():
+    ScaleHolder.SCALE = 2.0
+
+    def fn(x):
+        if x.sum() > 0:
+            x = x * ScaleHolder.SCALE
+        return x
+    return fn, lambda: setattr(ScaleHolder, "SCALE", 5.0)
+
+
+def _class_attr_through_instance():
+    class Config:
+        scale = 2.0
+    cfg = Config()
+
+    def fn(x):
+        if x.sum() > 0:
+            x = x * cfg.scale
+        return x
+    return fn, lambda: setattr(Config, "scale", 5.0)
+
+
+class _Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(3, 3)])
+        self.act = nn.ReLU()
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+            if x.sum() > -10:
+                x = self.act(x)
+        return x
+
+
+def _module_list_append():
+    torch.manual_seed(0)
+    m = _Stack()
+    return m, lambda: m.layers.append(nn.Linear(3, 3))
+
+
+def _submodule_swapped():
+    torch.manual_seed(0)
+    m = _Stack()
+    return m, lambda: setattr(m, "act", nn.Tanh())
+
+
+def _parameter_requires_grad_flag():
+    class W(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(3))
+
+        def forward(self, x):
+            y = x * self.w
+            if self.w.requires_grad:            # e.g. a frozen-layer shortcut
+                y = y + 1
+            if y.sum() > 0:
+                y = y * 2
+            return y
+    m = W()
+    return m, lambda: m.w.requires_grad_(False)
+
+
+def _closure_cell_rebound():
+    s = 2.0
+
+    def fn(x):
+        if x.sum() > 0:
+            return x * s
+        return x
+
+    def change():
+        nonlocal s
+        s = 7.0
+    return fn, change
+
+
+def _nested_config_in_list_of_dicts():
+    cfg = {"layers": [{"scale": 1.0}, {"scale": 2.0}]}
+
+    def fn(x):
+        for layer in cfg["layers"]:
+            if x.sum() > 0:
+                x = x * layer["scale"]
+        return x
+
+    def change():
+        cfg["layers"][1]["scale"] = 9.0
+        cfg["layers"].append({"scale": 3.0})
+    return fn, change
+
+
+def _partial_keywords():
+    p = functools.partial(_scaled, scale=2.0)
+    return p, lambda: p.keywords.__setitem__("scale", 5.0)
+
+
+def _module_weight_data_and_helper_attr():
+    class Helper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.eps = 1e-5
+            self.cfg = Cfg(scale=2.0)
+            self.lin = nn.Linear(3, 3)
+
+        def norm(self, x):
+            return x / (x.abs().max() + self.eps) * self.cfg.scale
+
+        def forward(self, x):
+            x = self.lin(x)
+            if x.sum() > -10:
+                x = self.norm(x)
+            return x
+    torch.manual_seed(0)
+    m = Helper()
+
+    def change():
+        m.cfg.scale = 8.0
+        m.eps = 10.0
+        m.lin.weight.data.mul_(-1)
+    return m, change
+
+
+_GUARD_BUGS = {
+    "_class_attr": "BUG: a class attribute (Holder.SCALE) read in a tensor branch is baked at "
+                   "trace time; changing it on the class is not guarded: silently the old value",
+    "_class_attr_through_instance": "BUG: cfg.scale where scale is a class attribute of cfg's "
+                                    "class: changing Config.scale is not guarded; silently old",
+    "_module_list_append": "BUG: appending a layer to an nn.ModuleList the forward loops over "
+                           "is not guarded: the graph keeps running one layer; silently wrong",
+    "_submodule_swapped": "BUG: replacing a submodule (m.act = nn.Tanh()) is not guarded: the "
+                          "graph keeps calling the old ReLU; silently wrong, both modes",
+    "_parameter_requires_grad_flag": "BUG: `if self.w.requires_grad` read at trace time; "
+                                     "w.requires_grad_(False) later is not guarded: silently "
+                                     "takes the old path, both modes",
+}
+
+
+@pytest.mark.parametrize("make", [
+    pytest.param(m, id=m.__name__, marks=[pytest.mark.xfail(strict=True,
+                                                            reason=_GUARD_BUGS[m.__name__])]
+                 if m.__name__ in _GUARD_BUGS else [])
+    for m in (_class_attr, _class_attr_through_instance, _module_list_append, _submodule_swapped,
+              _parameter_requires_grad_flag, _closure_cell_rebound,
+              _nested_config_in_list_of_dicts, _partial_keywords,
+              _module_weight_data_and_helper_attr)])
+def test_guard_after_change(make):
+    _then_changed(make)
+
+
+def test_grad_mode_between_calls():
+    def fn(x, w):
+        if torch.is_grad_enabled():
+            x = x * 3
+        if x.sum() > 0:
+            x = x + 1
+        return x * w
+    w = torch.ones(3, requires_grad=True)
+    for strict in (True, False):
+        g = to_graph(fn, strict=strict)
+        same(g(POS, w), fn(POS, w))
+        with torch.no_grad():
+            same(g(POS, w), fn(POS, w))
+        same(g(NEG, w), fn(NEG, w))
