@@ -1203,7 +1203,159 @@ MORE_CASES = [
     (numpy_array_mut, [*X3]),
 ]
 
-ALL = MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
+
+# ============================================================ tensors' own state, grad mode, printing
+def counter_loop(x):
+    c = collections.Counter()
+    for i in range(3):
+        if x[i] > 0:
+            c["pos"] += 1
+        else:
+            c["neg"] += 1
+    return c
+
+
+def dc_default_factory_list(x):
+    @dataclasses.dataclass
+    class Out:
+        hs: list = dataclasses.field(default_factory=list)
+        last: torch.Tensor = None
+    o = Out()
+    h = x
+    while h.abs().sum() > 1:
+        h = h / 2
+        o.hs.append(h)
+    o.last = h
+    return o.last, len(o.hs)
+
+
+def print_tensor_repr(x):
+    if x.sum() > 0:
+        print(x)
+        print("list", [x, x.sum()], sep="|", end="!\n")
+    else:
+        print("neg", x.abs().max())
+    return x
+
+
+def print_loop_index(x):
+    i = 0
+    while x.sum() > 0.5:
+        print("iter", i, "val", round(float(x.sum()), 3))
+        x = x / 2
+        i += 1
+    return x
+
+
+def is_leaf_grad_fn(x):
+    y = x * 1
+    if x.sum() > 0:
+        y = y + 1
+    return y.is_leaf, y.grad_fn is None, x.is_leaf
+
+
+def no_grad_in_branch(x):
+    if x.sum() > 0:
+        with torch.no_grad():
+            y = x * 2
+    else:
+        y = x * 3
+    return y
+
+
+def detach_branch(x):
+    if x.sum() > 0:
+        y = x.detach() * 2
+    else:
+        y = x * 2
+    return y
+
+
+def requires_grad_local(x):
+    w = torch.ones(3)
+    if x.sum() > 0:
+        w.requires_grad_()
+    return x * w, w.requires_grad
+
+
+def diag_fill(x):
+    m = torch.zeros(3, 3)
+    d = m.diagonal()
+    if x.sum() > 0:
+        d.copy_(x)
+    else:
+        m.fill_(1)
+    return m, d
+
+
+def as_strided_view(x):
+    y = x.clone()
+    w = y.as_strided((2,), (1,))
+    while y.sum() < 10:
+        w.add_(1)
+    return y
+
+
+def mT_real(x):
+    m = torch.stack([x, x])
+    t = m.mT
+    if x.sum() > 0:
+        m[0, 0] = 42
+    return t.contiguous(), m.T.contiguous()
+
+
+def chainmap(x):
+    base = {"s": 1.0}
+    cm = collections.ChainMap({}, base)
+    if x.sum() > 0:
+        cm["s"] = 3.0
+    return x * cm["s"], dict(cm.maps[0])
+
+
+def tensor_attr(x):
+    y = x * 2
+    if x.sum() > 0:
+        y.tag = "pos"
+    else:
+        y.tag = "neg"
+    return y, y.tag
+
+
+def version_counter(x):
+    y = x.clone()
+    v0 = y._version
+    if x.sum() > 0:
+        y.add_(1)
+    return y._version - v0
+
+
+def autocast_branch(x):
+    if x.sum() > 0:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = torch.mm(x.reshape(1, 3), x.reshape(3, 1))
+    else:
+        y = torch.mm(x.reshape(1, 3), x.reshape(3, 1))
+    return y
+
+
+def autograd_grad_inside(x):
+    x = x.detach().requires_grad_()
+    y = (x ** 2).sum()
+    if y > 5:
+        y = y * 2
+    (g,) = torch.autograd.grad(y, x)
+    return g
+
+
+def gw_while(x, w):
+    while (x * w).abs().sum() < 20:
+        x = x * w + 1
+    return x
+
+
+TENSOR_STATE_CASES = [(f, X3) for f in (counter_loop, dc_default_factory_list, print_tensor_repr, print_loop_index, is_leaf_grad_fn, no_grad_in_branch, detach_branch, requires_grad_local, diag_fill, as_strided_view, mT_real, chainmap, tensor_attr, version_counter, autocast_branch, autograd_grad_inside)]
+
+ALL = TENSOR_STATE_CASES + MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
 _UNSEEN = ("a tensor `if` traces both branches (a tensor loop its body once) and the effect "
            "watch (runtime/python_state.fingerprint) does not see this object's change, so the "
            "untaken branch's Python effect happens silently in both modes")
@@ -1220,6 +1372,16 @@ XFAIL = {
                "returns both elements ['n', 'p']; silently wrong, both modes",
     "stringio_write": "BUG: io.StringIO.write in both branches of a tensor `if` - the graph "
                       "returns 'posneg': " + _UNSEEN,
+    "version_counter": "BUG: y._version after an in-place add_ in a taken tensor branch is 0 "
+                       "in the graph, 1 eager (read at trace time); silently wrong, both modes",
+    "autocast_branch": "BUG: `with torch.autocast('cpu', dtype=torch.bfloat16)` inside a "
+                       "converted function is ignored (even without control flow): torch.mm "
+                       "returns float32, eager bfloat16; silently wrong dtype, both modes",
+    "autograd_grad_inside": "BUG: torch.autograd.grad(y, x) inside a converted function on a "
+                            "leaf made with x.detach().requires_grad_(): tracing raises "
+                            "RuntimeError 'element 0 of tensors does not require grad' - in "
+                            "strict mode (not ConversionError) and in default mode (no "
+                            "fallback), where eager runs",
     "numpy_array_mut": "BUG: a[0] += 1 on a numpy array in an untaken tensor branch: " + _UNSEEN,
 }
 
@@ -1669,3 +1831,32 @@ def test_grad_mode_between_calls():
         with torch.no_grad():
             same(g(POS, w), fn(POS, w))
         same(g(NEG, w), fn(NEG, w))
+
+
+def test_gradient_through_tensor_while():
+    agree(gw_while, (POS.clone().requires_grad_(), T(1.5, 1.2, 1.1).requires_grad_()),
+          (NEG.clone().requires_grad_(), T(2.0, 2.0, 2.0).requires_grad_()), grad=True)
+
+
+def _tag_then_branch(x):
+    y = x * 2
+    y.tag = "t"                 # e.g. param._is_hf_initialized = True
+    if y.sum() > 0:
+        y = y + 1
+    return y
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a Python attribute set on a tensor (y.tag = 't') "
+                   "is lost on the returned tensor when the tensor branch is not taken: eager "
+                   "returns the same tagged object, the graph a fresh tensor without .tag; "
+                   "silently, both modes")
+def test_tensor_python_attribute_kept():
+    for strict in (True, False):
+        g = to_graph(_tag_then_branch, strict=strict)
+        for x in (POS, NEG):
+            exp = _tag_then_branch(x)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FallbackWarning)
+                got = g(x)
+            same(got, exp)
+            assert getattr(got, "tag", None) == getattr(exp, "tag", None)
