@@ -32,7 +32,7 @@ import torch
 
 from .errors import GraphError
 from .graph import same_tuple
-from .path_values import PathValue
+from .path_values import PathValue, RepeatValue
 from .symbolic import is_symbolic
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None), range, slice, torch.dtype,
@@ -112,6 +112,8 @@ def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
             return {_key(k): walk(x) for k, x in v.items()}
         if isinstance(v, tuple) and not getattr(v, "__dict__", None):
             return same_tuple(v, [walk(x) for x in v])      # namedtuples, structseqs
+        if isinstance(v, RepeatValue):     # a list grown by a tensor loop: a fresh one
+            return Rebuild((walk(v.index),), v.build, next(_KEYS))
         if isinstance(v, PathValue):       # the option the run took
             return Rebuild((walk(v.index),), _picker(v.options), next(_KEYS))
         if isinstance(v, _ATOMS) or _is_runtime_marker(v):

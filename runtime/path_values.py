@@ -15,7 +15,8 @@ the call falls back: its value is known only when the graph runs. Python's ``is`
 be intercepted, so no PathValue is made while converted code that compares with ``is``
 is being traced (see ``allowed``), and none flows into converted code that does.
 
-Only ``cond`` makes them: a loop's Python values would need every iteration's options.
+A loop's Python values would need every iteration's options; the one loop value carried
+is a list its body grows by the same plain items each iteration (``RepeatValue``).
 """
 from __future__ import annotations
 
@@ -45,9 +46,11 @@ class PathValue:
 
     def _refuse(self, *args, **kwargs):
         raise GraphError(
-            f"a Python value that tensor-dependent control flow chose (one of "
-            f"{', '.join(_short(o) for o in self.options)}) is used while tracing; its "
-            f"value is known only when the graph runs")
+            f"a Python value that tensor-dependent control flow chose ({self._what()}) is "
+            f"used while tracing; its value is known only when the graph runs")
+
+    def _what(self) -> str:
+        return f"one of {', '.join(_short(o) for o in self.options)}"
 
     __bool__ = __str__ = __repr__ = __format__ = __hash__ = _refuse
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
@@ -69,12 +72,31 @@ class PathValue:
         return NotImplemented
 
 
+class RepeatValue(PathValue):
+    """The list ``before + pattern * index`` (a list a tensor loop's body appends the same
+    plain items to on every iteration: ``index`` counts the iterations the run takes).
+    Refused when used while tracing, like every PathValue; ``runtime.outputs`` makes a
+    fresh list of it on each call."""
+
+    __slots__ = ()
+
+    def _what(self) -> str:
+        before, pattern = self.options
+        return f"the list {_short(list(before))} + {_short(list(pattern))} * iterations"
+
+    def build(self, count) -> list:
+        before, pattern = self.options
+        return list(before) + list(pattern) * int(count)
+
+
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 20 else text[:17] + "..."
 
 
 def _choosable(v) -> bool:
+    if isinstance(v, RepeatValue):
+        return False        # (its index counts iterations: no option of a cond)
     return isinstance(v, PathValue) or (_leaf_meta(v) is None and _is_plain(v))
 
 

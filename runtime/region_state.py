@@ -60,11 +60,96 @@ class Location:
         else:
             self.obj.__dict__[self.name] = value
 
+    def reset(self) -> None:
+        """Put the location back as before the region."""
+        self.set(self.before)
+
     def assign(self, value) -> None:
         """Set the location after the region (objects noted for the front door's check)."""
         if self.obj is not None:
             TOUCHED.append((self.obj, self.name, self.before))
         self.set(value)
+
+
+class Grown(Location):
+    """A list a tensor loop's body appends the same plain items (``pattern``) to: carried
+    as a loop variable counting the iterations (``before`` 0; set to the placeholder while
+    the body is traced), the list put back to its contents before the loop (``contents``)
+    after each trace; after the loop the holder's attribute is a ``RepeatValue``."""
+    __slots__ = ("contents", "pattern", "count")
+
+    @classmethod
+    def of(cls, lst, copy, holder) -> Optional["Grown"]:
+        if len(lst) <= len(copy) or any(a is not b for a, b in zip(lst, copy)):
+            return None
+        grown = cls(0, f"{type(holder[0]).__name__}.{holder[1]}", obj=lst, name="[+]",
+                    holder=holder)
+        grown.contents, grown.pattern, grown.count = tuple(copy), tuple(lst[len(copy):]), 0
+        return grown
+
+    def get(self):
+        """After one body trace: the count plus one, the list checked to have grown by
+        the same items."""
+        owner, name = self.holder
+        probe = owner.__dict__.get(name)
+        items = probe.appended() if type(probe) is _AppendOnly else None
+        if items is None or len(items) != len(self.pattern) or \
+                any(type(a) is not type(b) or a != b for a, b in zip(items, self.pattern)):
+            raise GraphError(
+                f"{self.label} (a list) grows differently on the paths of the body of a "
+                f"tensor-dependent loop: its contents are known only when the graph runs")
+        return self.count + 1
+
+    def set(self, value) -> None:
+        """Before a trace of the body or test (``value``: the count) the holder's
+        attribute is an append-only stand-in (see ``reset``)."""
+        self.obj[:] = self.contents
+        self.holder[0].__dict__[self.holder[1]] = _AppendOnly(self.contents, self.label)
+        self.count = value
+
+    def reset(self) -> None:
+        self.obj[:] = self.contents
+        self.holder[0].__dict__[self.holder[1]] = self.obj
+        self.count = 0
+
+    def assign(self, value) -> None:
+        from .path_values import MADE, RepeatValue, allowed
+        owner, name = self.holder
+        self.obj[:] = self.contents
+        if _aliased(self.obj, owner, name) or not allowed():
+            raise GraphError(
+                f"{self.label} (a list) grows in the body of a tensor-dependent loop and is "
+                f"also reached by another name (or compared with 'is'): its contents are "
+                f"known only when the graph runs")
+        TOUCHED.append((owner, name, self.obj))
+        owner.__dict__[name] = RepeatValue(value, (self.contents, self.pattern))
+        MADE[0] += 1
+
+
+class _AppendOnly(list):
+    """What a growing list's holder holds while the loop body is traced: the body may
+    append to it, but reading it (its length, items, printing it, comparing it) raises
+    GraphError -- the trace sees the contents of one iteration, not of every one."""
+    __slots__ = ("_start", "_label")
+
+    def __init__(self, contents, label: str):
+        super().__init__(contents)
+        self._start, self._label = len(contents), label
+
+    def appended(self) -> list:
+        return list.__getitem__(self, slice(self._start, None))
+
+    def _refuse(self, *args, **kwargs):
+        raise GraphError(
+            f"{self._label} (a list the body of a tensor-dependent loop appends to) is read "
+            f"while tracing the loop: its contents differ on every iteration")
+
+    __len__ = __iter__ = __reversed__ = __getitem__ = __contains__ = __bool__ = _refuse
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __hash__ = _refuse
+    __repr__ = __str__ = __format__ = __add__ = __mul__ = __rmul__ = __iadd__ = _refuse
+    __imul__ = __setitem__ = __delitem__ = __reduce__ = __reduce_ex__ = __copy__ = _refuse
+    __deepcopy__ = index = count = copy = pop = remove = insert = sort = reverse = _refuse
+    clear = _refuse
 
 
 def untouch(start: int) -> list:
@@ -93,7 +178,9 @@ def shared_touched(start: int, existed) -> Optional[str]:
 
 
 def carriable(value, numbers_only: bool) -> bool:
-    from .path_values import PathValue
+    from .path_values import PathValue, RepeatValue
+    if isinstance(value, RepeatValue):
+        return False
     if isinstance(value, _NUMBERS) or is_tensor(value):
         return True
     return not numbers_only and (value is None or isinstance(value, (str, bytes, PathValue)))
@@ -122,9 +209,15 @@ def changes(watch, numbers_only: bool, names=()) -> Optional[List[Tuple[Location
         seen.add(id(obj))
         if isinstance(obj, (list, dict, set)):
             if _shallow_differs(obj, copy):
-                holder = None if numbers_only else _list_holder(obj, copy, watch)
+                holder = _list_holder(obj, copy, watch)
                 if holder is None:
                     return None
+                if numbers_only:        # a loop body: the list may only grow
+                    grown = Grown.of(obj, copy, holder)
+                    if grown is None:
+                        return None
+                    found[grown.key] = (grown, 1)
+                    continue
                 loc = Location(tuple(copy), f"{type(holder[0]).__name__}.{holder[1]}",
                                obj=obj, name="[:]", holder=holder)
                 found[loc.key] = (loc, tuple(obj))
@@ -145,10 +238,13 @@ def changes(watch, numbers_only: bool, names=()) -> Optional[List[Tuple[Location
     if not all(_in_scope(v) for loc, new in found.values() for v in (loc.before, new)):
         return None     # a value of a region traced apart (an object's state elsewhere)
     for loc, _ in found.values():
-        loc.set(loc.before)
+        loc.reset()
     if watch.changed() is not None:       # a change the locations do not explain
         for loc, new in found.values():
-            loc.set(new)
+            if isinstance(loc, Grown):
+                loc.obj.extend(loc.pattern)
+            else:
+                loc.set(new)
         return None
     return list(found.values())
 

@@ -92,7 +92,7 @@ def staged_while(cond_fn, body_fn, state: tuple, names=None, location=None, grap
                     if carry_out else out
             finally:
                 for loc in locations:
-                    loc.set(loc.before)
+                    loc.reset()
         return run
     body = located(body_fn, True)
     test = located(cond_fn, False)

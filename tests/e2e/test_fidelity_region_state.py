@@ -16,6 +16,8 @@ import torch
 from transpiler import ConversionError, FallbackWarning, to_graph
 
 from e2e_helpers import _clone, assert_same
+from test_fidelity_effects import cm_in_for_rows as effects_cm_in_for_rows
+from test_fidelity_effects import cm_in_while as effects_cm_in_while
 from test_fidelity_effects import (cm_in_branch, cm_in_else, cm_swallowing,
                                    method_of_local_object, nonlocal_in_loop,
                                    property_with_effect)
@@ -446,6 +448,183 @@ def test_argument_state_keeps_falling_back():
         to_graph(cm_argument, strict=True)(POS.clone(), CM())
 
 
-@pytest.mark.parametrize("fn", [log_grows_in_loop, label_in_loop])
+@pytest.mark.parametrize("fn", [label_in_loop])
 def test_values_growing_in_a_loop_keep_falling_back(fn):
     falls_back(fn, match="changes while tracing the body")
+
+
+# ----------------------------------------------------- a list a tensor loop grows
+# The body appends the same plain items every iteration: after the loop the list is
+# ``before + pattern * iterations`` (a loop variable counts them), rebuilt per call.
+ROWS = [(POS,), (NEG,), (MIXED,), (torch.ones(0, 3),), (torch.ones(1, 2),)]
+COUNTS = [(POS, torch.tensor(0)), (POS, torch.tensor(3)), (NEG, torch.tensor(1))]
+
+
+def log_while_counter_bound(x, n):
+    cm = LogCM()
+    i = 0
+    t = x
+    while i < n:
+        with cm:
+            t = t * 2
+        i += 1
+    return t, cm
+
+
+def log_while_tensor_test(x, n):
+    cm = LogCM()
+    cm.log.append("start")
+    t = x
+    while t.sum() < n * 10 + 1:
+        with cm as q:
+            q.log.append("in")
+            t = t + 1
+    return t, cm
+
+
+def log_with_as_in_for_rows(x):
+    cm = LogCM()
+    t = x.sum() * 0
+    for r in x:
+        with cm as q:
+            q.log.append("in")
+            t = t + r
+    return t, cm, cm.enters
+
+
+def log_break_in_tensor_if(x):
+    cm = LogCM()
+    t = x * 0
+    for r in x:
+        with cm:
+            if r.sum() < 0:
+                break
+            t = t + r
+    return t, cm
+
+
+def log_continue_in_tensor_if(x):
+    cm = LogCM()
+    t = x.sum() * 0
+    for r in x:
+        with cm as q:
+            q.log.append(1)
+            if r.sum() < 0:
+                continue
+            t = t + r.sum()
+    return t, cm
+
+
+def log_grown_but_not_returned(x):
+    cm = LogCM()
+    t = x.sum()
+    for r in x:
+        with cm:
+            t = t + r.sum()
+    return t, cm.exits
+
+
+def test_a_list_a_tensor_loop_grows_is_rebuilt_per_call():
+    converts(log_grows_in_loop, ROWS[:3])
+    converts(log_with_as_in_for_rows, [(POS.reshape(3, 1),), (torch.ones(0, 2),),
+                                        (MIXED.reshape(2, 2),)])
+    converts(log_break_in_tensor_if, [(POS.reshape(3, 1),), (NEG.reshape(3, 1),),
+                                      (MIXED.reshape(4, 1),), (torch.ones(0, 1),)])
+    converts(log_continue_in_tensor_if, [(MIXED,), (NEG,), (torch.ones(0),)])
+    converts(log_grown_but_not_returned, [(POS,), (torch.ones(0),)])
+    converts(log_while_counter_bound, COUNTS)
+    converts(log_while_tensor_test, COUNTS)
+    converts(effects_cm_in_while, [(POS,), (torch.zeros(3),), (MIXED,)])
+    converts(effects_cm_in_for_rows, [(POS,), (NEG,)])
+
+
+def test_the_grown_list_is_a_fresh_list_per_call():
+    g = to_graph(log_while_counter_bound, strict=True)
+    a = g(POS, torch.tensor(2))[1].log
+    b = g(POS, torch.tensor(2))[1].log
+    assert a == b == ["exit", "exit"] and a is not b
+    assert g(POS, torch.tensor(0))[1].log == []
+
+
+def log_if_inside_body(x):
+    cm = LogCM()
+    t = x.sum() * 0
+    for r in x:
+        if r.sum() > 0:           # which iterations append: known only per iteration
+            with cm:
+                t = t + r.sum()
+    return t, cm
+
+
+def log_len_after_loop(x):
+    cm = LogCM()
+    for r in x:
+        with cm:
+            x = x + 1
+    return x, len(cm.log)
+
+
+def log_appended_again_after(x):
+    cm = LogCM()
+    for r in x:
+        with cm:
+            x = x + 1
+    with cm:
+        x = x * 2
+    return x, cm
+
+
+def log_other_name(x):
+    cm = LogCM()
+    log = cm.log
+    for r in x:
+        with cm:
+            x = x + 1
+    return x, log
+
+
+def log_read_in_next_loop(x):
+    cm = LogCM()
+    for r in x:
+        with cm:
+            x = x + 1
+    k = 0
+    for item in cm.log:
+        k += 1
+    return x, k
+
+
+def log_grows_differently(x):
+    cm = LogCM()
+    for r in x:
+        with cm:
+            x = x + 1
+        cm.log.append(len(cm.log))    # reads the list inside the loop
+    return x, cm
+
+
+@pytest.mark.parametrize("fn", [log_if_inside_body, log_len_after_loop,
+                                log_appended_again_after, log_other_name,
+                                log_read_in_next_loop, log_grows_differently])
+def test_a_grown_list_falls_back_where_its_contents_are_needed(fn):
+    falls_back(fn, [(MIXED,), (POS,), (torch.ones(0),)])
+
+
+def log_of_argument_grows(x, cm):
+    for r in x:
+        with cm:
+            x = x + 1
+    return x, cm.exits
+
+
+def test_a_list_of_an_argument_grown_in_a_loop_keeps_falling_back():
+    g = to_graph(log_of_argument_grows)
+    for x, n in ((POS, 3), (torch.ones(0), 0), (MIXED, 4)):
+        cm = LogCM()
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            t, exits = g(x.clone(), cm)
+        assert (int(exits), cm.exits, cm.log) == (n, n, ["exit"] * n)
+        assert_same(t, x + n)
+    with pytest.raises(ConversionError):
+        to_graph(log_of_argument_grows, strict=True)(POS.clone(), LogCM())
