@@ -13,7 +13,7 @@ import heapq
 import io
 import itertools
 import warnings
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 import pytest
@@ -1860,3 +1860,116 @@ def test_tensor_python_attribute_kept():
                 got = g(x)
             same(got, exp)
             assert getattr(got, "tag", None) == getattr(exp, "tag", None)
+
+
+# ---------------------------------------------------------------- a transformers-style decoder
+import math  # noqa: E402
+
+
+@dataclasses.dataclass
+class BaseModelOutputWithPast(ModelOutput):
+    last_hidden_state: torch.Tensor = None
+    past_key_values: Optional[KVCache] = None
+    hidden_states: Optional[Tuple[torch.Tensor, ...]] = None
+    attentions: Optional[Tuple[torch.Tensor, ...]] = None
+
+class Attn(nn.Module):
+    def __init__(self, d, h, idx):
+        super().__init__()
+        self.h, self.dh, self.idx = h, d // h, idx
+        self.qkv = nn.Linear(d, 3 * d); self.o = nn.Linear(d, d)
+    def forward(self, x, mask=None, cache=None, output_attentions=False):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.h, self.dh).transpose(1, 2) for z in (q, k, v))
+        if cache is not None:
+            k, v = cache.update(k, v, self.idx)
+        w = q @ k.transpose(-1, -2) / math.sqrt(self.dh)
+        if mask is not None:
+            w = w + mask[..., -w.shape[-1]:]
+        w = w.softmax(-1)
+        out = (w @ v).transpose(1, 2).reshape(b, t, d)
+        return self.o(out), (w if output_attentions else None)
+
+class TinyDecoder(nn.Module):
+    def __init__(self, d=8, h=2, n=2):
+        super().__init__()
+        self.emb = nn.Embedding(10, d)
+        self.layers = nn.ModuleList([Attn(d, h, i) for i in range(n)])
+        self.norm = nn.LayerNorm(d)
+        self.no_mask_is_none = True
+        self.config = collections.namedtuple("C", "use_return_dict output_hidden_states")(True, False)
+    def forward(self, input_ids, attention_mask=None, past_key_values=None, use_cache=None,
+                output_attentions=False, output_hidden_states=None, return_dict=None):
+        output_hidden_states = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        return_dict = return_dict if return_dict is not None else self.config.use_return_dict
+        if use_cache and past_key_values is None:
+            past_key_values = KVCache()
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        h = self.emb(input_ids)
+        b, t = input_ids.shape
+        if attention_mask is None:
+            attention_mask = torch.ones(b, past + t, dtype=torch.long)
+        ext = (1.0 - attention_mask[:, None, None, :].to(h.dtype)) * torch.finfo(h.dtype).min
+        if (attention_mask == 1).all():
+            ext = None if self.no_mask_is_none else torch.zeros_like(ext)
+        all_h = () if output_hidden_states else None
+        all_a = () if output_attentions else None
+        for layer in self.layers:
+            if output_hidden_states:
+                all_h += (h,)
+            a, w = layer(h, ext, past_key_values, output_attentions)
+            h = h + a
+            if h.norm() > 100:
+                h = h / h.norm()
+            if output_attentions:
+                all_a += (w,)
+        h = self.norm(h)
+        if not return_dict:
+            return tuple(v for v in [h, past_key_values, all_h, all_a] if v is not None)
+        return BaseModelOutputWithPast(last_hidden_state=h, past_key_values=past_key_values,
+                                       hidden_states=all_h, attentions=all_a)
+
+
+
+def _decoder(no_mask_is_none):
+    torch.manual_seed(0)
+    m = TinyDecoder().eval()
+    m.no_mask_is_none = no_mask_is_none
+    return m, copy.deepcopy(m)
+
+
+_IDS = torch.tensor([[1, 2, 3], [4, 5, 6]])
+_MASK = torch.tensor([[1, 1, 1], [0, 1, 1]])
+
+
+@pytest.mark.parametrize("no_mask_is_none", [True, False])
+@pytest.mark.parametrize("kw", [{}, {"return_dict": False},
+                                {"output_attentions": True, "output_hidden_states": True},
+                                {"use_cache": True}, {"use_cache": True, "return_dict": False}],
+                         ids=["dict", "tuple", "attn+hidden", "cache", "cache-tuple"])
+def test_transformers_style_decoder(kw, no_mask_is_none):
+    def make():
+        a, b = _decoder(no_mask_is_none)
+        return (lambda *args: a(*args, **kw)), (lambda *args: b(*args, **kw))
+    agree(None, (_IDS,), (_IDS, _MASK), (_IDS, torch.ones_like(_IDS)), make=make)
+
+
+@pytest.mark.parametrize("no_mask_is_none", [True, False])
+def test_transformers_style_incremental_decoding(no_mask_is_none):
+    for strict in (True, False):
+        a, b = _decoder(no_mask_is_none)
+        g = to_graph(b, strict=strict)
+        ca, cb = KVCache(), KVCache()
+        for step in range(3):
+            tok = torch.tensor([[step + 1], [step + 2]])
+            exp = a(tok, past_key_values=ca, use_cache=True)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FallbackWarning)
+                    got = g(tok, past_key_values=cb, use_cache=True)
+            except ConversionError:
+                assert strict
+                break
+            same(got, exp)
+            same(cb, ca, "cache")
