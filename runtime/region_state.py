@@ -13,7 +13,10 @@ state the call itself made -- a closure cell of a converted frame that is runnin
 (``cm.enters``) -- is a *location* the region can carry: the cond outputs each location's
 value per path (a Python number that differs becomes a 0-d output marked as the number,
 other plain values a ``PathValue``), the while loop carries numbers and tensors as loop
-variables, and the location is set to the result after the region. Changes to lists,
+variables, and the location is set to the result after the region. A list of plain
+values held by one such object's attribute (``cm.log``) is carried too: per path by a
+cond (``choose_contents``), and by a loop whose body appends the same items each
+iteration as ``before + items * iterations`` (``Grown``). Other changes to lists,
 dicts or sets, to anything reached through a global, to objects that existed before the
 call (checked by the front door with ``TOUCHED``), or to values of other kinds are not
 carried: ``region_effects`` refuses them.
