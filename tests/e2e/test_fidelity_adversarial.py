@@ -1973,3 +1973,100 @@ def test_transformers_style_incremental_decoding(no_mask_is_none):
                 break
             same(got, exp)
             same(cb, ca, "cache")
+
+
+# ---------------------------------------------------------------- guards on the arguments' kinds
+def _num_scale(x, s):
+    if x.sum() > 0:
+        x = x * s
+    return x
+
+
+def _mode_arg(x, mode):
+    if mode == "up":
+        x = x + 1
+    if x.sum() > 0:
+        x = x * 2
+    return x, mode.upper()
+
+
+def _optional_mult(x, m):
+    if m is not None:
+        x = x * m
+    if x.sum() > 0:
+        x = x + 1
+    return x
+
+
+def _dims_loop(x, dims):
+    for d in dims:
+        if x.sum() > 0:
+            x = x * d
+    return x
+
+
+def _contiguity_dispatch(x):
+    if x.is_contiguous():
+        y = x * 2
+    else:
+        y = x.contiguous() * 3
+    if y.sum() > 0:
+        y = y + 1
+    return y
+
+
+_INT = torch.tensor([1, 2, 3])
+_MAT = torch.arange(6.0).reshape(2, 3)
+
+
+@pytest.mark.parametrize("fn,inputs", [
+    (_num_scale, [(_INT, 2), (_INT, 2.5), (_INT, True), (POS, 0.1), (POS, 0.2)]),
+    (_mode_arg, [(POS, "up"), (POS, "down"), (NEG, "up")]),
+    (_optional_mult, [(POS, None), (POS, T(2, 2, 2)), (POS, None)]),
+    (_dims_loop, [(POS, (1, 2)), (POS, (1, 2, 3)), (POS, [2])]),
+    pytest.param(_contiguity_dispatch, [(_MAT,), (_MAT.t(),), (_MAT.t().contiguous(),)],
+                 marks=pytest.mark.xfail(strict=True, reason=(
+                     "BUG: x.is_contiguous() of an argument decides a Python `if`; a later "
+                     "call with a transposed (non-contiguous) argument of the same shape "
+                     "reuses the contiguous trace: x*2 instead of x.contiguous()*3, silently, "
+                     "both modes (layout is not part of the guard)"))),
+], ids=["number-kinds", "string", "none-vs-tensor", "tuple-length", "contiguity"])
+def test_guard_on_argument_kinds(fn, inputs):
+    for strict in (True, False):
+        g = to_graph(fn, strict=strict)
+        for args in inputs:
+            exp = fn(*args)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FallbackWarning)
+                    got = g(*args)
+            except ConversionError:
+                assert strict
+                break
+            same(got, exp)
+
+
+def _mutate_first_read_second(a, b):
+    if a.sum() > 0:
+        a.add_(1)
+    return b * 2
+
+
+def test_aliased_arguments_between_calls():
+    for strict in (True, False):
+        g = to_graph(_mutate_first_read_second, strict=strict)
+        for alias in (False, True, False, True):
+            def args():
+                t = POS.clone()
+                return (t, t) if alias else (t, t[:].clone())
+            ea, ga = args(), args()
+            exp = _mutate_first_read_second(*ea)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FallbackWarning)
+                    got = g(*ga)
+            except ConversionError:
+                assert strict
+                break
+            same(got, exp)
+            same(ga, ea, "arguments")
