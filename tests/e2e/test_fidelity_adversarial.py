@@ -12,6 +12,7 @@ import functools
 import heapq
 import io
 import itertools
+import logging
 import warnings
 from typing import Optional, Tuple
 
@@ -2070,3 +2071,76 @@ def test_aliased_arguments_between_calls():
                 break
             same(got, exp)
             same(ga, ea, "arguments")
+
+
+# ---------------------------------------------------------------- warnings / logging in branches
+def _warn_on_negative(x):
+    if (x < 0).any():
+        warnings.warn("negative values found", UserWarning)    # transformers does this
+        x = x.clamp(min=0)
+    return x * 2
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: warnings.warn inside a tensor branch runs at trace "
+                   "time only: the graph warns on the first call even when the branch is not "
+                   "taken (x > 0) and never again when it is (x < 0); eager warns exactly on "
+                   "the calls that take it; silently wrong, both modes")
+def test_warnings_warn_in_tensor_branch():
+    for strict in (True, False):
+        g = to_graph(_warn_on_negative, strict=strict)
+        for x in (POS, NEG, POS, NEG):
+            with warnings.catch_warnings(record=True) as w1:
+                warnings.simplefilter("always")
+                exp = _warn_on_negative(x)
+            with warnings.catch_warnings(record=True) as w2:
+                warnings.simplefilter("always")
+                try:
+                    got = g(x)
+                except ConversionError:
+                    assert strict
+                    break
+            same(got, exp)
+            mine = [str(w.message) for w in w2 if not issubclass(w.category, FallbackWarning)
+                    and "traced" not in str(w.message)]
+            assert mine == [str(w.message) for w in w1]
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record.getMessage())
+
+
+_LOGGER = logging.getLogger("tograph_adversarial_test")
+_LOGGER.propagate = False
+_HANDLER = _ListHandler()
+_LOGGER.addHandler(_HANDLER)
+
+
+def _log_on_negative(x):
+    if (x < 0).any():
+        _LOGGER.warning("negative values found")
+        x = x.clamp(min=0)
+    return x * 2
+
+
+def test_logging_in_tensor_branch():
+    for strict in (True, False):
+        g = to_graph(_log_on_negative, strict=strict)
+        for x in (POS, NEG, POS, NEG):
+            _HANDLER.records.clear()
+            exp = _log_on_negative(x)
+            exp_records = list(_HANDLER.records)
+            _HANDLER.records.clear()
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FallbackWarning)
+                    got = g(x)
+            except ConversionError:
+                assert strict
+                break
+            same(got, exp)
+            assert _HANDLER.records == exp_records
