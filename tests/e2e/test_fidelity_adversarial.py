@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from transpiler import ConversionError, FallbackWarning, to_graph
 
@@ -1356,7 +1357,196 @@ def gw_while(x, w):
 
 TENSOR_STATE_CASES = [(f, X3) for f in (counter_loop, dc_default_factory_list, print_tensor_repr, print_loop_index, is_leaf_grad_fn, no_grad_in_branch, detach_branch, requires_grad_local, diag_fill, as_strided_view, mT_real, chainmap, tensor_attr, version_counter, autocast_branch, autograd_grad_inside)]
 
-ALL = TENSOR_STATE_CASES + MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
+
+# ============================================================ syntax corners
+def torch_assert(x):
+    torch._assert(x.numel() == 3, "three")
+    if not torch.jit.is_scripting() and x.sum() > 0:
+        x = x * 2
+    return x
+
+
+def grown_list_loop(x):
+    lst = [x]
+    while lst[-1].sum() > 0.5:
+        lst.append(lst[-1] / 2)
+    return torch.stack(lst), len(lst), lst[-1]
+
+
+def dict_keys_from_loop(x):
+    d = {}
+    i = 0
+    while x.sum() > 0.5:
+        d[f"layer{i}"] = x
+        x = x / 2
+        i += 1
+    return d
+
+
+def star_unpack(x):
+    a, *rest = x.unbind()
+    if a > 0:
+        rest = [r * 2 for r in rest]
+    return a, rest
+
+
+def walrus_while(x):
+    n = 0
+    while (s := x.sum()) > 1:
+        x = x / 2
+        n += 1
+    return x, s, n
+
+
+def comp_filter(x):
+    return [v * 2 for v in x if v > 0]
+
+
+def any_gen(x):
+    if any(v > 2 for v in x):
+        return x * 2
+    return x
+
+
+def builtin_max_min(x):
+    m = max(x.sum(), 1.0)
+    n = min(x.max(), x.mean())
+    return m, n, abs(x.sum())
+
+
+def enumerate_continue(x):
+    acc = torch.zeros(())
+    for i, v in enumerate(x):
+        if v < 0:
+            continue
+        acc = acc + v * i
+    return acc
+
+
+def while_else(x):
+    while x.sum() > 1:
+        x = x / 2
+        if x.max() > 100:
+            break
+    else:
+        x = x + 10
+    return x
+
+
+def nested_break(x):
+    for i in range(3):
+        for j in range(3):
+            if x[j] * i > 2:
+                break
+            x = x + 0.1
+    return x
+
+
+def lambda_in_branch(x):
+    if x.sum() > 0:
+        f = lambda v: v * 2
+    else:
+        f = lambda v: v - 1
+    return f(x)
+
+
+def match_stmt(x):
+    match x.dim():
+        case 1:
+            y = x * 2
+        case _:
+            y = x
+    if y.sum() > 0:
+        y = y + 1
+    return y
+
+
+def chained_cmp(x):
+    if 0 < x.sum() < 5:
+        return x * 2
+    return x
+
+
+def short_circuit(x):
+    if x.sum() > 0 and x.max() > 2.5:
+        return x
+    if not x.any() or x.min() < -1.5:
+        return -x
+    return x * 0
+
+
+def if_tensor_truth(x):
+    if x:
+        return x + 1
+    return x - 1
+
+
+def numel_grow(x):
+    while x.numel() < 10 and x.sum() > 0:
+        x = torch.cat([x, x[:1]])
+    return x
+
+
+def del_in_branch(x):
+    y = x * 2
+    if x.sum() > 0:
+        del y
+        y = x
+    return y
+
+
+def class_in_branch(x):
+    if x.sum() > 0:
+        class K:
+            s = 2
+    else:
+        class K:
+            s = 3
+    return x * K.s
+
+
+def pad_dynamic(x):
+    n = 0
+    if x.sum() > 0:
+        n = 2
+    return F.pad(x, (0, n))
+
+
+def scatter_loop(x):
+    out = torch.zeros(3)
+    i = 0
+    while i < 3:
+        if x[i] > 0:
+            out.scatter_(0, torch.tensor([i]), x[i:i + 1])
+        i += 1
+    return out
+
+
+SYNTAX_CASES = [
+    (torch_assert, [*X3]),
+    (grown_list_loop, [*X3]),
+    (dict_keys_from_loop, [*X3]),
+    (star_unpack, [*X3]),
+    (walrus_while, [*X3]),
+    (comp_filter, [*X3]),
+    (any_gen, [*X3]),
+    (builtin_max_min, [*X3]),
+    (enumerate_continue, [*X3]),
+    (while_else, [*X3]),
+    (nested_break, [*X3]),
+    (lambda_in_branch, [*X3]),
+    (match_stmt, [*X3]),
+    (chained_cmp, [*X3]),
+    (short_circuit, [*X3]),
+    (if_tensor_truth, [(T(1.0),), (T(0.0),), (T(-2.0),)]),
+    (numel_grow, [*X3]),
+    (del_in_branch, [*X3]),
+    (class_in_branch, [*X3]),
+    (pad_dynamic, [*X3]),
+    (scatter_loop, [*X3]),
+]
+
+ALL = SYNTAX_CASES + TENSOR_STATE_CASES + MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
 _UNSEEN = ("a tensor `if` traces both branches (a tensor loop its body once) and the effect "
            "watch (runtime/python_state.fingerprint) does not see this object's change, so the "
            "untaken branch's Python effect happens silently in both modes")
@@ -2144,3 +2334,52 @@ def test_logging_in_tensor_branch():
                 break
             same(got, exp)
             assert _HANDLER.records == exp_records
+
+
+def _generator_fn(x):
+    if x.sum() > 0:
+        yield x
+    yield x * 2
+
+
+def test_generator_function_falls_back():
+    g = to_graph(_generator_fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        same(list(g(POS)), list(_generator_fn(POS)))
+    with pytest.raises(ConversionError):
+        to_graph(_generator_fn, strict=True)(POS)
+
+
+def _add_one(fn):
+    @functools.wraps(fn)
+    def wrapper(*a, **k):
+        return fn(*a, **k) + 1
+    return wrapper
+
+
+@_add_one
+def _wrapped(x):
+    if x.sum() > 0:
+        return x * 2
+    return x
+
+
+class _Methods:
+    @staticmethod
+    def s(x):
+        if x.sum() > 0:
+            return x * 2
+        return x
+
+    @classmethod
+    def c(cls, x):
+        while x.sum() < 10:
+            x = x * 2 + 1
+        return x
+
+
+@pytest.mark.parametrize("fn", [_wrapped, _Methods.s, _Methods.c, _Methods().c],
+                         ids=["functools.wraps", "staticmethod", "classmethod", "via-instance"])
+def test_decorated_and_descriptor_functions(fn):
+    agree(fn, *X3)
