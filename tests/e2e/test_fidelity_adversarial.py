@@ -13,6 +13,7 @@ import heapq
 import io
 import itertools
 import logging
+import sys
 import warnings
 from typing import Optional, Tuple
 
@@ -1546,7 +1547,129 @@ SYNTAX_CASES = [
     (scatter_loop, [*X3]),
 ]
 
-ALL = SYNTAX_CASES + TENSOR_STATE_CASES + MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
+
+# ============================================================ views chosen by tensor branches
+def view_chosen_then_base_written(x):
+    y = torch.stack([x, x * 2])
+    if x.sum() > 0:
+        v = y[0]
+    else:
+        v = y[1]
+    y.add_(1)
+    return v
+
+
+def arg_view_chosen_then_zeroed(x):
+    if x.sum() > 0:
+        v = x[0:2]
+    else:
+        v = x[1:3]
+    v.zero_()
+    return x * 1
+
+
+def views_built_in_loop_then_base(x):
+    y = x.clone()
+    views = []
+    i = 0
+    while y.sum() > 0 and i < 3:
+        views.append(y[i:i + 1])
+        i += 1
+    y.mul_(10)
+    return views, y
+
+
+def view_loop_carried(x):
+    buf = torch.stack([x, x]).clone()
+    row = buf[0]
+    while row.sum() < 10:
+        buf[1].copy_(row * 2)
+        row.add_(1)
+    return buf, row
+
+
+def view_of_branch_output_mutated(x):
+    y = x.clone()
+    if y.sum() > 0:
+        z = y.view(3, 1)
+    else:
+        z = y.unsqueeze(1)
+    z[0, 0] = -7
+    return y, z
+
+
+def inplace_on_cond_result_aliasing_arg(x):
+    y = x if x.sum() > 0 else x.clone()
+    y.mul_(3)
+    return y
+
+
+VIEW_CASES_2 = [(f, X3) for f in (view_chosen_then_base_written, arg_view_chosen_then_zeroed, views_built_in_loop_then_base, view_loop_carried, view_of_branch_output_mutated, inplace_on_cond_result_aliasing_arg)]
+
+
+# ============================================================ printed text
+def print_repr_pct(x):
+    i = 0
+    while x.sum() > 0.5:
+        x = x / 2
+        i += 1
+        print(f"{i}: {x!r}", "%s" % x.sum(), flush=True)
+    return x
+
+
+def print_int_counter(x):
+    n = 0
+    while x.sum() > 0.5:
+        x = x / 2
+        n += 1
+        print("n =", n)
+    print("done", n, "items", n * 2)
+    return x
+
+
+def print_item_format(x):
+    if x.sum() > 0:
+        print("loss: {:.4f} | max {:>8.2f} | {}".format(x.sum().item(), x.max(), x.argmax()))
+    return x
+
+
+def print_list_of_tensors(x):
+    out = []
+    for i in range(3):
+        if x[i] > 0:
+            out.append(x[i])
+    print(out, len(out))
+    return out
+
+
+def print_shape_dtype(x):
+    if x.sum() > 0:
+        x = torch.cat([x, x])
+        print("grew", x.shape, x.dtype, x.size(0))
+    else:
+        print("kept", tuple(x.shape))
+    return x
+
+
+def print_dataclass(x):
+    s = Stats(total=x.sum())
+    if x.sum() > 0:
+        s.count = 2
+    print(s)
+    return s.count
+
+
+def stdout_write(x):
+    if x.sum() > 0:
+        sys.stdout.write("pos\n")
+    else:
+        sys.stdout.write("neg\n")
+    return x
+
+
+PRINT_CASES = [(f, X3) for f in (print_repr_pct, print_int_counter, print_item_format, print_list_of_tensors, print_shape_dtype, print_dataclass, stdout_write)]
+
+ALL = PRINT_CASES + VIEW_CASES_2 + SYNTAX_CASES + TENSOR_STATE_CASES + MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
 _UNSEEN = ("a tensor `if` traces both branches (a tensor loop its body once) and the effect "
            "watch (runtime/python_state.fingerprint) does not see this object's change, so the "
            "untaken branch's Python effect happens silently in both modes")
@@ -1573,6 +1696,16 @@ XFAIL = {
                             "RuntimeError 'element 0 of tensors does not require grad' - in "
                             "strict mode (not ConversionError) and in default mode (no "
                             "fallback), where eager runs",
+    "print_shape_dtype": "BUG: print(x.shape) inside a tensor branch where x's shape depends on "
+                         "the branch prints '(6,)' where eager prints 'torch.Size([6])'; "
+                         "silently wrong text, both modes",
+    "print_dataclass": "BUG: print(dataclass) whose fields hold traced values after a tensor "
+                       "branch prints the symbolic repr 'Stats(total=Tensor(\"get_2\", "
+                       "shape=(), ...), count=Tensor(\"get_1\", ...))' on every call instead of "
+                       "eager's 'Stats(total=tensor(6.), count=2, ...)'; both modes",
+    "stdout_write": "BUG: sys.stdout.write in both branches of a tensor `if` writes 'pos\\nneg\\n' "
+                    "once at trace time and nothing on later calls (print is staged, "
+                    "sys.stdout.write is not, and the effect watch does not see it); both modes",
     "numpy_array_mut": "BUG: a[0] += 1 on a numpy array in an untaken tensor branch: " + _UNSEEN,
 }
 
