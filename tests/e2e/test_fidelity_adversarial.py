@@ -1669,7 +1669,75 @@ def stdout_write(x):
 
 PRINT_CASES = [(f, X3) for f in (print_repr_pct, print_int_counter, print_item_format, print_list_of_tensors, print_shape_dtype, print_dataclass, stdout_write)]
 
-ALL = PRINT_CASES + VIEW_CASES_2 + SYNTAX_CASES + TENSOR_STATE_CASES + MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
+
+# ============================================================ autograd machinery inside
+@torch.no_grad()
+def nograd_decorated(x):
+    if x.sum() > 0:
+        x = x * 2
+    return x
+
+
+def checkpoint_branch(x):
+    from torch.utils.checkpoint import checkpoint
+    if x.sum() > 0:
+        x = checkpoint(lambda v: v * 2, x, use_reentrant=False)
+    return x
+
+
+def vmap_inside(x):
+    y = torch.vmap(lambda v: v * 2)(x.reshape(3, 1))
+    if y.sum() > 0:
+        y = y + 1
+    return y
+
+
+def backward_inside(x):
+    w = torch.ones(3, requires_grad=True)
+    loss = (x * w).sum()
+    if loss > 0:
+        loss = loss * 2
+    loss.backward()
+    return w.grad
+
+
+def hook_in_branch(x):
+    x = x.clone().requires_grad_()
+    seen = []
+    y = x * 2
+    if y.sum() > 0:
+        y.register_hook(lambda g: seen.append(1))
+    y.sum().backward()
+    return x.grad, len(seen)
+
+
+def inference_mode(x):
+    with torch.inference_mode():
+        y = x * 2
+    if y.sum() > 0:
+        y = y + 1
+    return y
+
+
+def cuda_check(x):
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    y = x.to(dev)
+    if y.sum() > 0:
+        y = y * 2
+    return y
+
+
+def func_grad(x):
+    gfn = torch.func.grad(lambda v: (v ** 2).sum())
+    g = gfn(x)
+    if g.sum() > 0:
+        g = g * 2
+    return g
+
+
+AUTOGRAD_CASES = [(f, X3) for f in (nograd_decorated, checkpoint_branch, vmap_inside, backward_inside, hook_in_branch, inference_mode, cuda_check, func_grad)]
+
+ALL = AUTOGRAD_CASES + PRINT_CASES + VIEW_CASES_2 + SYNTAX_CASES + TENSOR_STATE_CASES + MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
 _UNSEEN = ("a tensor `if` traces both branches (a tensor loop its body once) and the effect "
            "watch (runtime/python_state.fingerprint) does not see this object's change, so the "
            "untaken branch's Python effect happens silently in both modes")
@@ -1706,6 +1774,10 @@ XFAIL = {
     "stdout_write": "BUG: sys.stdout.write in both branches of a tensor `if` writes 'pos\\nneg\\n' "
                     "once at trace time and nothing on later calls (print is staged, "
                     "sys.stdout.write is not, and the effect watch does not see it); both modes",
+    "backward_inside": "BUG: loss.backward() inside a converted function (w a local leaf with "
+                       "requires_grad=True): tracing raises RuntimeError 'element 0 of tensors "
+                       "does not require grad' in strict mode (not ConversionError) and in "
+                       "default mode (no fallback), where eager runs",
     "numpy_array_mut": "BUG: a[0] += 1 on a numpy array in an untaken tensor branch: " + _UNSEEN,
 }
 
