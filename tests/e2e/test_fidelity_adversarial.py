@@ -1737,7 +1737,78 @@ def func_grad(x):
 
 AUTOGRAD_CASES = [(f, X3) for f in (nograd_decorated, checkpoint_branch, vmap_inside, backward_inside, hook_in_branch, inference_mode, cuda_check, func_grad)]
 
-ALL = AUTOGRAD_CASES + PRINT_CASES + VIEW_CASES_2 + SYNTAX_CASES + TENSOR_STATE_CASES + MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
+
+# ============================================================ closures, try, context managers
+def closure_late_binding(x):
+    scale = 2.0
+    def apply(v):
+        return v * scale
+    if x.sum() > 0:
+        scale = 3.0
+    return apply(x)
+
+
+def closure_late_binding_tensor(x):
+    bias = torch.zeros(3)
+    get = lambda: bias
+    while x.sum() > 1:
+        x = x / 2
+        bias = bias + 1
+    return x + get()
+
+
+def try_finally_return(x):
+    try:
+        if x.sum() > 0:
+            return x * 2
+        return x
+    finally:
+        x = x + 100
+
+
+def suppress_in_loop(x):
+    n = 0
+    while x.sum() > 1:
+        with contextlib.suppress(KeyError):
+            x = x / 2
+            n += 1
+    return x, n
+
+
+def try_except_python_error_in_loop(x):
+    d = {"a": 1}
+    total = x
+    for k in ("a", "b"):
+        try:
+            s = d[k]
+        except KeyError:
+            s = 0
+        if total.sum() > 0:
+            total = total + s
+    return total
+
+
+def nested_fn_rebinds_nonlocal_tensor(x):
+    acc = torch.zeros(())
+    def add(v):
+        nonlocal acc
+        acc = acc + v.sum()
+    if x.sum() > 0:
+        add(x)
+    return acc
+
+
+def exitstack(x):
+    with contextlib.ExitStack() as stack:
+        if x.sum() > 0:
+            stack.enter_context(torch.no_grad())
+            x = x * 2
+    return x
+
+
+SCOPE_CASES = [(f, X3) for f in (closure_late_binding, closure_late_binding_tensor, try_finally_return, suppress_in_loop, try_except_python_error_in_loop, nested_fn_rebinds_nonlocal_tensor, exitstack)]
+
+ALL = SCOPE_CASES + AUTOGRAD_CASES + PRINT_CASES + VIEW_CASES_2 + SYNTAX_CASES + TENSOR_STATE_CASES + MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
 _UNSEEN = ("a tensor `if` traces both branches (a tensor loop its body once) and the effect "
            "watch (runtime/python_state.fingerprint) does not see this object's change, so the "
            "untaken branch's Python effect happens silently in both modes")
@@ -2692,3 +2763,8 @@ def test_sparse_and_unusual_inputs(x):
     agree(_scaled, (x.to(torch.int8), 3),
           (torch.empty(0), 1.0), (torch.tensor(float("nan")), 2.0), (x[0], -1.0))
     agree(_scaled, (nn.Parameter(x.clone()), 2.0))
+
+
+def test_no_grad_entered_in_tensor_branch_keeps_requires_grad():
+    agree(exitstack, (POS.clone().requires_grad_(),), (NEG.clone().requires_grad_(),))
+    agree(no_grad_in_branch, (POS.clone().requires_grad_(),), (NEG.clone().requires_grad_(),))
