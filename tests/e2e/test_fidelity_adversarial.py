@@ -1808,7 +1808,84 @@ def exitstack(x):
 
 SCOPE_CASES = [(f, X3) for f in (closure_late_binding, closure_late_binding_tensor, try_finally_return, suppress_in_loop, try_except_python_error_in_loop, nested_fn_rebinds_nonlocal_tensor, exitstack)]
 
-ALL = SCOPE_CASES + AUTOGRAD_CASES + PRINT_CASES + VIEW_CASES_2 + SYNTAX_CASES + TENSOR_STATE_CASES + MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
+
+# ============================================================ objects, part 2
+def model_output_setattr_in_branch(x):
+    out = CausalLMOutput(logits=x * 2)
+    if x.sum() > 0:
+        out.logits = x * 3
+    out["logits"] = out["logits"] + 1
+    return out, out.logits
+
+
+def model_output_setitem_in_loop(x):
+    out = CausalLMOutput(logits=x)
+    while out["logits"].sum() > 1:
+        out["logits"] = out["logits"] / 2
+    return out, out.logits
+
+
+def cache_in_while(x):
+    c = KVCache()
+    k = x.reshape(1, 3, 1)
+    i = 0
+    while k.sum() > 0.5 and i < 3:
+        c.update(k, k, 0)
+        k = k / 2
+        i += 1
+    return c.seen_tokens, len(c.key_cache), c
+
+
+def obj_list_attr_appended_in_branch(x):
+    s = Stats(total=x.sum())
+    s.history = []
+    for i in range(3):
+        if x[i] > 0:
+            s.history.append(x[i])
+    return s
+
+
+def ordered_dict_insert_order(x):
+    d = collections.OrderedDict()
+    if x.sum() > 0:
+        d["b"] = x
+        d["a"] = x * 2
+    else:
+        d["a"] = x
+        d["b"] = x * 2
+    return d
+
+
+def dict_key_order_branch(x):
+    d = {"a": x}
+    if x.sum() > 0:
+        d["c"] = x
+        d["b"] = x
+    else:
+        d["b"] = x
+        d["c"] = x
+    return list(d), d
+
+
+@dataclasses.dataclass
+class Normed:
+    v: torch.Tensor
+    n: torch.Tensor = None
+
+    def __post_init__(self):
+        self.n = self.v.norm()
+
+
+def post_init_from_tensor(x):
+    a = Normed(x)
+    if a.n > 3:
+        a = Normed(x / a.n)
+    return a
+
+
+OBJECT_CASES_2 = [(f, X3) for f in (model_output_setattr_in_branch, model_output_setitem_in_loop, cache_in_while, obj_list_attr_appended_in_branch, ordered_dict_insert_order, dict_key_order_branch, post_init_from_tensor)]
+
+ALL = OBJECT_CASES_2 + SCOPE_CASES + AUTOGRAD_CASES + PRINT_CASES + VIEW_CASES_2 + SYNTAX_CASES + TENSOR_STATE_CASES + MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
 _UNSEEN = ("a tensor `if` traces both branches (a tensor loop its body once) and the effect "
            "watch (runtime/python_state.fingerprint) does not see this object's change, so the "
            "untaken branch's Python effect happens silently in both modes")
@@ -1849,6 +1926,11 @@ XFAIL = {
                        "requires_grad=True): tracing raises RuntimeError 'element 0 of tensors "
                        "does not require grad' in strict mode (not ConversionError) and in "
                        "default mode (no fallback), where eager runs",
+    "dict_key_order_branch": "BUG: a plain dict whose keys are inserted in a different order "
+                             "by each branch of a tensor `if` comes back in the first traced "
+                             "order: list(d) is ['a', 'c', 'b'] where eager's NEG path gives "
+                             "['a', 'b', 'c'] (an OrderedDict falls back; a dict does not); "
+                             "silently, both modes",
     "numpy_array_mut": "BUG: a[0] += 1 on a numpy array in an untaken tensor branch: " + _UNSEEN,
 }
 
