@@ -2850,3 +2850,51 @@ def test_sparse_and_unusual_inputs(x):
 def test_no_grad_entered_in_tensor_branch_keeps_requires_grad():
     agree(exitstack, (POS.clone().requires_grad_(),), (NEG.clone().requires_grad_(),))
     agree(no_grad_in_branch, (POS.clone().requires_grad_(),), (NEG.clone().requires_grad_(),))
+
+
+# ---------------------------------------------------------------- a torchvision-style network
+class BasicBlock(nn.Module):
+    expansion = 1
+    def __init__(self, cin, cout, stride=1, downsample=None):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False); self.bn1 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False); self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = downsample
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        out = self.relu(out)
+        return out
+class EarlyExit(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.Sequential(BasicBlock(2, 2), BasicBlock(2, 4, 2, nn.Sequential(nn.Conv2d(2, 4, 1, 2, bias=False), nn.BatchNorm2d(4))))
+        self.fc = nn.Linear(4, 3)
+        self.threshold = 0.5
+    def forward(self, x):
+        exits = 0
+        for blk in self.blocks:
+            x = blk(x)
+            if torch.sigmoid(x.mean()) > self.threshold + 0.4:
+                break
+            exits += 1
+        x = torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1)
+        if x.shape[1] != 4:
+            x = nn.functional.pad(x, (0, 4 - x.shape[1]))
+        return self.fc(x), exits
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_torchvision_style_resnet_with_early_exit(train):
+    def make():
+        torch.manual_seed(0)
+        m = EarlyExit().train(train)
+        return m, copy.deepcopy(m)
+    torch.manual_seed(1)
+    xs = [(torch.randn(2, 2, 8, 8),), (torch.randn(2, 2, 8, 8) * 5 + 3,), (torch.randn(2, 2, 8, 8),)]
+    agree(None, *xs, make=make, state=lambda m: m.state_dict())
