@@ -8,6 +8,7 @@ import collections
 import contextlib
 import copy
 import dataclasses
+import enum
 import functools
 import heapq
 import io
@@ -1885,7 +1886,182 @@ def post_init_from_tensor(x):
 
 OBJECT_CASES_2 = [(f, X3) for f in (model_output_setattr_in_branch, model_output_setitem_in_loop, cache_in_while, obj_list_attr_appended_in_branch, ordered_dict_insert_order, dict_key_order_branch, post_init_from_tensor)]
 
-ALL = OBJECT_CASES_2 + SCOPE_CASES + AUTOGRAD_CASES + PRINT_CASES + VIEW_CASES_2 + SYNTAX_CASES + TENSOR_STATE_CASES + MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
+
+# ============================================================ crash candidates, part 2
+class Mode(enum.Enum):
+    A = 1
+    B = 2
+
+def nonzero_branch(x):
+    if x.sum() > 0:
+        y = x[x > 1]
+    else:
+        y = x.nonzero().float().flatten()
+    return y
+
+
+def masked_loop(x):
+    while (x > 0).any():
+        x = x - 1
+        x[x < 0] = 0
+    return x
+
+
+def topk_sort(x):
+    v, i = x.topk(2)
+    if v[0] > 1:
+        s, _ = x.sort(descending=True)
+        return s, i
+    return v, i
+
+
+def for_rows_break(x):
+    acc = torch.zeros(())
+    for row in x:
+        if row < 0:
+            break
+        acc = acc + row
+    return acc
+
+
+def range_shape_break(x):
+    n = 0
+    for i in range(x.shape[0]):
+        if x[i] > 1.5:
+            break
+        n += 1
+    return n
+
+
+def int_of_tensor_range(x):
+    n = int(x.abs().sum()) % 4
+    out = x
+    for _ in range(n):
+        out = out * 2
+    return out
+
+
+def sdpa_mask_choice(q):
+    if q.mean() > 0:
+        mask = torch.ones(3, 3, dtype=torch.bool).tril()
+    else:
+        mask = None
+    return F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+
+
+def sdpa_mask_tensor(q):
+    mask = torch.ones(3, 3, dtype=torch.bool).tril()
+    if q.mean() > 0:
+        mask = mask & (q[0, :, :1] > 0)
+    return F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+
+
+def out_kwarg(x):
+    c = torch.empty(3)
+    if x.sum() > 0:
+        torch.add(x, 1, out=c)
+    else:
+        torch.mul(x, 2, out=c)
+    return c
+
+
+def index_add_arg(x):
+    if x.sum() > 0:
+        x.index_add_(0, torch.tensor([0, 0]), torch.tensor([1.0, 2.0]))
+    return x.clone()
+
+
+def view_elem_loop_arg(x):
+    while x[0] < 5:
+        x[0] += 1
+    return x.sum()
+
+
+def einsum_loop(x):
+    m = torch.outer(x, x)
+    while m.abs().sum() > 1:
+        m = torch.einsum("ij,jk->ik", m, m) / (m.abs().sum() + 1)
+    return m
+
+
+def interp_branch(x):
+    y = x.reshape(1, 1, 3)
+    if x.sum() > 0:
+        y = F.interpolate(y, scale_factor=2, mode="linear", align_corners=False)
+    return y
+
+
+def method_recursion(x):
+    class R:
+        def go(self, v, d=0):
+            if v.sum() > 1 and d < 5:
+                return self.go(v / 2, d + 1)
+            return v
+    return R().go(x)
+
+
+def item_while(x):
+    while x.sum().item() > 1:
+        x = x / 2
+    return x
+
+
+def unique_branch(x):
+    y = torch.cat([x, x]).round()
+    if y.sum() > 0:
+        y = torch.unique(y)
+    return y
+
+
+def enum_guard(x, mode):
+    if mode is Mode.A:
+        x = x * 2
+    if x.sum() > 0:
+        x = x + mode.value
+    return x
+
+
+class GRUStep(nn.Module):
+    def __init__(self):
+        super().__init__(); self.cell = nn.GRUCell(3, 3)
+    def forward(self, x):
+        h = torch.zeros(1, 3)
+        i = 0
+        while h.abs().sum() < 1 and i < 5:
+            h = self.cell(x.reshape(1, 3), h)
+            i += 1
+        return h
+class LSTMMod(nn.Module):
+    def __init__(self):
+        super().__init__(); self.lstm = nn.LSTM(3, 4, batch_first=True)
+    def forward(self, x):
+        out, (h, c) = self.lstm(x.reshape(1, 1, 3))
+        if h.sum() > 0:
+            out = out * 2
+        return out, h, c
+
+
+CRASH_CASES_2 = [
+    (nonzero_branch, [*X3]),
+    (masked_loop, [*X3]),
+    (topk_sort, [*X3]),
+    (for_rows_break, [*X3]),
+    (range_shape_break, [*X3]),
+    (int_of_tensor_range, [*X3]),
+    (sdpa_mask_choice, [(torch.randn(2, 3, 4),), (-torch.randn(2, 3, 4).abs(),)]),
+    (sdpa_mask_tensor, [(torch.randn(2, 3, 4),), (-torch.randn(2, 3, 4).abs(),)]),
+    (out_kwarg, [*X3]),
+    (index_add_arg, [*X3]),
+    (view_elem_loop_arg, [*X3]),
+    (einsum_loop, [*X3]),
+    (interp_branch, [*X3]),
+    (method_recursion, [*X3]),
+    (item_while, [*X3]),
+    (unique_branch, [*X3]),
+    (enum_guard, [(POS, Mode.A), (POS, Mode.B), (NEG, Mode.B)]),
+]
+
+ALL = CRASH_CASES_2 + OBJECT_CASES_2 + SCOPE_CASES + AUTOGRAD_CASES + PRINT_CASES + VIEW_CASES_2 + SYNTAX_CASES + TENSOR_STATE_CASES + MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
 _UNSEEN = ("a tensor `if` traces both branches (a tensor loop its body once) and the effect "
            "watch (runtime/python_state.fingerprint) does not see this object's change, so the "
            "untaken branch's Python effect happens silently in both modes")
@@ -1966,9 +2142,6 @@ def test_context_manager_counter_in_branch():
 
 
 def test_global_list_helper():
-    def make():
-        EVENTS.clear()
-        return eff_global_list_helper, eff_global_list_helper
     for strict in (True, False):
         EVENTS.clear()
         g = to_graph(eff_global_list_helper, strict=strict)
@@ -2898,3 +3071,12 @@ def test_torchvision_style_resnet_with_early_exit(train):
     torch.manual_seed(1)
     xs = [(torch.randn(2, 2, 8, 8),), (torch.randn(2, 2, 8, 8) * 5 + 3,), (torch.randn(2, 2, 8, 8),)]
     agree(None, *xs, make=make, state=lambda m: m.state_dict())
+
+
+@pytest.mark.parametrize("cls", [GRUStep, LSTMMod])
+def test_recurrent_cells_in_tensor_loops(cls):
+    def make():
+        torch.manual_seed(0)
+        m = cls().eval()
+        return m, copy.deepcopy(m)
+    agree(None, *X3, make=make)
