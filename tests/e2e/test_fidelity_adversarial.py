@@ -3080,3 +3080,7 @@ def test_recurrent_cells_in_tensor_loops(cls):
         m = cls().eval()
         return m, copy.deepcopy(m)
     agree(None, *X3, make=make)
+
+
+def test_parameter_isinstance_in_module():
+    agree(None, *X3, make=intro_param_isinstance)
