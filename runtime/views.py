@@ -47,10 +47,11 @@ class Storage:
     built when the storage was made; ``aliases``: other storages it may be (a cond/while
     output that is a view of one base on one path and of another on the other)."""
 
-    __slots__ = ("copied", "writes", "origin", "aliases")
+    __slots__ = ("copied", "writes", "origin", "aliases", "written")
 
     def __init__(self, origin=None, aliases=()):
         self.copied: Optional[str] = None
+        self.written = None     # the location of the first in-place write, if any
         self.writes: list = []
         self.origin = origin
         self.aliases = tuple(aliases)
@@ -135,6 +136,8 @@ def check_write(target, location) -> None:
             f"or read out of a list that a tensor loop builds or iterates (at "
             f"{copied}): in eager the list element is that tensor (or a view of it) and "
             f"sees the write, while the graph's list holds a copy")
+    for t in token.all():
+        t.written = t.written or location
     bodies = _open_bodies()
     if bodies:
         for t in token.all():

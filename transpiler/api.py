@@ -35,6 +35,7 @@ from runtime.operators.special_values import Undefined, UndefinedReturn
 from runtime.operators.text import DeferredText
 from runtime.outputs import reachable, template
 from runtime.source_info import location_of_traceback, reentered_call_site, register_source_map
+from runtime import views
 from runtime.symbolic import tracing, wrap_node
 from runtime.tensor_list import take_converted
 # The rest of the front door (the debugging tools, the CLI) meets torch and runtime only
@@ -525,6 +526,9 @@ class GraphFunction:
             raise GraphError(f"a tensor-dependent region changes {shared} of an object that "
                              f"existed before the call (a Python side effect that a graph "
                              f"cannot repeat on every call)")
+        graph.mutated_inputs = [(name, views.storage(v).written) for v, name in
+                                zip(sym, names) if isinstance(v, torch.Tensor) and
+                                views.storage(v) is not None and views.storage(v).written]
         structure = _output_structure(graph, out, existed)
         graph.outputs = map_structure(structure, lambda v: isinstance(v, Unstack),
                                       lambda v: v.node)

@@ -104,6 +104,10 @@ def _traced(source, args, kwargs, dynamic) -> Tuple[Graph, Any, List[torch.Tenso
         graph, structure = source.trace_graph(tuple(args), dict(kwargs), {})   # static
         warnings.warn(ExportWarning(f"the batch dimension cannot stay dynamic ({e}); "
                                     f"exporting static shapes"), stacklevel=4)
+    for name, location in getattr(graph, "mutated_inputs", ()):
+        raise ExportError(f"{format_location(location)}: the function mutates argument "
+                          f"{name!r} in place; an exported program is functional and would "
+                          f"not write the caller's tensor (return the new value instead)")
     structure = map_structure(structure, lambda v: isinstance(v, Unstack),
                               lambda v: v.node)     # a list grown in a loop: its stack
     return graph, structure, [v for v in flat if isinstance(v, torch.Tensor)]

@@ -280,3 +280,12 @@ def test_python_numbers_and_containers_among_the_outputs(tmp_path):
     path = to_onnx(to_graph(f), tmp_path / "f.onnx", (torch.ones(2, 3),))
     got = onnxruntime.InferenceSession(path).run(None, {"x": torch.ones(4, 3).numpy()})
     assert [torch.as_tensor(v).tolist() for v in got] == [[[2.0] * 3] * 4, 12.0, 3]
+
+
+def test_mutating_an_argument_in_a_branch_is_refused():
+    def bumps_if_positive(x):
+        if x.sum() > 0:
+            x[0] = 0.0
+        return x * 2
+    with pytest.raises(Exception, match="mutates argument 'x'"):
+        to_torch_export(to_graph(bumps_if_positive), (torch.ones(2, 3),))
