@@ -99,7 +99,9 @@ def _key_leaf(v):
 
 
 def _run(func, args, kwargs):
-    with torch._C.DisableTorchFunction(), torch.no_grad():
+    # (a factory with no tensor argument, torch.randn(3), runs for real on the CPU: its
+    # draw must not advance the caller's generator, which the graph draws from at run time)
+    with torch._C.DisableTorchFunction(), torch.no_grad(), torch.random.fork_rng(devices=[]):
         return func(*args, **kwargs)
 
 
