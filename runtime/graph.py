@@ -57,6 +57,27 @@ def map_structure(value: Any, is_leaf: Callable[[Any], bool], fn: Callable[[Any]
     return walk(value)
 
 
+def find_leaves(value, wanted: Callable[[Any], bool], slices: bool = True) -> list:
+    """The parts of ``value`` (through lists, tuples, dicts and, if ``slices``, slice
+    bounds) for which ``wanted`` holds, in order."""
+    found: list = []
+
+    def visit(v):
+        if wanted(v):
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                visit(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                visit(x)
+        elif slices and isinstance(v, slice):
+            visit(v.start), visit(v.stop), visit(v.step)
+    visit(value)
+    return found
+
+
+
 _CONTAINERS = (tuple, list, dict, slice)
 
 

@@ -17,7 +17,7 @@ from typing import List, Optional
 
 import torch
 
-from .graph import Node
+from .graph import Node, find_leaves
 
 _MAX_DEPTH = 64
 
@@ -89,19 +89,7 @@ def _is_size(v) -> bool:
 
 def run_time_sizes(args, kwargs) -> List[torch.Tensor]:
     """The symbolic sizes (``python_int``) among the arguments, in lists and tuples too."""
-    found = []
-
-    def visit(v):
-        if _is_size(v):
-            found.append(v)
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                visit(x)
-        elif isinstance(v, dict):
-            for x in v.values():
-                visit(x)
-    visit((args, kwargs))
-    return found
+    return find_leaves((args, kwargs), _is_size, slices=False)
 
 
 def with_hints(value, ints: dict):

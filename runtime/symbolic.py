@@ -16,7 +16,7 @@ one frozen sample.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import torch
 import torch.utils._pytree as pytree
@@ -26,7 +26,7 @@ from . import graph_ops, views
 from . import grad_flags
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
-from .graph import Graph, Node, map_structure
+from .graph import Graph, Node, find_leaves, map_structure
 from .introspection import (REBINDING_OPS, RunTimeSize, arithmetic_kind, kind_of, legacy_new,
                             legacy_type, mark)
 from .meta import TensorMeta, meta_empty
@@ -212,21 +212,7 @@ def _flat_leaves(args, kwargs) -> Optional[List[SymbolicTensor]]:
 
 
 def _symbolic_leaves(value) -> List[SymbolicTensor]:
-    found: List[SymbolicTensor] = []
-
-    def visit(v):
-        if isinstance(v, SymbolicTensor):
-            found.append(v)
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                visit(x)
-        elif isinstance(v, dict):
-            for x in v.values():
-                visit(x)
-        elif isinstance(v, slice):
-            visit(v.start), visit(v.stop), visit(v.step)
-    visit(value)
-    return found
+    return find_leaves(value, is_symbolic)
 
 
 def to_node(graph: Graph, value: Any) -> Any:

@@ -161,14 +161,7 @@ def _wrap(value):
     itself when it holds none."""
     if is_plain_object(value):
         return ObjectState.of(value)
-    kind = type(value)
-    if kind in (list, tuple):
-        items = [_wrap(v) for v in value]
-        return value if all(a is b for a, b in zip(items, value)) else kind(items)
-    if kind is dict:
-        items = {k: _wrap(v) for k, v in value.items()}
-        return value if all(items[k] is v for k, v in value.items()) else items
-    return value
+    return _inside(value, _wrap)
 
 
 def _unwrap(value):
@@ -176,12 +169,18 @@ def _unwrap(value):
     rebuilt only when it held one)."""
     if isinstance(value, ObjectState):
         return value.obj
+    return _inside(value, _unwrap)
+
+
+def _inside(value, fn):
+    """A plain list, tuple or dict with ``fn`` applied to its items, rebuilt only when an
+    item changed (else ``value`` itself, so identity is kept); other values as they are."""
     kind = type(value)
     if kind in (list, tuple):
-        items = [_unwrap(v) for v in value]
+        items = [fn(v) for v in value]
         return value if all(a is b for a, b in zip(items, value)) else kind(items)
     if kind is dict:
-        items = {k: _unwrap(v) for k, v in value.items()}
+        items = {k: fn(v) for k, v in value.items()}
         return value if all(items[k] is v for k, v in value.items()) else items
     return value
 
