@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List
 import torch
 
 from .errors import GraphError
-from .graph import same_tuple
+from .graph import map_structure, same_tuple
 from .path_values import PathValue, RepeatValue
 from .symbolic import is_symbolic
 
@@ -95,21 +95,38 @@ def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
     other objects as ``Rebuild`` markers."""
     done: Dict[int, Rebuild] = {}
     busy: set = set()
-    keep = []                        # the objects ``done`` is keyed by stay alive
+    keep = []                        # the objects ``done``/``firsts`` are keyed by stay alive
+    firsts: Dict[int, Any] = {}      # id of a list/dict of the result -> its structure
+    shared: Dict[int, int] = {}      # id of a structure the result holds again -> its key
 
     def walk(v):
+        if id(v) in firsts:                 # the same list again: ``(lst, lst)``
+            return Again(shared.setdefault(id(firsts[id(v)]), next(_KEYS)))
         if is_leaf(v):
-            return leaf(v)
+            if isinstance(v, torch.Tensor):
+                return leaf(v)
+            firsts[id(v)] = built = leaf(v)     # (a list grown in a tensor loop)
+            keep.append(v)
+            return built
         kind = type(v)
         if kind is tuple:
             return tuple([walk(x) for x in v])
         if (kind is list or kind is dict) and existed(v):     # a global list, self.cache
             _check_untraced(v)
             return Existing(v)
-        if kind is list:
-            return [walk(x) for x in v]
-        if kind is dict:
-            return {_key(k): walk(x) for k, x in v.items()}
+        if kind is list or kind is dict:
+            if id(v) in busy:
+                raise GraphError(f"the result holds a {kind.__name__} that holds itself; "
+                                 f"it cannot be rebuilt on each call")
+            busy.add(id(v))
+            try:
+                built = [walk(x) for x in v] if kind is list else \
+                    {_key(k): walk(x) for k, x in v.items()}
+            finally:
+                busy.discard(id(v))
+            firsts[id(v)] = built
+            keep.append(v)
+            return built
         if isinstance(v, tuple) and not getattr(v, "__dict__", None):
             return same_tuple(v, [walk(x) for x in v])      # namedtuples, structseqs
         if isinstance(v, RepeatValue):     # a list grown by a tensor loop: a fresh one
@@ -138,7 +155,33 @@ def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
         done[id(v)] = marker
         keep.append(v)
         return marker
-    return walk(out)
+    result = walk(out)
+    return _share(result, shared) if shared else result
+
+
+def _share(structure, shared: Dict[int, int]):
+    """``structure`` with each list/dict the result holds more than once (``shared``: the
+    id of its first structure -> key) made a shared ``Rebuild`` (later places are
+    ``Again(key)``), so the caller gets one container in all of them, as eager does."""
+    def is_shared(s):
+        return id(s) in shared
+
+    def mark(s):
+        if type(s) is list:
+            parts = ([map_structure(x, is_shared, mark) for x in s], None, {})
+        elif type(s) is dict:
+            parts = ({k: map_structure(x, is_shared, mark) for k, x in s.items()}, None, {})
+        else:                               # (a list made at run time: ``Unstack``)
+            parts = (s,)
+        make = maker(type(s), s) if len(parts) == 3 else _itself
+        marker = Rebuild(parts, make, shared[id(s)])
+        marker.shared = True
+        return marker
+    return map_structure(structure, is_shared, mark)
+
+
+def _itself(value):
+    return value
 
 
 def _key(k):
@@ -297,9 +340,10 @@ def _check_untraced(obj) -> None:
                          f"as it is")
 
 
-def reachable(roots, limit: int = 20000):
+def reachable(roots, limit: int = 20000, stop=frozenset()):
     """The values reachable from ``roots`` through containers, ``__dict__`` and slots
-    (not into modules, classes, functions or tensors), at most ``limit`` of them."""
+    (not into modules, classes, functions or tensors, nor into values whose id is in
+    ``stop``), at most ``limit`` of them."""
     seen = set()
     stack = list(roots)
     while stack and len(seen) < limit:
@@ -308,8 +352,8 @@ def reachable(roots, limit: int = 20000):
             continue
         seen.add(id(v))
         yield v
-        if isinstance(v, (torch.Tensor, type, types.ModuleType, types.FunctionType,
-                          types.BuiltinFunctionType)):
+        if id(v) in stop or isinstance(v, (torch.Tensor, type, types.ModuleType,
+                                           types.FunctionType, types.BuiltinFunctionType)):
             continue
         if isinstance(v, dict):
             stack.extend(dict.keys(v))

@@ -14,6 +14,7 @@ from ..symbolic import is_symbolic
 from ..tensor_list import TensorList, note_converted
 from .cells import restoring_cells
 from .decisions import _LISTENERS, note
+from . import state_aliases
 from .object_state import unwrap_state, wrap_state, wrapping
 
 
@@ -22,6 +23,7 @@ def if_stmt(test, body, orelse, state, names):
         if _LISTENERS:
             note("if", bool(test))
         return body(*state) if test else orelse(*state)
+    state_aliases.check(state, names, "a tensor-dependent if")
     body, orelse = restoring_cells(body, names), restoring_cells(orelse, names)
     out = staged_cond(test, wrapping(body), wrapping(orelse), wrap_state(tuple(state)),
                       names=names)

@@ -33,6 +33,7 @@ from ..tensor_list import TensorList, note_converted, stack_list
 from .cells import restoring_cells
 from .decisions import _LISTENERS, note
 from .iterables import _RangeSource, as_source, is_symbolic_iterable
+from . import state_aliases
 from .object_state import object_states, unwrap_state, wrap_state, wrapping
 from .special_values import Undefined
 
@@ -58,6 +59,7 @@ def while_stmt(test, body, state, names):
     if graph is not None and verdict._node.graph is graph:
         graph.rollback(mark)
     location = user_location()
+    state_aliases.check(state, names, "a tensor-dependent loop")
     state = wrap_state(state)
     state = _prepare_state(wrapping(body), state, names, location, "while")
     out = staged_while(wrapping_test(test), wrapping(body), state, names=names,
@@ -118,6 +120,7 @@ def _guarded_rest(go, item, iterator, extra_test, body, state, names):
     def step(item, go, state):
         return staged_cond(go, lambda *s: tuple(body(item, *s)), lambda *s: tuple(s),
                            state, names=names)
+    state_aliases.check(state, names, "a tensor-dependent break")
     state = step(item, go, state)
     for item in iterator:
         go = extra_test(*state)
@@ -128,6 +131,7 @@ def _guarded_rest(go, item, iterator, extra_test, body, state, names):
 
 def _staged_for(source, extra_test, body, state, names):
     location = user_location()
+    state_aliases.check(state, names, "a tensor-dependent loop")
     n = source.length()
     state = wrap_state(state)
     wrapped_body = wrapping(body, skip=1)

@@ -1,0 +1,101 @@
+"""Lists and dicts in a tensor region's state that another name also reaches.
+
+    lst = [x]
+    pair = (lst, lst)        # or: M = lst; d = {"l": lst}; o.items = lst; helper(lst)
+    if x.sum() > 0:
+        lst.append(x * 2)    # eager: pair sees the new item
+    return pair
+
+The state variables of a tensor ``if``/loop flow through its node as pytrees: a plain
+list or dict among them (or inside them, or held by an object among them) comes out as a
+new container holding the node's outputs. Where nothing else reaches the old container
+that is exact. Where another name does -- a local of a running converted frame (or what
+it holds: a tuple, a dict, an object's attribute), the caller's variable a helper got
+as its argument, the same container twice in the state -- that name would keep the old
+contents while eager's sees the change: silently wrong, so ``check`` raises GraphError
+(the call falls back). Objects keep their identity through a region (``object_state``):
+a container reached through one of the state's objects is not an alias. A local that
+an enclosing ``if``/loop operator is threading through its own state (the same variable,
+rebound when that operator returns) is not an alias either.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Dict, Tuple
+
+from ..errors import GraphError
+from ..outputs import items_of, reachable
+from ..source_info import format_location, user_location
+from .object_state import _attributes, is_plain_object
+
+_GENERATED = "<tograph generated"
+_OPERATORS = ("if_stmt", "while_stmt", "for_stmt")
+_HERE = __file__.rsplit("/", 1)[0]
+
+
+def check(state, names, kind: str) -> None:
+    """GraphError if a plain list or dict in ``state`` (a tensor region's state
+    variables, named ``names``) is reached by another name (see the module docstring)."""
+    containers: Dict[int, Tuple[str, object]] = {}
+    keep: Dict[int, object] = {}        # the state's objects: they keep their identity
+    twice = []
+
+    def collect(v, label):
+        kind_ = type(v)
+        if kind_ is list or kind_ is dict:
+            if id(v) in containers:
+                twice.append(label)
+                return
+            containers[id(v)] = (label, v)
+            for x in (dict.values(v) if kind_ is dict else v):
+                collect(x, label)
+        elif kind_ is tuple:
+            for x in v:
+                collect(x, label)
+        elif is_plain_object(v) and id(v) not in keep:
+            keep[id(v)] = v
+            for x in _attributes(v).values():
+                collect(x, label)
+            if isinstance(v, dict):
+                for _, x in items_of(v):
+                    collect(x, label)
+    labels = [str(n) for n in names] if len(names) == len(state) else ["a variable"] * len(state)
+    for value, label in zip(state, labels):
+        collect(value, label)
+    if not containers:
+        return
+    if twice:
+        _refuse(kind, twice[0], "another state variable")
+    roots = _roots()
+    stop = set(containers) | set(keep)
+    for v in reachable([v for _, v in roots], stop=stop):
+        if id(v) in containers:
+            alias = next(name for name, root in roots
+                         if any(w is v for w in reachable([root], stop=stop)))
+            _refuse(kind, containers[id(v)][0], repr(alias))
+
+
+def _roots():
+    """(name, value) of the locals of the running converted frames, but for those an
+    ``if``/loop operator called from the frame is threading through its state."""
+    threaded: Dict[int, set] = {}
+    frames = []
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name in _OPERATORS and code.co_filename.startswith(_HERE) and \
+                frame.f_back is not None:
+            names = frame.f_locals.get("names") or ()
+            threaded.setdefault(id(frame.f_back), set()).update(str(n) for n in names)
+        elif code.co_filename.startswith(_GENERATED):
+            frames.append(frame)
+        frame = frame.f_back
+    return [(name, value) for f in frames for name, value in f.f_locals.items()
+            if name not in threaded.get(id(f), ())]
+
+
+def _refuse(kind: str, label: str, alias: str) -> None:
+    raise GraphError(
+        f"{format_location(user_location())}: a list or dict in variable {label!r} is "
+        f"changed by {kind} and is also reached as {alias}; the graph hands back a new "
+        f"container, so {alias} would keep the old contents")

@@ -1,0 +1,276 @@
+"""Fidelity of what a converted function hands back besides tensor values: the identity of
+returned containers (one list in two places stays one list), lists and dicts that
+tensor control flow changes while another name reaches them (falls back), printed text
+of sizes, dtypes, containers and objects holding traced values, and the global random
+state (``torch.manual_seed`` inside the function) -- each against eager, in default and
+strict mode, on inputs taking different paths so that values baked at trace time show."""
+import collections
+import contextlib
+import dataclasses
+import io
+import warnings
+
+import pytest
+import torch
+
+from transpiler import ConversionError, FallbackWarning, to_graph
+
+from e2e_helpers import _clone, assert_same
+from fidelity_checks import converts, falls_back
+
+POS = torch.tensor([1.0, 2.0, 3.0])
+NEG = torch.tensor([-1.0, -2.0, 0.5])
+PATHS = [(POS,), (NEG,), (POS * 2,)]
+
+
+def same_exactly(got, exp, path="out"):
+    """``assert_same`` plus exact container types and dict key order."""
+    assert type(got) is type(exp), f"{path}: {type(got).__name__} != {type(exp).__name__}"
+    if isinstance(exp, dict):
+        assert list(got) == list(exp), f"{path}: keys {list(got)} != {list(exp)}"
+        for k in exp:
+            same_exactly(got[k], exp[k], f"{path}[{k!r}]")
+    elif isinstance(exp, (list, tuple)):
+        assert len(got) == len(exp), f"{path}: length"
+        for i, (a, b) in enumerate(zip(got, exp)):
+            same_exactly(a, b, f"{path}[{i}]")
+    elif hasattr(exp, "__dict__") and not isinstance(exp, torch.Tensor):
+        same_exactly(vars(got), vars(exp), f"{path}.__dict__")
+    else:
+        assert_same(got, exp, path)
+
+
+def identity_agrees(fn, identities, mutate=None, inputs=PATHS):
+    """Both modes convert; the result equals eager's, ``identities(result)`` (a tuple of
+    ``is`` checks) equals eager's, and after ``mutate`` both results still agree."""
+    for strict in (True, False):
+        g = to_graph(fn, strict=strict)
+        for args in inputs:
+            exp = fn(*_clone(args))
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FallbackWarning)
+                got = g(*_clone(args))
+            same_exactly(got, exp)
+            assert identities(got) == identities(exp), (identities(got), identities(exp))
+            if mutate is not None:
+                mutate(got)
+                mutate(exp)
+                same_exactly(got, exp, "after mutating")
+
+
+# ============================================================ returned containers, shared
+class Box:
+    pass
+
+
+def list_returned_twice_grown(x):
+    lst = [x]
+    if x.sum() > 0:
+        lst.append(x * 2)
+    return lst, lst
+
+
+def list_in_dict_and_returned(x):
+    lst = [x]
+    d = {"l": lst, "m": [lst]}
+    y = x * 2 if x.sum() > 0 else x - 1
+    return d, lst, y
+
+
+def object_in_list_and_dict(x):
+    o = Box()
+    o.v = x
+    items = [o, {"k": o}]
+    if x.sum() > 0:
+        o.v = x * 2
+    return items, o
+
+
+def dict_returned_twice(x):
+    d = {"a": x}
+    if x.sum() > 0:
+        d["a"] = x + 1
+    return d, {"again": d}
+
+
+def loop_grown_list_twice(x):
+    out = []
+    i = 0
+    while i < x.abs().sum():
+        out.append(x * i)
+        i += 2
+    return out, [out]
+
+
+def list_held_by_returned_object(x):
+    lst = [x]
+    o = Box()
+    o.items = lst
+    y = x * 3 if x.sum() > 0 else x
+    return o, lst, y
+
+
+def test_list_returned_twice_after_growing_in_branch():
+    identity_agrees(list_returned_twice_grown, lambda o: (o[0] is o[1],),
+                    mutate=lambda o: o[0].append(torch.zeros(3)))
+
+
+def test_list_held_by_returned_dict_and_returned():
+    identity_agrees(list_in_dict_and_returned,
+                    lambda o: (o[0]["l"] is o[1], o[0]["m"][0] is o[1]),
+                    mutate=lambda o: o[1].append(torch.ones(3)))
+
+
+def test_object_in_list_and_in_dict_and_returned():
+    identity_agrees(object_in_list_and_dict,
+                    lambda o: (o[0][0] is o[1], o[0][1]["k"] is o[1]),
+                    mutate=lambda o: setattr(o[1], "w", 1))
+
+
+def test_dict_returned_twice():
+    identity_agrees(dict_returned_twice, lambda o: (o[0] is o[1]["again"],),
+                    mutate=lambda o: o[0].update(b=2))
+
+
+def test_loop_grown_list_returned_twice():
+    identity_agrees(loop_grown_list_twice, lambda o: (o[0] is o[1][0],),
+                    mutate=lambda o: o[0].clear())
+
+
+def test_list_held_by_returned_object():
+    identity_agrees(list_held_by_returned_object, lambda o: (o[0].items is o[1],),
+                    mutate=lambda o: o[1].append(0))
+
+
+def test_each_call_gets_fresh_containers():
+    g = to_graph(list_in_dict_and_returned, strict=True)
+    a, b = g(POS), g(POS)
+    assert a[1] is not b[1] and a[0] is not b[0]
+
+
+# ============================================================ changed while aliased
+def alias_pair_appended(x):
+    lst = [x]
+    pair = (lst, lst)
+    if x.sum() > 0:
+        lst.append(x * 2)
+    return pair
+
+
+def alias_dict_holds_list(x):
+    lst = [x, x]
+    d = {"l": lst}
+    if x.sum() > 0:
+        lst[0] = x * 2
+    return d
+
+
+def alias_second_name(x):
+    lst = [x]
+    other = lst
+    if x.sum() > 0:
+        lst[0] = x * 2
+    return other
+
+
+def alias_read_inside_branch(x):
+    lst = [x]
+    other = lst
+    if x.sum() > 0:
+        lst[0] = x * 2
+        y = other[0] + 1
+    else:
+        y = other[0] - 1
+    return y
+
+
+def alias_object_attribute(x):
+    o = Box()
+    o.items = [x]
+    lst = o.items
+    if x.sum() > 0:
+        lst[0] = x * 2
+    return o.items
+
+
+def _append_if_positive(lst, x):
+    if x.sum() > 0:
+        lst.append(x * 2)
+    return x
+
+
+def alias_helper_argument(x):
+    lst = [x]
+    _append_if_positive(lst, x)
+    return lst
+
+
+def alias_in_tensor_loop(x):
+    d = {"n": x}
+    seen = [d]
+    while x.sum() > 0:
+        d["n"] = d["n"] + 1
+        x = x - 2
+    return seen, x
+
+
+def alias_nested_list(x):
+    rows = [[x]]
+    first = rows[0]
+    if x.sum() > 0:
+        rows[0][0] = x * 2
+    return first
+
+
+def alias_same_list_two_variables(x):
+    a = b = []
+    if x.sum() > 0:
+        a.append(x)
+        b.append(x * 2)
+    else:
+        a.append(x - 1)
+        b.append(x)
+    return a
+
+
+@pytest.mark.parametrize("fn", [alias_pair_appended, alias_dict_holds_list, alias_second_name,
+                                alias_read_inside_branch, alias_object_attribute,
+                                alias_helper_argument, alias_in_tensor_loop, alias_nested_list,
+                                alias_same_list_two_variables])
+def test_container_changed_while_another_name_reaches_it_falls_back(fn):
+    falls_back(fn, *PATHS, match="also reached as")
+
+
+def threaded_list_in_python_loop(x):
+    out = []
+    for i in range(3):
+        if x[i] > 0:
+            out.append(x[i] * 2)
+        else:
+            out.append(x[i])
+    return out
+
+
+def threaded_dict_in_nested_branches(x):
+    d = {"s": x.sum()}
+    if x[0] > 0:
+        if x[1] > 0:
+            d["s"] = d["s"] * 2
+        else:
+            d["s"] = d["s"] - 1
+    return d
+
+
+def rebound_not_aliased(x):
+    lst = [x]
+    if x.sum() > 0:
+        lst = [x * 2, x]
+    else:
+        lst = [x, x * 3]
+    return lst
+
+
+@pytest.mark.parametrize("fn", [threaded_list_in_python_loop, threaded_dict_in_nested_branches,
+                                rebound_not_aliased])
+def test_container_threaded_through_regions_still_converts(fn):
+    converts(fn, *PATHS)
