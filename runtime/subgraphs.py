@@ -122,11 +122,13 @@ def _fill_like(value, side=None):
 
     An object's state (``ObjectState``) is no placeholder: the object is real on this
     path too (``return t, D`` on one path, ``D`` carried on both). It is taken from the
-    same object's state elsewhere in ``side`` (this path's result), else kept as it is (the
-    region does not change the object: its state is the one before the region)."""
+    same object's state elsewhere in ``side`` (this path's result), else read from the
+    object now (the region carries no state of it, so after a trace it holds its state
+    before the region; not the other path's copy, whose values may be that path's nodes:
+    ``while ...: if c: return t, R``)."""
     objects = {id(v.obj): v for v in _object_states(side)}
     leaves, spec = pytree.tree_flatten(value, is_leaf=_is_object_state)
-    filled = [objects.get(id(v.obj), v) if _is_object_state(v) else
+    filled = [objects.get(id(v.obj)) or type(v).of(v.obj) if _is_object_state(v) else
               Fill(_leaf_meta(v), _example(v)) if _leaf_meta(v) is not None else v
               for v in leaves]
     return pytree.tree_unflatten(filled, spec)

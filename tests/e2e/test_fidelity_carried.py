@@ -1,0 +1,132 @@
+"""Effects carried through regions: state a tensor branch or loop leaves, compared with eager.
+
+- An object returned early from inside a tensor loop (``for ...: if c: return t, R``)
+  while the loop does not otherwise carry it: the loop's return slot starts as the
+  object's state before the loop, not as the copy one body trace made (whose values are
+  nodes of a finished trace).
+
+Each case runs strict and default on inputs that take different paths (two calls and
+more: a value baked at trace time shows up); what cannot be carried exactly keeps a
+clean ConversionError / one FallbackWarning.
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import torch
+
+from transpiler import FallbackWarning, to_graph
+
+from e2e_helpers import _clone, assert_same
+from fidelity_checks import converts, same_gradients
+
+POS, NEG = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([-1.0, -2.0, -3.0])
+MIXED = torch.tensor([1.0, -2.0, 3.0])
+ROWS = torch.tensor([[1.0, 2.0, 3.0], [-4.0, 5.0, -6.0]])
+
+
+@dataclasses.dataclass
+class Rec:
+    t: object = None
+    k: int = 0
+    tag: str = ""
+
+
+class Obj:
+    pass
+
+
+def plain(v):
+    """Objects as (class name, attributes), recursively: assert_same compares those."""
+    if isinstance(v, (list, tuple)):
+        return type(v)(plain(x) for x in v)
+    if isinstance(v, dict):
+        return {k: plain(x) for k, x in v.items()}
+    if isinstance(getattr(v, "__dict__", None), dict) and not isinstance(v, torch.Tensor):
+        return (type(v).__name__, {k: plain(x) for k, x in vars(v).items()})
+    return v
+
+
+def converts_objects(fn, *inputs):
+    """As ``converts``, objects in the result compared by class and attributes."""
+    for strict in (True, False):
+        g = to_graph(fn, strict=strict)
+        for args in inputs:
+            eager_args, graph_args = _clone(args), _clone(args)
+            exp = fn(*eager_args)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FallbackWarning)
+                got = g(*graph_args)
+            assert type(got) is type(exp)
+            assert_same(plain(got), plain(exp))
+            assert_same(graph_args, eager_args, "arguments")
+
+
+# ---------------------------------------------------------------- early return of an object
+def return_rec_from_for(a, b, M):
+    t = a + b
+    R = Rec(t=a * 0.0, k=0, tag="init")
+    for r in M:
+        if t.sum() >= t.mean():
+            return t, R
+        t = t * 0.5 + R.t
+    return t, R
+
+
+def return_obj_from_while(a, b, M):
+    t = a + b
+    O = Obj()
+    O.v = a.clone()
+    O.n = 3
+    i = torch.tensor(0)
+    while i < 3 and t.sum() < 5.0:
+        i += 1
+        t = t + O.v.abs() + 1.0
+        if (t - b).sum() > 2.0:
+            return [t, O]
+    return [t, O]
+
+
+def return_rec_nested_cond(a, b):
+    t = a + b
+    R = Rec(t=a * 0.0, k=0, tag="init")
+    if a.sum() > 0.0:
+        R.t = R.t + t
+    else:
+        if (t - b).sum() >= 0.0:
+            return t, R, t.requires_grad
+    return t, R, t.requires_grad
+
+
+def return_rec_changed_before(a, b, M):
+    R = Rec(t=a * 0.0, k=1, tag="x")
+    t = b
+    for r in M:
+        R.t = R.t + r
+        if R.t.sum() > 1.0:
+            return t, R
+        t = t * 2.0
+    return t, R
+
+
+def test_object_returned_early_from_for():
+    converts_objects(return_rec_from_for, (POS, NEG, ROWS), (NEG, NEG, ROWS), (MIXED, POS, ROWS))
+
+
+def test_object_returned_early_from_while():
+    converts_objects(return_obj_from_while, (POS, NEG, ROWS), (NEG, NEG, ROWS), (MIXED, POS, ROWS))
+
+
+def test_object_returned_early_from_nested_cond():
+    converts_objects(return_rec_nested_cond, (POS, NEG), (NEG, NEG), (NEG, POS))
+
+
+def test_object_changed_then_returned_early():
+    converts_objects(return_rec_changed_before, (POS, NEG, ROWS), (NEG, NEG, -ROWS),
+             (MIXED, POS, ROWS))
+
+
+def test_object_returned_early_gradients():
+    same_gradients(lambda a, b, M: return_rec_from_for(a, b, M)[0], (POS, NEG, ROWS),
+                   (MIXED, POS, ROWS))
