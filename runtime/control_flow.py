@@ -21,6 +21,7 @@ import torch.utils._pytree as pytree
 from . import grad_flags, path_values, region_state, views
 from .errors import BranchMismatchError
 from .grad_flags import grad_of
+from .path_structures import choose_structures
 from .introspection import kind_of, mark, merged_kind
 from .source_info import format_location, user_location
 from .subgraphs import (Fill, Slot, _align_captures, _check_pred, _describe_spec, _example,
@@ -66,6 +67,12 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
                      else_idx)
     then_tree, else_tree = reconcile(then_tree, else_tree)
     then_tree, else_tree = _grown_lists(then_g, then_tree, else_g, else_tree)
+    if carried:         # (the state only: carried locations get no PathChoice)
+        (then_state, *then_rest), (else_state, *else_rest) = then_tree, else_tree
+        then_state, else_state = choose_structures(then_state, else_state)
+        then_tree, else_tree = (then_state, *then_rest), (else_state, *else_rest)
+    else:
+        then_tree, else_tree = choose_structures(then_tree, else_tree)
     then_out, then_spec = pytree.tree_flatten(then_tree)
     else_out, else_spec = pytree.tree_flatten(else_tree)
     if then_spec != else_spec:

@@ -32,7 +32,7 @@ import torch
 
 from .errors import GraphError
 from .graph import map_structure, same_tuple
-from .path_values import PathValue, RepeatValue
+from .path_values import PathChoice, PathValue, RepeatValue
 from .symbolic import is_symbolic
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None), range, slice, torch.dtype,
@@ -131,6 +131,9 @@ def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
             return same_tuple(v, [walk(x) for x in v])      # namedtuples, structseqs
         if isinstance(v, RepeatValue):     # a list grown by a tensor loop: a fresh one
             return Rebuild((walk(v.index),), v.build, next(_KEYS))
+        if isinstance(v, PathChoice):      # the container of the path the run took
+            return Rebuild((walk(v.index), walk(v.options[0]), walk(v.options[1])),
+                           _pick_container, next(_KEYS))
         if isinstance(v, PathValue):       # the option the run took
             return Rebuild((walk(v.index),), _picker(v.options), next(_KEYS))
         if isinstance(v, _ATOMS) or _is_runtime_marker(v):
@@ -285,6 +288,10 @@ def _picker(options: tuple) -> Callable:
         return list(value) if type(value) is list else value     # (a fresh list per call)
     pick.__qualname__ = "pick_option"
     return pick
+
+
+def _pick_container(index, then_value, else_value):
+    return else_value if int(index) else then_value
 
 
 # --------------------------------------------------------------------------- checks

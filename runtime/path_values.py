@@ -55,6 +55,7 @@ class PathValue:
     __bool__ = __str__ = __repr__ = __format__ = __hash__ = _refuse
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
     __len__ = __iter__ = __contains__ = __getitem__ = __call__ = _refuse
+    __setitem__ = __delitem__ = _refuse
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __mod__ = _refuse
     __truediv__ = __rtruediv__ = __floordiv__ = __neg__ = __int__ = __float__ = _refuse
     __index__ = __setattr__ = __reduce__ = __reduce_ex__ = __copy__ = __deepcopy__ = _refuse
@@ -89,14 +90,35 @@ class RepeatValue(PathValue):
         return list(before) + list(pattern) * int(count)
 
 
+class PathChoice(PathValue):
+    """A container whose structure depends on the path: ``options[index]``, where
+    ``options`` are the two paths' containers (their tensors: outputs of the ``cond``, a
+    zero placeholder on the path that did not build them). Made by ``path_structures``;
+    refused when used while tracing; ``runtime.outputs`` rebuilds the chosen one per call."""
+
+    __slots__ = ()
+
+    def _what(self) -> str:
+        first, second = (_shape(o) for o in self.options)
+        return f"{first} on one path and {second} on the other"
+
+
+def _shape(value) -> str:
+    if isinstance(value, dict):
+        return f"a {type(value).__name__} with keys {_short(list(value))}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return f"a {type(value).__name__}"
+
+
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 20 else text[:17] + "..."
 
 
 def _choosable(v) -> bool:
-    if isinstance(v, RepeatValue):
-        return False        # (its index counts iterations: no option of a cond)
+    if isinstance(v, (RepeatValue, PathChoice)):
+        return False        # (its index counts iterations / it is a pytree node)
     return isinstance(v, PathValue) or (_leaf_meta(v) is None and _is_plain(v))
 
 

@@ -155,7 +155,7 @@ def zip_structures(a, b, fn):
             and not hasattr(a, "_fields"):
         pairs = [zip_structures(x, y, fn) for x, y in zip(a, b)]
         return type(a)(p[0] for p in pairs), type(b)(p[1] for p in pairs)
-    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+    if isinstance(a, dict) and isinstance(b, dict) and list(a) == list(b):   # (order too)
         pairs = {k: zip_structures(a[k], b[k], fn) for k in a}
         return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
     return a, b
