@@ -70,6 +70,41 @@ def print_values(*args, sep: str = " ", end: str = "\n", flush: bool = False,
 
 
 @effect
+def write_text(stream: str, text=None, *values, layout=None) -> None:
+    """``sys.stdout.write(text)`` (``stream``: ``"stdout"`` or ``"stderr"``) as a graph
+    op: writes to the stream ``sys`` holds when the graph runs, every time it runs.
+    ``layout``: the text's ``text_layout`` parts, rendered from ``values``."""
+    import sys
+    getattr(sys, stream).write(render(layout, values) if layout is not None else text)
+
+
+@effect
+def warn_at(category, filename, lineno: int, module, outer: int, message=None, *values,
+            layout=None) -> None:
+    """``warnings.warn`` as a graph op: warns every time the graph runs, through the
+    warning filters and the once-per-location registry of ``module``, as eager would.
+    ``outer`` > 0: the location is the caller that many frames out of the converted call
+    (a ``stacklevel`` pointing past it), found when the graph runs."""
+    import sys
+    import warnings
+    if layout is not None:
+        message = render(layout, values)
+    if outer:
+        from .operators.messages import eager_frames
+        frames, inside = eager_frames(sys._getframe(1))
+        if inside + outer > len(frames):
+            filename, lineno, module = "sys", 1, "sys"
+        else:
+            frame = frames[inside + outer - 1]
+            filename, lineno = frame.f_code.co_filename, frame.f_lineno
+            module = frame.f_globals.get("__name__", "<string>")
+    namespace = getattr(sys.modules.get(module), "__dict__", None)
+    registry = namespace.setdefault("__warningregistry__", {}) \
+        if isinstance(namespace, dict) else None
+    warnings.warn_explicit(message, category, filename, lineno, module, registry, namespace)
+
+
+@effect
 def assert_true(test: torch.Tensor, where: str, message=None, *values, layout=None) -> None:
     """``assert`` as a graph op: raises ``AssertionError`` on every run where it fails.
     ``layout``: the message's ``text_layout`` parts, rendered from ``values``."""
@@ -99,3 +134,23 @@ def requires_grad_of(x: torch.Tensor) -> torch.Tensor:
     """``x.requires_grad`` read at run time, as a 0-d bool tensor: for a value that
     requires grad on one path of a ``cond`` (or after a loop's iterations) only."""
     return torch.tensor(x.requires_grad)
+
+
+@effect
+def manual_seed(seed) -> None:
+    """``torch.manual_seed(seed)`` as a graph op: reseeds the global generator every time
+    the graph runs, in its place among the random ops (``seed``: a number or 0-d tensor)."""
+    torch.manual_seed(int(seed))
+
+
+@register
+def get_rng_state() -> torch.Tensor:
+    """``torch.get_rng_state()`` as a graph op: the global generator's state when the graph
+    runs (impure: ``ops.RANDOM`` names it)."""
+    return torch.get_rng_state()
+
+
+@effect
+def set_rng_state(state: torch.Tensor) -> None:
+    """``torch.set_rng_state(state)`` as a graph op, every time the graph runs."""
+    torch.set_rng_state(state)

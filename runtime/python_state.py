@@ -9,7 +9,9 @@ reused. Both questions are answered by comparing fingerprints taken before and a
 ``fingerprint(value)`` is a hashable summary of ``value`` to a bounded depth: atoms by
 value, tensors and code by identity, containers and plain objects (their ``__dict__``,
 an ``nn.Module``'s submodules, parameters and buffers) by the fingerprints of what they
-hold. Past the depth or the node budget a value counts by identity only.
+hold, objects keeping state outside a ``__dict__`` (iterators, generators, numpy arrays,
+``StringIO``, ``deque``, ``__slots__``) by that state (``builtin_state``). Past the depth
+or the node budget a value counts by identity only.
 
 ``Reach`` collects what a function can name: the cells of its closure and of the
 functions those cells hold (an inner function bumping a ``nonlocal``), and the globals its
@@ -27,9 +29,12 @@ import inspect
 import types
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
+from . import builtin_state
+from .builtin_state import slot_names
+
 _ATOMS = (int, str, bytes, bool, complex, type(None))
 _CODE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
-         type, types.CodeType, functools.partial, types.GeneratorType)
+         type, types.CodeType, functools.partial)
 DEPTH = 4           # how far into nested containers and objects a fingerprint looks
 BUDGET = 2000       # values per fingerprint; beyond it values count by identity
 
@@ -120,13 +125,21 @@ def _fp_inner(v, cls, depth: int, walk: _Walk):
     if isinstance(v, bytearray):
         return (cls, bytes(v))
     attrs = getattr(v, "__dict__", None)
+    inner = builtin_state.state_of(v)       # an iterator's position, an array's bytes, ...
+    if inner is not None:
+        if walk.containers is not None:
+            put_back = builtin_state.restorer(v)
+            if put_back is not None:
+                walk.containers.append((v, _PutBack(put_back)))
+        inner = _attrs(v, dict(inner), carried, depth, walk, record=False) \
+            if slot_names(cls) and attrs is None else _fp(inner, depth + 1, walk)
     if not isinstance(attrs, dict):
-        return ("id", id(v))
-    return (cls, _attrs(v, attrs, carried, depth, walk))
+        return ("id", id(v)) if inner is None else (cls, "state", inner)
+    return (cls, _attrs(v, attrs, carried, depth, walk)) + ((inner,) if inner else ())
 
 
-def _attrs(v, attrs: dict, carried: bool, depth: int, walk: _Walk) -> tuple:
-    if walk.containers is not None:
+def _attrs(v, attrs: dict, carried: bool, depth: int, walk: _Walk, record=True) -> tuple:
+    if walk.containers is not None and record:
         walk.containers.append((v, dict(attrs)))
     return tuple((k, _fp(x, depth, walk)) for k, x in attrs.items()
                  if not k.startswith("_tograph") and not (carried and _carried_leaf(x)))
@@ -141,11 +154,21 @@ def _key(k):
     return k if isinstance(k, _ATOMS + (float,)) else ("id", id(k))
 
 
+class _PutBack:
+    """A recorded state that puts itself back (``builtin_state.restorer``)."""
+    __slots__ = ("put_back",)
+
+    def __init__(self, put_back):
+        self.put_back = put_back
+
+
 def restore(containers: List[Tuple[Any, Any]]) -> None:
     """Put back the shallow contents recorded by ``fingerprint(..., containers=...)``,
     innermost first (so an outer one's copy wins where both recorded the same object)."""
     for obj, copy in reversed(containers):
-        if isinstance(obj, list):
+        if isinstance(copy, _PutBack):
+            copy.put_back()
+        elif isinstance(obj, list):
             obj[:] = copy
         elif isinstance(obj, (dict, set)):
             obj.clear()
@@ -247,6 +270,23 @@ class _FixedCell:
         self.cell_contents = value
 
 
+def _user_code(fn, depth: int = 3):
+    """The code of ``fn``, or of the user function a wrapper of ours holds."""
+    fn, _ = _function_of(fn)
+    if fn is None:
+        return None
+    if not _library(fn.__code__.co_filename):
+        return fn.__code__
+    for cell in (fn.__closure__ or ()) if depth > 0 else ():
+        try:
+            code = _user_code(cell.cell_contents, depth - 1)
+        except ValueError:
+            continue
+        if code is not None:
+            return code
+    return None
+
+
 def _library(filename: str) -> bool:
     from .source_info import _is_library
     return _is_library(filename)
@@ -277,11 +317,17 @@ def line_naming(code, name: str) -> Optional[int]:
 
 
 class Watch:
-    """Fingerprints of what ``fn`` can reach, to compare after running it."""
+    """Fingerprints of what ``fn`` can reach, to compare after running it; ``held``:
+    (parameter name, value) of objects passed to it that it may change (a set, an
+    iterator, a numpy array a region gets as state)."""
 
-    def __init__(self, fn, carried: Iterable[Any] = ()):
+    def __init__(self, fn, carried: Iterable[Any] = (), held: Iterable[Tuple[str, Any]] = ()):
         self.carried = {id(v) for v in carried}
         self.roots = reach(fn)
+        code = _user_code(fn)
+        if code is not None:
+            self.roots += [Root(((code, name),), value, cell=_FixedCell(value))
+                           for name, value in held]
         self.containers: list = []
         for root in self.roots:
             root.print = fingerprint(root.value, carried=self.carried,

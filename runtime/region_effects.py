@@ -13,10 +13,15 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+import torch.utils._pytree as pytree
+
 from . import region_state
 from .errors import GraphError
-from .python_state import Watch, difference, fingerprint, line_naming
+from .python_state import Watch, difference, fingerprint, is_tensor, line_naming
 from .source_info import _is_library, format_location, map_location
+
+
+_PLAIN = (bool, int, float, complex, str, bytes)
 
 
 def run_watched(fn: Callable, args: tuple, kind: str, carry: Optional[list] = None,
@@ -25,7 +30,7 @@ def run_watched(fn: Callable, args: tuple, kind: str, carry: Optional[list] = No
     ``carry``: a list to receive (Location, new value) of changes the region can carry
     instead (``region_state``; the state is put back as before), numbers and tensors only
     if ``numbers_only``; ``names``: the region's state variables."""
-    watch = Watch(fn, _carried(args))
+    watch = Watch(fn, _carried(args), _held(args, names))
     try:
         out = fn(*args)
     except BaseException:
@@ -68,6 +73,19 @@ def _carried(args) -> list:
         elif isinstance(v, dict):
             stack.extend(v.values())
     return found
+
+
+def _held(args, names) -> list:
+    """(name, object) of the non-tensor values passed to a region that it may change
+    without the graph carrying the change: a set, an iterator, a numpy array (its lists
+    and dicts are rebuilt for each trace, and objects' attributes are ``ObjectState``)."""
+    held = []
+    for i, arg in enumerate(args):
+        name = names[i] if i < len(names) else f"#{i}"
+        for leaf in pytree.tree_leaves(arg):
+            if not (leaf is None or isinstance(leaf, _PLAIN) or is_tensor(leaf)):
+                held.append((name, leaf))
+    return held
 
 
 def _location(root):

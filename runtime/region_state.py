@@ -225,8 +225,8 @@ def changes(watch, numbers_only: bool, names=()) -> Optional[List[Tuple[Location
                                obj=obj, name="[:]", holder=holder)
                 found[loc.key] = (loc, tuple(obj))
             continue
-        if id(obj) in watch.carried:
-            continue
+        if id(obj) in watch.carried or not isinstance(copy, dict):
+            continue        # (a builtin's state: a change left unexplained fails below)
         attrs = obj.__dict__
         if attrs.keys() != copy.keys():
             return None

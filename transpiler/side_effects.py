@@ -18,6 +18,7 @@ import inspect
 import types
 from typing import Any, List, Tuple
 
+from runtime.builtin_state import state_of
 from runtime.python_state import difference, fingerprint, is_tensor, restore
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None))
@@ -104,6 +105,10 @@ class Snapshot:
             snap._watch(f"argument #{i}", a)
         for k, v in kwargs.items():
             snap._watch(f"argument {k!r}", v)
+        for ns, name, value in snap._globals:       # an iterator's position, an array's
+            snap._watch_state(f"global {name!r}", value)                       # bytes
+        for name, cell, value in snap._cells:
+            snap._watch_state(f"closure variable {name!r}", value)
         if owner is not None:           # and deeper: ``self.cfg.count += 1``
             snap._watch_deep("an attribute of the object the method belongs to", owner)
         for i, a in enumerate(args):
@@ -111,6 +116,11 @@ class Snapshot:
         for k, v in kwargs.items():
             snap._watch_deep(f"argument {k!r}", v)
         return snap
+
+    def _watch_state(self, label: str, obj) -> None:
+        """Watch (while tracing) an object keeping its state outside a ``__dict__``."""
+        if _state_of(obj) is None and not _is_value(obj) and state_of(obj) is not None:
+            self._watch_deep(label, obj)
 
     def _watch_deep(self, label: str, obj) -> None:
         if not _is_value(obj):

@@ -30,7 +30,8 @@ from ..ops import is_inplace
 from ..source_info import format_location
 from .errors import ExportError
 
-DROPPED_EFFECTS = ("print_values", "assert_true", "set_grad_enabled", "probe_value")
+DROPPED_EFFECTS = ("print_values", "assert_true", "set_grad_enabled", "probe_value",
+                   "write_text", "warn_at")
 
 
 def _dim_size(x: torch.Tensor, dim: int) -> torch.Tensor:

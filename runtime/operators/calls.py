@@ -27,6 +27,7 @@ from .effects import print_
 from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicReversed, SymbolicZip,
                         TensorList, is_symbolic_iterable, length_of)
 from .logical import ifexp
+from .messages import NOT_STAGED, staged_message
 from .numpy_calls import NOT_NUMPY, numpy_call
 from .text import DeferredText, format_method, join_text, text_of
 
@@ -231,6 +232,9 @@ def call(f, *args, **kwargs):
                          f"every call; a graph would freeze the value seen while tracing")
     if f is builtins.print:
         return print_(*args, **kwargs)
+    said = staged_message(f, args, kwargs)      # sys.stdout.write, warnings.warn
+    if said is not NOT_STAGED:
+        return said
     if current_graph() is not None and (args or kwargs):
         text = _text_call(f, args, kwargs)
         if text is not None:

@@ -2062,22 +2062,11 @@ CRASH_CASES_2 = [
 ]
 
 ALL = CRASH_CASES_2 + OBJECT_CASES_2 + SCOPE_CASES + AUTOGRAD_CASES + PRINT_CASES + VIEW_CASES_2 + SYNTAX_CASES + TENSOR_STATE_CASES + MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
-_UNSEEN = ("a tensor `if` traces both branches (a tensor loop its body once) and the effect "
-           "watch (runtime/python_state.fingerprint) does not see this object's change, so the "
-           "untaken branch's Python effect happens silently in both modes")
 XFAIL = {
     "contiguity": "BUG: stride()/is_contiguous() of a tensor merged by a tensor `if` are read "
                   "from the traced value (always contiguous) - eager's transposed branch gives "
                   "is_contiguous() False and stride (1, 3), the graph True and (2, 1); stride "
                   "(2, 1) is even reported for the (2, 3) result; silently wrong, both modes",
-    "iterator_consume": "BUG: next(list_iterator) in an untaken tensor branch: " + _UNSEEN,
-    "gen_next": "BUG: next(generator) in an untaken tensor branch: " + _UNSEEN,
-    "count_next": "BUG: next(itertools.count()) in a tensor while body runs once per trace, "
-                  "not per iteration: " + _UNSEEN,
-    "set_add": "BUG: set.add on a local set in both branches of a tensor `if` - the graph "
-               "returns both elements ['n', 'p']; silently wrong, both modes",
-    "stringio_write": "BUG: io.StringIO.write in both branches of a tensor `if` - the graph "
-                      "returns 'posneg': " + _UNSEEN,
     "version_counter": "BUG: y._version after an in-place add_ in a taken tensor branch is 0 "
                        "in the graph, 1 eager (read at trace time); silently wrong, both modes",
     "autocast_branch": "BUG: `with torch.autocast('cpu', dtype=torch.bfloat16)` inside a "
@@ -2095,9 +2084,6 @@ XFAIL = {
                        "branch prints the symbolic repr 'Stats(total=Tensor(\"get_2\", "
                        "shape=(), ...), count=Tensor(\"get_1\", ...))' on every call instead of "
                        "eager's 'Stats(total=tensor(6.), count=2, ...)'; both modes",
-    "stdout_write": "BUG: sys.stdout.write in both branches of a tensor `if` writes 'pos\\nneg\\n' "
-                    "once at trace time and nothing on later calls (print is staged, "
-                    "sys.stdout.write is not, and the effect watch does not see it); both modes",
     "backward_inside": "BUG: loss.backward() inside a converted function (w a local leaf with "
                        "requires_grad=True): tracing raises RuntimeError 'element 0 of tensors "
                        "does not require grad' in strict mode (not ConversionError) and in "
@@ -2107,7 +2093,6 @@ XFAIL = {
                              "order: list(d) is ['a', 'c', 'b'] where eager's NEG path gives "
                              "['a', 'b', 'c'] (an OrderedDict falls back; a dict does not); "
                              "silently, both modes",
-    "numpy_array_mut": "BUG: a[0] += 1 on a numpy array in an untaken tensor branch: " + _UNSEEN,
 }
 
 
@@ -2801,10 +2786,6 @@ def _warn_on_negative(x):
     return x * 2
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: warnings.warn inside a tensor branch runs at trace "
-                   "time only: the graph warns on the first call even when the branch is not "
-                   "taken (x > 0) and never again when it is (x < 0); eager warns exactly on "
-                   "the calls that take it; silently wrong, both modes")
 def test_warnings_warn_in_tensor_branch():
     for strict in (True, False):
         g = to_graph(_warn_on_negative, strict=strict)

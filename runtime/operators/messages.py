@@ -1,0 +1,122 @@
+"""``sys.stdout.write`` and ``warnings.warn`` in converted code.
+
+Like ``print``, they speak to the user, and a graph must say it on every run that takes
+their path, not once at trace time: while a graph is traced they become graph nodes
+(``graph_ops.write_text``, ``graph_ops.warn_at``). A warning keeps what eager decides by:
+its category, message, and the file, line and module that ``stacklevel`` names (the
+registry there shows a ``default`` warning once per location, the filters match the
+module); a ``stacklevel`` pointing past the converted function names the caller found
+when the graph runs. What a node could not repeat exactly (``source=``, text of another
+type, a write's length when the text is made at run time) raises ``GraphError``: the call
+falls back to eager.
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+
+from .. import graph_ops
+from ..errors import GraphError
+from ..source_info import _SOURCE_MAPS, _is_library, format_location, map_location, \
+    user_location
+from ..symbolic import contains_symbolic, current_graph, dispatch_record
+from .text import layout, needs_layout
+
+NOT_STAGED = object()
+_GENERATED = "<tograph generated"
+_STREAMS = ("stdout", "stderr")
+
+
+def staged_message(f, args, kwargs):
+    """The graph node for ``f(*args, **kwargs)`` when ``f`` writes to ``sys.stdout`` or
+    ``sys.stderr`` or is ``warnings.warn``, while tracing; else ``NOT_STAGED``."""
+    if current_graph() is None:
+        return NOT_STAGED
+    if f is warnings.warn:
+        return _warn(*args, **kwargs)
+    owner = getattr(f, "__self__", None)
+    if owner is not None and getattr(f, "__name__", None) == "write":
+        stream = next((s for s in _STREAMS if getattr(sys, s, None) is owner), None)
+        if stream is not None:
+            return _write(stream, args, kwargs)
+    return NOT_STAGED
+
+
+def _refuse(what: str) -> GraphError:
+    return GraphError(f"{format_location(user_location())}: {what} cannot be part of a graph "
+                      f"(it would act once while tracing, not on every run)")
+
+
+def _write(stream: str, args, kwargs):
+    if kwargs or len(args) != 1:
+        raise _refuse(f"sys.{stream}.write with these arguments")
+    (text,) = args
+    if isinstance(text, str):
+        dispatch_record(graph_ops.write_text, (stream, text), {})
+        return len(text)
+    raise _refuse(f"sys.{stream}.write of {type(text).__name__} text (its length is "
+                  f"known only when the graph runs)")
+
+
+def _warn(message, category=None, stacklevel=1, source=None, **rest):
+    if source is not None or rest:
+        raise _refuse("warnings.warn with source= or skip_file_prefixes=")
+    if isinstance(message, Warning):
+        category = type(message)
+    elif category is None:
+        category = UserWarning
+    if not (isinstance(category, type) and issubclass(category, Warning)):
+        raise _refuse(f"warnings.warn with category {category!r}")
+    if isinstance(stacklevel, bool) or not isinstance(stacklevel, int):
+        raise _refuse("warnings.warn with a stacklevel made by the graph")
+    filename, lineno, module, outer = _place(max(stacklevel, 1))
+    head = (category, filename, lineno, module, outer)
+    if needs_layout((message,)):           # an f-string of tensors, ...
+        values, (parts,) = layout((message,))
+        dispatch_record(graph_ops.warn_at, head + (None,) + tuple(values), {"layout": parts})
+    elif contains_symbolic(message):
+        raise _refuse("warnings.warn of a tensor")
+    else:
+        dispatch_record(graph_ops.warn_at, head + (message,), {})
+    return None
+
+
+def _place(level: int):
+    """(file, line, module, 0) of the frame ``level`` names, as eager's stack has it
+    (a converted function's branch and loop-body functions are part of its frame), when
+    that frame is in the converted call; else (None, 0, None, how many frames out of it
+    the run-time caller is)."""
+    frames, inside = eager_frames(sys._getframe(2))
+    if level <= inside:
+        frame = frames[level - 1]
+        loc = map_location(frame.f_code.co_filename, frame.f_lineno) or \
+            (frame.f_code.co_filename, frame.f_lineno)
+        return loc[0], loc[1], frame.f_globals.get("__name__", "<string>"), 0
+    return None, 0, None, level - inside
+
+
+def eager_frames(frame):
+    """The user frames from ``frame`` out, one per eager frame (the innermost frame of a
+    converted function and the functions nested in it stands for it), and how many of
+    them, innermost first, are converted code."""
+    frames, last, inside, outside = [], None, 0, False
+    while frame is not None:
+        code = frame.f_code
+        name = code.co_filename
+        if not (_is_library(name) or (name.startswith("<tograph") and name not in _SOURCE_MAPS)):
+            generated = name.startswith(_GENERATED)
+            if generated and last is not None and last.co_filename == name and \
+                    _nests(code, last):
+                last = code         # the function around a branch body: one eager frame
+            else:
+                frames.append(frame)
+                last = code
+                outside = outside or not generated
+                inside += not outside
+        frame = frame.f_back
+    return frames, inside
+
+
+def _nests(outer, code) -> bool:
+    from ..region_state import _contains
+    return outer is not code and _contains(outer, code)
