@@ -26,10 +26,11 @@ import enum
 import functools
 import itertools
 import types
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict
 
 import torch
 
+from .builtin_state import slot_names
 from .errors import GraphError
 from .graph import map_structure, same_tuple
 from .path_values import PathChoice, PathValue, RepeatValue
@@ -232,19 +233,6 @@ def items_of(obj):
 
 class _Atom(Exception):
     """Not an object to rebuild (no state Python can see): kept as it is."""
-
-
-def slot_names(cls) -> List[str]:
-    """The names of the ``__slots__`` of ``cls`` and its bases (private names mangled)."""
-    names = []
-    for c in cls.__mro__:
-        slots = c.__dict__.get("__slots__", ())
-        for s in (slots,) if isinstance(slots, str) else slots:
-            if s in ("__dict__", "__weakref__"):
-                continue
-            names.append(f"_{c.__name__.lstrip('_')}{s}" if s.startswith("__") and
-                         not s.endswith("__") else s)
-    return names
 
 
 def maker(cls, example) -> Callable:
