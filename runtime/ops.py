@@ -13,6 +13,7 @@ RANDOM = {
     "dropout3d", "alpha_dropout", "feature_alpha_dropout", "rrelu", "gumbel_softmax",
     "uniform_", "normal_", "bernoulli_", "exponential_", "random_", "cauchy_",
     "log_normal_", "geometric_", "native_dropout", "fractional_max_pool2d",
+    "get_rng_state",        # (reads the generator: must run in its place among the draws)
 }
 # Ops that change global state: autograd on/off (``with torch.no_grad():`` in traced code).
 GLOBAL_STATE = {"set_grad_enabled"}

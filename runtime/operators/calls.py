@@ -29,6 +29,7 @@ from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicReversed, Symb
 from .logical import ifexp
 from .messages import NOT_STAGED, staged_message
 from .numpy_calls import NOT_NUMPY, numpy_call
+from .rng_calls import NOT_RNG, rng_call, watch as watch_seed
 from .text import DeferredText, format_method, join_text, text_of
 
 _CONVERTER: list = [None]          # fn -> converted fn, or None when it cannot be converted
@@ -243,6 +244,9 @@ def call(f, *args, **kwargs):
         result = numpy_call(f, args, kwargs)
         if result is not NOT_NUMPY:
             return result
+        result = rng_call(f, args, kwargs)
+        if result is not NOT_RNG:
+            return result
     special = _SYMBOLIC_BUILTINS.get(f) if _hashable(f) else None
     if special is not None:
         symbolic = any(is_symbolic_iterable(a) for a in args) if f in _ITERATION_BUILTINS \
@@ -251,6 +255,9 @@ def call(f, *args, **kwargs):
             return special(*args, **kwargs)
     target = _converted(f)
     check_call(f if target is f else target, args, kwargs, target is not f)
+    if target is f and current_graph() is not None:
+        with watch_seed(f):
+            return f(*args, **kwargs)
     return target(*args, **kwargs)
 
 

@@ -2305,10 +2305,6 @@ def test_random_ops_consume_the_generator_like_eager():
                 same(g(x), exp)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: torch.manual_seed inside a converted function runs "
-                   "only while tracing; the second call's graph draws from the unreset "
-                   "generator and returns different random numbers than eager (silently, "
-                   "both modes)")
 def test_manual_seed_inside_converted_function():
     for strict in (True, False):
         g = to_graph(_seeded_inside, strict=strict)

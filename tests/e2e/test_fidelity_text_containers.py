@@ -7,6 +7,7 @@ strict mode, on inputs taking different paths so that values baked at trace time
 import collections
 import contextlib
 import dataclasses
+import functools
 import io
 import warnings
 
@@ -274,3 +275,165 @@ def rebound_not_aliased(x):
                                 rebound_not_aliased])
 def test_container_threaded_through_regions_still_converts(fn):
     converts(fn, *PATHS)
+
+
+# ============================================================ global random state
+def seed_then_draw(x):
+    torch.manual_seed(0)
+    if x.sum() > 0:
+        x = x + torch.randn(3)
+    return x + torch.rand(3)
+
+
+def seed_in_branch(x):
+    if x.sum() > 0:
+        torch.manual_seed(7)
+    return x + torch.randn(3), torch.randn(2)
+
+
+def seed_from_tensor(x):
+    torch.random.manual_seed(int(x.abs().sum()))
+    return torch.randn_like(x)
+
+
+def state_saved_and_restored(x):
+    s = torch.get_rng_state()
+    a = torch.randn(3)
+    if x.sum() > 0:
+        torch.set_rng_state(s)
+    return x + a - torch.randn(3)
+
+
+def forked(x):
+    with torch.random.fork_rng(devices=[]):
+        a = torch.randn(3)
+    return x + a, torch.randn(3)
+
+
+def draws_only(x):
+    y = torch.nn.functional.dropout(x, 0.5, training=True)
+    if y.sum() > 0:
+        y = torch.bernoulli(torch.sigmoid(y)) + torch.randn_like(y)
+    while y.sum() > -1:
+        y = y - torch.rand(3) - 0.5
+    return y, torch.randint(0, 10, (4,))
+
+
+def _random_agrees(fn, caller_seed=11):
+    """Both modes convert: the results, and the caller's generator afterwards (the next
+    draw), equal eager's on each call."""
+    for strict in (True, False):
+        g = to_graph(fn, strict=strict)
+        for (x,) in PATHS:
+            torch.manual_seed(caller_seed)
+            exp, exp_next = fn(x.clone()), torch.rand(2)
+            torch.manual_seed(caller_seed)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FallbackWarning)
+                got = g(x.clone())
+            got_next = torch.rand(2)
+            torch.testing.assert_close(got, exp, rtol=0, atol=0)
+            torch.testing.assert_close(got_next, exp_next, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fn", [seed_then_draw, seed_in_branch, seed_from_tensor,
+                                state_saved_and_restored, forked, draws_only])
+def test_global_random_state_effects_run_every_call(fn):
+    _random_agrees(fn)
+
+
+def test_reseed_in_converted_helper():
+    _random_agrees(helper_reseeds)
+
+
+def test_graph_reseeds_on_each_run():
+    g = to_graph(seed_then_draw, strict=True)
+    first = g(POS)
+    torch.rand(5)                                  # the caller's draws in between
+    torch.testing.assert_close(g(POS), first, rtol=0, atol=0)
+    assert any(n.op == "manual_seed" for n in g.graph(POS).walk())
+
+
+def generator_argument(x, gen):
+    if x.sum() > 0:
+        x = x + torch.randn(3, generator=gen)
+    return x + torch.rand(3, generator=gen)
+
+
+def generator_made_inside(x):
+    gen = torch.Generator().manual_seed(3)
+    return x + torch.randn(3, generator=gen)
+
+
+def initial_seed_read(x):
+    return x * (torch.initial_seed() % 7)
+
+
+def _set_seed(seed):
+    torch.manual_seed(seed)
+
+
+def helper_reseeds(x):
+    _set_seed(3)                        # a user helper: converted, its reseed staged
+    return x + torch.randn(3)
+
+
+_RESEED = functools.partial(torch.manual_seed, 3)      # (not converted: runs as it is)
+
+
+def library_reseeds(x):
+    _RESEED()
+    return x + torch.randn(3)
+
+
+def fork_all_devices(x):
+    with torch.random.fork_rng(devices=[0]):
+        a = torch.randn(3)
+    return x + a
+
+
+def numpy_seeded(x):
+    import numpy as np
+    np.random.seed(0)
+    return x + float(np.random.rand())
+
+
+@pytest.mark.parametrize("fn", [generator_made_inside, initial_seed_read, library_reseeds,
+                                fork_all_devices, numpy_seeded])
+def test_random_state_a_graph_cannot_repeat_falls_back(fn):
+    for strict in (True, False):
+        g = to_graph(fn, strict=strict)
+        for (x,) in PATHS:
+            torch.manual_seed(5)
+            exp, exp_next = (fn(x.clone()), torch.rand(2)) if fn is not fork_all_devices \
+                else (None, None)
+            torch.manual_seed(5)
+            if strict:
+                with pytest.raises(ConversionError):
+                    g(x.clone())
+                continue
+            with warnings.catch_warnings(record=True):
+                warnings.simplefilter("always")
+                try:
+                    got = g(x.clone())
+                except (RuntimeError, AssertionError):      # eager's own error (no CUDA)
+                    assert fn is fork_all_devices
+                    continue
+            if exp is not None:
+                torch.testing.assert_close(got, exp, rtol=0, atol=0)
+                torch.testing.assert_close(torch.rand(2), exp_next, rtol=0, atol=0)
+
+
+def test_generator_argument_falls_back():
+    for strict in (True, False):
+        g = to_graph(generator_argument, strict=strict)
+        for (x,) in PATHS:
+            exp = generator_argument(x, torch.Generator().manual_seed(2))
+            if strict:
+                with pytest.raises(ConversionError, match="torch.Generator"):
+                    g(x, torch.Generator().manual_seed(2))
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FallbackWarning)
+                got = g(x, torch.Generator().manual_seed(2))
+            torch.testing.assert_close(got, exp, rtol=0, atol=0)
