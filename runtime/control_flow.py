@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 import torch.utils._pytree as pytree
 
-from . import grad_flags, path_values, region_state, views
+from . import grad_flags, path_values, region_state, tensor_state, views
 from .errors import BranchMismatchError
 from .grad_flags import grad_of
 from .path_structures import choose_structures
@@ -50,7 +50,8 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
     graph = _owner_graph(pred, operands)
     flat, spec = pytree.tree_flatten(operands)
     slots = [Slot(_leaf_meta(v), None if _leaf_meta(v) is not None else v, _example(v),
-                  grad_of(v), kind_of(v)) for v in flat]
+                  grad_of(v), kind_of(v), _leaf_meta(v) is not None and tensor_state.layout_of(v) is None)
+             for v in flat]
     then_carry, else_carry = [], []       # Python state the branches change (region_state)
     then_g, then_tree = _trace_tree(graph, "then", true_fn, slots, spec, names, flat,
                                     carry=then_carry)
@@ -102,6 +103,7 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
             leaf._node.attrs[grad_flags.KEY] = grad_flags.merge(
                 grad_of(v) for v in (a, b) if not isinstance(v, Fill))
             mark(leaf, merged_kind(kind_of(v) for v in (a, b) if not isinstance(v, Fill)))
+            tensor_state.merge_layouts(leaf, [v for v in (a, b) if not isinstance(v, Fill)])
     result = pytree.tree_unflatten(path_values.wrap(leaves, chosen), then_spec)
     if carried:
         result, values, indices = result

@@ -267,8 +267,9 @@ class _Lowering:
             kwargs = [k for k in kwargs if not k.startswith("out=")]
         target = self.global_for(callee, node.op)
         if node.attrs.get("planned_out"):    # memory planning: only when autograd is off
-            kwargs = [f"out=({names[id(node.kwargs['out'])]} if _plan else None)"
-                      if k.startswith("out=") else k for k in kwargs]
+            buffer = names[id(node.kwargs['out'])]
+            kwargs = [f"out=({buffer} if _plan{self.layout_check(node, buffer, args)} "
+                      f"else None)" if k.startswith("out=") else k for k in kwargs]
         inplace = node.attrs.get("planned_inplace")
         if inplace is not None:              # memory planning: only when autograd is off
             target = f"({self.global_for(inplace, node.op + '_')} if _plan else {target})"
@@ -277,6 +278,18 @@ class _Lowering:
         if node.meta is None:
             return [call], extra
         return [f"{bind(node)} = {call}"], extra
+
+    def layout_check(self, node: Node, buffer: str, args: List[str]) -> str:
+        """The run-time condition under which a planned ``out=`` buffer gives eager's
+        layout: a torch op keeps the buffer's strides, where eager's result is contiguous
+        for a product and follows its inputs' layout for an elementwise op (contiguous
+        when they are). A fused kernel checks for itself."""
+        if node.op == "fused":
+            return ""
+        tensors = [buffer] + ([] if node.op in _PRODUCTS else [
+            a for a, v in zip(args, node.args)
+            if isinstance(v, Node) and isinstance(v.meta, TensorMeta)])
+        return "".join(f" and {t}.is_contiguous()" for t in tensors)
 
     def sub_functions(self, node: Node, extra: list) -> List[str]:
         """Reserve one generated function per subgraph of a ``cond`` (then, else) or
@@ -292,6 +305,9 @@ class _Lowering:
         name = f"_{_ident(base)}_{next(self._counter)}"
         self.globals[name] = None         # reserved: generated below as a module-level def
         return name
+
+
+_PRODUCTS = frozenset({"matmul", "mm", "addmm", "bmm"})     # results always contiguous
 
 
 def _loop_tests(node: Node) -> set:

@@ -114,7 +114,7 @@ def python_class(attrs: dict, where: str):
     """``type(x)`` of a value whose node has ``attrs`` (``where``: the user's line)."""
     kind = number_kind(attrs)
     if kind is None:
-        return torch.Tensor
+        return attrs.get("tensor_class", torch.Tensor)     # an nn.Parameter argument
     if kind == MIXED:
         raise GraphError(
             f"{where}: the type of this value depends on the path taken at run time (a "

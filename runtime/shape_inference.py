@@ -21,6 +21,7 @@ from . import graph_ops
 from .errors import GraphError
 from .meta import TensorMeta
 from .ops import is_inplace
+from .tensor_state import meta_strided
 from .size_hints import hint, run_time_sizes, with_hints
 
 _CACHE: Dict[Any, "Inferred"] = {}
@@ -34,8 +35,8 @@ class Inferred(NamedTuple):
 
 def _meta_like(t: torch.Tensor, shape=None) -> torch.Tensor:
     shape = tuple(t.shape) if shape is None else tuple(shape)
-    if shape == tuple(t.shape):
-        return torch.empty_strided(shape, tuple(t.stride()), dtype=t.dtype, device="meta")
+    if shape == tuple(t.shape):         # the layout too: views' strides and offsets follow it
+        return meta_strided(shape, tuple(t.stride()), t.storage_offset(), t.dtype)
     return torch.empty(shape, dtype=t.dtype, device="meta")
 
 
@@ -64,7 +65,7 @@ def _flat_key(args: tuple, kwargs: dict):
     for v in args:
         if isinstance(v, torch.Tensor):
             node = getattr(v, "_node", None)
-            parts.append(("T", tuple(v.shape), tuple(v.stride()), v.dtype,
+            parts.append(("T", tuple(v.shape), tuple(v.stride()), v.storage_offset(), v.dtype,
                           None if node is None else node.meta.shape))
         elif isinstance(v, _NESTED):
             return None
@@ -87,7 +88,7 @@ def _key_leaf(v):
     if isinstance(v, torch.Tensor):
         meta = _symbolic_meta(v)
         dyn = None if meta is None else meta.shape
-        return ("T", tuple(v.shape), tuple(v.stride()), v.dtype, dyn)
+        return ("T", tuple(v.shape), tuple(v.stride()), v.storage_offset(), v.dtype, dyn)
     if isinstance(v, (tuple, list)):
         return (type(v).__name__,) + tuple(_key_leaf(x) for x in v)
     if isinstance(v, dict):

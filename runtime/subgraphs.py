@@ -16,7 +16,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .errors import BranchMismatchError, GraphError
-from . import grad_flags, introspection
+from . import grad_flags, introspection, tensor_state
 from .region_effects import run_watched
 from .graph import Graph, Node
 from .meta import TensorMeta, meta_empty
@@ -69,8 +69,9 @@ def _example(value) -> Optional[torch.Tensor]:
     if isinstance(value, Fill):
         return value.example
     if isinstance(value, torch.Tensor):
-        with torch._C.DisableTorchFunction():
-            return meta_empty(value.shape, value.dtype)
+        with torch._C.DisableTorchFunction():     # the value's layout too (tensor_state)
+            return tensor_state.example_with_layout(meta_empty(value.shape, value.dtype),
+                                                    tensor_state.layout_of(value))
     return None
 
 
@@ -126,11 +127,13 @@ def _fill_like(value, side=None):
     object now (the region carries no state of it, so after a trace it holds its state
     before the region; not the other path's copy, whose values may be that path's nodes:
     ``while ...: if c: return t, R``)."""
+    from .path_values import PathValue
     objects = {id(v.obj): v for v in _object_states(side)}
     leaves, spec = pytree.tree_flatten(value, is_leaf=_is_object_state)
     filled = [objects.get(id(v.obj)) or type(v).of(v.obj) if _is_object_state(v) else
-              Fill(_leaf_meta(v), _example(v)) if _leaf_meta(v) is not None else v
-              for v in leaves]
+              Fill(_leaf_meta(v), _example(v)) if _leaf_meta(v) is not None else
+              type(v)(0, v.options) if isinstance(v, PathValue) else v    # (its index may
+              for v in leaves]                                  # be a node of that path)
     return pytree.tree_unflatten(filled, spec)
 
 
@@ -181,6 +184,8 @@ class Slot:
     example: Any = None
     grad: Optional[bool] = False    # requires grad (None: known only at run time)
     kind: Optional[str] = None      # the Python number it stands for (see introspection)
+    varies: bool = False            # its layout is known only at run time (tensor_state)
+    options: Optional[tuple] = None  # a Python value chosen per run: an index (loop_options)
 
 
 def _trace(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec,
@@ -212,9 +217,14 @@ def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec
                     ph.attrs[grad_flags.KEY] = slot.grad
                     if slot.kind is not None:
                         ph.attrs[introspection.KEY] = slot.kind
+                    if slot.varies:
+                        ph.attrs[tensor_state.LAYOUT_VARIES] = True
                     leaves.append(wrap_node(ph, slot.example))
                     if outer is not None:
                         views.share(leaves[-1], outer[i])
+                    if slot.options is not None:
+                        from .loop_options import chosen
+                        leaves[-1] = chosen(leaves[-1], slot.options)
             out = run_watched(fn, pytree.tree_unflatten(leaves, spec),
                               _REGION.get(label, "a tensor-dependent region"), carry,
                               numbers_only=label == "body", names=tuple(

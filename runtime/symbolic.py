@@ -23,7 +23,7 @@ import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
 
 from . import graph_ops, views
-from . import grad_flags
+from . import grad_flags, tensor_state, trace_reads
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
 from .graph import Graph, Node, find_leaves, map_structure
@@ -49,9 +49,7 @@ _GETTERS = {
     torch.Tensor.is_floating_point, torch.Tensor.is_complex, torch.Tensor.layout.__get__,
     torch.Tensor.element_size, torch.Tensor.requires_grad.__get__, torch.Tensor.ndimension,
     torch.Tensor.is_sparse.__get__, torch.Tensor.is_quantized.__get__, torch.Tensor.is_signed,
-    torch.Tensor.is_contiguous, torch.Tensor.stride, torch.Tensor.storage_offset,
-    torch.Tensor.is_nested.__get__,
-    torch.Tensor.is_mkldnn.__get__, torch.Tensor.is_leaf.__get__,
+    torch.Tensor.is_nested.__get__, torch.Tensor.is_mkldnn.__get__,
 }
 _DEVICE_QUERIES = {torch.Tensor.device.__get__: torch.device("cpu"),
                    torch.Tensor.is_cuda.__get__: False, torch.Tensor.is_meta.__get__: False,
@@ -104,6 +102,13 @@ class SymbolicTensor(torch.Tensor):
 
     def __iter__(self):
         raise _needs_conversion("iteration")
+
+    def as_subclass(self, cls):         # (torch's own skips __torch_function__)
+        return _as_subclass(self, cls)
+
+    def __setattr__(self, name, value):
+        tensor_state.check_setattr(self, name)     # a user's attribute: refused
+        super().__setattr__(name, value)
 
     def __deepcopy__(self, memo):
         return self
@@ -301,11 +306,18 @@ def dispatch(func, args, kwargs):
         raise _needs_conversion(_CONCRETE[func])
     if func == _REQUIRES_GRAD and isinstance(args[0], SymbolicTensor):
         flag = grad_of(args[0])         # the value's, not the stand-in's (see grad_flags)
+        trace_reads.note_traced_grad()  # (which follows the flags of the constants in it)
         return flag if flag is not None else \
             dispatch_record(graph_ops.requires_grad_of, (args[0],), {})
     if func in _GETTERS:
         with torch._C.DisableTorchFunction():
             return func(*args, **kwargs)
+    if func in _ALIASES and isinstance(args[0], SymbolicTensor):
+        return _ALIASES[func](*args, **kwargs)
+    if func in tensor_state.QUESTIONS:       # layout, autograd state, version, storage
+        traced = _symbolic_leaves((args, kwargs))
+        if traced:
+            return tensor_state.answer(func, traced[0], args, kwargs)
     if func in _DEVICE_QUERIES:
         return _DEVICE_QUERIES[func]
     if func in _SIZE_QUERIES:
@@ -334,9 +346,30 @@ def _legacy_new(t: SymbolicTensor, args, kwargs):
 _LEGACY = {torch.Tensor.type: _legacy_type, torch.Tensor.new: _legacy_new}
 
 
+def _set_requires_grad(t: SymbolicTensor, flag) -> None:
+    """``t.requires_grad = flag``: as ``t.requires_grad_(flag)`` (a recorded op)."""
+    dispatch_record(torch.Tensor.requires_grad_, (t, flag), {})
+
+
+def _as_subclass(t: SymbolicTensor, cls):
+    """``t.as_subclass(torch.Tensor)``: an alias of the same data, still attached to
+    autograd, as ``view_as`` makes it; another class is refused (its own
+    ``__torch_function__`` would decide what later ops return)."""
+    if cls is not torch.Tensor:
+        raise tensor_state.refusal(f"as_subclass({getattr(cls, '__name__', cls)})",
+                                   "a graph of plain tensors does not repeat what a "
+                                   "subclass's __torch_function__ does")
+    return dispatch_record(torch.Tensor.view_as, (t, t), {})
+
+
+_ALIASES = {torch.Tensor.requires_grad.__set__: _set_requires_grad}
+
+
 def _rebind(t: SymbolicTensor, node: Node, example) -> SymbolicTensor:
     """After an in-place op, the Python object ``t`` stands for the op's result."""
     _REBOUND.append((t, t._node))
+    if tensor_state.CLASS in t._node.attrs:      # p.add_(1): still the nn.Parameter
+        node.attrs[tensor_state.CLASS] = t._node.attrs[tensor_state.CLASS]
     if t._node.op == "placeholder" and not hasattr(t, "_fed_as"):
         t._fed_as = t._node          # still the key to feed, as in TF
     t._node = node
@@ -448,6 +481,7 @@ def dispatch_record(func, args, kwargs, concrete: bool = False):
 
 
 def _dispatch_record(func, args, kwargs, concrete: bool = False):
+    tensor_state.check_modes()
     leaves = _flat_leaves(args, kwargs)
     graph = _target_graph((args, kwargs), leaves)
     location = user_location()
@@ -475,8 +509,8 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
     if func is torch.Tensor.__setitem__ and isinstance(args[0], SymbolicTensor):
         func, result = graph_ops.setitem, infer(graph_ops.setitem, args, kwargs)
     if result.meta is None and result.example is not None:
-        if concrete:
-            return func(*args, **kwargs)
+        if concrete:                    # a Python answer about real tensors: guarded
+            return trace_reads.note(func, args, kwargs, func(*args, **kwargs), any_call=True)
         if op_name(func) in _DATA_DEPENDENT_SCALARS:
             raise _needs_conversion(f"{op_name(func)}() returns a Python value that depends "
                                     f"on tensor data; using it")
@@ -485,6 +519,8 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
     node = graph.add_node(op_name(func), func, node_args, node_kwargs, result.meta,
                           location=location, impure=impure)
     _note_grad(node, func, args, kwargs, result.meta)
+    tensor_state.note_layout(node, leaves if leaves is not None else
+                             _symbolic_leaves((args, kwargs)))
     if is_inplace(func, kwargs) and isinstance(result.meta, TensorMeta):
         target = kwargs.get("out") if kwargs.get("out") is not None else args[0]
         if isinstance(target, SymbolicTensor):
@@ -540,6 +576,8 @@ def record_tuple_outputs(node: Node, metas, examples=None) -> List[SymbolicTenso
             continue
         get = node.graph.add_node("get", None, (node,), meta=m, attrs={"index": i},
                                   location=node.location)
+        if node.attrs.get(tensor_state.LAYOUT_VARIES):
+            get.attrs[tensor_state.LAYOUT_VARIES] = True
         if grad_flags.KEY in node.attrs:
             get.attrs[grad_flags.KEY] = node.attrs[grad_flags.KEY] and \
                 (m.dtype.is_floating_point or m.dtype.is_complex)
@@ -558,7 +596,9 @@ class _TracingMode(TorchFunctionMode):
         if contains_symbolic(args) or contains_symbolic(kwargs):
             return dispatch(func, args, kwargs)
         if func in _PASSTHROUGH or current_graph() is None:
-            return func(*args, **kwargs)
+            # a question about a real tensor (a parameter's flag, a buffer's shape or
+            # values): its answer decides Python code once, so it is guarded
+            return trace_reads.note(func, args, kwargs, func(*args, **kwargs))
         return dispatch_record(func, args, kwargs, concrete=True)
 
 
@@ -567,6 +607,8 @@ _PASSTHROUGH = set(_CONCRETE) | _GETTERS | set(_DEVICE_QUERIES) | _SIZE_QUERIES 
     torch.Tensor.__deepcopy__, torch.Tensor.__reduce_ex__, torch.Tensor.__setstate__,
     torch.Tensor.grad.__get__, torch.Tensor.data.__get__, torch.Tensor.requires_grad_,
     torch.Tensor.__dlpack__, torch.Tensor.untyped_storage, torch.Tensor.get_device,
+    torch.Tensor.stride, torch.Tensor.is_contiguous, torch.Tensor.storage_offset,
+    torch.Tensor.is_leaf.__get__, torch.Tensor.grad_fn.__get__,
 }
 
 
@@ -576,7 +618,7 @@ def tracing(graph: Graph):
     ``with torch.no_grad():`` in traced code records its grad-mode switches as ops."""
     grad = torch.is_grad_enabled()       # traced no_grad/enable_grad switch it for real
     try:
-        with building(graph), _TracingMode():
+        with tensor_state.watching_modes(), building(graph), _TracingMode():
             yield graph
     finally:
         torch._C._set_grad_enabled(grad)

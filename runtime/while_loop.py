@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import torch
 import torch.utils._pytree as pytree
 
-from . import grad_flags, region_state, views
+from . import grad_flags, loop_options, region_state, tensor_state, views
 from .grad_flags import grad_of
 from .introspection import kind_of, mark, merged_kind
 from .errors import BranchMismatchError, GraphError
@@ -137,11 +137,22 @@ def _staged_while(cond_fn, body, state: tuple, names, location, graph, locations
         changed = False
         paths = list(by_path)
         for i, (slot, new) in enumerate(zip(slots, out)):
+            options = loop_options.widen(slot, new, _leaf_name(names, spec, i), where)
+            if options is not None:     # a Python value chosen per run (loop_options)
+                if options is not slot:
+                    slots[i] = by_path[paths[i]] = options
+                    changed = True
+                continue
             widenable = _leaf_meta(flat[i]) is None or isinstance(flat[i], Fill)
             wider = _widen(slot, new, widenable, _leaf_name(names, spec, i), where)
             if wider is not None:
                 wider.grad, wider.kind = slot.grad, slot.kind
+                wider.varies = True         # (a new shape: strides known only at run time)
                 slots[i] = by_path[paths[i]] = wider
+                changed = True
+            if slots[i].meta is not None and not slots[i].varies and \
+                    not isinstance(new, Fill) and not tensor_state.same_layout(slots[i], new):
+                slots[i].varies = True      # a layout the iterations change (tensor_state)
                 changed = True
             if slots[i].meta is not None and not isinstance(new, Fill):
                 kind = merged_kind([slots[i].kind, kind_of(new)])
@@ -165,6 +176,9 @@ def _staged_while(cond_fn, body, state: tuple, names, location, graph, locations
     if is_symbolic(test):
         _check_pred(test, where)
     dtypes = [None if s.meta is None else s.meta.dtype for s in slots]
+    with building(body_g):
+        out = [v if s.options is None else loop_options.index_of(v, s.options)
+               for v, s in zip(out, slots)]
     _finish(body_g, out, dtypes)
     _finish(cond_g, [test], [test._node.meta.dtype if is_symbolic(test) else torch.bool])
     captured = _align_captures([cond_g, body_g])
@@ -173,6 +187,8 @@ def _staged_while(cond_fn, body, state: tuple, names, location, graph, locations
         for v, slot in zip(flat, slots):
             if slot.meta is None:
                 continue
+            if slot.options is not None:
+                v = loop_options.index_of(v, slot.options)
             if isinstance(v, Fill) or _unobservable(v):
                 v = Fill(slot.meta, slot.example).make()
             if not isinstance(v, torch.Tensor):
@@ -187,11 +203,15 @@ def _staged_while(cond_fn, body, state: tuple, names, location, graph, locations
     examples = [s.example for s in slots if s.meta is not None]
     outs = iter(record_tuple_outputs(node, metas, examples))
     leaves = [next(outs) if s.meta is not None else s.const for s in slots]
+    leaves = [v if s.options is None else loop_options.chosen(v, s.options)
+              for v, s in zip(leaves, slots)]
     views.follow(leaves, flat, out)     # (zero iterations: the values flowing in)
     for leaf, slot in zip(leaves, slots):
         if is_symbolic(leaf):
             leaf._node.attrs[grad_flags.KEY] = slot.grad
             mark(leaf, slot.kind)
+            if slot.varies:
+                leaf._node.attrs[tensor_state.LAYOUT_VARIES] = True
     return pytree.tree_unflatten(leaves, spec)
 
 
@@ -207,7 +227,8 @@ def _slots_for(state, known: dict):
         if slot is None:
             meta = _leaf_meta(value)
             slot = Slot(meta, None if meta is not None else value, _example(value),
-                        grad_of(value), kind_of(value))
+                        grad_of(value), kind_of(value),
+                        meta is not None and tensor_state.layout_of(value) is None)
         flat.append(value)
         slots.append(slot)
         by_path[path] = slot

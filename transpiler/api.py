@@ -25,7 +25,7 @@ import torch.utils._pytree as pytree
 
 import runtime
 from runtime import operators as tg
-from runtime import region_state
+from runtime import region_state, tensor_state, trace_reads
 from runtime.errors import GraphError
 from runtime.executor import Unstack, located, lower
 from runtime.graph import Node, iter_nodes, map_structure
@@ -150,7 +150,9 @@ def to_code(fn) -> str:
 # --------------------------------------------------------------------------- signatures
 def _leaf_key(v):
     if isinstance(v, torch.Tensor):
-        return ("T", tuple(v.shape), v.dtype, v.requires_grad, v.device.type)
+        # layout too: a trace answers stride()/is_contiguous() from it (runtime.tensor_state)
+        return ("T", tuple(v.shape), v.dtype, v.requires_grad, v.device.type, _layout(v),
+                type(v), bool(v.__dict__))
     if isinstance(v, float) and not v:
         return (float, repr(v))             # -0.0 and 0.0 differ (copysign, 1/x)
     if isinstance(v, (bool, int, float, complex, str, bytes, type(None))):
@@ -168,6 +170,14 @@ _SCALARS = (int, float, bool, str, type(None))
 _TENSOR = torch.Tensor
 
 
+def _layout(t):
+    """A tensor's strides and storage offset (None for a layout without strides)."""
+    try:
+        return t.stride(), t.storage_offset()
+    except RuntimeError:            # sparse and other layouts without strides
+        return None
+
+
 def _flat_key(args):
     """A cheap signature for calls whose arguments are all CPU tensors and Python scalars
     (no containers): None when the full signature is needed."""
@@ -177,7 +187,7 @@ def _flat_key(args):
         if cls is _TENSOR or (cls not in _SCALARS and isinstance(a, torch.Tensor)):
             if not a.is_cpu:
                 return None
-            key += (a.shape, a.dtype, a.requires_grad)
+            key += (cls, a.shape, a.dtype, a.requires_grad, _layout(a), bool(a.__dict__))
         elif cls in _SCALARS:
             key += (cls, a if cls is not float or a else repr(a))    # -0.0 is not 0.0
         else:
@@ -201,6 +211,7 @@ def _mode(flags) -> str:
 
 
 _GRAD_MODE = {True: ("grad mode on",), False: ("grad mode off",)}     # a signature's last item
+_call_modes = tensor_state.call_modes
 
 
 def _describe_change(names: List[str], old, new) -> str:
@@ -211,13 +222,16 @@ def _describe_change(names: List[str], old, new) -> str:
     for i, (a, b) in enumerate(zip(old[1:], new[1:])):
         if a != b and a in _GRAD_MODE.values():
             parts.append(f"{a[0]} -> {b[0]}")
+        elif a != b and isinstance(a, tuple) and len(a) == 2 and isinstance(a[1], torch.dtype):
+            parts.append(f"CPU autocast, default dtype: {a} -> {b}")     # _call_modes
         elif a != b and i >= leaves:        # a Module's (and submodules') train/eval flags
             parts.append(f"training mode: {_mode(a)} -> {_mode(b)}")
         elif a != b:
             name = names[i] if i < len(names) else f"argument #{i}"
             if a[0] == "T" and b[0] == "T":
                 what = [f"{label} {x} -> {y}" for label, x, y in
-                        zip(("shape", "dtype", "requires_grad", "device"), a[1:], b[1:]) if x != y]
+                        zip(("shape", "dtype", "requires_grad", "device", "strides and offset",
+                                         "class", "Python attributes"), a[1:], b[1:]) if x != y]
                 parts.append(f"{name}: " + ", ".join(what))
             else:
                 parts.append(f"{name}: {a[-1]!r} -> {b[-1]!r}")
@@ -319,8 +333,9 @@ class GraphFunction:
         if self._module is not None:          # train/eval changes dropout, batch norm...
             self._submodules = list(self._module.modules())
             key = key + (tuple(m.training for m in self._submodules),)
-        # a trace applies no_grad/enable_grad and answers requires_grad in the ambient mode
-        return key + (_GRAD_MODE[torch.is_grad_enabled()],), flat, spec
+        # a trace applies no_grad/enable_grad and answers requires_grad in the ambient mode;
+        # it runs ops as the caller's autocast state and default dtype make them behave
+        return key + (_call_modes(), _GRAD_MODE[torch.is_grad_enabled()]), flat, spec
 
     def __call__(self, *args, **kwargs):
         if self._partial is not None:
@@ -329,7 +344,7 @@ class GraphFunction:
             return self._fn(*args, **kwargs)
         fast = None if kwargs else _flat_key(args)
         if fast is not None:                   # the fast path: flat positional arguments
-            fast += (torch.is_grad_enabled(),)
+            fast += (torch.is_grad_enabled(), _call_modes())
             if self._module is not None:
                 fast += tuple(m.training for m in self._submodules)
             entry = self._fast.get(fast)
@@ -474,9 +489,12 @@ class GraphFunction:
         inputs = [next(params) if isinstance(v, torch.Tensor) else None for v in flat]
         executable = lower(optimized, inputs, outputs, name=_fn_name(target))
         guard = Snapshot.take(target, (), {})
-        guard.watch_arguments(flat)
         for fn in list(_CALLED):
             guard.include(fn)
+        guard.watch_arguments(flat)
+        guard.watch_reads(getattr(graph, "tensor_reads", None),
+                          [n.attrs["value"] for n in graph.walk() if n.op == "constant"
+                           and isinstance(n.attrs.get("value"), torch.Tensor)])
         return _Traced(graph, optimized, executable, guard, inputs, outputs)
 
     def _trace_graph(self, args, kwargs, flat, spec, dynamic):
@@ -493,7 +511,8 @@ class GraphFunction:
                                             for d, size in enumerate(meta.shape)), meta.dtype)
                 node = graph.placeholder(meta, name=name)
                 node.attrs["requires_grad"] = value.requires_grad    # see runtime.grad_flags
-                sym.append(wrap_node(node))
+                sym.append(wrap_node(node, tensor_state.argument_example(value, meta, name)))
+                tensor_state.note_argument(node, value)
             else:
                 sym.append(value)
         sargs, skwargs = pytree.tree_unflatten(sym, spec)
@@ -502,7 +521,8 @@ class GraphFunction:
         del _CALLED[:]
         touched = len(region_state.TOUCHED)
         try:
-            with tracing(graph):
+            with tracing(graph), trace_reads.recording() as reads:
+                graph.tensor_reads = reads      # what it asked of real tensors: guarded
                 out = converted(*sargs, **skwargs)
         except BaseException:
             region_state.untouch(touched)

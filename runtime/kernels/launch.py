@@ -8,8 +8,10 @@ exactly eager's. Tensors on another device (a graph traced for CUDA inputs) take
 path too: the C kernels read CPU memory only.
 
 The C path checks each input's shape against the one the kernel was specialized for and
-makes it contiguous; an input whose shape is only known at run time (a dynamic dimension)
-is broadcast to the result and copied, so a kernel is never fed memory it does not expect.
+takes contiguous inputs only (a non-contiguous one, such as a transposed view, runs the
+torch ops, whose result has the layout eager gives it; the C kernel's is contiguous); an
+input whose shape is only known at run time (a dynamic dimension) is broadcast to the
+result and copied, so a kernel is never fed memory it does not expect.
 """
 from __future__ import annotations
 
@@ -116,9 +118,11 @@ class FusedKernel:
 
     # ---------------------------------------------------------------- calling
     def __call__(self, *xs, out=None):
-        if self._c is None or not all(x.is_cpu for x in xs) or \
+        if self._c is None or not all(x.is_cpu and x.is_contiguous() for x in xs) or \
                 (torch.is_grad_enabled() and any(x.requires_grad for x in xs)):
-            result = self.torch_fn(*xs)         # no kernel, another device, or autograd
+            # no kernel, another device, autograd, or an input whose layout eager's result
+            # would follow (a transposed view): torch ops give eager's strides
+            result = self.torch_fn(*xs)
             return result[0] if self._single else result
         shape = self._out_shape
         if shape is None:

@@ -2063,20 +2063,6 @@ CRASH_CASES_2 = [
 
 ALL = CRASH_CASES_2 + OBJECT_CASES_2 + SCOPE_CASES + AUTOGRAD_CASES + PRINT_CASES + VIEW_CASES_2 + SYNTAX_CASES + TENSOR_STATE_CASES + MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
 XFAIL = {
-    "contiguity": "BUG: stride()/is_contiguous() of a tensor merged by a tensor `if` are read "
-                  "from the traced value (always contiguous) - eager's transposed branch gives "
-                  "is_contiguous() False and stride (1, 3), the graph True and (2, 1); stride "
-                  "(2, 1) is even reported for the (2, 3) result; silently wrong, both modes",
-    "version_counter": "BUG: y._version after an in-place add_ in a taken tensor branch is 0 "
-                       "in the graph, 1 eager (read at trace time); silently wrong, both modes",
-    "autocast_branch": "BUG: `with torch.autocast('cpu', dtype=torch.bfloat16)` inside a "
-                       "converted function is ignored (even without control flow): torch.mm "
-                       "returns float32, eager bfloat16; silently wrong dtype, both modes",
-    "autograd_grad_inside": "BUG: torch.autograd.grad(y, x) inside a converted function on a "
-                            "leaf made with x.detach().requires_grad_(): tracing raises "
-                            "RuntimeError 'element 0 of tensors does not require grad' - in "
-                            "strict mode (not ConversionError) and in default mode (no "
-                            "fallback), where eager runs",
     "print_shape_dtype": "BUG: print(x.shape) inside a tensor branch where x's shape depends on "
                          "the branch prints '(6,)' where eager prints 'torch.Size([6])'; "
                          "silently wrong text, both modes",
@@ -2084,10 +2070,6 @@ XFAIL = {
                        "branch prints the symbolic repr 'Stats(total=Tensor(\"get_2\", "
                        "shape=(), ...), count=Tensor(\"get_1\", ...))' on every call instead of "
                        "eager's 'Stats(total=tensor(6.), count=2, ...)'; both modes",
-    "backward_inside": "BUG: loss.backward() inside a converted function (w a local leaf with "
-                       "requires_grad=True): tracing raises RuntimeError 'element 0 of tensors "
-                       "does not require grad' in strict mode (not ConversionError) and in "
-                       "default mode (no fallback), where eager runs",
     "dict_key_order_branch": "BUG: a plain dict whose keys are inserted in a different order "
                              "by each branch of a tensor `if` comes back in the first traced "
                              "order: list(d) is ['a', 'c', 'b'] where eager's NEG path gives "
@@ -2492,19 +2474,7 @@ def _module_weight_data_and_helper_attr():
     return m, change
 
 
-_GUARD_BUGS = {
-    "_class_attr": "BUG: a class attribute (Holder.SCALE) read in a tensor branch is baked at "
-                   "trace time; changing it on the class is not guarded: silently the old value",
-    "_class_attr_through_instance": "BUG: cfg.scale where scale is a class attribute of cfg's "
-                                    "class: changing Config.scale is not guarded; silently old",
-    "_module_list_append": "BUG: appending a layer to an nn.ModuleList the forward loops over "
-                           "is not guarded: the graph keeps running one layer; silently wrong",
-    "_submodule_swapped": "BUG: replacing a submodule (m.act = nn.Tanh()) is not guarded: the "
-                          "graph keeps calling the old ReLU; silently wrong, both modes",
-    "_parameter_requires_grad_flag": "BUG: `if self.w.requires_grad` read at trace time; "
-                                     "w.requires_grad_(False) later is not guarded: silently "
-                                     "takes the old path, both modes",
-}
+_GUARD_BUGS: dict = {}       # (all fixed: see tests/e2e/test_fidelity_guards_deep.py)
 
 
 @pytest.mark.parametrize("make", [
@@ -2548,18 +2518,20 @@ def _tag_then_branch(x):
     return y
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a Python attribute set on a tensor (y.tag = 't') "
-                   "is lost on the returned tensor when the tensor branch is not taken: eager "
-                   "returns the same tagged object, the graph a fresh tensor without .tag; "
-                   "silently, both modes")
 def test_tensor_python_attribute_kept():
+    # (a Python attribute set on a traced tensor is refused: strict mode raises
+    # ConversionError, the default falls back; see runtime/tensor_state.py)
     for strict in (True, False):
         g = to_graph(_tag_then_branch, strict=strict)
         for x in (POS, NEG):
             exp = _tag_then_branch(x)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", FallbackWarning)
-                got = g(x)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FallbackWarning)
+                    got = g(x)
+            except ConversionError:
+                assert strict
+                break
             same(got, exp)
             assert getattr(got, "tag", None) == getattr(exp, "tag", None)
 
@@ -2726,12 +2698,7 @@ _MAT = torch.arange(6.0).reshape(2, 3)
     (_mode_arg, [(POS, "up"), (POS, "down"), (NEG, "up")]),
     (_optional_mult, [(POS, None), (POS, T(2, 2, 2)), (POS, None)]),
     (_dims_loop, [(POS, (1, 2)), (POS, (1, 2, 3)), (POS, [2])]),
-    pytest.param(_contiguity_dispatch, [(_MAT,), (_MAT.t(),), (_MAT.t().contiguous(),)],
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "BUG: x.is_contiguous() of an argument decides a Python `if`; a later "
-                     "call with a transposed (non-contiguous) argument of the same shape "
-                     "reuses the contiguous trace: x*2 instead of x.contiguous()*3, silently, "
-                     "both modes (layout is not part of the guard)"))),
+    (_contiguity_dispatch, [(_MAT,), (_MAT.t(),), (_MAT.t().contiguous(),)]),
 ], ids=["number-kinds", "string", "none-vs-tensor", "tuple-length", "contiguity"])
 def test_guard_on_argument_kinds(fn, inputs):
     for strict in (True, False):
@@ -2967,10 +2934,6 @@ def _subclass_dispatch(x):
     return y.as_subclass(torch.Tensor), type(x).__name__, type(y).__name__
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: with a torch.Tensor subclass argument, type()/"
-                   "isinstance() of traced values inside the converted code see the plain "
-                   "Tensor: isinstance(y, TaggedTensor) is False (eager True), so the graph "
-                   "skips `y + 100` and type(y).__name__ is 'Tensor'; silently, both modes")
 def test_tensor_subclass_argument_introspection():
     for strict in (True, False):
         g = to_graph(_subclass_dispatch, strict=strict)

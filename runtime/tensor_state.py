@@ -1,0 +1,294 @@
+"""What a traced tensor answers about its state beyond shape and dtype, and the global
+modes a trace depends on.
+
+A symbolic tensor stands for a real one that exists only when the graph runs, so each
+question about its state is either answered exactly at trace time or refused with a
+``GraphError`` naming the user's line (the call falls back to eager):
+
+- **Layout** (``stride()``, ``is_contiguous()``, ``storage_offset()``): the example
+  (meta) tensor behind a traced value has eager's layout — an argument's strides and
+  offset are part of the call signature, and meta kernels compute strides as the real
+  ones do. A ``cond`` output whose branches leave different layouts, and a ``while``
+  variable whose layout changes across iterations, have a layout known only at run time:
+  it is marked (``LAYOUT_VARIES`` in the node's attrs, passed on to everything computed
+  from it) and layout questions about it are refused.
+- **Autograd state** (``is_leaf``, ``grad_fn``, ``grad``): answered when exact from the
+  value's ``requires_grad`` flag (``grad_flags``); refused for an argument that requires
+  grad (its graph history is the caller's) and where the flag depends on the path.
+- **Identity, version and storage** (``_version``, ``_base``, ``data_ptr``,
+  ``untyped_storage``, ``is_shared``, ``is_inference``, ...), **autograd calls**
+  (``backward``, ``torch.autograd.grad``, hooks) and **Python attributes set on a traced
+  tensor** are refused: a graph has no such objects to answer with, and a trace cannot
+  run autograd on values it does not have.
+
+Global modes: a trace records ops as the modes at its start make them behave, so a call
+is keyed on the caller's default dtype and CPU autocast state (``call_modes``), a trace
+under autocast is refused (a graph does not apply autocast's dtype rules), and code that
+changes a mode while it is traced (``torch.autocast``, ``set_default_dtype``,
+``inference_mode``, ``use_deterministic_algorithms``) is refused at its first op
+(``check_modes``).
+
+Module state: ``_MODES`` is a stack of the modes of the traces running, one per
+``tracing()`` (traces run on one thread, as ``symbolic._BUILD_STACK``).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import List, Optional
+
+import torch
+
+from . import grad_flags
+from .errors import GraphError
+from .source_info import format_location, user_location
+
+LAYOUT_VARIES = "layout_varies"     # node.attrs key: the layout is known only at run time
+
+# ---------------------------------------------------------------- refused questions
+_REFUSED = {
+    torch.Tensor._version.__get__: "its version counter (_version)",
+    torch.Tensor._base.__get__: "its base tensor (_base)",
+    torch.Tensor.data_ptr: "its data pointer (data_ptr)",
+    torch.Tensor.untyped_storage: "its storage (untyped_storage)",
+    torch.Tensor._typed_storage: "its storage (storage)",
+    torch.Tensor.storage: "its storage (storage)",
+    torch.Tensor.is_shared: "whether its storage is shared (is_shared)",
+    torch.Tensor.share_memory_: "moving its storage to shared memory (share_memory_)",
+    torch.Tensor.is_pinned: "whether its memory is pinned (is_pinned)",
+    torch.Tensor._is_view: "whether it is a view (_is_view)",
+    torch.Tensor.is_set_to: "whether it shares storage with another tensor (is_set_to)",
+    torch.Tensor.is_inference: "whether it is an inference tensor (is_inference)",
+    torch.Tensor.output_nr.__get__: "its autograd output number (output_nr)",
+    torch.Tensor._cdata.__get__: "its C object (_cdata)",
+    torch.Tensor.retains_grad.__get__: "whether it retains grad (retains_grad)",
+    torch.Tensor.grad.__set__: "setting its .grad",
+    torch.Tensor.data.__set__: "setting its .data",
+    torch.Tensor.backward: "backward() on it (autograd inside a converted function)",
+    torch.Tensor.register_hook: "a hook on it (register_hook)",
+    torch.Tensor.register_post_accumulate_grad_hook: "a hook on it "
+                                                    "(register_post_accumulate_grad_hook)",
+    torch.Tensor.retain_grad: "retain_grad() on it",
+    torch.autograd.grad: "torch.autograd.grad of it (autograd inside a converted function)",
+    torch.autograd.backward: "torch.autograd.backward of it (autograd inside a converted "
+                             "function)",
+}
+_LAYOUT = {torch.Tensor.stride, torch.Tensor.is_contiguous, torch.Tensor.storage_offset}
+_AUTOGRAD = {torch.Tensor.is_leaf.__get__, torch.Tensor.grad_fn.__get__,
+             torch.Tensor.grad.__get__, torch.Tensor._grad_fn.__get__,
+             torch.Tensor._grad.__get__}
+QUESTIONS = frozenset(_REFUSED) | frozenset(_LAYOUT) | frozenset(_AUTOGRAD)
+
+_ANSWERED: List[int] = [0]      # static layout answers given (a while body checks it)
+
+
+_ONLY_AT_RUN_TIME = "the tensor exists only when the graph runs"
+
+
+def refusal(what: str, why: str = _ONLY_AT_RUN_TIME) -> GraphError:
+    """The error refusing ``what`` (asked of a traced tensor) because ``why``, at the
+    user's line: the call falls back to eager (strict mode: ConversionError)."""
+    location = user_location()
+    where = f"{format_location(location)}: " if location is not None else ""
+    error = GraphError(f"{where}{what} of a traced tensor: {why}, so a graph cannot do this "
+                       f"as eager does")
+    error.location = location
+    return error
+
+
+def answer(func, t, args, kwargs):
+    """The answer to ``func`` (one of ``QUESTIONS``) about the symbolic tensor ``t``."""
+    node = t._node
+    if func in _REFUSED:
+        raise refusal(_REFUSED[func])
+    if func in _LAYOUT:
+        if node.attrs.get(LAYOUT_VARIES):
+            raise refusal(f"{func.__name__}()", "its layout (strides, contiguity, offset) "
+                          "depends on the path taken at run time")
+        _ANSWERED[0] += 1
+        with torch._C.DisableTorchFunction():
+            return func(*args, **kwargs)
+    return _autograd_answer(func, t)
+
+
+def _autograd_answer(func, t):
+    """``is_leaf``, ``grad_fn``, ``grad`` where the value's requires_grad flag decides
+    them: a tensor that does not require grad is a leaf with no grad_fn and no grad; an
+    op's result that requires grad is not a leaf and has no ``.grad``."""
+    node = t._node
+    flag = grad_flags.grad_of(t)
+    name = {torch.Tensor.is_leaf.__get__: "is_leaf", torch.Tensor.grad_fn.__get__: "grad_fn",
+            torch.Tensor._grad_fn.__get__: "grad_fn"}.get(func, "grad")
+    if node.op == "placeholder" and (flag or name == "grad"):
+        raise refusal(f".{name}", "an argument's autograd state is the caller's")
+    if flag is None:
+        raise refusal(f".{name}", "whether it requires grad depends on the path taken at "
+                      "run time")
+    if not flag:
+        return True if name == "is_leaf" else None
+    made_leaf = node.op == "requires_grad_" or node.kwargs.get("requires_grad") is True
+    if name == "is_leaf":
+        return made_leaf
+    if name == "grad_fn" and not made_leaf:
+        raise refusal(".grad_fn", "its autograd node exists only when the graph runs")
+    return None
+
+
+def layout_answers() -> int:
+    """How many layout questions have been answered statically (``while`` checks that
+    none was answered in a body whose loop variables change layout)."""
+    return _ANSWERED[0]
+
+
+def note_layout(node, inputs) -> None:
+    """A node computed from a value of run-time layout has a run-time layout too (its
+    example's strides are one path's); ``contiguous()`` makes it known again."""
+    if node.op == "contiguous" or not any(
+            getattr(v, "_node", None) is not None and v._node.attrs.get(LAYOUT_VARIES)
+            for v in inputs):
+        return
+    node.attrs[LAYOUT_VARIES] = True
+
+
+def layout_of(t) -> Optional[tuple]:
+    """(strides, offset) of a traced or real tensor's example; None when only the run
+    knows (and for a value that is not a tensor)."""
+    if not isinstance(t, torch.Tensor):
+        return None
+    node = getattr(t, "_node", None)
+    if node is not None and node.attrs.get(LAYOUT_VARIES):
+        return None
+    with torch._C.DisableTorchFunction():
+        return tuple(t.stride()), t.storage_offset()
+
+
+def same_layout(slot, value) -> bool:
+    """Whether ``value`` (a loop body's output) has the layout of the ``slot`` it flows
+    back into (the loop variable's layout at entry)."""
+    if not isinstance(value, torch.Tensor) or slot.example is None:
+        return True
+    with torch._C.DisableTorchFunction():
+        return layout_of(value) == (tuple(slot.example.stride()), slot.example.storage_offset())
+
+
+def merge_layouts(leaf, values) -> None:
+    """``leaf`` (a cond output) is one of ``values`` (its paths' values): its layout is
+    known when theirs is and they agree; else only the run knows it."""
+    layouts = {layout_of(v) if isinstance(v, torch.Tensor) else None for v in values}
+    if len(layouts) != 1 or None in layouts:
+        leaf._node.attrs[LAYOUT_VARIES] = True
+
+
+def example_with_layout(example: torch.Tensor, layout: Optional[tuple]) -> torch.Tensor:
+    """A meta tensor like ``example`` with strides and offset ``layout`` (when given and
+    valid for its shape)."""
+    if layout is None or example is None or len(layout[0]) != example.dim():
+        return example
+    return meta_strided(tuple(example.shape), layout[0], layout[1], example.dtype)
+
+
+def meta_strided(shape, stride, offset: int, dtype) -> torch.Tensor:
+    """A meta tensor with exactly these sizes, strides and storage offset."""
+    with torch._C.DisableTorchFunction():
+        extent = 1 + sum((s - 1) * abs(st) for s, st in zip(shape, stride)) \
+            if all(s > 0 for s in shape) else 0
+        base = torch.empty(offset + extent, dtype=dtype, device="meta")
+        return base.as_strided(tuple(shape), tuple(stride), offset)
+
+
+# ---------------------------------------------------------------- arguments
+CLASS = "tensor_class"      # node.attrs key: an argument's class other than torch.Tensor
+
+
+def argument_example(value: torch.Tensor, meta, name: str) -> Optional[torch.Tensor]:
+    """The example behind an argument's placeholder: its strides and storage offset (a
+    call's signature holds them), or None (a default one) for a dynamic shape or a
+    layout without strides."""
+    if value.layout != torch.strided or meta.shape != tuple(value.shape):
+        return None
+    return meta_strided(tuple(value.shape), tuple(value.stride()), value.storage_offset(),
+                        value.dtype)
+
+
+def note_argument(node, value: torch.Tensor) -> None:
+    """An argument's class and Python attributes: an ``nn.Parameter`` (a subclass whose
+    ``__torch_function__`` is torch's disabled one: ops on it make plain tensors) keeps
+    its class for ``type``/``isinstance``; another subclass decides in Python what every
+    op returns, and attributes set on the tensor are Python state the trace would bake:
+    both are refused."""
+    cls = type(value)
+    if cls is not torch.Tensor:
+        if getattr(cls, "__torch_function__", None) is not torch._C._disabled_torch_function_impl:
+            raise refusal(f"an argument of the tensor subclass {cls.__name__}", "its "
+                          "__torch_function__ decides what each op returns, which a graph of "
+                          "plain tensors does not repeat")
+        node.attrs[CLASS] = cls
+    if value.__dict__:
+        raise refusal(f"Python attributes ({', '.join(sorted(value.__dict__))}) of an "
+                      f"argument", "the trace would bake their values in")
+
+
+# ---------------------------------------------------------------- Python attributes
+_INTERNAL = ("_node", "_fed_as", "_tograph")
+
+
+def check_setattr(t, name: str) -> None:
+    """``t.name = value`` on a symbolic tensor: torch's own attributes and the tracer's go
+    through; a Python attribute of the user's is refused: a graph returns fresh tensors
+    without it, and which object holds it after tensor control flow is known only at run
+    time."""
+    if name.startswith(_INTERNAL) or hasattr(type(t), name):
+        return
+    raise refusal(f"setting the Python attribute {name!r}", "the graph returns fresh "
+                  "tensors, and which object holds it after tensor control flow is known "
+                  "only at run time")
+
+
+# ---------------------------------------------------------------- global modes
+def _modes() -> tuple:
+    return (torch._C.is_autocast_enabled("cpu"), torch._C.get_default_dtype(),
+            torch.is_inference_mode_enabled(), torch.are_deterministic_algorithms_enabled())
+
+
+_NAMES = ("CPU autocast (torch.autocast)", "the default dtype (torch.set_default_dtype)",
+          "inference mode (torch.inference_mode)",
+          "deterministic algorithms (torch.use_deterministic_algorithms)")
+_MODES: List[tuple] = []
+
+
+def call_modes() -> tuple:
+    """The caller's modes a graph is specialized for: CPU autocast and the default dtype
+    (a call's signature ends with these)."""
+    return torch._C.is_autocast_enabled("cpu"), torch._C.get_default_dtype()
+
+
+@contextlib.contextmanager
+def watching_modes():
+    """Around a trace: refuse one made under CPU autocast, and note the modes to hold."""
+    if torch._C.is_autocast_enabled("cpu"):
+        location = user_location()
+        error = GraphError(f"{format_location(location)}: the call runs under CPU autocast "
+                           f"(torch.autocast): a graph does not apply autocast's dtype rules")
+        error.location = location
+        raise error
+    _MODES.append(_modes())
+    try:
+        yield
+    finally:
+        _MODES.pop()
+
+
+def check_modes() -> None:
+    """Before recording an op: the global modes are still the trace's (code that switches
+    autocast, the default dtype, inference mode or deterministic algorithms while traced
+    would make the graph run its ops otherwise than eager)."""
+    if not _MODES:
+        return
+    now = _modes()
+    if now != _MODES[-1]:
+        changed = next(n for n, a, b in zip(_NAMES, now, _MODES[-1]) if a != b)
+        location = user_location()
+        error = GraphError(f"{format_location(location)}: the converted code switches "
+                           f"{changed}, which a graph does not record: its ops would run "
+                           f"otherwise than eager")
+        error.location = location
+        raise error
