@@ -135,6 +135,9 @@ def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
         if isinstance(v, PathChoice):      # the container of the path the run took
             return Rebuild((walk(v.index), walk(v.options[0]), walk(v.options[1])),
                            _pick_container, next(_KEYS))
+        if isinstance(v, PathValue) and any(isinstance(o, PathValue) for o in v.options):
+            return Rebuild((walk(v.index),) + tuple(walk(o) for o in v.options),
+                           _pick_built, next(_KEYS))   # (options rebuilt: lists grown)
         if isinstance(v, PathValue):       # the option the run took
             return Rebuild((walk(v.index),), _picker(v.options), next(_KEYS))
         if isinstance(v, _ATOMS) or _is_runtime_marker(v):
@@ -276,6 +279,10 @@ def _picker(options: tuple) -> Callable:
         return list(value) if type(value) is list else value     # (a fresh list per call)
     pick.__qualname__ = "pick_option"
     return pick
+
+
+def _pick_built(index, *options):
+    return options[int(index)]
 
 
 def _pick_container(index, then_value, else_value):

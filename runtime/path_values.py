@@ -63,7 +63,30 @@ class PathValue:
     def __getattr__(self, name):        # a method of the value (``log.append``)
         if name.startswith("_"):
             raise AttributeError(name)
+        if name in ("append", "extend") and self._grows():
+            return lambda value: self._grow([value] if name == "append" else value)
         self._refuse()
+
+    def _grows(self) -> bool:
+        """A list that may take appends while tracing: every option is a list."""
+        return type(self) is PathValue and all(
+            type(o) is list or isinstance(o, RepeatValue) for o in self.options)
+
+    def _grow(self, items) -> None:
+        """``append``/``extend`` of plain values: every option gets them (the list the
+        run takes has them, whichever it is), as a new value its one holder (``cm.log``)
+        gets (``region_state.regrow``: a region that appends carries the change)."""
+        if isinstance(items, PathValue) or not isinstance(items, (list, tuple)) or \
+                not all(_is_plain(v) for v in items):
+            self._refuse()
+        from .region_state import regrow
+        regrow(self, self._with(tuple(items)))
+        MADE[0] += 1
+
+    def _with(self, items: tuple) -> "PathValue":
+        return PathValue(self.index, tuple(
+            o._with(items) if isinstance(o, RepeatValue) else list(o) + list(items)
+            for o in self.options))
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -77,17 +100,29 @@ class RepeatValue(PathValue):
     """The list ``before + pattern * index`` (a list a tensor loop's body appends the same
     plain items to on every iteration: ``index`` counts the iterations the run takes).
     Refused when used while tracing, like every PathValue; ``runtime.outputs`` makes a
-    fresh list of it on each call."""
+    fresh list of it on each call. ``options``: before, pattern and, once appended to
+    after the loop, the suffix (``before + pattern * index + suffix``)."""
 
     __slots__ = ()
 
     def _what(self) -> str:
-        before, pattern = self.options
-        return f"the list {_short(list(before))} + {_short(list(pattern))} * iterations"
+        before, pattern, suffix = self._parts()
+        return f"the list {_short(list(before))} + {_short(list(pattern))} * iterations" + \
+            (f" + {_short(list(suffix))}" if suffix else "")
+
+    def _parts(self) -> tuple:
+        return tuple(self.options) + ((),) * (3 - len(self.options))
+
+    def _grows(self) -> bool:
+        return True
+
+    def _with(self, items: tuple) -> "RepeatValue":
+        before, pattern, suffix = self._parts()
+        return RepeatValue(self.index, (before, pattern, tuple(suffix) + items))
 
     def build(self, count) -> list:
-        before, pattern = self.options
-        return list(before) + list(pattern) * int(count)
+        before, pattern, suffix = self._parts()
+        return list(before) + list(pattern) * int(count) + list(suffix)
 
 
 class PathChoice(PathValue):
@@ -116,10 +151,18 @@ def _short(value) -> str:
     return text if len(text) <= 20 else text[:17] + "..."
 
 
-def _choosable(v) -> bool:
-    if isinstance(v, (RepeatValue, PathChoice)):
-        return False        # (its index counts iterations / it is a pytree node)
+def _choosable(v, graph=None) -> bool:
+    if isinstance(v, RepeatValue):      # an option whole (its index counts iterations),
+        from .region_state import _in_scope     # if the cond's ``graph`` sees the count
+        return graph is not None and _in_scope(v.index, graph)  # (a loop before the cond)
+    if isinstance(v, PathChoice):
+        return False        # (a pytree node)
     return isinstance(v, PathValue) or (_leaf_meta(v) is None and _is_plain(v))
+
+
+def _options(v) -> tuple:
+    """The options a cond's value brings to its choice: a PathValue's, or itself."""
+    return v.options if type(v) is PathValue else (v,)
 
 
 def _same(a, b) -> bool:
@@ -132,16 +175,15 @@ def choose(then_g, then_out: list, else_g, else_out: list) -> Dict[int, tuple]:
     then options), in place in the lists; returns {leaf position: options}."""
     found: Dict[int, tuple] = {}
     for i, (a, b) in enumerate(zip(then_out, else_out)):
-        if not (_choosable(a) and _choosable(b)) or (
+        if not (_choosable(a, then_g.parent) and _choosable(b, then_g.parent)) or (
                 not isinstance(a, PathValue) and not isinstance(b, PathValue) and
                 (_same(a, b) or (isinstance(a, _NUMBERS) and type(a) is type(b)))):
             continue
         if not allowed():
             continue
-        first = a.options if isinstance(a, PathValue) else (a,)
-        second = b.options if isinstance(b, PathValue) else (b,)
-        then_out[i] = a.index if isinstance(a, PathValue) else 0
-        if isinstance(b, PathValue):
+        first, second = _options(a), _options(b)
+        then_out[i] = a.index if type(a) is PathValue else 0
+        if type(b) is PathValue:
             with building(else_g):
                 else_out[i] = b.index + len(first)
         else:

@@ -182,8 +182,8 @@ def shared_touched(start: int, existed) -> Optional[str]:
 
 def carriable(value, numbers_only: bool) -> bool:
     from .path_values import PathValue, RepeatValue
-    if isinstance(value, RepeatValue):
-        return False
+    if isinstance(value, RepeatValue):      # (a cond chooses it whole: ``path_values``)
+        return not numbers_only
     if isinstance(value, _NUMBERS) or is_tensor(value):
         return True
     return not numbers_only and (value is None or isinstance(value, (str, bytes, PathValue)))
@@ -312,6 +312,33 @@ def _aliased(lst, owner, name: str) -> bool:
         return any(v is lst for v in reachable(roots))
     finally:
         owner.__dict__[name] = saved
+
+
+def regrow(old, new) -> None:
+    """A list value a region left (a PathValue of lists, a RepeatValue) is appended to
+    while tracing (``cm.log.append('exit')`` in a later ``with cm:``): its holder's
+    attribute becomes ``new`` (every option with the items). The holder is the one
+    attribute of a local user-class object holding ``old`` that the running converted
+    frames reach, and nothing else reaches ``old`` (which keeps its items: another name
+    would see stale contents); else GraphError. Inside a later region the attribute's
+    change is carried like any other (``changes``)."""
+    from .outputs import reachable
+    from .path_values import allowed
+    roots = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_GENERATED):
+            roots += list(frame.f_locals.values())
+        frame = frame.f_back
+    holders = [(v, k) for v in reachable(roots) if not isinstance(v, (list, dict, set))
+               and isinstance(getattr(v, "__dict__", None), dict)
+               for k, x in list(v.__dict__.items()) if x is old]
+    if len(holders) != 1 or not _user_class(type(holders[0][0])) or \
+            _aliased(old, *holders[0]) or not allowed():
+        old._refuse()
+    owner, name = holders[0]
+    TOUCHED.append((owner, name, old))
+    owner.__dict__[name] = new
 
 
 def choose_contents(locations, then_carry, else_carry):

@@ -19,7 +19,7 @@ import torch
 from transpiler import FallbackWarning, to_graph
 
 from e2e_helpers import _clone, assert_same
-from fidelity_checks import converts, same_gradients
+from fidelity_checks import converts, falls_back, same_gradients
 
 POS, NEG = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([-1.0, -2.0, -3.0])
 MIXED = torch.tensor([1.0, -2.0, 3.0])
@@ -130,3 +130,142 @@ def test_object_changed_then_returned_early():
 def test_object_returned_early_gradients():
     same_gradients(lambda a, b, M: return_rec_from_for(a, b, M)[0], (POS, NEG, ROWS),
                    (MIXED, POS, ROWS))
+
+
+# ---------------------------------------------------------------- lists appended to after
+class CM:
+    """As the fuzzer's: counts entries and exits, logs each exit."""
+
+    def __init__(self):
+        self.enters = 0
+        self.exits = 0
+        self.log = []
+
+    def __enter__(self):
+        self.enters += 1
+        return self
+
+    def __exit__(self, *exc):
+        self.exits += 1
+        self.log.append("exit")
+        return False
+
+
+def cm_after_cond(x):
+    cm = CM()
+    t = x * 1.0
+    if x.sum() > 0:
+        with cm:
+            t = t + 1.0
+    with cm:                 # the log is one of two lists here: both get 'exit'
+        t = t * 2.0
+    cm.log.append("end")
+    return t, cm.enters, cm.exits, cm.log
+
+
+def cm_after_while(x):
+    cm = CM()
+    t = x * 1.0
+    i = torch.tensor(0)
+    while i < 3 and t.sum() < 10.0:
+        i += 1
+        with cm:
+            t = t + 2.0
+    with cm:                 # before + ['exit'] * n, then a suffix
+        t = t - 1.0
+    cm.log.extend(["a", "b"])
+    return [t, cm.log, cm.exits]
+
+
+def cm_appended_in_later_cond(x):
+    cm = CM()
+    t = x * 1.0
+    if x[0] > 0:
+        with cm:
+            t = t + 1.0
+    if x.sum() > 0:          # appended on one path: four options
+        with cm:
+            t = t * 3.0
+    else:
+        cm.log.append("neg")
+    return {"t": t, "log": cm.log, "n": cm.exits}
+
+
+def cm_loop_then_cond(x, M):
+    cm = CM()
+    t = x * 1.0
+    for r in M:
+        with cm:
+            t = t + r
+    if t.sum() > 0:          # the loop's list, grown on one path
+        with cm:
+            t = t * 0.5
+    return t, cm.log
+
+
+def test_list_appended_after_cond():
+    converts(cm_after_cond, (POS,), (NEG,), (MIXED,))
+
+
+def test_list_appended_after_while():
+    converts(cm_after_while, (POS,), (NEG,), (POS * 10,))
+
+
+def test_list_appended_in_a_later_cond():
+    converts(cm_appended_in_later_cond, (POS,), (NEG,), (MIXED,), (-MIXED,))
+
+
+def test_loop_list_appended_in_a_later_cond():
+    converts(cm_loop_then_cond, (POS, ROWS), (NEG, ROWS), (NEG, ROWS[:1]), (POS, -ROWS))
+
+
+def test_appended_lists_gradients():
+    same_gradients(lambda x: cm_after_cond(x)[0], (POS,), (NEG,))
+    same_gradients(lambda x: cm_appended_in_later_cond(x)["t"], (POS,), (MIXED,))
+
+
+def aliased_then_appended(x):
+    cm = CM()
+    t = x * 1.0
+    if x.sum() > 0:
+        with cm:
+            t = t + 1.0
+    log = cm.log             # another name: an append must not leave it stale
+    with cm:
+        t = t * 2.0
+    return t, log, cm.log
+
+
+def read_after_append(x):
+    cm = CM()
+    t = x * 1.0
+    if x.sum() > 0:
+        with cm:
+            t = t + 1.0
+    with cm:
+        t = t * 2.0
+    return t * len(cm.log)
+
+
+def appended_in_loop_after_cond(x, M):
+    cm = CM()
+    t = x * 1.0
+    if x.sum() > 0:
+        with cm:
+            t = t + 1.0
+    for r in M:              # each option grows per iteration: not carried
+        with cm:
+            t = t + r
+    return t, cm.log
+
+
+def test_aliased_list_value_falls_back():
+    falls_back(aliased_then_appended, (POS,), (NEG,), match="chose")
+
+
+def test_list_value_read_falls_back():
+    falls_back(read_after_append, (POS,), (NEG,), match="chose")
+
+
+def test_list_value_grown_in_loop_falls_back():
+    falls_back(appended_in_loop_after_cond, (POS, ROWS), (NEG, ROWS))
