@@ -16,7 +16,7 @@ import torch
 
 from transpiler import FallbackWarning, to_graph
 
-from e2e_helpers import _clone
+from e2e_helpers import _clone, assert_same
 from fidelity_checks import converts, falls_back
 
 POS, NEG = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([-1.0, -2.0, -3.0])
@@ -281,3 +281,85 @@ def test_unassigned_on_one_path_keeps_its_error():
             r = (x, x)
         return r
     falls_back(fn, (POS,), match="different structures")
+
+
+# --------------------------------------------------------------------------- loop options
+class Rec:
+    def __init__(self, t, tag="init"):
+        self.t = t
+        self.tag = tag
+
+
+ROWS = [(POS, torch.tensor([[1.0, 1.0, 1.0], [-5.0, 1.0, 0.0], [2.0, 2.0, 2.0]])),
+        (NEG, torch.tensor([[1.0, 1.0, 1.0], [-5.0, 1.0, 0.0]])),
+        (POS, torch.tensor([[-9.0, -9.0, -9.0], [1.0, 1.0, 1.0]]))]
+
+
+def attribute_str_set_in_loop(x, m):
+    r = Rec(x * 0.0)
+    for row in m:
+        if (row + x).sum() < 0:
+            break
+        r.tag = "seen"
+        r.t = r.t + row
+    return r
+
+
+def local_str_chosen_in_loop(x, m):
+    tag = "init"
+    for row in m:
+        if row.sum() > 0:
+            tag = "pos"
+        else:
+            tag = None
+    return x, tag
+
+
+def str_set_in_tensor_while(x, m):
+    tag = "init"
+    i = 0
+    while x.sum() > i:
+        i += 1
+        tag = "ran"
+    return x, tag, i
+
+
+def str_read_in_loop(x, m):
+    tag = "init"
+    for row in m:
+        if row.sum() > 0:
+            tag = tag + "!"
+    return x, tag
+
+
+def str_tested_in_loop(x, m):
+    tag = "init"
+    for row in m:
+        if tag == "init":
+            x = x + row
+        tag = "seen"
+    return x, tag
+
+
+def same_object(fn, *inputs):
+    """The result object has eager's class and attributes (``Rec`` has no ``__eq__``)."""
+    for strict in (True, False):
+        g = to_graph(fn, strict=strict)
+        for args in inputs:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FallbackWarning)
+                got = g(*_clone(args))
+            exp = fn(*_clone(args))
+            assert type(got) is type(exp) and list(vars(got)) == list(vars(exp))
+            assert_same(vars(got), vars(exp))
+
+
+def test_python_value_set_in_a_tensor_loop_is_chosen_per_run():
+    same_object(attribute_str_set_in_loop, *ROWS)
+    check(local_str_chosen_in_loop, *ROWS)
+    check(str_set_in_tensor_while, (POS, POS), (NEG, POS), (POS * 3, POS))
+
+
+def test_python_value_the_loop_reads_falls_back():
+    falls_back(str_read_in_loop, *ROWS, match="chose")
+    falls_back(str_tested_in_loop, *ROWS, match="chose")
