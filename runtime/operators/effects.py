@@ -13,9 +13,10 @@ import contextlib
 from .. import graph_ops
 from ..errors import GraphError, TracingError
 from ..graph import node_count
-from ..symbolic import current_graph, dispatch_record, is_symbolic, tracing_error_count
+from ..symbolic import (contains_symbolic, current_graph, dispatch_record, is_symbolic,
+                        tracing_error_count)
 from ..source_info import format_location, user_location
-from .text import DeferredText, layout, needs_layout
+from .text import DeferredText, layout, needs_layout, refuse_traced_objects
 
 
 def print_(*args, **kwargs):
@@ -29,6 +30,11 @@ def print_(*args, **kwargs):
     if any(isinstance(options.get(k), DeferredText) for k in ("sep", "end")):
         raise GraphError(f"{format_location(user_location())}: print's sep or end made from "
                          f"a tensor's value cannot be part of a graph")
+    for arg in args:
+        refuse_traced_objects(arg)
+    # a Python value's text is known now, exactly as print makes it (a torch.Size, a dtype)
+    args = tuple(a if isinstance(a, (str, DeferredText)) or contains_symbolic(a) else str(a)
+                 for a in args)
     if needs_layout(args):              # text made at run time: f-strings, Python numbers
         args, options["layout"] = layout(args)
     dispatch_record(graph_ops.print_values, args, options)

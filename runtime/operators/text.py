@@ -23,6 +23,7 @@ import torch
 
 from ..errors import GraphError
 from ..introspection import MIXED, RunTimeSize, number_kind
+from ..outputs import reachable
 from ..source_info import format_location, user_location
 from ..symbolic import SymbolicTensor, contains_symbolic
 
@@ -114,9 +115,31 @@ def _known_spec(spec) -> str:
     return spec
 
 
+def refuse_traced_objects(value) -> None:
+    """GraphError if ``value`` (an operand of text, or a printed value) is or holds, inside
+    lists, tuples and dicts, an object (a dataclass, a namedtuple, a dict subclass) that
+    holds traced tensors: its own ``__str__``/``__repr__`` would format their symbolic
+    stand-ins now, or run on the graph's copy of it (a plain dict) later."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, (SymbolicTensor, DeferredText, torch.Tensor, str, int, float)) or \
+                v is None:
+            continue
+        if type(v) in (list, tuple, dict, RunTimeSize):       # (a namedtuple: an object)
+            stack.extend(v.values() if type(v) is dict else v)
+            continue
+        if any(isinstance(w, SymbolicTensor) for w in reachable([v], limit=2000)):
+            raise GraphError(
+                f"{format_location(user_location())}: the text of a {type(v).__name__} "
+                f"object holding traced tensors: its own __str__/__repr__ would format "
+                f"their stand-ins while tracing, not the values of each run")
+
+
 def _field(value, how: str, spec) -> Any:
     """The part for one operand: its text now for a Python value, else a Field."""
     spec = _known_spec(spec)
+    refuse_traced_objects(value)
     if isinstance(value, DeferredText):
         if (how in ("", "s") and not spec) or (how == "%" and spec == "%s"):
             return value

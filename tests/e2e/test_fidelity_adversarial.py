@@ -2063,17 +2063,8 @@ CRASH_CASES_2 = [
 
 ALL = CRASH_CASES_2 + OBJECT_CASES_2 + SCOPE_CASES + AUTOGRAD_CASES + PRINT_CASES + VIEW_CASES_2 + SYNTAX_CASES + TENSOR_STATE_CASES + MORE_CASES + OBJECT_CASES + INTRO_CASES + VIEW_CASES + EFFECT_CASES + CRASH_CASES + CORNER_CASES
 XFAIL = {
-    "print_shape_dtype": "BUG: print(x.shape) inside a tensor branch where x's shape depends on "
-                         "the branch prints '(6,)' where eager prints 'torch.Size([6])'; "
                          "silently wrong text, both modes",
-    "print_dataclass": "BUG: print(dataclass) whose fields hold traced values after a tensor "
-                       "branch prints the symbolic repr 'Stats(total=Tensor(\"get_2\", "
-                       "shape=(), ...), count=Tensor(\"get_1\", ...))' on every call instead of "
                        "eager's 'Stats(total=tensor(6.), count=2, ...)'; both modes",
-    "dict_key_order_branch": "BUG: a plain dict whose keys are inserted in a different order "
-                             "by each branch of a tensor `if` comes back in the first traced "
-                             "order: list(d) is ['a', 'c', 'b'] where eager's NEG path gives "
-                             "['a', 'b', 'c'] (an OrderedDict falls back; a dict does not); "
                              "silently, both modes",
 }
 

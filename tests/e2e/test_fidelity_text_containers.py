@@ -437,3 +437,112 @@ def test_generator_argument_falls_back():
                 warnings.simplefilter("ignore", FallbackWarning)
                 got = g(x, torch.Generator().manual_seed(2))
             torch.testing.assert_close(got, exp, rtol=0, atol=0)
+
+
+# ============================================================ printed text
+@dataclasses.dataclass
+class Stats:
+    total: object
+    count: int = 0
+
+
+Pair = collections.namedtuple("Pair", "a b")
+
+
+class Shown:
+    def __init__(self, t):
+        self.t = t
+
+    def __repr__(self):
+        return f"Shown({self.t})"
+
+
+def print_size_in_branch(x):
+    if x.sum() > 0:
+        x = torch.cat([x, x])
+        print("grew", x.shape, x.dtype, x.size(0), x.size(), x.device)
+    else:
+        print("kept", tuple(x.shape), [x.shape, x.dtype], {"s": x.shape})
+    print(x.shape, x.size(), [x.shape[0], x.dtype], {"s": x.shape}, repr(x.shape))
+    return x
+
+
+def format_size_and_dtype(x):
+    y = torch.cat([x, x]) if x.sum() > 0 else x
+    print("{} {}".format(y.shape, y.dtype), "%s|%r" % (y.shape, y.dtype),
+          f"{y.shape[0]:>4} {y.dtype!s}", sep="--", end="!\n")
+    print(str(y.size()), repr(y.dtype), y.shape[-1], sep="")
+    return y
+
+
+def print_containers_of_tensors_and_numbers(x):
+    n = 0
+    y = x
+    if x.sum() > 0:
+        y = x * 2
+        n = 3
+    print([y, n], (y.sum(), 1.5), {"y": y, "n": n}, [[y], {"k": (n,)}])
+    return y
+
+
+@pytest.mark.parametrize("fn", [print_size_in_branch, format_size_and_dtype,
+                                print_containers_of_tensors_and_numbers])
+def test_printed_text_as_eager(fn, capsys):
+    for strict in (True, False):
+        g = to_graph(fn, strict=strict)
+        for (x,) in PATHS:
+            fn(x.clone())
+            exp = capsys.readouterr().out
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FallbackWarning)
+                g(x.clone())
+            assert capsys.readouterr().out == exp
+
+
+def print_dataclass_after_branch(x):
+    s = Stats(total=x.sum())
+    if x.sum() > 0:
+        s.count = 2
+    print(s)
+    return s.count
+
+
+def fstring_of_object(x):
+    y = x * 2 if x.sum() > 0 else x
+    return y, f"{Shown(y)!r}"
+
+
+def str_of_list_of_objects(x):
+    y = x * 2 if x.sum() > 0 else x
+    print(str([Shown(y)]))
+    return y
+
+
+def print_namedtuple(x):
+    y = x * 2 if x.sum() > 0 else x
+    print(Pair(y, 3))
+    return y
+
+
+def print_ordered_dict(x):
+    y = x * 2 if x.sum() > 0 else x
+    print(collections.OrderedDict(a=y))
+    return y
+
+
+@pytest.mark.parametrize("fn", [print_dataclass_after_branch, fstring_of_object,
+                                str_of_list_of_objects, print_namedtuple, print_ordered_dict])
+def test_text_of_object_holding_traced_values_falls_back(fn, capsys):
+    with pytest.raises(ConversionError, match="holding traced tensors|known only when"):
+        to_graph(fn, strict=True)(POS)
+    capsys.readouterr()
+    g = to_graph(fn)
+    for (x,) in PATHS:
+        exp = fn(x.clone())
+        exp_text = capsys.readouterr().out
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FallbackWarning)
+            got = g(x.clone())
+        assert capsys.readouterr().out == exp_text
+        assert "%" not in exp_text and "Tensor(" not in str(got)
+        same_exactly(got, exp)
