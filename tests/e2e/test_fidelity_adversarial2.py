@@ -1029,8 +1029,7 @@ def d_python_random_in_while(x):
     pass
 
 
-@case((T([1.0]),), (T([30.0]),),
-      xfail="BUG: torch.manual_seed(1) then torch.rand in a tensor while body then torch.rand after: when the loop runs 0 times eager's trailing draw is the first after the seed (0.7576), the graph's is 0.2793; default and strict, no warning")
+@case((T([1.0]),), (T([30.0]),))
 def d_torch_random_in_while(x):
     torch.manual_seed(1)
     while x.sum() < 20:
@@ -1038,8 +1037,7 @@ def d_torch_random_in_while(x):
     return x, torch.rand(1)
 
 
-@case((T([1.0]),), (T([-1.0]),),
-      xfail='BUG: torch.randn(1, generator=g) with a local torch.Generator in a tensor branch: eager x+randn = 1.8033, the graph 1.1748 (and the draw after differs), even on the first call; default and strict, no warning')
+@case((T([1.0]),), (T([-1.0]),))
 def d_torch_generator_in_branch(x):
     g = torch.Generator().manual_seed(3)
     if x.sum() > 0:
@@ -3092,3 +3090,343 @@ def m_is_scripting_and_compiling_checks(x):
     if x.sum() > 0:
         return x * 2
     return x * 3
+
+
+# =========================================================================================
+# N. What the caller does with results: aliasing, identity, fresh containers; RNG streams
+# =========================================================================================
+
+def _both_modes(fn, check):
+    """Run ``check(g)`` for a default-mode and a strict-mode conversion of fn; a strict
+    ConversionError is a clean refusal."""
+    for strict in (False, True):
+        g = to_graph(fn, strict=strict)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FallbackWarning)
+                check(g)
+        except ConversionError:
+            assert strict
+
+
+def test_n_returned_argument_aliases_the_argument():
+    def f(x):
+        if x.sum() > 0:
+            x.mul_(2)
+        return x
+
+    def check(g):
+        for v in (T([1.0]), T([-1.0])):
+            xe, xg = v.clone(), v.clone()
+            oe, og = f(xe), g(xg)
+            assert (og is xg) == (oe is xe)
+            oe.add_(100)
+            og.add_(100)
+            same(xg, xe, "argument after writing the result")
+    _both_modes(f, check)
+
+
+def test_n_returned_view_of_argument_writes_through():
+    def f(x):
+        if x.sum() > 0:
+            return x[0]
+        return x[1]
+
+    def check(g):
+        for v in (T([1.0, 2.0]), T([-1.0, -2.0])):
+            xe, xg = v.clone(), v.clone()
+            f(xe).fill_(7.0)
+            g(xg).fill_(7.0)
+            same(xg, xe, "argument after writing the returned view")
+    _both_modes(f, check)
+
+
+def test_n_two_outputs_alias_each_other():
+    def f(x):
+        y = x * 2
+        if y.sum() > 0:
+            y = y + 1
+        return y, y, y.view(-1)
+
+    def check(g):
+        for v in (T([1.0, 2.0]), T([-1.0, -2.0])):
+            a, b, c = f(v)
+            ga, gb, gc = g(v)
+            a.add_(10)
+            ga.add_(10)
+            same((ga, gb, gc), (a, b, c))
+    _both_modes(f, check)
+
+
+def test_n_returned_list_is_fresh_per_call():
+    def f(x):
+        out = [x * 2]
+        if x.sum() > 0:
+            out.append(x + 1)
+        return out
+
+    def check(g):
+        r1 = g(T([1.0]))
+        r1.append("caller's")
+        r1[0].add_(50)
+        r2 = g(T([1.0]))
+        same(r2, f(T([1.0])))
+    _both_modes(f, check)
+
+
+def test_n_tensor_default_argument_mutated_in_branch():
+    def make():
+        def f(x, acc=torch.zeros(1)):  # noqa: B008 - the point of the test
+            if x.sum() > 0:
+                acc.add_(x)
+            return acc * 1
+        return f
+    fe = make()
+    exp = [fe(v) for v in (T([1.0]), T([-1.0]), T([2.0]))]
+    for strict in (False, True):
+        fg = make()
+        g = to_graph(fg, strict=strict)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FallbackWarning)
+                got = [g(v) for v in (T([1.0]), T([-1.0]), T([2.0]))]
+        except ConversionError:
+            assert strict
+            continue
+        same(got, exp)
+        same(fg.__defaults__[0], fe.__defaults__[0], "the default tensor")
+
+
+def test_n_global_rng_stream_matches_eager():
+    """Seeded outside: values drawn inside (only on the taken path) and the next draw after
+    the call equal eager's."""
+    def f(x):
+        if x.sum() > 0:
+            x = x + torch.rand(2)
+        return x * torch.rand(1)
+
+    def check(g):
+        for v in (T([1.0, 1.0]), T([-1.0, -1.0]), T([2.0, 0.0])):
+            torch.manual_seed(11)
+            exp = (f(v), torch.rand(1))
+            torch.manual_seed(11)
+            got = (g(v), torch.rand(1))
+            same(got, exp)
+    _both_modes(f, check)
+
+
+def test_n_dropout_in_untaken_branch_consumes_no_rng():
+    def f(x):
+        if x.sum() > 0:
+            x = F.dropout(x, 0.5, training=True)
+        return x, torch.randn(1)
+
+    def check(g):
+        for v in (T([1.0, 1.0, 1.0, 1.0]), T([-1.0, -1.0, -1.0, -1.0])):
+            torch.manual_seed(3)
+            exp = f(v)
+            torch.manual_seed(3)
+            same(g(v), exp)
+    _both_modes(f, check)
+
+
+def test_n_child_module_hook_called_in_branch():
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(2, 2)
+            self.b = nn.Linear(2, 2)
+
+        def forward(self, x):
+            if x.sum() > 0:
+                return self.a(x)
+            return self.b(x)
+    for strict in (False, True):
+        net = Net()
+        calls = []
+        net.a.register_forward_hook(lambda m, i, o: calls.append("a"))
+        net.b.register_forward_pre_hook(lambda m, i: (i[0] + 100,))
+        g = to_graph(net, strict=strict)
+        for x in (T([[1.0, 1.0]]), T([[-1.0, -1.0]])):
+            calls.clear()
+            exp = net(x)
+            exp_calls = list(calls)
+            calls.clear()
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FallbackWarning)
+                    got = g(x)
+            except ConversionError:
+                assert strict
+                break
+            same(got, exp)
+            assert calls == exp_calls
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: torch.set_default_dtype(torch.float64) inside the function (restored in finally), torch.zeros(2) made under it then a tensor branch: eager returns float64, the graph float32; default and strict, no warning")
+def test_n_set_default_dtype_inside():
+    def f(x):
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            z = torch.zeros(2)
+            if x.sum() > 0:
+                z = z + 1
+        finally:
+            torch.set_default_dtype(old)
+        return z
+
+    def check(g):
+        for v in (T([1.0]), T([-1.0])):
+            same(g(v), f(v))
+            assert torch.get_default_dtype() == torch.float32
+    _both_modes(f, check)
+
+
+@case((T([1.0, 2.0]), T([True, False])), (T([-1.0, 2.0]), T([False, False])))
+def n_masked_write_on_argument_in_while(x, m):
+    while x.sum() < 10:
+        x[m] = x[m] + 1
+        x += 1
+    return None
+
+
+@case((T([1.0, 2.0]),), (T([-1.0, 2.0]),))
+def n_returns_closure_capturing_tensor(x):
+    if x.sum() > 0:
+        k = x * 2
+    else:
+        k = x - 1
+    return k, (lambda v: v + k)(T([1.0, 1.0]))
+
+
+@case((T([[1.0, 2.0], [3.0, 4.0]]),), (T([[-1.0, 2.0], [3.0, -4.0]]),))
+def n_kwargs_only_call_of_helper(x):
+    def helper(*, a, b=2.0, **rest):
+        if a.sum() > 0:
+            return a * b + rest.get("c", 0)
+        return a
+    return helper(a=x, c=1.0), helper(b=3.0, a=-x)
+
+
+# =========================================================================================
+# O. Generation loops and model forwards in the style of Hugging Face transformers
+# =========================================================================================
+
+class _TinyLM(nn.Module):
+    def __init__(self, vocab=6, dim=4):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = nn.Embedding(vocab, dim)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, input_ids):
+        return self.head(self.emb(input_ids).mean(1))
+
+
+def _greedy_generate(model, input_ids, max_new_tokens=5, eos_token_id=2, pad_token_id=0):
+    """transformers' greedy search loop, reduced: unfinished_sequences, eos, early stop."""
+    unfinished = torch.ones(input_ids.shape[0], dtype=torch.long)
+    steps = 0
+    while True:
+        logits = model(input_ids)
+        next_tokens = torch.argmax(logits, dim=-1)
+        next_tokens = next_tokens * unfinished + pad_token_id * (1 - unfinished)
+        input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
+        unfinished = unfinished & ~(next_tokens == eos_token_id)
+        steps += 1
+        if unfinished.max() == 0 or steps >= max_new_tokens:
+            break
+    return input_ids
+
+
+def test_o_greedy_generation_loop():
+    m = _TinyLM()
+    faithful(functools.partial(_greedy_generate, m),
+             [(T([[1, 3], [4, 5]]),), (T([[2, 2], [0, 1]]),)])
+
+
+class _HFStyleBlock(nn.Module):
+    """transformers 5 style forward: try/finally around the body, ModelOutput result,
+    optional past_key_values cache object, output_attentions flag."""
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.q = nn.Linear(4, 4)
+        self.calls = 0
+
+    def forward(self, hidden, attention_mask=None, past_key_values=None,
+                output_attentions=False):
+        try:
+            scores = self.q(hidden) @ hidden.transpose(-1, -2)
+            if attention_mask is not None:
+                scores = scores.masked_fill(attention_mask[:, None, :] == 0, -1e9)
+            attn = scores.softmax(-1)
+            out = attn @ hidden
+            if past_key_values is not None:
+                past_key_values.update(out, out, 0)
+            if out.abs().max() > 10:
+                out = out / out.abs().max()
+            result = ModelOutput(last_hidden_state=out)
+            if output_attentions:
+                result["attentions"] = attn
+            return result
+        finally:
+            self.calls += 1
+
+
+def test_o_hf_style_forward_with_try_finally():
+    mask = T([[1, 1, 0], [1, 1, 1]])
+    for strict in (False, True):
+        me, mg = _HFStyleBlock(), _HFStyleBlock()
+        g = to_graph(mg, strict=strict)
+        for args in ((R(2, 3, 4),), (R(2, 3, 4, seed=1) * 20, mask),
+                     (R(2, 3, 4, seed=2), mask, None, True)):
+            exp = me(*args)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FallbackWarning)
+                    got = g(*args)
+            except ConversionError:
+                assert strict
+                break
+            same(got, exp)
+            assert mg.calls == me.calls
+
+
+def test_o_hf_style_forward_with_cache_object():
+    for strict in (False, True):
+        me, mg = _HFStyleBlock(), _HFStyleBlock()
+        g = to_graph(mg, strict=strict)
+        ce, cg = Cache(), Cache()
+        try:
+            for x in (R(1, 2, 4), R(1, 2, 4, seed=1) * 30):
+                exp = me(x, None, ce)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FallbackWarning)
+                    got = g(x, None, cg)
+                same(got, exp)
+                same(cg, ce, "cache")
+        except ConversionError:
+            assert strict
+
+
+def _beam_topk_step(scores, beam_size, finished):
+    """fairseq-style: pick top beams, mark finished by eos, stop when all finished."""
+    out = []
+    while not finished.all():
+        top, idx = scores.topk(beam_size, dim=-1)
+        out.append(idx)
+        finished = finished | (idx[:, 0] == 0)
+        scores = scores.roll(1, dims=-1)
+        if len(out) >= 4:
+            break
+    return torch.stack(out) if out else scores.new_zeros(0, dtype=torch.long)
+
+
+@case((T([[0.1, 0.5, 0.4], [0.9, 0.05, 0.05]]), 2, T([False, False])),
+      (T([[0.1, 0.5, 0.4], [0.9, 0.05, 0.05]]), 2, T([True, True])))
+def o_beam_step_loop(scores, beam_size, finished):
+    return _beam_topk_step(scores, beam_size, finished)
