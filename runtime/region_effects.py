@@ -11,14 +11,17 @@ that reaches the changed value (the ``with`` line, the call line), which falls b
 """
 from __future__ import annotations
 
+import builtins
+import re
+import types
 from typing import Callable, Optional
 
 import torch.utils._pytree as pytree
 
-from . import region_state
+from . import builtin_state, region_state
 from .errors import GraphError
 from .python_state import Watch, difference, fingerprint, is_tensor, line_naming
-from .source_info import _is_library, format_location, map_location
+from .source_info import _is_library, format_location, map_location, user_location
 
 
 _PLAIN = (bool, int, float, complex, str, bytes)
@@ -73,6 +76,48 @@ def _carried(args) -> list:
         elif isinstance(v, dict):
             stack.extend(v.values())
     return found
+
+
+_IMMUTABLE = (str, bytes, int, float, complex, bool, tuple, frozenset, range, slice,
+              type(None), memoryview, type({}.keys()), type({}.values()), type({}.items()),
+              types.MappingProxyType, re.Pattern, re.Match)
+
+
+def refuse_unseen_call(f, args) -> None:
+    """While a tensor branch or loop body is traced: a method called on an object whose
+    state the watch cannot see (a C object with no ``__dict__`` that ``builtin_state``
+    does not know: a hash's ``update``, a lock's ``acquire``; ``next`` of such an
+    iterator) may be an effect the graph would not repeat per path or iteration, so it
+    raises GraphError (the call falls back)."""
+    from .symbolic import current_graph
+    graph = current_graph()
+    if graph is None or graph.parent is None:
+        return
+    if f is builtins.next and args:
+        owner, name = args[0], "next"
+    elif isinstance(f, (types.BuiltinMethodType, types.MethodWrapperType)):
+        owner, name = getattr(f, "__self__", None), getattr(f, "__name__", "?")
+    else:
+        return
+    if owner is None or not _unseen(owner):
+        return
+    location = user_location()
+    error = GraphError(
+        f"{format_location(location)}: calls {type(owner).__name__}.{name} in tensor-"
+        f"dependent control flow, on an object whose state the graph cannot follow: the "
+        f"region runs its Python code once per trace, not once per path taken or "
+        f"iteration")
+    error.location = location
+    raise error
+
+
+def _unseen(owner) -> bool:
+    cls = type(owner)
+    if isinstance(owner, _IMMUTABLE + (types.ModuleType, type, list, dict, set, bytearray)) \
+            or is_tensor(owner) or hasattr(owner, "__dict__") or \
+            cls.__module__.split(".")[0] in ("runtime", "transpiler", "torch"):
+        return False
+    return builtin_state.state_of(owner) is None
 
 
 def _held(args, names) -> list:

@@ -21,6 +21,7 @@ import torch
 from ..errors import GraphError
 from ..introspection import RunTimeSize, mark, python_class
 from ..path_values import check_call
+from ..region_effects import refuse_unseen_call
 from ..source_info import format_location, user_location
 from ..symbolic import contains_symbolic, current_graph, is_symbolic
 from .effects import print_
@@ -247,6 +248,7 @@ def call(f, *args, **kwargs):
         result = rng_call(f, args, kwargs)
         if result is not NOT_RNG:
             return result
+        refuse_unseen_call(f, args)     # a C object's method the effect watch cannot see
     special = _SYMBOLIC_BUILTINS.get(f) if _hashable(f) else None
     if special is not None:
         symbolic = any(is_symbolic_iterable(a) for a in args) if f in _ITERATION_BUILTINS \

@@ -6,9 +6,11 @@ FallbackWarning; strict: ConversionError). The effect watch sees iterators (list
 dict iterators, ``enumerate``/``zip`` over them), generators, ``itertools.count``, sets,
 ``deque``, ``array``, numpy arrays, ``StringIO``/``BytesIO`` and ``__slots__`` objects,
 reached as a region's state, through a closure, a nested function, an attribute or a
-global: changed in a region, they fall back. ``sys.stdout.write``/``sys.stderr.write`` and
-``warnings.warn`` become graph nodes (like ``print``): they act on every call that takes
-their path, as eager does. Regions that only read such objects still convert.
+global: changed in a region, they fall back; so does a method called in a region on a C
+object whose state is not known (a hash's ``update``). ``sys.stdout.write``,
+``sys.stderr.write`` and ``warnings.warn`` become graph nodes (like ``print``): they act on
+every call that takes their path, as eager does. Regions that only read such objects
+still convert.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import array
 import collections
 import io
 import itertools
+import re
 import sys
 import warnings
 
@@ -239,7 +242,27 @@ def slots_by_method(x):
     return x, s.n
 
 
-FALLBACKS = [next_list_iterator_untaken, next_range_iterator_else, next_dict_iterator,
+def hash_update_untaken(x):
+    import hashlib
+    h = hashlib.sha256()
+    if x.sum() > 0:
+        h.update(b"pos")
+    return x, h.hexdigest()
+
+
+def hash_update_in_while_by_helper(x):
+    import hashlib
+    h = hashlib.md5()
+
+    def note():
+        h.update(b".")
+    while x.sum() > 1:
+        x = x / 2
+        note()
+    return x, h.hexdigest()
+
+
+FALLBACKS = [hash_update_untaken, hash_update_in_while_by_helper, next_list_iterator_untaken, next_range_iterator_else, next_dict_iterator,
              next_through_enumerate, next_generator_expression, next_generator_function,
              count_in_while, count_in_branch, iterator_by_nested_helper, set_add_both,
              set_discard_one, set_through_closure, set_add_in_while, set_on_attribute,
@@ -387,7 +410,16 @@ def slots_read_in_branch(x):
     return x
 
 
-READERS = [read_set_in_branch, read_numpy_in_branch, untouched_iterator_and_generator,
+PATTERN = re.compile("a+")
+
+
+def pattern_match_in_branch(x):
+    if x.sum() > 0:
+        x = x + len(PATTERN.match("aaa").group(0))
+    return x
+
+
+READERS = [pattern_match_in_branch, read_set_in_branch, read_numpy_in_branch, untouched_iterator_and_generator,
            stringio_outside_region, slots_read_in_branch]
 
 
