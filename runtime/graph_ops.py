@@ -60,13 +60,16 @@ def effect(fn):
 
 @effect
 def print_values(*args, sep: str = " ", end: str = "\n", flush: bool = False,
-                 layout=None) -> None:
+                 layout=None, stream: str = "stdout") -> None:
     """``print`` as a graph op: prints the run-time values every time the graph runs.
     ``layout``: one ``text_layout`` part tuple per printed argument, rendered from ``args``
-    (f-strings, Python numbers standing as 0-d tensors); None: print ``args`` as they are."""
+    (f-strings, Python numbers standing as 0-d tensors); None: print ``args`` as they are.
+    ``stream``: ``"stdout"`` or ``"stderr"``, the stream ``sys`` holds when the graph runs
+    (``print(..., file=sys.stderr)``)."""
+    import sys
     if layout is not None:
         args = [render(parts, args) for parts in layout]
-    print(*args, sep=sep, end=end, flush=flush)
+    print(*args, sep=sep, end=end, flush=flush, file=getattr(sys, stream))
 
 
 @effect

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import sys
 
 from .. import graph_ops
 from ..errors import GraphError, TracingError
@@ -23,10 +24,13 @@ def print_(*args, **kwargs):
     """``print``: a graph node when tracing, the builtin otherwise."""
     if current_graph() is None:
         return builtins.print(*args, **kwargs)
-    if kwargs.get("file") is not None:
-        raise GraphError(f"{format_location(user_location())}: print(file=...) cannot be "
-                         f"part of a graph")
     options = {k: v for k, v in kwargs.items() if k in ("sep", "end", "flush")}
+    stream = kwargs.get("file")
+    if stream is sys.stderr:            # the expression ``sys.stderr``, read on each run
+        options["stream"] = "stderr"
+    elif stream is not None and stream is not sys.stdout:
+        raise GraphError(f"{format_location(user_location())}: print(file=...) to a file "
+                         f"other than sys.stdout/sys.stderr cannot be part of a graph")
     if any(isinstance(options.get(k), DeferredText) for k in ("sep", "end")):
         raise GraphError(f"{format_location(user_location())}: print's sep or end made from "
                          f"a tensor's value cannot be part of a graph")

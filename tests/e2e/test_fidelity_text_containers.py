@@ -5,10 +5,10 @@ of sizes, dtypes, containers and objects holding traced values, and the global r
 state (``torch.manual_seed`` inside the function) -- each against eager, in default and
 strict mode, on inputs taking different paths so that values baked at trace time show."""
 import collections
-import contextlib
 import dataclasses
 import functools
 import io
+import sys
 import warnings
 
 import pytest
@@ -546,3 +546,65 @@ def test_text_of_object_holding_traced_values_falls_back(fn, capsys):
         assert capsys.readouterr().out == exp_text
         assert "%" not in exp_text and "Tensor(" not in str(got)
         same_exactly(got, exp)
+
+
+def print_run_time_sizes(x):
+    out = []
+    while x.sum() > 0.5:
+        x = x[:-1] if x.numel() > 1 else x / 2
+        out.append(x.sum())
+    print(x.shape, x.size(), x.size(0), x.numel(), len(out), x.dtype, sep=" | ", end=" <\n")
+    print("%d items, shape %s" % (len(out), x.shape), f"{x.shape!r:>30}", f"{len(out):03d}")
+    return x
+
+
+def print_number_stand_ins(x):
+    n = 0
+    for r in x:
+        if r > 0:
+            n += 1
+    print("n", n, [n, n + 1], (n,), {"n": n}, str(n), repr(n), sep=",")
+    print(f"{n!r} {n:>3} {n:x}", "{:+d}".format(n), "%5.2f" % n)
+    return x
+
+
+def print_to_stderr(x):
+    y = x.double() if x.sum() > 0 else x.double() * 2
+    print(y.dtype, y.device, y.requires_grad, y.dim(), file=sys.stderr)
+    print(y.sum(), f"{y.max():.3f}", file=sys.stdout, flush=True)
+    return y
+
+
+@pytest.mark.parametrize("fn", [print_run_time_sizes, print_number_stand_ins, print_to_stderr])
+def test_printed_text_and_streams_as_eager(fn, capsys):
+    inputs = [torch.tensor([1.0, 2.0, 3.0]), torch.tensor([-1.0, 0.2, 0.1]),
+              torch.tensor([3.0, -1.0, 2.0, 5.0])]
+    for strict in (True, False):
+        g = to_graph(fn, strict=strict)
+        for x in inputs:
+            fn(x.clone())
+            exp = capsys.readouterr()
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FallbackWarning)
+                g(x.clone())
+            got = capsys.readouterr()
+            assert (got.out, got.err) == (exp.out, exp.err)
+
+
+def print_to_buffer(x, buf):
+    if x.sum() > 0:
+        print("pos", x.sum(), file=buf)
+    return x
+
+
+def test_print_to_another_file_falls_back():
+    with pytest.raises(ConversionError, match="print\\(file=...\\)"):
+        to_graph(print_to_buffer, strict=True)(POS, io.StringIO())
+    g = to_graph(print_to_buffer)
+    for (x,) in PATHS:
+        a, b = io.StringIO(), io.StringIO()
+        print_to_buffer(x, a)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FallbackWarning)
+            g(x, b)
+        assert b.getvalue() == a.getvalue()
