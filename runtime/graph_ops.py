@@ -94,7 +94,7 @@ def warn_at(category, filename, lineno: int, module, outer: int, message=None, *
         message = render(layout, values)
     if outer:
         from .operators.messages import eager_frames
-        frames, inside = eager_frames(sys._getframe(1))
+        frames, inside, _ = eager_frames(sys._getframe(1))
         if inside + outer > len(frames):
             filename, lineno, module = "sys", 1, "sys"
         else:

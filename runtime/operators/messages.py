@@ -1,4 +1,4 @@
-"""``sys.stdout.write`` and ``warnings.warn`` in converted code.
+"""``sys.stdout.write``/``writelines`` and ``warnings.warn`` in converted code.
 
 Like ``print``, they speak to the user, and a graph must say it on every run that takes
 their path, not once at trace time: while a graph is traced they become graph nodes
@@ -7,7 +7,8 @@ its category, message, and the file, line and module that ``stacklevel`` names (
 registry there shows a ``default`` warning once per location, the filters match the
 module); a ``stacklevel`` pointing past the converted function names the caller found
 when the graph runs. What a node could not repeat exactly (``source=``, text of another
-type, a write's length when the text is made at run time) raises ``GraphError``: the call
+type, a write's length when the text is made at run time, a ``stacklevel`` reaching past a
+module's ``forward``, where eager counts torch's frames) raises ``GraphError``: the call
 falls back to eager.
 """
 from __future__ import annotations
@@ -35,10 +36,12 @@ def staged_message(f, args, kwargs):
     if f is warnings.warn:
         return _warn(*args, **kwargs)
     owner = getattr(f, "__self__", None)
-    if owner is not None and getattr(f, "__name__", None) == "write":
+    name = getattr(f, "__name__", None)
+    if owner is not None and name in ("write", "writelines"):
         stream = next((s for s in _STREAMS if getattr(sys, s, None) is owner), None)
         if stream is not None:
-            return _write(stream, args, kwargs)
+            return _write(stream, args, kwargs) if name == "write" else \
+                _writelines(stream, args, kwargs)
     return NOT_STAGED
 
 
@@ -56,6 +59,15 @@ def _write(stream: str, args, kwargs):
         return len(text)
     raise _refuse(f"sys.{stream}.write of {type(text).__name__} text (its length is "
                   f"known only when the graph runs)")
+
+
+def _writelines(stream: str, args, kwargs):
+    lines = list(args[0]) if len(args) == 1 and not kwargs and \
+        isinstance(args[0], (list, tuple)) else None
+    if lines is None or not all(isinstance(line, str) for line in lines):
+        raise _refuse(f"sys.{stream}.writelines of anything but a list of str")
+    dispatch_record(graph_ops.write_text, (stream, "".join(lines)), {})
+    return None
 
 
 def _warn(message, category=None, stacklevel=1, source=None, **rest):
@@ -86,7 +98,10 @@ def _place(level: int):
     (a converted function's branch and loop-body functions are part of its frame), when
     that frame is in the converted call; else (None, 0, None, how many frames out of it
     the run-time caller is)."""
-    frames, inside = eager_frames(sys._getframe(2))
+    frames, inside, functions = eager_frames(sys._getframe(2))
+    if any(_module_forward(frame) for frame in functions[:min(level, inside + 1) - 1]):
+        raise _refuse("warnings.warn with a stacklevel past a module's forward (eager counts "
+                      "torch's call frames there)")
     if level <= inside:
         frame = frames[level - 1]
         loc = map_location(frame.f_code.co_filename, frame.f_lineno) or \
@@ -95,26 +110,36 @@ def _place(level: int):
     return None, 0, None, level - inside
 
 
+def _module_forward(frame) -> bool:
+    """A converted ``forward`` of an ``nn.Module`` (called eagerly through torch's
+    ``Module.__call__`` frames, which the converted call does not have)."""
+    import torch
+    return frame.f_code.co_name == "forward" and \
+        isinstance(frame.f_locals.get("self"), torch.nn.Module)
+
+
 def eager_frames(frame):
     """The user frames from ``frame`` out, one per eager frame (the innermost frame of a
-    converted function and the functions nested in it stands for it), and how many of
-    them, innermost first, are converted code."""
-    frames, last, inside, outside = [], None, 0, False
+    converted function and the functions nested in it stands for it: its line), how many
+    of them, innermost first, are converted code, and each one's outermost frame (the
+    converted function itself, around its branch and loop-body functions)."""
+    frames, functions, inside, outside = [], [], 0, False
     while frame is not None:
         code = frame.f_code
         name = code.co_filename
         if not (_is_library(name) or (name.startswith("<tograph") and name not in _SOURCE_MAPS)):
             generated = name.startswith(_GENERATED)
+            last = functions[-1].f_code if functions else None
             if generated and last is not None and last.co_filename == name and \
                     _nests(code, last):
-                last = code         # the function around a branch body: one eager frame
+                functions[-1] = frame   # the function around a branch body: one eager frame
             else:
                 frames.append(frame)
-                last = code
+                functions.append(frame)
                 outside = outside or not generated
                 inside += not outside
         frame = frame.f_back
-    return frames, inside
+    return frames, inside, functions
 
 
 def _nests(outer, code) -> bool:

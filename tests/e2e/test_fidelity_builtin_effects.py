@@ -455,6 +455,14 @@ def stdout_top_and_helper(x):
     return x
 
 
+def stdout_writelines_in_branch(x):
+    if x.sum() > 0:
+        sys.stdout.writelines(["a", "b\n"])
+    else:
+        sys.stderr.writelines(("c\n",))
+    return x
+
+
 def stdout_fstring_of_tensor(x):
     if x.sum() > 0:
         sys.stdout.write(f"sum {x.sum()}\n")
@@ -467,7 +475,8 @@ def _captured(capsys, fn, *args):
     return out, text.out, text.err
 
 
-@pytest.mark.parametrize("fn", [stdout_both, stderr_in_while, stdout_top_and_helper])
+@pytest.mark.parametrize("fn", [stdout_both, stderr_in_while, stdout_top_and_helper,
+                                stdout_writelines_in_branch])
 @pytest.mark.parametrize("strict", [False, True])
 def test_stream_writes_on_every_call(capsys, fn, strict):
     g = to_graph(fn, strict=strict)
@@ -599,6 +608,45 @@ def test_stacklevel_past_the_function_names_each_callers_line():
         g(POS.clone())                                   # another line: this one
     assert [(m.filename, m.lineno) for m in w] == \
         [(__file__, sys._getframe().f_lineno - 2)]
+
+
+class WarnsInForward(torch.nn.Module):
+    def __init__(self, stacklevel):
+        super().__init__()
+        self.stacklevel = stacklevel
+
+    def forward(self, x):
+        if x.sum() < 0:
+            warnings.warn("negative", UserWarning, stacklevel=self.stacklevel)
+        return x * 2
+
+
+class Outer(torch.nn.Module):
+    def __init__(self, stacklevel):
+        super().__init__()
+        self.inner = WarnsInForward(stacklevel)
+
+    def forward(self, x):
+        return self.inner(x) + 1
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_warning_in_module_forward(strict):
+    """stacklevel=1 names the forward's line (converted); a stacklevel reaching past a
+    forward would name torch's Module.__call__ frames eagerly: the call falls back."""
+    for stacklevel, converted in ((1, True), (2, False)):
+        model = Outer(stacklevel)
+        g = to_graph(model, strict=strict)
+        for x in (POS, NEG, NEG):
+            exp, exp_w, _ = _recorded(model, x)
+            try:
+                got, got_w, fell = _recorded(g, x)
+            except ConversionError:
+                assert strict and not converted
+                break
+            assert bool(fell) == (not converted and x is POS), [str(m.message) for m in fell]
+            assert_same(got, exp)
+            assert got_w == exp_w
 
 
 # ============================================================ gradients through staged ops
