@@ -608,3 +608,63 @@ def test_print_to_another_file_falls_back():
             warnings.simplefilter("ignore", FallbackWarning)
             g(x, b)
         assert b.getvalue() == a.getvalue()
+
+
+_DROP = torch.nn.Dropout(0.3).train()
+
+
+def dropout_module_in_tensor_loop(x):
+    i = 0
+    while x.sum() > 0 and i < 4:
+        x = _DROP(x) - 0.5
+        i += 1
+    return x
+
+
+def inplace_and_factory_draws_per_path(x):
+    y = torch.empty(5).uniform_(-1, 1)
+    if x.sum() > 0:
+        y = y[torch.randperm(5)]
+    else:
+        y = y + torch.multinomial(torch.ones(5), 3, replacement=True).sum()
+    return y, torch.normal(0.0, 1.0, (2,))
+
+
+def reseed_in_tensor_loop(x):
+    torch.manual_seed(int(x.abs().sum()) + 1)
+    for r in x:
+        if r > 0:
+            torch.manual_seed(2)
+        x = x + torch.rand(1)
+    return x
+
+
+@pytest.mark.parametrize("fn", [dropout_module_in_tensor_loop, inplace_and_factory_draws_per_path,
+                                reseed_in_tensor_loop])
+def test_random_draws_in_tensor_control_flow_follow_the_caller_generator(fn):
+    _random_agrees(fn, caller_seed=3)
+
+
+# ============================================================ dict key order per path
+def keys_in_branch_order(x):
+    d = {"a": x}
+    if x.sum() > 0:
+        d["c"] = x * 2
+        d["b"] = x
+    else:
+        d["b"] = x - 1
+        d["c"] = x
+    return d
+
+
+def keys_rebuilt_per_branch(x):
+    if x.sum() > 0:
+        d = {"y": x, "x": x * 2}
+    else:
+        d = {"x": x, "y": x * 3}
+    return {"inner": d, "n": 1}
+
+
+@pytest.mark.parametrize("fn", [keys_in_branch_order, keys_rebuilt_per_branch])
+def test_dict_key_order_is_eager_order_per_path(fn):
+    identity_agrees(fn, lambda o: ())          # (same_exactly compares the key order)
