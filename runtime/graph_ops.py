@@ -81,6 +81,34 @@ def write_text(stream: str, text=None, *values, layout=None) -> None:
     getattr(sys, stream).write(render(layout, values) if layout is not None else text)
 
 
+def warning_name(category):
+    """``category``'s importable name (``"builtins.UserWarning"``: a saved graph can hold
+    it), or the class itself when it cannot be found by name (a class made in a function)."""
+    import sys
+    name = f"{category.__module__}.{category.__qualname__}"
+    return name if _named(sys.modules.get(category.__module__), category.__qualname__) is \
+        category else category
+
+
+def warning_class(name: str):
+    """The class ``warning_name`` named."""
+    import importlib
+    module, _, qualname = name.rpartition(".")
+    while module:
+        try:
+            return _named(importlib.import_module(module), qualname)
+        except ImportError:
+            module, _, outer = module.rpartition(".")
+            qualname = f"{outer}.{qualname}"
+    raise ValueError(f"no warning category named {name!r}")
+
+
+def _named(owner, qualname: str):
+    for part in qualname.split("."):
+        owner = getattr(owner, part, None)
+    return owner
+
+
 @effect
 def warn_at(category, filename, lineno: int, module, outer: int, message=None, *values,
             layout=None) -> None:
@@ -90,6 +118,8 @@ def warn_at(category, filename, lineno: int, module, outer: int, message=None, *
     (a ``stacklevel`` pointing past it), found when the graph runs."""
     import sys
     import warnings
+    if isinstance(category, str):
+        category = warning_class(category)
     if layout is not None:
         message = render(layout, values)
     if outer:

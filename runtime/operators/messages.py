@@ -82,7 +82,7 @@ def _warn(message, category=None, stacklevel=1, source=None, **rest):
     if isinstance(stacklevel, bool) or not isinstance(stacklevel, int):
         raise _refuse("warnings.warn with a stacklevel made by the graph")
     filename, lineno, module, outer = _place(max(stacklevel, 1))
-    head = (category, filename, lineno, module, outer)
+    head = (graph_ops.warning_name(category), filename, lineno, module, outer)
     if needs_layout((message,)):           # an f-string of tensors, ...
         values, (parts,) = layout((message,))
         dispatch_record(graph_ops.warn_at, head + (None,) + tuple(values), {"layout": parts})

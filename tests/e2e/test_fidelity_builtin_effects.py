@@ -672,3 +672,15 @@ def test_gradients_with_staged_messages(strict, capsys):
             g(b).sum().backward()
             assert capsys.readouterr().out == exp_out
         torch.testing.assert_close(b.grad, a.grad)
+
+
+# ============================================================ saved graphs keep the nodes
+def test_staged_messages_survive_save_and_load(tmp_path):
+    import runtime
+    from runtime import graph_ops
+    graph = to_graph(warn_in_branch, strict=True).graph(POS.clone())
+    graph.save(str(tmp_path / "g.tg"))
+    loaded = runtime.load(str(tmp_path / "g.tg"))
+    ops = [n for n in loaded.walk() if n.op == "warn_at"]
+    assert len(ops) == 1
+    assert graph_ops.warning_class(ops[0].args[0]) is UserWarning
