@@ -91,7 +91,8 @@ def _roots():
             frames.append(frame)
         frame = frame.f_back
     return [(name, value) for f in frames for name, value in f.f_locals.items()
-            if name not in threaded.get(id(f), ())]
+            if name not in threaded.get(id(f), ()) and  # (not our markers: Undefined, ...)
+            type(value).__module__.split(".")[0] not in ("runtime", "transpiler")]
 
 
 def _refuse(kind: str, label: str, alias: str) -> None:
