@@ -152,9 +152,8 @@ def _short(value) -> str:
 
 
 def _choosable(v, graph=None) -> bool:
-    if isinstance(v, RepeatValue):      # an option whole (its index counts iterations),
-        from .region_state import _in_scope     # if the cond's ``graph`` sees the count
-        return graph is not None and _in_scope(v.index, graph)  # (a loop before the cond)
+    if isinstance(v, RepeatValue):      # an option whole, in a cond (``graph``): its
+        return graph is not None        # count an index of its own (``_lift``)
     if isinstance(v, PathChoice):
         return False        # (a pytree node)
     return isinstance(v, PathValue) or (_leaf_meta(v) is None and _is_plain(v))
@@ -169,19 +168,57 @@ def _same(a, b) -> bool:
     return type(a) is type(b) and (a is b or a == b)
 
 
+class _Lift:
+    """An option of a cond's choice that is a list a loop in one branch grew: its count
+    leaves the cond as an output of its own (at ``position``; 0 on the other path)."""
+    __slots__ = ("position", "options")
+
+    def __init__(self, position: int, options: tuple):
+        self.position, self.options = position, options
+
+
+class _Chosen(dict):
+    """{leaf position: options} of ``choose``; ``size``: the leaves before the counts
+    ``_Lift`` added."""
+    size = 0
+
+
+def _lift(options: tuple, side: int, graphs, then_out: list, else_out: list):
+    """``options`` with each RepeatValue whose count the cond's graph cannot see (a loop
+    in the branch ``side`` grew it) as a ``_Lift``, its count appended to that side's
+    leaves (0 to the other's)."""
+    from .region_state import _in_scope
+    counts, out = [], []
+    for o in options:
+        if isinstance(o, RepeatValue) and not _in_scope(o.index, graphs[2]):
+            counts.append(o.index)
+            o = _Lift(len(then_out) + len(counts) - 1, o.options)
+        out.append(o)
+    for count in counts:
+        then_out.append(count if side == 0 else 0)
+        else_out.append(0 if side == 0 else count)
+    return tuple(out)
+
+
 def choose(then_g, then_out: list, else_g, else_out: list) -> Dict[int, tuple]:
     """Where the branches leave two different Python values (``_merge_leaf`` could make
     no tensor of them), put an option index in their place (then: 0.., else: after the
-    then options), in place in the lists; returns {leaf position: options}."""
-    found: Dict[int, tuple] = {}
-    for i, (a, b) in enumerate(zip(then_out, else_out)):
+    then options), in place in the lists; returns {leaf position: options}. A list a
+    loop in a branch grew (a ``RepeatValue`` option) brings its count as a leaf of its
+    own, appended to the lists."""
+    found = _Chosen()
+    found.size = len(then_out)
+    graphs = (then_g, else_g, then_g.parent)
+    for i in range(found.size):
+        a, b = then_out[i], else_out[i]
         if not (_choosable(a, then_g.parent) and _choosable(b, then_g.parent)) or (
                 not isinstance(a, PathValue) and not isinstance(b, PathValue) and
                 (_same(a, b) or (isinstance(a, _NUMBERS) and type(a) is type(b)))):
             continue
-        if not allowed():
+        if not allowed() or not (_seen(_options(a), then_g) and _seen(_options(b), else_g)):
             continue
-        first, second = _options(a), _options(b)
+        first = _lift(_options(a), 0, graphs, then_out, else_out)
+        second = _lift(_options(b), 1, graphs, then_out, else_out)
         then_out[i] = a.index if type(a) is PathValue else 0
         if type(b) is PathValue:
             with building(else_g):
@@ -192,11 +229,21 @@ def choose(then_g, then_out: list, else_g, else_out: list) -> Dict[int, tuple]:
     return found
 
 
+def _seen(options: tuple, graph) -> bool:
+    """Every RepeatValue option's count is a value of the branch ``graph`` or around it."""
+    from .region_state import _in_scope
+    return all(_in_scope(o.index, graph) for o in options if isinstance(o, RepeatValue))
+
+
 def wrap(leaves: list, found: Dict[int, tuple]) -> list:
-    """The ``cond``'s results with PathValues where ``choose`` put indices."""
+    """The ``cond``'s results with PathValues where ``choose`` put indices (and lifted
+    counts: the leaves after ``size`` are taken off)."""
     for i, options in found.items():
+        options = tuple(RepeatValue(leaves[o.position], o.options) if isinstance(o, _Lift)
+                        else o for o in options)
         leaves[i] = PathValue(leaves[i], options)
         MADE[0] += 1
+    del leaves[getattr(found, "size", len(leaves)):]
     return leaves
 
 

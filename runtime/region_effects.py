@@ -42,7 +42,7 @@ def run_watched(fn: Callable, args: tuple, kind: str, carry: Optional[list] = No
     root = watch.changed()
     if root is not None and carry is not None:
         found = region_state.changes(watch, numbers_only, names)
-        if found is not None:
+        if found is not None and not region_state.held_by(found, out):
             carry.extend(found)
             return out
     if root is not None:

@@ -58,8 +58,10 @@ class Location:
     def set(self, value) -> None:
         if self.cell is not None:
             self.cell.cell_contents = value
-        elif self.holder:
-            self.obj[:] = value
+        elif self.holder:       # contents; or a list value (``changes``) in the list's place
+            owner, name = self.holder
+            self.obj[:] = value if isinstance(value, tuple) else self.before
+            owner.__dict__[name] = self.obj if isinstance(value, tuple) else value
         else:
             self.obj.__dict__[self.name] = value
 
@@ -69,7 +71,9 @@ class Location:
 
     def assign(self, value) -> None:
         """Set the location after the region (objects noted for the front door's check)."""
-        if self.obj is not None:
+        if self.holder:
+            TOUCHED.extend([(self.obj, None, None), (*self.holder, self.obj)])
+        elif self.obj is not None:
             TOUCHED.append((self.obj, self.name, self.before))
         self.set(value)
 
@@ -205,11 +209,17 @@ def changes(watch, numbers_only: bool, names=()) -> Optional[List[Tuple[Location
             return None
         loc = Location(root.value, root.describe(), cell=root.cell)
         found.setdefault(loc.key, (loc, now))
-    seen = set()
+    seen, replaced = set(), _replaced_lists(watch, numbers_only)
     for obj, copy in watch.containers:
         if id(obj) in seen:
             continue
         seen.add(id(obj))
+        if id(obj) in replaced:       # its holder's attribute now a list value
+            owner, k, now = replaced[id(obj)]
+            loc = Location(tuple(copy), f"{type(owner).__name__}.{k}", obj=obj, name="[:]",
+                           holder=(owner, k))
+            found[loc.key] = (loc, now)
+            continue
         if isinstance(obj, (list, dict, set)):
             if _shallow_differs(obj, copy):
                 holder = _list_holder(obj, copy, watch)
@@ -231,7 +241,7 @@ def changes(watch, numbers_only: bool, names=()) -> Optional[List[Tuple[Location
         if attrs.keys() != copy.keys():
             return None
         for k, v in attrs.items():
-            if v is copy[k]:
+            if v is copy[k] or id(copy[k]) in replaced:
                 continue
             if not (_user_class(type(obj)) and carriable(v, numbers_only) and
                     carriable(copy[k], numbers_only)):
@@ -252,6 +262,42 @@ def changes(watch, numbers_only: bool, names=()) -> Optional[List[Tuple[Location
     return list(found.values())
 
 
+def _replaced_lists(watch, numbers_only: bool) -> dict:
+    """{id(list): (object, attribute, list value)}: lists of plain values a local
+    user-class object's attribute held before the region and a list value
+    (``PathValue`` of lists, ``RepeatValue``: a region inside this one chose or grew it)
+    holds now: carried as that list's contents location, the value one path's
+    contents. Not by a loop body (its options would differ per iteration)."""
+    from .path_values import PathValue
+    from .subgraphs import _is_plain
+    if numbers_only:
+        return {}
+    copies = {id(obj): copy for obj, copy in watch.containers if type(obj) is list}
+    found = {}
+    for obj, copy in watch.containers:
+        if isinstance(obj, (list, dict, set)) or not isinstance(copy, dict) or \
+                id(obj) in watch.carried or not _user_class(type(obj)):
+            continue
+        for k, before in copy.items():
+            now = obj.__dict__.get(k)
+            if type(before) is list and id(before) in copies and \
+                    isinstance(now, PathValue) and now._grows() and \
+                    all(_is_plain(v) for v in copies[id(before)]):
+                found[id(before)] = (obj, k, now)
+    return found
+
+
+def held_by(found, out) -> bool:
+    """Whether the region's result ``out`` holds a list whose contents ``found`` carries
+    (``return t, cm.log`` inside ``with cm:``): it would be read with the contents put
+    back, not those of the path (the change is refused instead)."""
+    lists = {id(loc.obj) for loc, _ in found if loc.holder}
+    if not lists:
+        return False
+    from .outputs import reachable
+    return any(id(v) in lists for v in reachable([out]))
+
+
 def merge(*carries) -> List[Location]:
     """The locations of several traces' changes, each once, in order."""
     out, seen = [], set()
@@ -266,8 +312,11 @@ def merge(*carries) -> List[Location]:
 def values_on(carry, locations: List[Location], graph) -> tuple:
     """Each location's value after one trace (its value before where it did not change),
     checked to be usable in the trace's ``graph``."""
+    from .path_values import PathValue
     new = {loc.key: v for loc, v in carry}
     values = tuple(new.get(loc.key, loc.before) for loc in locations)
+    values = tuple(PathValue(0, (list(v),)) if loc.holder and isinstance(v, tuple) else v
+                   for loc, v in zip(locations, values))   # (a list value on the other path)
     for loc, value in zip(locations, values):
         if not _in_scope(value, graph):
             raise GraphError(
@@ -354,11 +403,21 @@ def choose_contents(locations, then_carry, else_carry):
             rest.append(loc)
             continue
         a, b = then_v.get(loc.key, loc.before), else_v.get(loc.key, loc.before)
+        from .path_values import PathValue, allowed
+        listy = isinstance(a, PathValue) or isinstance(b, PathValue)
+        if listy and (_aliased(loc.obj, *loc.holder) or not allowed()):
+            loc.obj[:] = loc.before
+            raise GraphError(
+                f"{loc.label} (a list) differs between the paths of a tensor condition and "
+                f"is also reached by another name (or compared with 'is'): its contents are "
+                f"known only when the graph runs")
+        if listy:       # a list value on some path: chosen with the others (values_on)
+            rest.append(loc)
+            continue
         TOUCHED.append((loc.obj, None, None))
         if a == b and all(type(x) is type(y) for x, y in zip(a, b)):
             loc.set(list(a))
             continue
-        from .path_values import allowed
         if _aliased(loc.obj, *loc.holder) or not allowed():
             raise GraphError(
                 f"{loc.label} (a list) differs between the paths of a tensor condition and "

@@ -4,6 +4,10 @@
   while the loop does not otherwise carry it: the loop's return slot starts as the
   object's state before the loop, not as the copy one body trace made (whose values are
   nodes of a finished trace).
+- A list a region left as a list value (``cm.log`` after a tensor ``if`` chose it, or
+  after a tensor loop grew it) is appended to afterwards, at top level or in a later
+  branch (``with cm:`` logs on exit); a loop or a cond inside a branch leaves it so and
+  the outer cond carries it (the loop's count a cond output of its own).
 
 Each case runs strict and default on inputs that take different paths (two calls and
 more: a value baked at trace time shows up); what cannot be carried exactly keeps a
@@ -16,7 +20,9 @@ import warnings
 
 import torch
 
-from transpiler import FallbackWarning, to_graph
+import pytest
+
+from transpiler import ConversionError, FallbackWarning, to_graph
 
 from e2e_helpers import _clone, assert_same
 from fidelity_checks import converts, falls_back, same_gradients
@@ -61,6 +67,23 @@ def converts_objects(fn, *inputs):
             assert type(got) is type(exp)
             assert_same(plain(got), plain(exp))
             assert_same(graph_args, eager_args, "arguments")
+
+
+def agrees(fn, *inputs):
+    """Never silently wrong: default mode equals eager (converted or fallen back); strict
+    mode equals eager or raises ConversionError."""
+    for strict in (True, False):
+        g = to_graph(fn, strict=strict)
+        for args in inputs:
+            exp = fn(*_clone(args))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FallbackWarning)
+                try:
+                    got = g(*_clone(args))
+                except ConversionError:
+                    assert strict
+                    continue
+            assert_same(plain(got), plain(exp))
 
 
 # ---------------------------------------------------------------- early return of an object
@@ -224,6 +247,43 @@ def test_appended_lists_gradients():
     same_gradients(lambda x: cm_appended_in_later_cond(x)["t"], (POS,), (MIXED,))
 
 
+def loop_inside_branch(x, M):
+    cm = CM()
+    t = x * 1.0
+    with cm:
+        cm.log.append("in")
+        if x.sum() >= 0.5:          # a loop in one branch grows the log: its count leaves
+            for r in M:             # the cond as an output of its own
+                with cm:
+                    cm.log.append("in")
+                    t = torch.tanh(t) * 0.5 + r
+        else:
+            t = t - 1.0
+    return t, cm.log, cm.exits
+
+
+def cond_inside_branch(x):
+    cm = CM()
+    t = x * 1.0
+    if x.sum() > 0:
+        with cm:
+            if x[0] > 1.5:          # the log chosen inside the branch, then appended to
+                with cm:
+                    t = t * 2.0
+            t = t + 1.0
+    else:
+        cm.log.append("neg")
+    return t, cm.log
+
+
+def test_list_grown_by_a_loop_in_a_branch():
+    converts(loop_inside_branch, (POS, ROWS), (NEG, ROWS), (POS, ROWS[:1]), (MIXED, -ROWS))
+
+
+def test_list_chosen_inside_a_branch():
+    converts(cond_inside_branch, (POS,), (NEG,), (POS - 1.0,), (MIXED,))
+
+
 def aliased_then_appended(x):
     cm = CM()
     t = x * 1.0
@@ -269,3 +329,47 @@ def test_list_value_read_falls_back():
 
 def test_list_value_grown_in_loop_falls_back():
     falls_back(appended_in_loop_after_cond, (POS, ROWS), (NEG, ROWS))
+
+
+def returned_log_then_exit(x, M):
+    cm = CM()
+    t = x * 1.0
+    for r in M:
+        with cm:
+            t = t + r
+    if (x + 1.0).sum() >= -0.5:
+        with cm as q:
+            q.log.append("in")
+            if x.sum() < -0.5:
+                return [t, cm.exits, cm.log]    # __exit__ appends to the returned list
+    return [t, cm.exits, cm.log]
+
+
+def returned_plain_log(x):
+    cm = CM()
+    t = x * 1.0
+    if (x + 1.0).sum() >= -0.5:
+        with cm as q:
+            q.log.append("in")
+            if x.sum() < -0.5:
+                return [t, cm.exits, cm.log]    # __exit__ appends to the returned list
+    return [t, cm.exits, cm.log]
+
+
+def returned_log_in_branch(x):
+    cm = CM()
+    t = x * 1.0
+    if x[0] > 0:
+        with cm:
+            t = t + 1.0
+    if x.sum() > 0:
+        with cm:
+            return t, cm.log            # the list the run's path grew, exit included
+    return t, cm.log
+
+
+def test_list_returned_inside_with_is_never_stale():
+    agrees(returned_log_then_exit, (POS, ROWS), (NEG, ROWS), (NEG * 0.1, ROWS),
+           (MIXED, -ROWS))
+    agrees(returned_log_in_branch, (POS,), (NEG,), (MIXED,), (-MIXED,))
+    agrees(returned_plain_log, (NEG * 0.1,), (POS,), (NEG,), (NEG * 0.3,))
