@@ -22,10 +22,12 @@ compares with ``is`` (``path_values.allowed``).
 """
 from __future__ import annotations
 
+import sys
+
 import torch.utils._pytree as pytree
 
 from . import path_values
-from .path_values import PathChoice, allowed
+from .path_values import PathChoice, PathValue, allowed
 from .subgraphs import _fill_like, _is_object_state, zip_structures
 from .tensor_list import TensorList
 
@@ -51,7 +53,8 @@ def choose_structures(then_tree, else_tree):
         if not (_container(a) or _container(b)) or _descends(a, b) or \
                 pytree.tree_structure(a) == pytree.tree_structure(b):
             return None         # (two leaves: ``_merge_leaf``'s rules)
-        if _holds_objects(a) or _holds_objects(b) or _undefined(a) or _undefined(b):
+        if _holds_objects(a) or _holds_objects(b) or _undefined(a) or _undefined(b) or \
+                _chosen_value(a) or _chosen_value(b) or _reached_elsewhere((a, b)):
             return None
         path_values.MADE[0] += 1
         return PathChoice(0, (a, _fill_like(b))), PathChoice(1, (_fill_like(a), b))
@@ -76,6 +79,54 @@ def _undefined(v) -> bool:
     """Unassigned on this path (a NameError in Python if used), or not observable."""
     return any(getattr(type(x), flag, False) for x in pytree.tree_leaves(v)
                for flag in ("__tograph_undefined__", "__tograph_unobservable__"))
+
+
+def _chosen_value(v) -> bool:
+    """A Python value chosen per run facing a container (a region's ``cm.log`` made a
+    PathValue on one path, while the other path's result holds the list itself, whose
+    later changes that PathValue does not follow): not chosen this way."""
+    return isinstance(v, PathValue) and type(v) is not PathChoice
+
+
+def _reached_elsewhere(trees) -> bool:
+    """A list or dict of the containers that another name reaches too (``cm.log``
+    returned early, a global list) or that they hold twice: as an output it would be a
+    copy, blind to later changes of the original and to identity."""
+    from .operators.state_aliases import _roots
+    from .outputs import reachable
+    found, twice = {}, []
+
+    def visit(v):
+        if type(v) in (list, dict):
+            if id(v) in found:
+                twice.append(v)
+                return
+            found[id(v)] = v
+            for x in (dict.values(v) if type(v) is dict else v):
+                visit(x)
+        elif type(v) in (tuple, PathChoice) or isinstance(v, tuple):
+            for x in (v.options if type(v) is PathChoice else v):
+                visit(x)
+    visit(trees)
+    if twice:
+        return True
+    if not found:
+        return False
+    roots = [v for _, v in _roots()] + _global_containers()
+    return any(id(v) in found for v in reachable(roots))
+
+
+def _global_containers() -> list:
+    """The lists and dicts among the globals of the converted code running."""
+    out, seen = [], set()
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<tograph generated") and \
+                id(frame.f_globals) not in seen:
+            seen.add(id(frame.f_globals))
+            out.extend(v for v in frame.f_globals.values() if type(v) in (list, dict))
+        frame = frame.f_back
+    return out
 
 
 def _holds_objects(tree) -> bool:

@@ -266,9 +266,23 @@ def compares_with_is(x):
 
 def test_using_the_container_while_tracing_falls_back():
     for fn in (reads_a_sure_key_later, reads_the_maybe_key, checks_membership,
-               measures_length, iterates_keys, writes_after, prints_it,
+               measures_length, iterates_keys, writes_after,
                returned_tuple_indexed, two_conditions_two_keys):
         falls_back(fn, *PATHS, match="chose")
+    falls_back(prints_it, *PATHS)
+
+
+def returns_a_list_another_name_holds(x):
+    log = ["a"]
+    holder = {"log": log}
+    if x.sum() > 0:
+        return x, log
+    return x, holder, 1
+
+
+def test_a_container_reached_otherwise_keeps_the_mismatch():
+    # as an output of the cond it would be a copy, blind to changes through the other name
+    falls_back(returns_a_list_another_name_holds, *PATHS, match="different structures")
 
 
 def test_code_comparing_with_is_keeps_the_mismatch():
