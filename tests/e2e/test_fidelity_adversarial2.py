@@ -369,7 +369,8 @@ def a_argument_list_appended_in_while(x, log):
     return x
 
 
-@case((T([1.0, 2.0]), {"a": T([0.0])}), (T([-1.0, 2.0]), {"a": T([1.0])}))
+@case((T([1.0, 2.0]), {"a": T([0.0])}), (T([-1.0, 2.0]), {"a": T([1.0])}),
+      xfail="BUG (tree of 08:04, with uncommitted runtime changes): d.setdefault('b', x*3); d.pop('a') on an argument dict in a tensor branch: eager leaves {'b': ...}, the graph leaves the caller's dict untouched {'a': ...}; default and strict, no warning (at 326e486 this fell back correctly)")
 def a_argument_dict_setdefault_pop(x, d):
     if x[0] > 0:
         d.setdefault("b", x * 3)
@@ -983,8 +984,7 @@ def _class_counter_state():
     return f, lambda: Layer.calls
 
 
-@case((T([1.0]),), (T([3.0]),), (T([9.0]),), state=_class_counter_state,
-      xfail='BUG: a callable instance whose __call__ bumps a class attribute (type(self).calls += 1) in a tensor while: eager counts 4 calls, the graph 1; default and strict, no warning')
+@case((T([1.0]),), (T([3.0]),), (T([9.0]),), state=_class_counter_state)
 def d_class_level_counter_in_while(x):
     pass
 
@@ -2718,7 +2718,8 @@ def m_argument_list_methods_in_branch(x, lst):
     return x * len(lst)
 
 
-@case((T([1.0]), {"a": 1, "b": 2}), (T([-1.0]), {"a": 3}))
+@case((T([1.0]), {"a": 1, "b": 2}), (T([-1.0]), {"a": 3}),
+      xfail="BUG (tree of 08:04, with uncommitted runtime changes): d.update(c=3); del d['a'] on an argument dict in a tensor branch: eager leaves {'b', 'c'}, the graph {'a', 'b'}; default and strict, no warning")
 def m_argument_dict_update_and_del_in_branch(x, d):
     if x.sum() > 0:
         d.update(c=3)
@@ -3255,7 +3256,6 @@ def test_n_child_module_hook_called_in_branch():
             assert calls == exp_calls
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: torch.set_default_dtype(torch.float64) inside the function (restored in finally), torch.zeros(2) made under it then a tensor branch: eager returns float64, the graph float32; default and strict, no warning")
 def test_n_set_default_dtype_inside():
     def f(x):
         old = torch.get_default_dtype()
