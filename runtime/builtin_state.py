@@ -108,15 +108,15 @@ def _iterator(it) -> Optional[tuple]:
     """A C iterator's position: what its ``__reduce__`` gives (the list and index of a
     list iterator, ``count``'s next value, an ``enumerate``'s counter and inner iterator),
     else its ``repr`` where that shows state, else its length hint."""
-    import warnings
-    try:
-        with warnings.catch_warnings():         # (itertools pickling is deprecated in 3.12)
-            warnings.simplefilter("ignore", DeprecationWarning)
+    # (itertools' __reduce__ warns from 3.12 on: not asked there, and no catch_warnings,
+    # whose exit resets every module's once-per-location warning registry)
+    if not (sys.version_info >= (3, 12) and type(it).__module__ == "itertools"):
+        try:
             reduced = it.__reduce__()
-        if isinstance(reduced, tuple) and len(reduced) >= 2:
-            return reduced[1:]
-    except Exception:  # noqa: BLE001 -- a C object that cannot be reduced
-        pass
+            if isinstance(reduced, tuple) and len(reduced) >= 2:
+                return reduced[1:]
+        except Exception:  # noqa: BLE001 -- a C object that cannot be reduced
+            pass
     text = repr(it)
     if " at 0x" not in text:
         return ("repr", text)
