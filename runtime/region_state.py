@@ -60,8 +60,9 @@ class Location:
             self.cell.cell_contents = value
         elif self.holder:       # contents; or a list value (``changes``) in the list's place
             owner, name = self.holder
-            self.obj[:] = value if isinstance(value, tuple) else self.before
-            owner.__dict__[name] = self.obj if isinstance(value, tuple) else value
+            contents = isinstance(value, (tuple, list))
+            self.obj[:] = value if contents else self.before
+            owner.__dict__[name] = self.obj if contents else value
         else:
             self.obj.__dict__[self.name] = value
 

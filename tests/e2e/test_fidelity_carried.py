@@ -373,3 +373,13 @@ def test_list_returned_inside_with_is_never_stale():
            (MIXED, -ROWS))
     agrees(returned_log_in_branch, (POS,), (NEG,), (MIXED,), (-MIXED,))
     agrees(returned_plain_log, (NEG * 0.1,), (POS,), (NEG,), (NEG * 0.3,))
+
+
+def test_region_state_lists_appended_again_convert():
+    """test_fidelity_region_state's log_nested (a cond inside a branch logs) and
+    log_appended_again_after (a with after the loop logs) fell back; now carried."""
+    from test_fidelity_region_state import log_appended_again_after, log_nested
+    inputs = [(POS,), (NEG,), (MIXED,), (torch.tensor([1.0, -1.0, 1.0]),),
+              (torch.tensor([-1.0, 1.0, 1.0]),), (torch.ones(0),)]
+    converts_objects(log_nested, *inputs[:5])
+    converts_objects(log_appended_again_after, *inputs)
