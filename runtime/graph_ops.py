@@ -13,7 +13,7 @@ from typing import Callable, Dict, Optional
 
 import torch
 
-from .text_layout import render
+from .text_layout import as_number, render
 
 # qualified name ("runtime.graph_ops.dim_size") -> function; a saved graph may name these
 REGISTRY: Dict[str, Callable] = {}
@@ -79,6 +79,25 @@ def write_text(stream: str, text=None, *values, layout=None) -> None:
     ``layout``: the text's ``text_layout`` parts, rendered from ``values``."""
     import sys
     getattr(sys, stream).write(render(layout, values) if layout is not None else text)
+
+
+@effect
+def log_at(logger: str, level: int, pathname: str, lineno: int, function: str, kinds,
+           extra, message, n_args: int, *values, layout=None) -> None:
+    """``logger.info(message, *args)`` as a graph op: if the logger named ``logger`` is
+    enabled for ``level`` when the graph runs, a record of the call's place with the
+    run-time ``args`` (``values[:n_args]``; number stand-ins as their numbers) goes to its
+    handlers, as ``Logger._log`` makes it. ``layout``: the message's ``text_layout``
+    parts, rendered from ``values[n_args:]``."""
+    import logging
+    target = logging.getLogger(logger if logger != "root" else None)
+    if not target.isEnabledFor(level):
+        return
+    if layout is not None:
+        message = render(layout, values[n_args:])
+    args = tuple(as_number(v, k) for v, k in zip(values[:n_args], kinds))
+    target.handle(target.makeRecord(target.name, level, pathname, lineno, message, args,
+                                    None, function, extra, None))
 
 
 def warning_name(category):

@@ -31,7 +31,7 @@ from ..source_info import format_location
 from .errors import ExportError
 
 DROPPED_EFFECTS = ("print_values", "assert_true", "set_grad_enabled", "probe_value",
-                   "write_text", "warn_at")
+                   "write_text", "warn_at", "log_at")
 
 
 def _dim_size(x: torch.Tensor, dim: int) -> torch.Tensor:

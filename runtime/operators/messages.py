@@ -1,8 +1,11 @@
-"""``sys.stdout.write``/``writelines`` and ``warnings.warn`` in converted code.
+"""``sys.stdout.write``/``writelines``, ``warnings.warn`` and ``logger.info`` (and its
+kin) in converted code.
 
 Like ``print``, they speak to the user, and a graph must say it on every run that takes
 their path, not once at trace time: while a graph is traced they become graph nodes
-(``graph_ops.write_text``, ``graph_ops.warn_at``). A warning keeps what eager decides by:
+(``graph_ops.write_text``, ``graph_ops.warn_at``, ``graph_ops.log_at``). A log record
+is made when the graph runs, if the logger is enabled then, with the call's file, line
+and function and the run-time arguments. A warning keeps what eager decides by:
 its category, message, and the file, line and module that ``stacklevel`` names (the
 registry there shows a ``default`` warning once per location, the filters match the
 module); a ``stacklevel`` pointing past the converted function names the caller found
@@ -13,6 +16,7 @@ falls back to eager.
 """
 from __future__ import annotations
 
+import logging
 import sys
 import warnings
 
@@ -21,6 +25,7 @@ from ..errors import GraphError
 from ..source_info import _SOURCE_MAPS, _is_library, format_location, map_location, \
     user_location
 from ..symbolic import contains_symbolic, current_graph, dispatch_record
+from ..introspection import kind_of
 from .text import layout, needs_layout
 
 NOT_STAGED = object()
@@ -37,6 +42,9 @@ def staged_message(f, args, kwargs):
         return _warn(*args, **kwargs)
     owner = getattr(f, "__self__", None)
     name = getattr(f, "__name__", None)
+    if isinstance(owner, logging.Logger) and (name in _LEVELS or name == "log") and \
+            getattr(type(owner), name, None) is getattr(logging.Logger, name, None):
+        return _log(owner, name, args, kwargs)
     if owner is not None and name in ("write", "writelines"):
         stream = next((s for s in _STREAMS if getattr(sys, s, None) is owner), None)
         if stream is not None:
@@ -59,6 +67,52 @@ def _write(stream: str, args, kwargs):
         return len(text)
     raise _refuse(f"sys.{stream}.write of {type(text).__name__} text (its length is "
                   f"known only when the graph runs)")
+
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+           "warn": logging.WARNING, "error": logging.ERROR, "exception": logging.ERROR,
+           "critical": logging.CRITICAL, "fatal": logging.CRITICAL}
+
+
+def _log(logger, name: str, args, kwargs):
+    """``logger.info(msg, *args)`` and its kin: a record made when the graph runs (if the
+    logger is enabled for the level then), with the file, line and function of the call
+    and the run-time values of the arguments, handed to the logger's handlers."""
+    if name == "log":
+        if not args or not isinstance(args[0], int) or isinstance(args[0], bool):
+            raise _refuse("logger.log with a level made by the graph")
+        level, args = args[0], args[1:]
+    else:
+        level = _LEVELS[name]
+    if not args:
+        raise _refuse(f"logger.{name} without a message")
+    extra = kwargs.pop("extra", None)
+    if name == "exception" or kwargs.get("exc_info") or kwargs.get("stack_info") or \
+            kwargs.get("stacklevel", 1) != 1 or set(kwargs) - {"exc_info", "stack_info",
+                                                                "stacklevel"}:
+        raise _refuse(f"logger.{name} with exc_info, stack_info, a stacklevel or these "
+                      f"arguments")
+    if logger is not (logging.root if logger.name == "root" else
+                      logging.Logger.manager.loggerDict.get(logger.name)):
+        raise _refuse("a logger that logging.getLogger does not return by its name")
+    message, values = args[0], args[1:]
+    if contains_symbolic(extra):
+        raise _refuse(f"logger.{name} with extra= holding traced values")
+    frames, _, functions = eager_frames(sys._getframe(3))
+    frame = frames[0]
+    loc = map_location(frame.f_code.co_filename, frame.f_lineno) or \
+        (frame.f_code.co_filename, frame.f_lineno)
+    kinds = tuple(kind_of(v) if contains_symbolic(v) else None for v in values)
+    head = (logger.name, level, loc[0], loc[1], functions[0].f_code.co_name, kinds, extra)
+    if needs_layout((message,)):            # an f-string of tensors as the message
+        texts, (parts,) = layout((message,))
+        dispatch_record(graph_ops.log_at, head + (None, len(values)) + tuple(values) +
+                        tuple(texts), {"layout": parts})
+    elif contains_symbolic(message):
+        raise _refuse(f"logger.{name} of a tensor as the message")
+    else:
+        dispatch_record(graph_ops.log_at, head + (message, len(values)) + tuple(values), {})
+    return None
 
 
 def _writelines(stream: str, args, kwargs):

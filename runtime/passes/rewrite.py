@@ -61,7 +61,7 @@ nonzero tril triu flip roll repeat
 
 # Effectful ops that only read their inputs.
 _READ_ONLY_EFFECTS = frozenset({"print_values", "assert_true", "probe_value",
-                                "write_text", "warn_at"}) | GLOBAL_STATE
+                                "write_text", "warn_at", "log_at"}) | GLOBAL_STATE
 _STATEFUL_NORMS = frozenset({"batch_norm", "instance_norm"})
 
 

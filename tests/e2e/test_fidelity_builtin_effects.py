@@ -8,9 +8,9 @@ dict iterators, ``enumerate``/``zip`` over them), generators, ``itertools.count`
 reached as a region's state, through a closure, a nested function, an attribute or a
 global: changed in a region, they fall back; so does a method called in a region on a C
 object whose state is not known (a hash's ``update``). ``sys.stdout.write``,
-``sys.stderr.write`` and ``warnings.warn`` become graph nodes (like ``print``): they act on
-every call that takes their path, as eager does. Regions that only read such objects
-still convert.
+``sys.stderr.write``, ``warnings.warn`` and ``logger.info`` and its kin become graph nodes
+(like ``print``): they act on every call that takes their path, as eager does. Regions
+that only read such objects still convert.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import array
 import collections
 import io
 import itertools
+import logging
 import re
 import sys
 import warnings
@@ -262,7 +263,8 @@ def hash_update_in_while_by_helper(x):
     return x, h.hexdigest()
 
 
-FALLBACKS = [hash_update_untaken, hash_update_in_while_by_helper, next_list_iterator_untaken, next_range_iterator_else, next_dict_iterator,
+FALLBACKS = [hash_update_untaken, hash_update_in_while_by_helper, next_list_iterator_untaken,
+             next_range_iterator_else, next_dict_iterator,
              next_through_enumerate, next_generator_expression, next_generator_function,
              count_in_while, count_in_branch, iterator_by_nested_helper, set_add_both,
              set_discard_one, set_through_closure, set_add_in_while, set_on_attribute,
@@ -419,7 +421,8 @@ def pattern_match_in_branch(x):
     return x
 
 
-READERS = [pattern_match_in_branch, read_set_in_branch, read_numpy_in_branch, untouched_iterator_and_generator,
+READERS = [pattern_match_in_branch, read_set_in_branch, read_numpy_in_branch,
+           untouched_iterator_and_generator,
            stringio_outside_region, slots_read_in_branch]
 
 
@@ -672,6 +675,91 @@ def test_gradients_with_staged_messages(strict, capsys):
             g(b).sum().backward()
             assert capsys.readouterr().out == exp_out
         torch.testing.assert_close(b.grad, a.grad)
+
+
+# ============================================================ staged: logging
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def emit(self, record):
+        self.seen.append((record.levelname, record.pathname, record.lineno, record.funcName,
+                          record.getMessage()))
+
+
+LOG = logging.getLogger("tograph_test_builtin_effects")
+LOG.propagate = False
+RECORDS = _Records()
+LOG.addHandler(RECORDS)
+
+
+def log_in_branch(x):
+    if x.sum() < 0:
+        LOG.warning("negative sum %s", x.sum())
+        x = -x
+    return x
+
+
+def log_in_while_with_number(x):
+    steps = 0
+    while x.sum() > 1:
+        x = x / 2
+        steps += 1
+        LOG.info("step %d", steps)
+    return x
+
+
+def log_fstring_and_level(x):
+    if x.sum() > 0:
+        LOG.log(logging.ERROR, f"positive {x.max()}")
+    else:
+        LOG.debug("not shown unless enabled")
+    return x
+
+
+def log_in_nested_helper(x):
+    def note(v):
+        LOG.error("value %s", v)
+    if x.sum() > 0:
+        note(x[0])
+    return x
+
+
+LOGGERS = [log_in_branch, log_in_while_with_number, log_fstring_and_level,
+           log_in_nested_helper]
+
+
+@pytest.mark.parametrize("fn", LOGGERS, ids=[f.__name__ for f in LOGGERS])
+@pytest.mark.parametrize("strict", [False, True])
+def test_logging_on_every_call(fn, strict):
+    """Records with eager's level, file, line, function and message, on exactly the calls
+    and iterations that take the path; the logger's level is asked when the graph runs."""
+    g = to_graph(fn, strict=strict)
+    for level, x in ((logging.INFO, POS), (logging.INFO, NEG), (logging.DEBUG, BIG),
+                     (logging.WARNING, NEG), (logging.DEBUG, NEG), (logging.INFO, POS)):
+        LOG.setLevel(level)
+        RECORDS.seen.clear()
+        exp = fn(x.clone())
+        expected = list(RECORDS.seen)
+        RECORDS.seen.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FallbackWarning)
+            got = g(x.clone())
+        assert_same(got, exp)
+        assert RECORDS.seen == expected
+    LOG.setLevel(logging.NOTSET)
+
+
+def log_with_exc_info(x):
+    if x.sum() > 0:
+        LOG.warning("with info", exc_info=True)
+    return x
+
+
+def test_logging_it_cannot_repeat_falls_back():
+    RECORDS.seen.clear()
+    falls_back(log_with_exc_info, (POS,), (NEG,))
 
 
 # ============================================================ saved graphs keep the nodes
