@@ -70,8 +70,8 @@ def _write(stream: str, args, kwargs):
 
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-           "warn": logging.WARNING, "error": logging.ERROR, "exception": logging.ERROR,
-           "critical": logging.CRITICAL, "fatal": logging.CRITICAL}
+           "error": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL,
+           "fatal": logging.CRITICAL}   # (not the deprecated ``warn``: it also warns)
 
 
 def _log(logger, name: str, args, kwargs):
