@@ -17,6 +17,13 @@ is being traced (see ``allowed``), and none flows into converted code that does.
 
 A loop's Python values would need every iteration's options; the one loop value carried
 is a list its body grows by the same plain items each iteration (``RepeatValue``).
+
+A list value (a PathValue whose options are lists, a RepeatValue) still takes ``append``
+and ``extend`` of plain values while tracing -- the next ``with cm:`` logging its exit:
+every option gets the items (whichever list the run took has them), as a new value that
+replaces it in its one holder (``region_state.regrow``), so a later region that appends
+carries the change like any other; a cond may choose among lists a loop grew (a
+RepeatValue option, its count brought out of the branch that grew it: ``_lift``).
 """
 from __future__ import annotations
 
