@@ -10,7 +10,9 @@ reused. Both questions are answered by comparing fingerprints taken before and a
 value, tensors and code by identity, containers and plain objects (their ``__dict__``,
 an ``nn.Module``'s submodules, parameters and buffers) by the fingerprints of what they
 hold, objects keeping state outside a ``__dict__`` (iterators, generators, numpy arrays,
-``StringIO``, ``deque``, ``__slots__``) by that state (``builtin_state``). Past the depth
+``StringIO``, ``deque``, ``__slots__``) by that state (``builtin_state``). An instance of
+a class defined in user code also by its class's attributes (``cfg.scale`` where ``scale``
+is set on the class), and such a class itself by them (``user_classes``). Past the depth
 or the node budget a value counts by identity only.
 
 ``Reach`` collects what a function can name: the cells of its closure and of the
@@ -49,9 +51,10 @@ def _tensor_class(cls) -> bool:
 
 
 class _Walk:
-    __slots__ = ("budget", "active", "carried", "containers")
+    __slots__ = ("budget", "active", "carried", "containers", "classes")
 
     def __init__(self, carried: Set[int], containers: Optional[list]):
+        self.classes: Dict[int, Any] = {}     # id(class) -> its attributes' fingerprint
         self.budget = BUDGET
         self.active: Set[int] = set()
         self.carried = carried
@@ -91,6 +94,8 @@ def _fp(v, depth: int, walk: _Walk):
     if kind == _FLOAT:
         return ("f", repr(v))                # nan == nan, and -0.0 is not 0.0
     if kind == _IDENTITY:
+        if cls is type and depth > 0 and user_classes(v):     # a user class: its attributes
+            return ("class", id(v), _class_fp(v, depth - 1, walk))
         return ("id", id(v))
     key = id(v)
     walk.budget -= 1
@@ -135,7 +140,8 @@ def _fp_inner(v, cls, depth: int, walk: _Walk):
             if slot_names(cls) and attrs is None else _fp(inner, depth + 1, walk)
     if not isinstance(attrs, dict):
         return ("id", id(v)) if inner is None else (cls, "state", inner)
-    return (cls, _attrs(v, attrs, carried, depth, walk)) + ((inner,) if inner else ())
+    found = (cls, _attrs(v, attrs, carried, depth, walk)) + ((inner,) if inner else ())
+    return found + (_class_fp(cls, depth, walk),) if user_classes(cls) else found
 
 
 def _attrs(v, attrs: dict, carried: bool, depth: int, walk: _Walk, record=True) -> tuple:
@@ -148,6 +154,61 @@ def _attrs(v, attrs: dict, carried: bool, depth: int, walk: _Walk, record=True) 
 def _carried_leaf(x) -> bool:
     """A value a carried object's state holds as a leaf (the graph carries it)."""
     return isinstance(x, _ATOMS + (float,)) or is_tensor(x)
+
+
+_USER_CLASSES: Dict[type, tuple] = {}
+
+
+def user_classes(cls) -> tuple:
+    """The classes of ``cls``'s MRO defined in user code (not the standard library, torch,
+    an installed package or tograph): their attributes are Python state a trace reads
+    (``Holder.SCALE``, ``cfg.scale`` set on the class, ``self.EPS`` of a module)."""
+    found = _USER_CLASSES.get(cls)
+    if found is None:
+        found = tuple(c for c in getattr(cls, "__mro__", ()) if _user_class(c))
+        if len(_USER_CLASSES) < 10_000:
+            _USER_CLASSES[cls] = found
+    return found
+
+
+def _user_class(c) -> bool:
+    import sys
+    name = getattr(c, "__module__", None) or "builtins"
+    if name == "builtins" or name.split(".")[0] in ("runtime", "transpiler", "torch"):
+        return False
+    file = getattr(sys.modules.get(name), "__file__", None)
+    return file is None and name == "__main__" or file is not None and not _library(file)
+
+
+def _class_fp(cls, depth: int, walk: _Walk):
+    """The fingerprint of the attributes set on ``cls`` and its user base classes (not
+    dunders): methods by identity, values as anywhere else. Once per class per walk."""
+    found = walk.classes.get(id(cls))
+    if found is None:
+        walk.classes[id(cls)] = ()            # (a class attribute holding an instance)
+        found = tuple((c.__qualname__, tuple(
+            (k, _fp(x, depth, walk)) for k, x in c.__dict__.items()
+            if not (k.startswith("__") and k.endswith("__"))))
+            for c in user_classes(cls))
+        walk.classes[id(cls)] = found
+        if walk.containers is not None:
+            for c in user_classes(cls):
+                walk.containers.append((c, _PutBack(_class_restorer(c))))
+    return found
+
+
+def _class_restorer(c):
+    """Puts back the attributes set on class ``c`` (not dunders) as they are now."""
+    saved = {k: x for k, x in c.__dict__.items() if not (k.startswith("__") and k.endswith("__"))}
+
+    def put_back():
+        for k in [k for k in c.__dict__ if k not in saved and
+                  not (k.startswith("__") and k.endswith("__"))]:
+            delattr(c, k)
+        for k, x in saved.items():
+            if c.__dict__.get(k, _EMPTY) is not x:
+                setattr(c, k, x)
+    return put_back
 
 
 def _key(k):

@@ -10,7 +10,12 @@ front door can restore it and fall back to eager execution.
 The same record, taken after a successful trace, is the trace's *guard*: Python values
 read while tracing (a global ``SCALE``, a closure variable, ``self.p``) are baked into the
 graph, so ``Snapshot.still_holds()`` is checked before each run of a cached graph, and a
-changed value means tracing again, never a stale answer.
+changed value means tracing again, never a stale answer. Guarded besides: the attributes
+of user classes the code can reach (``Holder.SCALE``, ``cfg.scale`` set on ``cfg``'s
+class, ``self.EPS``), the attributes a user module global is read for (``config.SCALE``),
+the state of the module trees involved (``runtime.module_state``: submodules, parameters,
+buffers, attributes, hooks) and what the trace asked of real tensors
+(``runtime.trace_reads``: a parameter's ``requires_grad``, a buffer's shape or values).
 """
 from __future__ import annotations
 
@@ -19,7 +24,8 @@ import types
 from typing import Any, List, Tuple
 
 from runtime.builtin_state import state_of
-from runtime.python_state import difference, fingerprint, is_tensor, restore
+from runtime.python_state import difference, fingerprint, is_tensor, restore, user_classes
+from runtime.source_info import _is_library
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None))
 
@@ -72,6 +78,9 @@ class Snapshot:
         self._deep: List[Tuple[str, Any, Any, list]] = []    # (label, obj, deep print, copies)
         self._arguments: List[Tuple[int, Any]] = []         # (flat index, deep print)
         self._held: List[Tuple[Any, Any]] = []              # (object, deep print): guards
+        self._read: List[Tuple[Any, tuple, Any]] = []   # (user module, names, print)
+        self._names: set = set()            # names the code uses (globals and attributes)
+        self._checks: list = []             # module state, tensor reads: () -> bool
         self._owner = None
 
     @classmethod
@@ -81,6 +90,7 @@ class Snapshot:
         code = getattr(func, "__code__", None)
         ns = getattr(func, "__globals__", {})
         if code is not None:
+            snap._names = set(_names_used(code))
             for name in _names_used(code):
                 if name in ns:
                     snap._globals.append((ns, name, ns[name]))
@@ -107,8 +117,12 @@ class Snapshot:
             snap._watch(f"argument {k!r}", v)
         for ns, name, value in snap._globals:       # an iterator's position, an array's
             snap._watch_state(f"global {name!r}", value)                       # bytes
+            if isinstance(value, type) and user_classes(value):     # ``Counter.n += 1``
+                snap._watch_deep(f"global {name!r}", value)
         for name, cell, value in snap._cells:
             snap._watch_state(f"closure variable {name!r}", value)
+            if isinstance(value, type) and user_classes(value):
+                snap._watch_deep(f"closure variable {name!r}", value)
         if owner is not None:           # and deeper: ``self.cfg.count += 1``
             snap._watch_deep("an attribute of the object the method belongs to", owner)
         for i, a in enumerate(args):
@@ -143,11 +157,40 @@ class Snapshot:
             [value for _, _, value in self._cells]
         if self._owner is not None and isinstance(getattr(self._owner, "__dict__", None), dict):
             held += [v for k, v in vars(self._owner).items() if not k.startswith("_")]
+        if self._owner is not None:                     # ``self.SCALE``, ``cls.factor``
+            held += [self._owner, type(self._owner)]
         seen = set()
         for value in held:
             if id(value) not in seen and _plain_holder(value):
                 seen.add(id(value))
                 self._held.append((value, fingerprint(value)))
+        names = tuple(sorted(self._names))
+        for value in [value for _, _, value in self._globals]:
+            if id(value) not in seen and _user_module(value):     # ``config.SCALE``
+                seen.add(id(value))
+                read = tuple(n for n in names if n in vars(value))
+                self._read.append((value, read, fingerprint(_attributes(value, read))))
+        self._watch_modules([self._owner] + [value for _, _, value in self._globals] +
+                            [value for _, _, value in self._cells] + list(flat))
+
+    def _watch_modules(self, candidates) -> None:
+        """Guard the state of the ``nn.Module`` trees among ``candidates``."""
+        roots = [v for v in candidates
+                 if isinstance(getattr(v, "__dict__", None), dict) and "_modules" in vars(v)
+                 and callable(getattr(v, "modules", None))]
+        if roots:
+            from runtime.module_state import ModuleState
+            self._checks.append(ModuleState(roots).check())
+
+    def watch_reads(self, reads, constants=()) -> None:
+        """Guard what the trace asked of real tensors (``runtime.trace_reads``);
+        ``constants``: the real tensors the graph holds."""
+        if reads is None:
+            return
+        reads.guard_constants(constants)
+        check = reads.check()
+        if check is not None:
+            self._checks.append(check)
 
     def arguments_check(self):
         """A check of ``watch_arguments``'s record against a call's flattened arguments,
@@ -222,6 +265,12 @@ class Snapshot:
     def still_holds(self) -> bool:
         """Whether every recorded value is still the same object (same contents, one
         level deep): the graph traced under this state is still the right one."""
+        for module, names, print_ in self._read:
+            if fingerprint(_attributes(module, names)) != print_:
+                return False
+        for check in self._checks:
+            if not check():
+                return False
         for ns, name, value in self._globals:
             if ns.get(name, _EMPTY) is not value:
                 return False
@@ -242,11 +291,18 @@ class Snapshot:
 
     def compile_check(self):
         """``still_holds`` as one generated expression (checked before every call)."""
-        if self._cells or not (self._globals or self._objects or self._held):
-            return self.still_holds if (self._globals or self._cells or self._objects or
-                                        self._held) else _always
-        env = {"_EMPTY": _EMPTY, "_state_of": _state_of, "_fp": fingerprint}
+        if self._cells or not (self._globals or self._objects or self._held or self._read
+                               or self._checks):
+            return self.still_holds if self._cells else _always
+        env = {"_EMPTY": _EMPTY, "_state_of": _state_of, "_fp": fingerprint,
+               "_attributes": _attributes}
         terms = []
+        for k, (module, names, print_) in enumerate(self._read):
+            env[f"m{k}"], env[f"n{k}"], env[f"q{k}"] = module, names, print_
+            terms.append(f"_fp(_attributes(m{k}, n{k})) == q{k}")
+        for k, check in enumerate(self._checks):
+            env[f"c{k}"] = check
+            terms.append(f"c{k}()")
         for k, (ns, name, value) in enumerate(self._globals):
             env[f"ns{k}"], env[f"v{k}"] = ns, value
             terms.append(f"ns{k}.get({name!r}, _EMPTY) is v{k}")
@@ -264,6 +320,7 @@ class Snapshot:
         self._globals += other._globals
         self._cells += other._cells
         self._objects += other._objects
+        self._names |= other._names
 
     def restore(self) -> None:
         for label, obj, print_, containers in self._deep:
@@ -296,7 +353,9 @@ def _is_value(v) -> bool:
 def _plain_holder(v) -> bool:
     """A container or plain object whose contents a trace may read (not code, a module,
     a tensor or an ``nn.Module``)."""
-    if _is_value(v) or isinstance(v, (types.ModuleType, types.FunctionType, type,
+    if isinstance(v, type):
+        return bool(user_classes(v))        # its class attributes (``Holder.SCALE``)
+    if _is_value(v) or isinstance(v, (types.ModuleType, types.FunctionType,
                                       types.BuiltinFunctionType, types.MethodType)):
         return False
     if isinstance(v, (list, tuple, dict, set)):
@@ -304,6 +363,19 @@ def _plain_holder(v) -> bool:
     attrs = getattr(v, "__dict__", None)
     return isinstance(attrs, dict) and "_modules" not in attrs and \
         type(v).__module__.split(".")[0] not in ("runtime", "transpiler", "torch")
+
+
+def _user_module(v) -> bool:
+    """A Python module of the user's (``import config``), not a library's or ours."""
+    file = getattr(v, "__file__", None)
+    return isinstance(v, types.ModuleType) and isinstance(file, str) and \
+        v.__name__.split(".")[0] not in ("runtime", "transpiler") and not _is_library(file)
+
+
+def _attributes(module, names) -> dict:
+    """The attributes ``names`` of ``module`` as they are now (missing ones too)."""
+    attrs = vars(module)
+    return {n: attrs.get(n, _EMPTY) for n in names}
 
 
 def _always() -> bool:

@@ -1,0 +1,104 @@
+"""The state of ``nn.Module`` trees that a trace of their code read, checked before each run.
+
+A graph traced from a module's forward bakes in what the trace found in the module tree:
+which submodules it called (``self.act``; each layer of ``self.layers`` -- how many there
+are), which parameters and buffers it holds as constants, the Python attributes that
+steered it (``eps``, ``p``, ``momentum``, ``training``, a user flag), the hooks that ran
+around each submodule's forward, and the class attributes of user-defined module classes
+(``self.SCALE``). ``ModuleState(roots)`` records all of it for every module in the trees
+and ``check()`` gives a function, one generated expression, that says whether it still
+holds: identity comparisons of each module's ``__dict__`` values, submodules, parameters
+and buffers, the keys of its hook dicts (and torch's global ones), and a fingerprint of
+the plain objects its attributes hold (``self.cfg.scale``) and of its user classes.
+
+Identity, not equality: a replaced parameter of equal values is another tensor (the graph
+holds the old one), ``2`` is not ``2.0``. The check keeps the objects it compares alive, so
+an id can not be reused by a new object.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Dict, List
+
+import torch
+
+from .python_state import fingerprint, user_classes
+
+_INTERNAL = frozenset(torch.nn.Module().__dict__)       # what every Module's __dict__ holds
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_TENSOR_DICTS = ("_modules", "_parameters", "_buffers")
+
+
+def _global_hooks() -> List[dict]:
+    from torch.nn.modules import module as m
+    return [m._global_forward_hooks, m._global_forward_pre_hooks, m._global_backward_hooks,
+            m._global_backward_pre_hooks]
+
+
+def _mutable_holder(v) -> bool:
+    """A list, dict, set or plain object whose contents can change in place (a config)."""
+    if isinstance(v, (list, dict, set)):
+        return True
+    attrs = getattr(v, "__dict__", None)
+    return isinstance(attrs, dict) and not isinstance(v, (torch.nn.Module, torch.Tensor, type)) \
+        and not callable(v) and type(v).__module__.split(".")[0] not in ("torch", "runtime",
+                                                                           "transpiler")
+
+
+class ModuleState:
+    """What ``check()`` compares: per module, the objects its dicts hold."""
+
+    def __init__(self, roots):
+        self.modules: List[Any] = []
+        seen = set()
+        for root in roots:
+            for m in root.modules():
+                if id(m) not in seen:
+                    seen.add(id(m))
+                    self.modules.append(m)
+
+    def __bool__(self) -> bool:
+        return bool(self.modules)
+
+    def check(self):
+        """A function of no arguments: whether every module's state is as now."""
+        env: Dict[str, Any] = {"_is": operator.is_, "_all": all, "_map": map, "_len": len,
+                               "_tuple": tuple, "_fp": fingerprint}
+        terms: List[str] = []
+
+        def same(name: str, mapping) -> None:      # same length, same objects in order
+            k = len(env)
+            env[f"d{k}"], env[f"v{k}"] = mapping, tuple(mapping.values())
+            terms.append(f"_len(d{k}) == {len(mapping)} and "
+                         f"_all(_map(_is, d{k}.values(), v{k}))")
+
+        def keys(mapping) -> None:
+            k = len(env)
+            env[f"d{k}"], env[f"v{k}"] = mapping, tuple(mapping)
+            terms.append(f"_tuple(d{k}) == v{k}")
+
+        classes = {}
+        for m in self.modules:
+            attrs = m.__dict__
+            same("__dict__", attrs)
+            for name in _TENSOR_DICTS:
+                if attrs.get(name):
+                    same(name, attrs[name])
+            for name in _HOOKS:
+                if isinstance(attrs.get(name), dict):
+                    keys(attrs[name])
+            for name, value in attrs.items():
+                if name not in _INTERNAL and _mutable_holder(value):
+                    k = len(env)
+                    env[f"o{k}"], env[f"p{k}"] = value, fingerprint(value)
+                    terms.append(f"_fp(o{k}) == p{k}")
+            for cls in user_classes(type(m)):
+                classes[id(cls)] = cls
+        for cls in classes.values():
+            k = len(env)
+            env[f"o{k}"], env[f"p{k}"] = cls, fingerprint(cls)
+            terms.append(f"_fp(o{k}) == p{k}")
+        for hooks in _global_hooks():
+            keys(hooks)
+        source = "lambda: " + (" and ".join(f"({t})" for t in terms) or "True")
+        return eval(source, env)  # noqa: S307 -- our own text
