@@ -25,11 +25,11 @@ import torch
 from .python_state import fingerprint, user_classes
 
 _INTERNAL = frozenset(torch.nn.Module().__dict__)       # what every Module's __dict__ holds
-_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _TENSOR_DICTS = ("_modules", "_parameters", "_buffers")
 
 
-def _global_hooks() -> List[dict]:
+def global_hooks() -> List[dict]:
     from torch.nn.modules import module as m
     return [m._global_forward_hooks, m._global_forward_pre_hooks, m._global_backward_hooks,
             m._global_backward_pre_hooks]
@@ -84,7 +84,7 @@ class ModuleState:
             for name in _TENSOR_DICTS:
                 if attrs.get(name):
                     same(name, attrs[name])
-            for name in _HOOKS:
+            for name in HOOK_DICTS:
                 if isinstance(attrs.get(name), dict):
                     keys(attrs[name])
             for name, value in attrs.items():
@@ -98,7 +98,7 @@ class ModuleState:
             k = len(env)
             env[f"o{k}"], env[f"p{k}"] = cls, fingerprint(cls)
             terms.append(f"_fp(o{k}) == p{k}")
-        for hooks in _global_hooks():
+        for hooks in global_hooks():
             keys(hooks)
         source = "lambda: " + (" and ".join(f"({t})" for t in terms) or "True")
         return eval(source, env)  # noqa: S307 -- our own text

@@ -111,6 +111,8 @@ class Snapshot:
         snap._owner = owner
         if owner is not None:
             snap._watch("an attribute of the object the method belongs to", owner)
+        for hook in _module_hooks(owner):   # they run while tracing: what they change too
+            snap.include(hook)
         for i, a in enumerate(args):
             snap._watch(f"argument #{i}", a)
         for k, v in kwargs.items():
@@ -363,6 +365,23 @@ def _plain_holder(v) -> bool:
     attrs = getattr(v, "__dict__", None)
     return isinstance(attrs, dict) and "_modules" not in attrs and \
         type(v).__module__.split(".")[0] not in ("runtime", "transpiler", "torch")
+
+
+def _module_hooks(owner) -> list:
+    """The hook functions registered on the modules of ``owner``'s tree (an ``nn.Module``)
+    and torch's global module hooks: a trace of the forward runs them (a hook storing a
+    submodule's output in a dict of the user's is a side effect a graph cannot repeat)."""
+    if not (isinstance(getattr(owner, "__dict__", None), dict) and "_modules" in vars(owner)
+            and callable(getattr(owner, "modules", None))):
+        return []
+    from runtime.module_state import HOOK_DICTS, global_hooks
+    found = [h for hooks in global_hooks() for h in hooks.values()]
+    for m in owner.modules():
+        found += [h for name in HOOK_DICTS if isinstance(vars(m).get(name), dict)
+                  for h in vars(m)[name].values()]
+    return [getattr(h, "__call__", h) if not isinstance(h, (types.FunctionType,
+                                                             types.MethodType)) else h
+            for h in found if callable(h)]
 
 
 def _user_module(v) -> bool:

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from e2e_helpers import assert_same
-from transpiler import FallbackWarning, to_graph
+from transpiler import ConversionError, FallbackWarning, to_graph
 
 POS = torch.tensor([1.0, 2.0, 3.0])
 NEG = -POS
@@ -442,3 +442,32 @@ def test_training_flag_switch_both_cached():
         m.train(mode)
         assert_same(g(POS), m(POS))
     assert len(g._history) == 2          # one trace per mode, each reused
+
+
+# ---------------------------------------------------------------- hooks with Python effects
+FEATURES = {}
+
+
+def test_hook_storing_outputs_falls_back():
+    # a feature-extraction hook writes the user's dict: a graph cannot repeat that, so
+    # strict mode refuses and the default runs eagerly (the dict holds real tensors)
+    torch.manual_seed(0)
+    m = _Stack().eval()
+    m.act.register_forward_hook(lambda mod, args, out: FEATURES.__setitem__("act", out))
+    with pytest.raises(ConversionError):
+        to_graph(m, strict=True)(POS)
+    FEATURES.clear()
+    with pytest.warns(FallbackWarning, match="FEATURES"):
+        got = to_graph(m)(POS)
+    assert type(FEATURES["act"]) is torch.Tensor
+    FEATURES.clear()
+    assert_same(got, m(POS))
+
+
+def test_pure_hook_converts():
+    torch.manual_seed(0)
+    m = _Stack().eval()
+    m.act.register_forward_hook(lambda mod, args, out: out + 1)
+    g = to_graph(m, strict=True)
+    for x in (POS, NEG):
+        assert_same(g(x), m(x))
