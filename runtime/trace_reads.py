@@ -20,6 +20,9 @@ A traced value's ``requires_grad`` is answered from the flags of the real tensor
 computed from (``grad_flags``); when a trace asks it, the flag of every real tensor the
 graph holds is guarded too (``note_traced_grad``).
 
+``backend_flags``: the ``torch.backends`` flags (mkldnn, cudnn, opt_einsum, TF32), which
+code names as module attributes, guarded where the traced code names ``backends``.
+
 Module state: ``_LOGS``, a stack of the records of the traces running (one per
 ``symbolic.tracing``; traces run on one thread).
 """
@@ -174,3 +177,30 @@ def note_traced_grad() -> None:
 
 def current() -> "Reads":
     return _LOGS[-1] if _LOGS else None
+
+
+# ---------------------------------------------------------------- torch.backends flags
+_BACKEND_FLAGS = (("mkldnn", "enabled"), ("cudnn", "enabled"), ("cudnn", "benchmark"),
+                  ("cudnn", "deterministic"), ("cudnn", "allow_tf32"), ("opt_einsum", "enabled"),
+                  ("cuda", "matmul", "allow_tf32"))
+
+
+def backend_flags() -> tuple:
+    """The values of ``torch.backends`` flags code may branch on (``if
+    torch.backends.mkldnn.enabled:``), as now."""
+    found = []
+    for path in _BACKEND_FLAGS:
+        value = torch.backends
+        try:
+            for name in path:
+                value = getattr(value, name)
+        except (AttributeError, RuntimeError):
+            value = None
+        found.append(value)
+    return tuple(found)
+
+
+def backend_flags_check():
+    """A function of no arguments: whether ``backend_flags()`` are as now."""
+    flags = backend_flags()
+    return lambda: backend_flags() == flags

@@ -174,6 +174,9 @@ class Snapshot:
                 self._read.append((value, read, fingerprint(_attributes(value, read))))
         self._watch_modules([self._owner] + [value for _, _, value in self._globals] +
                             [value for _, _, value in self._cells] + list(flat))
+        if "backends" in self._names:       # ``if torch.backends.mkldnn.enabled:``
+            from runtime.trace_reads import backend_flags_check
+            self._checks.append(backend_flags_check())
 
     def _watch_modules(self, candidates) -> None:
         """Guard the state of the ``nn.Module`` trees among ``candidates``."""

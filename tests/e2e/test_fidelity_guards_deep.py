@@ -6,6 +6,7 @@ length, a parameter's flag, a buffer's values, a hook, a user module's attribute
 call again: the converted result must equal eager's (a retrace), strict mode must still
 convert (no ConversionError), and no FallbackWarning may appear.
 """
+import enum
 import sys
 import types
 import warnings
@@ -471,3 +472,60 @@ def test_pure_hook_converts():
     g = to_graph(m, strict=True)
     for x in (POS, NEG):
         assert_same(g(x), m(x))
+
+
+# ---------------------------------------------------------------- neighbours
+def _backend_branch(x):
+    if torch.backends.mkldnn.enabled:
+        x = x + 1
+    if x.sum() > 0:
+        x = x * 2
+    return x
+
+
+def test_backend_flag_read():
+    for strict in (True, False):
+        g = to_graph(_backend_branch, strict=strict)
+        for enabled in (True, False, True):
+            with torch.backends.mkldnn.flags(enabled=enabled):
+                for x in (POS, NEG):
+                    assert_same(g(x), _backend_branch(x))
+
+
+def _dict_keys(x, d):
+    for k in d:
+        if x.sum() > 0:
+            x = x * d[k]
+    return x
+
+
+def test_dict_argument_key_added_in_place():
+    for strict in (True, False):
+        g = to_graph(_dict_keys, strict=strict)
+        d = {"a": 2.0}
+        assert_same(g(POS, d), _dict_keys(POS, d))
+        d["b"] = 3.0
+        assert_same(g(POS, d), _dict_keys(POS, d))
+        del d["a"]
+        assert_same(g(POS, d), _dict_keys(POS, d))
+
+
+class _Mode(enum.Enum):
+    UP = 1
+    DOWN = 2
+
+
+def _enum_mode(x, mode):
+    if mode is _Mode.UP:
+        x = x + 1
+    if x.sum() > 0:
+        x = x * 2
+    return x
+
+
+def test_enum_argument():
+    for strict in (True, False):
+        g = to_graph(_enum_mode, strict=strict)
+        for mode in (_Mode.UP, _Mode.DOWN, _Mode.UP):
+            for x in (POS, NEG):
+                assert_same(g(x, mode), _enum_mode(x, mode))
