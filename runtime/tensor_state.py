@@ -20,6 +20,13 @@ question about its state is either answered exactly at trace time or refused wit
   (``backward``, ``torch.autograd.grad``, hooks) and **Python attributes set on a traced
   tensor** are refused: a graph has no such objects to answer with, and a trace cannot
   run autograd on values it does not have.
+- **Arguments**: an ``nn.Parameter`` keeps its class for ``type``/``isinstance``; another
+  tensor subclass, or a tensor carrying Python attributes, is refused (the signature tells
+  them apart, so plain tensors of the same shape still convert).
+
+Results keep eager's layout because the graph runs the same ops on real tensors; the
+executor's two shortcuts respect it (a fused C kernel takes contiguous inputs only, a
+planned ``out=`` buffer is used only where eager's result would be contiguous).
 
 Global modes: a trace records ops as the modes at its start make them behave, so a call
 is keyed on the caller's default dtype and CPU autocast state (``call_modes``), a trace
@@ -78,8 +85,6 @@ _AUTOGRAD = {torch.Tensor.is_leaf.__get__, torch.Tensor.grad_fn.__get__,
              torch.Tensor._grad.__get__}
 QUESTIONS = frozenset(_REFUSED) | frozenset(_LAYOUT) | frozenset(_AUTOGRAD)
 
-_ANSWERED: List[int] = [0]      # static layout answers given (a while body checks it)
-
 
 _ONLY_AT_RUN_TIME = "the tensor exists only when the graph runs"
 
@@ -104,7 +109,6 @@ def answer(func, t, args, kwargs):
         if node.attrs.get(LAYOUT_VARIES):
             raise refusal(f"{func.__name__}()", "its layout (strides, contiguity, offset) "
                           "depends on the path taken at run time")
-        _ANSWERED[0] += 1
         with torch._C.DisableTorchFunction():
             return func(*args, **kwargs)
     return _autograd_answer(func, t)
@@ -131,12 +135,6 @@ def _autograd_answer(func, t):
     if name == "grad_fn" and not made_leaf:
         raise refusal(".grad_fn", "its autograd node exists only when the graph runs")
     return None
-
-
-def layout_answers() -> int:
-    """How many layout questions have been answered statically (``while`` checks that
-    none was answered in a body whose loop variables change layout)."""
-    return _ANSWERED[0]
 
 
 def note_layout(node, inputs) -> None:
@@ -222,9 +220,14 @@ def note_argument(node, value: torch.Tensor) -> None:
                           "__torch_function__ decides what each op returns, which a graph of "
                           "plain tensors does not repeat")
         node.attrs[CLASS] = cls
-    if value.__dict__:
-        raise refusal(f"Python attributes ({', '.join(sorted(value.__dict__))}) of an "
-                      f"argument", "the trace would bake their values in")
+    names = [n for n in value.__dict__ if not n.startswith(_TORCH_MARKS)]
+    if names:
+        raise refusal(f"Python attributes ({', '.join(sorted(names))}) of an argument",
+                      "the trace would bake their values in")
+
+
+# attributes torch itself sets on tensors (torch._dynamo.mark_dynamic and friends)
+_TORCH_MARKS = ("_dynamo_", "_has_dynamo")
 
 
 # ---------------------------------------------------------------- Python attributes

@@ -214,6 +214,11 @@ _GRAD_MODE = {True: ("grad mode on",), False: ("grad mode off",)}     # a signat
 _call_modes = tensor_state.call_modes
 
 
+def _is_call_modes(item) -> bool:
+    """Whether a signature item is ``_call_modes()``: (CPU autocast on, default dtype)."""
+    return isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], torch.dtype)
+
+
 def _describe_change(names: List[str], old, new) -> str:
     if old[0] != new[0]:
         return "the structure of the arguments changed"
@@ -222,7 +227,7 @@ def _describe_change(names: List[str], old, new) -> str:
     for i, (a, b) in enumerate(zip(old[1:], new[1:])):
         if a != b and a in _GRAD_MODE.values():
             parts.append(f"{a[0]} -> {b[0]}")
-        elif a != b and isinstance(a, tuple) and len(a) == 2 and isinstance(a[1], torch.dtype):
+        elif a != b and _is_call_modes(a):
             parts.append(f"CPU autocast, default dtype: {a} -> {b}")     # _call_modes
         elif a != b and i >= leaves:        # a Module's (and submodules') train/eval flags
             parts.append(f"training mode: {_mode(a)} -> {_mode(b)}")
