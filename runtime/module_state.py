@@ -66,24 +66,24 @@ class ModuleState:
                                "_tuple": tuple, "_fp": fingerprint}
         terms: List[str] = []
 
-        def same(name: str, mapping) -> None:      # same length, same objects in order
+        def same(mapping) -> None:      # same length, same objects in order
             k = len(env)
             env[f"d{k}"], env[f"v{k}"] = mapping, tuple(mapping.values())
             terms.append(f"_len(d{k}) == {len(mapping)} and "
-                         f"_all(_map(_is, d{k}.values(), v{k}))")
+                         f"_all(_map(_is, d{k}.values(), v{k}))" if mapping else f"not d{k}")
 
         def keys(mapping) -> None:
             k = len(env)
             env[f"d{k}"], env[f"v{k}"] = mapping, tuple(mapping)
-            terms.append(f"_tuple(d{k}) == v{k}")
+            terms.append(f"_tuple(d{k}) == v{k}" if mapping else f"not d{k}")
 
         classes = {}
         for m in self.modules:
             attrs = m.__dict__
-            same("__dict__", attrs)
+            same(attrs)
             for name in _TENSOR_DICTS:
-                if attrs.get(name):
-                    same(name, attrs[name])
+                if isinstance(attrs.get(name), dict):
+                    same(attrs[name])
             for name in HOOK_DICTS:
                 if isinstance(attrs.get(name), dict):
                     keys(attrs[name])
