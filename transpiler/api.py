@@ -240,7 +240,11 @@ def _describe_change(names: List[str], old, new) -> str:
                 parts.append(f"{name}: " + ", ".join(what))
             else:
                 parts.append(f"{name}: {a[-1]!r} -> {b[-1]!r}")
-    return "; ".join(parts) or "the signature changed"
+    # the same signature traced again: a guard failed (see side_effects.Snapshot)
+    return "; ".join(parts) or ("Python state the last trace read changed (a global, a "
+                                "closure variable, a class or module attribute, a module's "
+                                "submodules, parameters, buffers or hooks, or a question "
+                                "asked of a real tensor)")
 
 
 # --------------------------------------------------------------------------- entries

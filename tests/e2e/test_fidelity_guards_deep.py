@@ -529,3 +529,19 @@ def test_enum_argument():
         for mode in (_Mode.UP, _Mode.DOWN, _Mode.UP):
             for x in (POS, NEG):
                 assert_same(g(x, mode), _enum_mode(x, mode))
+
+
+def test_retrace_warning_names_read_state():
+    from transpiler.api import RetracingWarning
+    Scale.SCALE = 2.0
+
+    def fn(x):
+        if x.sum() > 0:
+            return x * Scale.SCALE
+        return x
+    g = to_graph(fn, strict=True)
+    with pytest.warns(RetracingWarning, match="Python state the last trace read changed"):
+        for k in range(6):
+            Scale.SCALE = float(k)
+            assert_same(g(POS), fn(POS))
+    Scale.SCALE = 2.0
