@@ -21,7 +21,7 @@ import torch.utils._pytree as pytree
 from . import grad_flags, path_values, region_state, tensor_state, views
 from .errors import BranchMismatchError
 from .grad_flags import grad_of
-from .path_structures import choose_structures
+from .path_structures import choose_structures, reached_elsewhere
 from .introspection import kind_of, mark, merged_kind
 from .source_info import format_location, user_location
 from .subgraphs import (Fill, Slot, _align_captures, _check_pred, _describe_spec, _example,
@@ -57,6 +57,7 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
                                     carry=then_carry)
     else_g, else_tree = _trace_tree(graph, "else", false_fn, slots, spec, names, flat,
                                     carry=else_carry)
+    _note_copies(then_tree, else_tree)
     locations = region_state.merge(then_carry, else_carry)
     carried = bool(locations)
     if carried:         # each location's value per path leaves the cond with the results
@@ -111,6 +112,41 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
             loc.assign(value)
         region_state.assign_contents(contents, indices)
     return result
+
+
+def _note_copies(then_tree, else_tree) -> None:
+    """A branch's results may hold a list or dict that existed before (``return x,
+    cleanup`` in a branch): the ``cond`` hands back a copy. That is exact while the
+    original stays as it is; ``copies_changed`` (asked when the trace ends) says whether
+    the code went on to change it (``cleanup[0] += 1`` in a ``finally``)."""
+    for v in reached_elsewhere((then_tree, else_tree)):
+        _COPIED.append((v, _contents(v), format_location(user_location())))
+
+
+def _contents(v) -> tuple:
+    return tuple((k, id(x)) for k, x in dict.items(v)) if type(v) is dict else \
+        tuple(id(x) for x in v)
+
+
+_COPIED: list = []      # (container, its contents then, where): see ``_note_copies``
+
+
+def copies_mark() -> int:
+    return len(_COPIED)
+
+
+def copies_changed(mark: int):
+    """The first message about a container copied out of a ``cond`` since ``mark``
+    (``copies_mark``) that was changed afterwards, or None; forgets them."""
+    try:
+        for v, contents, where in _COPIED[mark:]:
+            if _contents(v) != contents:
+                return (f"{where}: a branch of the tensor condition gives a list or dict "
+                        f"that another name also reaches, and the code changes it after "
+                        f"the condition; the graph hands back a copy of it as it was")
+        return None
+    finally:
+        del _COPIED[mark:]
 
 
 def _grown_lists(then_g, then_tree, else_g, else_tree):

@@ -92,6 +92,12 @@ def _reached_elsewhere(trees) -> bool:
     """A list or dict of the containers that another name reaches too (``cm.log``
     returned early, a global list) or that they hold twice: as an output it would be a
     copy, blind to later changes of the original and to identity."""
+    return bool(reached_elsewhere(trees))
+
+
+def reached_elsewhere(trees) -> list:
+    """The lists and dicts of ``trees`` that another name reaches too, or that they hold
+    twice (see ``_reached_elsewhere``)."""
     from .operators.state_aliases import _roots
     from .outputs import reachable
     found, twice = {}, []
@@ -108,12 +114,10 @@ def _reached_elsewhere(trees) -> bool:
             for x in (v.options if type(v) is PathChoice else v):
                 visit(x)
     visit(trees)
-    if twice:
-        return True
     if not found:
-        return False
+        return []
     roots = [v for _, v in _roots()] + _global_containers()
-    return any(id(v) in found for v in reachable(roots))
+    return twice + [v for v in reachable(roots) if id(v) in found]
 
 
 def _global_containers() -> list:

@@ -12,6 +12,7 @@ that reaches the changed value (the ``with`` line, the call line), which falls b
 from __future__ import annotations
 
 import builtins
+import functools
 import re
 import types
 from typing import Callable, Optional
@@ -88,18 +89,21 @@ def refuse_unseen_call(f, args) -> None:
     state the watch cannot see (a C object with no ``__dict__`` that ``builtin_state``
     does not know: a hash's ``update``, a lock's ``acquire``; ``next`` of such an
     iterator) may be an effect the graph would not repeat per path or iteration, so it
-    raises GraphError (the call falls back)."""
+    raises GraphError (the call falls back). So does a call of an ``lru_cache``/``cache``
+    function: its cache fills per path traced, not per path taken."""
     from .symbolic import current_graph
     graph = current_graph()
     if graph is None or graph.parent is None:
         return
     if f is builtins.next and args:
         owner, name = args[0], "next"
+    elif isinstance(getattr(f, "__func__", f), functools._lru_cache_wrapper):
+        owner, name = getattr(f, "__func__", f), "__call__"     # its cache: hidden state
     elif isinstance(f, (types.BuiltinMethodType, types.MethodWrapperType)):
         owner, name = getattr(f, "__self__", None), getattr(f, "__name__", "?")
     else:
         return
-    if owner is None or not _unseen(owner):
+    if owner is None or not (name == "__call__" or _unseen(owner)):
         return
     location = user_location()
     error = GraphError(

@@ -18,6 +18,7 @@ import torch.utils._pytree as pytree
 from .errors import BranchMismatchError, GraphError
 from . import grad_flags, introspection, tensor_state
 from .region_effects import run_watched
+from .source_info import format_location, location_of_traceback
 from .graph import Graph, Node
 from .meta import TensorMeta, meta_empty
 from . import views
@@ -229,9 +230,33 @@ def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec
                               _REGION.get(label, "a tensor-dependent region"), carry,
                               numbers_only=label == "body", names=tuple(
                                   str(n) for n in (names or ()) if isinstance(n, str)))
+    except Exception as e:
+        if not isinstance(e, GraphError):   # the user's own exception: see ``escaped``
+            where = location_of_traceback(e.__traceback__)
+            _ESCAPED.append((f"{format_location(where)}: " if where else "") +
+                            f"{type(e).__name__} raised in "
+                            f"{_REGION.get(label, 'a tensor-dependent region')}")
+        raise
     finally:
         restore_rebound(mark, sub)
     return sub, out
+
+
+_ESCAPED: List[str] = []
+
+
+def escaped() -> int:
+    """How many exceptions of the user's (``raise ValueError`` in a tensor branch) left a
+    region being traced. Whether that path raises is known only when the graph runs, so
+    a trace that went on after one (a ``with`` whose ``__exit__`` swallowed it, an
+    ``except`` around a converted call) traced as if it always raised: ``escaped_since``
+    tells the front door to refuse it."""
+    return len(_ESCAPED)
+
+
+def escaped_since(mark: int) -> Optional[str]:
+    """What escaped a region since ``escaped()`` gave ``mark``, or None."""
+    return _ESCAPED[mark] if len(_ESCAPED) > mark else None
 
 
 _REGION = {"then": "a branch of a tensor condition", "else": "a branch of a tensor condition",

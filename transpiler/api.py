@@ -25,11 +25,12 @@ import torch.utils._pytree as pytree
 
 import runtime
 from runtime import operators as tg
-from runtime import region_state, tensor_state, trace_reads
+from runtime import control_flow, region_state, subgraphs, tensor_state, trace_reads
 from runtime.errors import GraphError
 from runtime.executor import Unstack, located, lower
 from runtime.graph import Node, iter_nodes, map_structure
 from runtime.meta import TensorMeta, meta_text  # noqa: F401  (the bridge: see below)
+from runtime.operators import state_aliases
 from runtime.operators.iterables import TensorList
 from runtime.operators.special_values import Undefined, UndefinedReturn
 from runtime.operators.text import DeferredText
@@ -508,6 +509,10 @@ class GraphFunction:
 
     def _trace_graph(self, args, kwargs, flat, spec, dynamic):
         target = _python_function(self._fn)
+        if isinstance(self._fn, torch.nn.Module) and _call_hooks(self._fn):
+            raise GraphError(f"{type(self._fn).__name__} has forward or backward hooks (its "
+                             f"own or torch's global ones), which calling it runs around "
+                             f"forward; the graph is of forward only")
         converted = convert_function(target, self._probed)
         graph = runtime.Graph(name=getattr(target, "__name__", "graph"))
         names = _leaf_names(self._param_names, args, kwargs, len(flat))
@@ -529,14 +534,30 @@ class GraphFunction:
         take_converted()
         del _CALLED[:]
         touched = len(region_state.TOUCHED)
+        raised, copies = subgraphs.escaped(), control_flow.copies_mark()
         try:
-            with tracing(graph), trace_reads.recording() as reads:
+            with tracing(graph), trace_reads.recording() as reads, \
+                    state_aliases.arguments(list(zip(self._param_names, sargs)) +
+                                            list(skwargs.items())):
                 graph.tensor_reads = reads      # what it asked of real tensors: guarded
                 out = converted(*sargs, **skwargs)
         except BaseException:
+            control_flow.copies_changed(copies)
             region_state.untouch(touched)
             snapshot.restore()
             raise
+        caught = subgraphs.escaped_since(raised)
+        changed_copy = control_flow.copies_changed(copies)
+        if changed_copy is not None and caught is None:
+            region_state.untouch(touched)
+            snapshot.restore()
+            raise GraphError(changed_copy)
+        if caught is not None:
+            region_state.untouch(touched)
+            snapshot.restore()
+            raise GraphError(f"{caught} was caught while tracing (by a with statement's "
+                             f"__exit__ or an except): whether that path raises is known "
+                             f"only when the graph runs")
         changed = snapshot.changes()
         seen = snapshot.sees(take_converted())
         if seen and not changed:
@@ -565,6 +586,15 @@ class GraphFunction:
 
     def __repr__(self) -> str:
         return f"<to_graph {getattr(self, '__qualname__', self._fn)!r}>"
+
+
+def _call_hooks(module) -> bool:
+    """Whether calling ``module`` runs hooks around ``forward`` (its own or torch's global
+    ones, as ``nn.Module.__call__`` does). The guard (``runtime.module_state``) watches
+    these dicts' keys, so a hook added after a trace means tracing again, and refusing."""
+    from runtime.module_state import HOOK_DICTS, global_hooks
+    return any(getattr(module, name, None) for name in HOOK_DICTS) or \
+        any(global_hooks())
 
 
 def _existed(snapshot, args, kwargs):

@@ -167,8 +167,10 @@ class Snapshot:
                 seen.add(id(value))
                 self._held.append((value, fingerprint(value)))
         names = tuple(sorted(self._names))
-        for value in [value for _, _, value in self._globals]:
-            if id(value) not in seen and _user_module(value):     # ``config.SCALE``
+        for value in [value for _, _, value in self._globals] + \
+                [value for _, _, value in self._cells]:
+            if id(value) not in seen and (_user_module(value) or (   # ``config.SCALE``
+                    isinstance(value, types.FunctionType) and vars(value))):  # ``f.extra``
                 seen.add(id(value))
                 read = tuple(n for n in names if n in vars(value))
                 self._read.append((value, read, fingerprint(_attributes(value, read))))

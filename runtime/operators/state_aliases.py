@@ -16,12 +16,15 @@ contents while eager's sees the change: silently wrong, so ``check`` raises Grap
 (the call falls back). Objects keep their identity through a region (``object_state``):
 a container reached through one of the state's objects is not an alias. A local that
 an enclosing ``if``/loop operator is threading through its own state (the same variable,
-rebound when that operator returns) is not an alias either.
+rebound when that operator returns) is not an alias either. The arguments of the
+function being traced are reached by its caller's names (``d`` of ``f(x, d)``): a list or
+dict among them (or held by them) in a region's state is an alias too (``arguments``).
 """
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import Dict, Tuple
+from typing import Dict, List, Tuple
 
 from ..errors import GraphError
 from ..outputs import items_of, reachable
@@ -31,6 +34,20 @@ from .object_state import _attributes, is_plain_object
 _GENERATED = "<tograph generated"
 _OPERATORS = ("if_stmt", "while_stmt", "for_stmt")
 _HERE = __file__.rsplit("/", 1)[0]
+_ARGUMENTS: List[Tuple[str, object]] = []   # (name, value): what traced calls were given
+
+
+@contextlib.contextmanager
+def arguments(pairs):
+    """While tracing a function: its arguments (``(name, value)`` pairs), which its caller
+    still holds after the call -- a list or dict among them that a tensor region changes
+    would keep the old contents there."""
+    start = len(_ARGUMENTS)
+    _ARGUMENTS.extend((f"the caller's argument {name!r}", v) for name, v in pairs)
+    try:
+        yield
+    finally:
+        del _ARGUMENTS[start:]
 
 
 def check(state, names, kind: str) -> None:
@@ -72,7 +89,8 @@ def check(state, names, kind: str) -> None:
         if id(v) in containers:
             alias = next(name for name, root in roots
                          if any(w is v for w in reachable([root], stop=stop)))
-            _refuse(kind, containers[id(v)][0], repr(alias))
+            _refuse(kind, containers[id(v)][0],
+                    alias if alias.startswith("the caller") else repr(alias))
 
 
 def _roots():
@@ -92,7 +110,8 @@ def _roots():
         frame = frame.f_back
     return [(name, value) for f in frames for name, value in f.f_locals.items()
             if name not in threaded.get(id(f), ()) and  # (not our markers: Undefined, ...)
-            type(value).__module__.split(".")[0] not in ("runtime", "transpiler")]
+            type(value).__module__.split(".")[0] not in ("runtime", "transpiler")] + \
+        list(_ARGUMENTS)
 
 
 def _refuse(kind: str, label: str, alias: str) -> None:

@@ -369,8 +369,7 @@ def a_argument_list_appended_in_while(x, log):
     return x
 
 
-@case((T([1.0, 2.0]), {"a": T([0.0])}), (T([-1.0, 2.0]), {"a": T([1.0])}),
-      xfail="BUG (tree of 08:04, with uncommitted runtime changes): d.setdefault('b', x*3); d.pop('a') on an argument dict in a tensor branch: eager leaves {'b': ...}, the graph leaves the caller's dict untouched {'a': ...}; default and strict, no warning (at 326e486 this fell back correctly)")
+@case((T([1.0, 2.0]), {"a": T([0.0])}), (T([-1.0, 2.0]), {"a": T([1.0])}))
 def a_argument_dict_setdefault_pop(x, d):
     if x[0] > 0:
         d.setdefault("b", x * 3)
@@ -784,8 +783,7 @@ class Swallow:
         return typ is ValueError
 
 
-@case((T([1.0]),), (T([-1.0]),),
-      xfail='BUG: a `raise` in a tensor branch inside `with cm:` whose __exit__ swallows it: for x=[1.] (branch not taken) eager returns 20 ((x+1)*10), the graph returns 2 (the statement after the if is dropped); default and strict, no warning')
+@case((T([1.0]),), (T([-1.0]),))
 def d_exit_swallows_error_raised_in_branch(x):
     y = x + 1
     with Swallow():
@@ -989,8 +987,7 @@ def d_class_level_counter_in_while(x):
     pass
 
 
-@case((T([1.0, 2.0]), {}), (T([-1.0, 2.0]), {"n": 5}),
-      xfail="BUG: stats['n'] = stats.setdefault('n', 0) + 1 on an argument dict already holding n=5, in a tensor branch of a row loop: eager leaves n=6, the graph leaves n=5 (the write to the caller's dict is lost); default and strict, no warning")
+@case((T([1.0, 2.0]), {}), (T([-1.0, 2.0]), {"n": 5}))
 def d_dict_setdefault_counter_in_row_loop(x, stats):
     for v in x:
         if v > 0:
@@ -998,8 +995,7 @@ def d_dict_setdefault_counter_in_row_loop(x, stats):
     return x * 2
 
 
-@case((T([1.0]),), (T([-1.0]),),
-      xfail="BUG: an lru_cache'd helper called with different arguments in the two arms of a tensor if: eager's cache holds 1 entry, the graph's 2 (both arms traced); default and strict, no warning")
+@case((T([1.0]),), (T([-1.0]),))
 def d_lru_cached_helper_in_branch(x):
     @functools.lru_cache(maxsize=None)
     def table(n):
@@ -1244,7 +1240,6 @@ def _self_attr_fn(x):
     return x
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a function attribute read in the body (f.extra, f a module-level function) is not guarded: after f.extra = -1.0 the next call returns the old x*1; default and strict, no warning")
 def test_e_function_attribute_changed():
     for strict in (False, True):
         _self_attr_fn.extra = 1.0
@@ -1458,8 +1453,7 @@ def g_try_finally_around_tensor_if(x):
     return x, steps
 
 
-@case((T([1.0]),), (T([-1.0]),),
-      xfail="BUG: try: if tensor: return ... finally: cleanup[0] += 1: on the early-return path eager's finally bumps the list to [1], the graph returns [tensor(0)] (finally skipped on the returning path); default and strict, no warning")
+@case((T([1.0]),), (T([-1.0]),))
 def g_try_finally_with_return_in_branch(x):
     cleanup = [0]
     try:
@@ -2004,7 +1998,6 @@ def test_l_super_forward_in_module():
     faithful(m, [(R(3, 2),), (R(3, 2, seed=5),)], grad=False)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: to_graph(module) skips hooks registered on the module: a forward pre-hook returning (inp[0] * 2,) and a forward hook appending out.shape; eager m(x) = forward(2x) and the hook runs once, the graph returns forward(x) and runs no hook; default and strict, no warning")
 def test_l_forward_hooks_run():
     for strict in (False, True):
         torch.manual_seed(0)
@@ -2014,7 +2007,11 @@ def test_l_forward_hooks_run():
         m.register_forward_pre_hook(lambda mod, inp: (inp[0] * 2,))
         g = to_graph(m, strict=strict)
         x = R(3, 2)
-        got = g(x)
+        try:
+            got = g(x)
+        except ConversionError:     # strict mode's fallback: the hooks are not converted
+            assert strict and not seen
+            continue
         got_seen = list(seen)
         seen.clear()
         exp = m(x)
@@ -2699,8 +2696,7 @@ case((_EM, T([[True, True], [True, True], [True, False], [True, False]]), *_CRF)
 #    nested converted functions
 # =========================================================================================
 
-@case((T([1.0]), [T([0.0]), T([1.0])]), (T([-1.0]), [T([5.0])]),
-      xfail="BUG: lst[0] = x * 2 in a tensor branch, lst an argument list: eager leaves the caller's lst[0] = tensor([2.]), the graph leaves tensor([0.]) (the item write is lost); default and strict, no warning")
+@case((T([1.0]), [T([0.0]), T([1.0])]), (T([-1.0]), [T([5.0])]))
 def m_argument_list_item_replaced_in_branch(x, lst):
     if x.sum() > 0:
         lst[0] = x * 2
@@ -2718,8 +2714,7 @@ def m_argument_list_methods_in_branch(x, lst):
     return x * len(lst)
 
 
-@case((T([1.0]), {"a": 1, "b": 2}), (T([-1.0]), {"a": 3}),
-      xfail="BUG (tree of 08:04, with uncommitted runtime changes): d.update(c=3); del d['a'] on an argument dict in a tensor branch: eager leaves {'b', 'c'}, the graph {'a', 'b'}; default and strict, no warning")
+@case((T([1.0]), {"a": 1, "b": 2}), (T([-1.0]), {"a": 3}))
 def m_argument_dict_update_and_del_in_branch(x, d):
     if x.sum() > 0:
         d.update(c=3)
