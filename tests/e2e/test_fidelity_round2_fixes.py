@@ -1,0 +1,385 @@
+"""Neighbours of the second adversarial round's findings (test_fidelity_adversarial2), each
+against eager in both modes on two inputs (the branch taken, then not): writes to the
+caller's lists and dicts in tensor regions, exceptions leaving a tensor branch caught by
+the code, lists a branch result shares with a name the code changes later, a module's own
+hooks, function attributes read in the body, lru_cache'd helpers in branches."""
+import functools
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from transpiler import ConversionError, FallbackWarning, to_graph
+
+from e2e_helpers import _clone, assert_same
+from fidelity_checks import converts, falls_back
+
+T = torch.tensor
+POS, NEG = (T([1.0, 2.0]),), (T([-3.0, 2.0]),)     # x[0] and x.sum(): > 0, < 0
+
+
+# --- 1. the caller's list or dict changed in a tensor region: falls back -------------------
+
+def dict_item_set(x, d):
+    if x[0] > 0:
+        d["k"] = x * 2
+    return x + 1
+
+
+def dict_pop_both_paths(x, d):
+    if x[0] > 0:
+        v = d.pop("a")
+    else:
+        v = d.pop("a") * 2
+    return v + x
+
+
+def dict_clear_in_else(x, d):
+    if x[0] > 0:
+        y = x * 2
+    else:
+        d.clear()
+        y = x
+    return y
+
+
+def list_item_augmented(x, lst):
+    if x[0] > 0:
+        lst[0] += x
+    return x
+
+
+def list_insert_in_while(x, lst):
+    while x.abs().sum() < 10:
+        x = x * 2
+        lst.insert(0, 1)
+    return x
+
+
+def dict_counter_in_row_loop(x, stats):
+    for v in x:
+        if v > 0:
+            stats["n"] = stats.get("n", 0) + 1
+    return x * 2
+
+
+def nested_list_in_dict_argument(x, d):
+    if x[0] > 0:
+        d["log"][0] = x
+    return x
+
+
+@pytest.mark.parametrize("fn,extra", [
+    (dict_item_set, lambda: {"a": T([0.0])}),
+    (dict_pop_both_paths, lambda: {"a": T([3.0])}),
+    (dict_clear_in_else, lambda: {"a": 1}),
+    (list_item_augmented, lambda: [T([0.0, 0.0])]),
+    (list_insert_in_while, lambda: [0]),
+    (dict_counter_in_row_loop, lambda: {"n": 5}),
+    (nested_list_in_dict_argument, lambda: {"log": [T([0.0, 0.0])]}),
+])
+def test_a_callers_container_changed_in_a_region_falls_back(fn, extra):
+    falls_back(fn, POS + (extra(),), NEG + (extra(),))
+
+
+def helper_appends(x, log):
+    if x[0] > 0:
+        log.append(x)
+    return x
+
+
+def test_a_callers_list_read_only_in_a_region_still_converts():
+    def f(x, lst):
+        if x[0] > 0:
+            y = x * lst[0]
+        else:
+            y = x - lst[1]
+        return y
+    converts(f, POS + ([T(2.0), T(3.0)],), NEG + ([T(4.0), T(5.0)],))
+
+
+def test_a_local_list_changed_in_a_region_still_converts():
+    def f(x):
+        lst = [x]
+        if x[0] > 0:
+            lst[0] = x * 2
+        return lst
+    converts(f, POS, NEG)
+
+
+def test_a_callers_list_given_to_a_converted_helper_falls_back():
+    def f(x, log):
+        return helper_appends(x, log) + 1
+    falls_back(f, POS + ([],), NEG + ([T([0.0])],))
+
+
+# --- 2. an exception leaving a tensor branch, caught by the code: falls back ---------------
+
+class Swallow:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, val, tb):
+        return typ is not None and issubclass(typ, ArithmeticError)
+
+
+def raise_in_with(x):
+    y = x + 1
+    with Swallow():
+        if x.sum() < 0:
+            raise ZeroDivisionError("neg")
+        y = y * 10
+    return y
+
+
+def raise_in_while_in_with(x):
+    with Swallow():
+        while x.abs().sum() < 20:
+            x = x * 2
+            if x.sum() > 9:
+                raise OverflowError("big")
+    return x
+
+
+def _raises_in_branch(x):
+    if x.sum() < 0:
+        raise ValueError("neg")
+    return x * 3
+
+
+def raise_in_helper_caught(x):
+    try:
+        y = _raises_in_branch(x)
+    except ValueError:
+        y = x
+    return y
+
+
+@pytest.mark.parametrize("fn", [raise_in_with, raise_in_while_in_with, raise_in_helper_caught])
+def test_an_exception_of_a_tensor_branch_caught_falls_back(fn):
+    falls_back(fn, POS, NEG)
+
+
+def test_an_exception_of_a_tensor_branch_not_caught_refuses_and_eager_raises():
+    g = to_graph(_raises_in_branch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        assert_same(g(*POS), _raises_in_branch(*POS))
+        with pytest.raises(ValueError):
+            g(*NEG)
+    with pytest.raises(ConversionError):
+        to_graph(_raises_in_branch, strict=True)(*POS)
+
+
+def test_a_with_whose_exit_swallows_nothing_raised_still_converts():
+    def f(x):
+        y = x + 1
+        with Swallow():
+            if x.sum() < 0:
+                y = y - 5
+            y = y * 10
+        return y
+    converts(f, POS, NEG)
+
+
+# --- 3. a list a branch result shares with a name changed later ----------------------------
+
+def finally_after_early_return(x):
+    cleanup = [0]
+    try:
+        if x.sum() > 0:
+            return x * 2, cleanup
+        x = x - 1
+    finally:
+        cleanup[0] += 1
+    return x, cleanup
+
+
+def append_after_branch_result(x):
+    log = []
+    if x.sum() > 0:
+        out = (x, log)
+    else:
+        out = (x * 2, log)
+    log.append(1)
+    return out
+
+
+def dict_changed_after_early_return(x):
+    info = {"n": 0}
+    try:
+        if x.sum() > 0:
+            return x, info
+    finally:
+        info["n"] = 1
+    return x * 3, info
+
+
+@pytest.mark.parametrize("fn", [finally_after_early_return, append_after_branch_result,
+                                dict_changed_after_early_return])
+def test_a_branch_result_list_changed_afterwards_falls_back(fn):
+    falls_back(fn, POS, NEG)
+
+
+def test_a_branch_result_list_left_alone_still_converts():
+    def f(x):
+        log = [1]
+        if x.sum() > 0:
+            return x * 2, log
+        return x, log
+    converts(f, POS, NEG)
+
+
+# --- 6. hooks of the converted module itself -----------------------------------------------
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return self.lin(x)
+        return x - 1
+
+
+def _hooked(kind):
+    torch.manual_seed(0)
+    m = Net()
+    if kind == "pre":
+        m.register_forward_pre_hook(lambda mod, inp: (inp[0] * 2,))
+    elif kind == "post":
+        m.register_forward_hook(lambda mod, inp, out: out + 1)
+    elif kind == "pre_kwargs":
+        m.register_forward_pre_hook(lambda mod, args, kwargs: ((args[0] * 3,), kwargs),
+                                    with_kwargs=True)
+    return m
+
+
+@pytest.mark.parametrize("kind", ["pre", "post", "pre_kwargs"])
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_modules_own_hooks_run_or_fall_back(kind, strict):
+    m = _hooked(kind)
+    g = to_graph(m, strict=strict)
+    for x in (T([[1.0, 2.0]]), T([[-3.0, 1.0]])):
+        exp = m(x)
+        if strict:
+            with pytest.raises(ConversionError, match="hooks"):
+                g(x)
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FallbackWarning)
+            assert_same(g(x), exp)
+
+
+def test_a_hook_added_after_conversion_is_seen_and_removing_it_converts_again():
+    torch.manual_seed(0)
+    m = Net()
+    g = to_graph(m)
+    x = T([[1.0, 2.0]])
+    assert_same(g(x), m(x))
+    handle = m.register_forward_pre_hook(lambda mod, inp: (inp[0] * 2,))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert_same(g(x), m(x))
+    assert any(issubclass(v.category, FallbackWarning) for v in w)
+    handle.remove()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        assert_same(g(x), m(x))
+
+
+def test_a_global_forward_hook_is_run_or_falls_back():
+    torch.manual_seed(0)
+    m = Net()
+    g = to_graph(m)
+    x = T([[1.0, 2.0]])
+    handle = nn.modules.module.register_module_forward_hook(lambda mod, inp, out: out * 0)
+    try:
+        exp = m(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FallbackWarning)
+            assert_same(g(x), exp)
+    finally:
+        handle.remove()
+
+
+# --- 5. a function's attributes read in its body --------------------------------------------
+
+def _scaled(x):
+    if x.sum() > 0:
+        return x * _scaled.factor
+    return x - _scaled.offset
+
+
+_scaled.factor, _scaled.offset = 2.0, 1.0
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_function_attribute_changed_between_calls_is_seen(strict):
+    _scaled.factor, _scaled.offset = 2.0, 1.0
+    g = to_graph(_scaled, strict=strict)
+    try:
+        for factor, offset in ((2.0, 1.0), (-3.0, 1.0), (-3.0, 5.0)):
+            _scaled.factor, _scaled.offset = factor, offset
+            for args in (POS, NEG):
+                assert_same(g(*_clone(args)), _scaled(*_clone(args)))
+    finally:
+        _scaled.factor, _scaled.offset = 2.0, 1.0
+
+
+def test_a_helpers_attribute_changed_between_calls_is_seen():
+    def helper(x):
+        return x * helper.k
+    helper.k = 2.0
+
+    def f(x):
+        if x.sum() > 0:
+            return helper(x)
+        return x
+    g = to_graph(f, strict=True)
+    assert_same(g(*POS), f(*POS))
+    helper.k = 7.0
+    assert_same(g(*POS), f(*POS))
+
+
+# --- 4. lru_cache'd helpers in tensor regions -----------------------------------------------
+
+def test_an_lru_cached_helper_in_a_branch_falls_back():
+    def f(x):
+        @functools.lru_cache(maxsize=None)
+        def table(n):
+            return torch.arange(n, dtype=torch.float32)
+        if x.sum() > 0:
+            y = x + table(3).sum()
+        else:
+            y = x - table(2).sum()
+        return y, table.cache_info().currsize
+    falls_back(f, POS, NEG, match="__call__")
+
+
+def test_an_lru_cached_helper_in_a_loop_falls_back():
+    def f(x):
+        @functools.cache
+        def step(n):
+            return n + 1
+        n = 0
+        while x.sum() < 10:
+            x = x * 2
+            n = step(3)
+        return x, step.cache_info().currsize
+    falls_back(f, POS, (T([20.0, 1.0]),))
+
+
+def test_an_lru_cached_helper_outside_regions_still_converts():
+    @functools.lru_cache(maxsize=None)
+    def table(n):
+        return float(n) * 2
+
+    def f(x):
+        k = table(3)
+        if x.sum() > 0:
+            return x * k
+        return x
+    converts(f, POS, NEG)
