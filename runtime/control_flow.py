@@ -19,7 +19,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from . import grad_flags, path_values, region_state, tensor_state, views
-from .errors import BranchMismatchError
+from .errors import BranchMismatchError, GraphError
 from .grad_flags import grad_of
 from .path_structures import choose_structures, reached_elsewhere
 from .introspection import kind_of, mark, merged_kind
@@ -58,6 +58,7 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
     else_g, else_tree = _trace_tree(graph, "else", false_fn, slots, spec, names, flat,
                                     carry=else_carry)
     _note_copies(then_tree, else_tree)
+    _refuse_path_identity(flat, then_g, then_tree, else_g, else_tree, where)
     locations = region_state.merge(then_carry, else_carry)
     carried = bool(locations)
     if carried:         # each location's value per path leaves the cond with the results
@@ -112,6 +113,40 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
             loc.assign(value)
         region_state.assign_contents(contents, indices)
     return result
+
+
+def _refuse_path_identity(flat, then_g, then_tree, else_g, else_tree, where: str) -> None:
+    """GraphError where a result is an operand tensor itself on one path only (``y = x;
+    if t: y = x * 2``), that tensor is still reached by another name (``x``) and the
+    converted code on the stack compares with ``is``: ``y is x`` depends on the path, and
+    the ``cond`` hands back a new tensor on both."""
+    if path_values.allowed():       # (False: converted code on the stack uses ``is``)
+        return
+    a_leaves, a_spec = pytree.tree_flatten(then_tree)
+    b_leaves, b_spec = pytree.tree_flatten(else_tree)
+    if a_spec != b_spec:
+        return
+    tensors = [v for v in flat if _leaf_meta(v) is not None]
+
+    def operand(v, sub):
+        if not is_symbolic(v) or v._node.op != "placeholder" or v._node.graph is not sub:
+            return None
+        index = sub.inputs.index(v._node)
+        return tensors[index] if index < len(tensors) else None
+    varying = {}
+    for a, b in zip(a_leaves, b_leaves):
+        pa, pb = operand(a, then_g), operand(b, else_g)
+        if pa is not pb:
+            varying.update({id(p): p for p in (pa, pb) if p is not None})
+    if not varying:
+        return
+    from .operators.state_aliases import _roots
+    from .outputs import reachable
+    # (not the caller's arguments: the caller compares nothing while the code runs)
+    if any(id(v) in varying for v in reachable([v for _, v in _roots(arguments=False)])):
+        raise GraphError(f"{where}: a variable is an existing tensor on one path of the "
+                         f"tensor condition and a new one on the other, and the code "
+                         f"compares with 'is': the answer depends on the path taken")
 
 
 def _note_copies(then_tree, else_tree) -> None:

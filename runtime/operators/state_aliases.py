@@ -26,6 +26,8 @@ import contextlib
 import sys
 from typing import Dict, List, Tuple
 
+import torch
+
 from ..errors import GraphError
 from ..outputs import items_of, reachable
 from ..source_info import format_location, user_location
@@ -93,9 +95,10 @@ def check(state, names, kind: str) -> None:
                     alias if alias.startswith("the caller") else repr(alias))
 
 
-def _roots():
+def _roots(arguments: bool = True):
     """(name, value) of the locals of the running converted frames, but for those an
-    ``if``/loop operator called from the frame is threading through its state."""
+    ``if``/loop operator called from the frame is threading through its state; and
+    (``arguments``) the traced function's arguments, which its caller holds."""
     threaded: Dict[int, set] = {}
     frames = []
     frame = sys._getframe(2)
@@ -110,8 +113,9 @@ def _roots():
         frame = frame.f_back
     return [(name, value) for f in frames for name, value in f.f_locals.items()
             if name not in threaded.get(id(f), ()) and  # (not our markers: Undefined, ...)
-            type(value).__module__.split(".")[0] not in ("runtime", "transpiler")] + \
-        list(_ARGUMENTS)
+            (type(value).__module__.split(".")[0] not in ("runtime", "transpiler") or
+             isinstance(value, torch.Tensor))] + \
+        (list(_ARGUMENTS) if arguments else [])
 
 
 def _refuse(kind: str, label: str, alias: str) -> None:

@@ -2824,8 +2824,7 @@ def test_m_warnings_warn_in_tensor_branch():
             assert [str(w.message) for w in wg] == [str(w.message) for w in we]
 
 
-@case((T([1.0]),), (T([-1.0]),),
-      xfail='BUG: y = x; if tensor: y = x * 2; return y is x: on the untaken path eager answers True, the graph False; default and strict, no warning')
+@case((T([1.0]),), (T([-1.0]),))
 def m_identity_is_path_dependent(x):
     y = x
     if x.sum() > 0:

@@ -383,3 +383,56 @@ def test_an_lru_cached_helper_outside_regions_still_converts():
             return x * k
         return x
     converts(f, POS, NEG)
+
+
+# --- 7. ``is`` between tensors whose identity depends on the path ---------------------------
+
+def identity_after_if(x):
+    y = x
+    if x.sum() > 0:
+        y = x * 2
+    return y, y is x
+
+
+def identity_not_after_if_in_else(x):
+    y = x
+    if x.sum() > 0:
+        z = x + 1
+    else:
+        y = x - 1
+        z = x
+    return z, y is not x
+
+
+def identity_through_a_list(x):
+    keep = [x]
+    if x.sum() > 0:
+        x = x * 3
+    return x, keep[0] is x
+
+
+@pytest.mark.parametrize("fn", [identity_after_if, identity_not_after_if_in_else,
+                                identity_through_a_list])
+def test_identity_that_depends_on_the_path_falls_back(fn):
+    falls_back(fn, POS, NEG)
+
+
+def test_is_none_with_a_tensor_kept_on_one_path_still_converts():
+    def f(x, mask=None):
+        if x.sum() > 0:
+            x = x * 2
+        if mask is None:
+            return x + 1
+        return x * mask
+    converts(f, POS, NEG)
+
+
+def test_identity_the_same_on_both_paths_still_converts():
+    def f(x):
+        y = x
+        if x.sum() > 0:
+            z = x * 2
+        else:
+            z = x - 1
+        return z, y is x
+    converts(f, POS, NEG)
