@@ -21,8 +21,14 @@ import operator
 from typing import Any, Dict, List
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from .python_state import fingerprint, user_classes
+
+try:                                    # CPython's dict version tag (PEP 509), as torch
+    from torch._C._dynamo.guards import dict_version as _dict_version   # reads it
+except ImportError:                     # pragma: no cover - another torch / Python
+    _dict_version = None
 
 _INTERNAL = frozenset(torch.nn.Module().__dict__)       # what every Module's __dict__ holds
 HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
@@ -61,23 +67,59 @@ class ModuleState:
         return bool(self.modules)
 
     def check(self):
-        """A function of no arguments: whether every module's state is as now."""
+        """A function of no arguments: whether every module's state is as now.
+
+        Fast path: the version tags of the dicts compared (CPython bumps a dict's tag on
+        every change; torch exposes it as ``dict_version``), one C-level ``map`` for the
+        whole tree. Only when a tag moved (``model.eval()`` sets ``training`` again, a
+        hook was added and removed) is the full identity comparison run; if it still
+        holds, the new tags are kept."""
+        full, dicts, objects = self._full_check()
+        if _dict_version is None:
+            return full
+        # an empty hook dict gets a hook only through a handle, which takes the next id of
+        # torch's global counter: one number stands for all of them
+        dicts = [d for d in dicts if d or id(d) not in self._hook_dicts]
+        tags = [(RemovableHandle.next_id, tuple(map(_dict_version, dicts)))]
+        prints = [(o, fingerprint(o)) for o in objects]
+
+        def check() -> bool:
+            for o, p in prints:
+                if fingerprint(o) != p:
+                    return False
+            now = (RemovableHandle.next_id, tuple(map(_dict_version, dicts)))
+            if now == tags[0]:
+                return True
+            if full():
+                tags[0] = now
+                return True
+            return False
+        return check
+
+    def _full_check(self):
+        """(the identity comparison as one generated expression, the dicts it compares,
+        the plain objects and user classes it fingerprints (once each))."""
         env: Dict[str, Any] = {"_is": operator.is_, "_all": all, "_map": map, "_len": len,
-                               "_tuple": tuple, "_fp": fingerprint}
+                               "_tuple": tuple}
         terms: List[str] = []
+        dicts: List[dict] = []
+        hook_dicts = self._hook_dicts = set()
 
         def same(mapping) -> None:      # same length, same objects in order
             k = len(env)
+            dicts.append(mapping)
             env[f"d{k}"], env[f"v{k}"] = mapping, tuple(mapping.values())
             terms.append(f"_len(d{k}) == {len(mapping)} and "
                          f"_all(_map(_is, d{k}.values(), v{k}))" if mapping else f"not d{k}")
 
         def keys(mapping) -> None:
             k = len(env)
+            dicts.append(mapping)
+            hook_dicts.add(id(mapping))
             env[f"d{k}"], env[f"v{k}"] = mapping, tuple(mapping)
             terms.append(f"_tuple(d{k}) == v{k}" if mapping else f"not d{k}")
 
-        classes = {}
+        objects: Dict[int, Any] = {}        # config objects and user classes, once each
         for m in self.modules:
             attrs = m.__dict__
             same(attrs)
@@ -89,16 +131,17 @@ class ModuleState:
                     keys(attrs[name])
             for name, value in attrs.items():
                 if name not in _INTERNAL and _mutable_holder(value):
-                    k = len(env)
-                    env[f"o{k}"], env[f"p{k}"] = value, fingerprint(value)
-                    terms.append(f"_fp(o{k}) == p{k}")
+                    objects.setdefault(id(value), value)
             for cls in user_classes(type(m)):
-                classes[id(cls)] = cls
-        for cls in classes.values():
-            k = len(env)
-            env[f"o{k}"], env[f"p{k}"] = cls, fingerprint(cls)
-            terms.append(f"_fp(o{k}) == p{k}")
+                objects.setdefault(id(cls), cls)
         for hooks in global_hooks():
             keys(hooks)
         source = "lambda: " + (" and ".join(f"({t})" for t in terms) or "True")
-        return eval(source, env)  # noqa: S307 -- our own text
+        full = eval(source, env)  # noqa: S307 -- our own text
+        if _dict_version is None:
+            prints = [(o, fingerprint(o)) for o in objects.values()]
+            identity = full
+
+            def full() -> bool:
+                return identity() and all(fingerprint(o) == p for o, p in prints)
+        return full, dicts, list(objects.values())

@@ -445,6 +445,46 @@ def test_training_flag_switch_both_cached():
     assert len(g._history) == 2          # one trace per mode, each reused
 
 
+def test_state_touched_but_unchanged_reuses_the_graph():
+    """The module guard's fast path compares dict version tags; a tag that moved with the
+    state still the same (``eval()`` again, an attribute set to the object it held, a hook
+    added and removed) runs the full comparison once and keeps the graph."""
+    torch.manual_seed(0)
+    m = _Stack().eval()
+    g = to_graph(m, strict=True)
+    assert_same(g(POS), m(POS))
+    m.eval()
+    m.scale = m.scale
+    handle = m.layers[0].register_forward_hook(lambda mod, i, o: o * 100)
+    handle.remove()
+    for _ in range(2):
+        assert_same(g(POS), m(POS))
+    assert len(g._history) == 1
+
+
+@pytest.mark.parametrize("change", ["hook", "parameter", "attribute", "delete"])
+def test_change_after_fast_path_warmed(change):
+    """After many cached calls (the fast path's tags settled), each kind of change is
+    still seen: a hook on a module whose hook dict was empty, a parameter replaced, a plain
+    attribute, a submodule deleted and set again."""
+    torch.manual_seed(0)
+    m = _Stack().eval()
+    g = to_graph(m)
+    for _ in range(3):
+        g(POS)
+    if change == "hook":
+        m.layers[0].register_forward_hook(lambda mod, i, o: o * 100)
+    elif change == "parameter":
+        m.layers[0].weight = nn.Parameter(m.layers[0].weight.detach() * -1)
+    elif change == "attribute":
+        m.scale = 10.0
+    else:
+        del m.act
+        m.act = nn.Tanh()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert_same(g(POS), m(POS))
+
 # ---------------------------------------------------------------- hooks with Python effects
 FEATURES = {}
 
