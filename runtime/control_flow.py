@@ -13,6 +13,8 @@ across iterations becomes dynamic.
 """
 from __future__ import annotations
 
+import dis
+import sys
 from typing import Callable
 
 import torch
@@ -120,7 +122,7 @@ def _refuse_path_identity(flat, then_g, then_tree, else_g, else_tree, where: str
     if t: y = x * 2``), that tensor is still reached by another name (``x``) and the
     converted code on the stack compares with ``is``: ``y is x`` depends on the path, and
     the ``cond`` hands back a new tensor on both."""
-    if path_values.allowed():       # (False: converted code on the stack uses ``is``)
+    if not _compares_values():
         return
     a_leaves, a_spec = pytree.tree_flatten(then_tree)
     b_leaves, b_spec = pytree.tree_flatten(else_tree)
@@ -147,6 +149,34 @@ def _refuse_path_identity(flat, then_g, then_tree, else_g, else_tree, where: str
         raise GraphError(f"{where}: a variable is an existing tensor on one path of the "
                          f"tensor condition and a new one on the other, and the code "
                          f"compares with 'is': the answer depends on the path taken")
+
+
+def _compares_values() -> bool:
+    """Whether converted code on the stack compares two values with ``is``: the right
+    operand not a constant, a global or an attribute (``y is None``, ``type(t) is
+    torch.Tensor`` compare with no tensor that a cond could hand back)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.startswith("<tograph generated") and _is_of_values(code):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_IS_OF_VALUES: dict = {}
+_NAMED = ("LOAD_CONST", "LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD")
+
+
+def _is_of_values(code) -> bool:
+    hit = _IS_OF_VALUES.get(code)
+    if hit is None:
+        ins = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "PRECALL")]
+        hit = any(i.opname == "IS_OP" and k > 0 and ins[k - 1].opname not in _NAMED
+                  for k, i in enumerate(ins)) or any(
+            _is_of_values(c) for c in code.co_consts if hasattr(c, "co_code"))
+        _IS_OF_VALUES[code] = hit
+    return hit
 
 
 def _note_copies(then_tree, else_tree) -> None:

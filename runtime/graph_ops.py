@@ -47,6 +47,23 @@ def setitem(x: torch.Tensor, index, value) -> torch.Tensor:
     return x
 
 
+@register
+def full_of_tensor(size, fill_value: torch.Tensor, **kwargs) -> torch.Tensor:
+    """``torch.full(size, t)`` with a 0-d tensor ``t`` as the fill value (eager reads it as
+    a Python number). On meta tensors (shape inference) the result is an empty tensor of
+    the dtype that number would give."""
+    if not fill_value.is_meta:
+        return torch.full(size, fill_value, **kwargs)
+    if kwargs.get("dtype") is None:
+        kind = fill_value.dtype
+        default = torch.get_default_dtype()
+        kwargs["dtype"] = torch.bool if kind == torch.bool else \
+            torch.int64 if not (kind.is_floating_point or kind.is_complex) else \
+            (torch.complex128 if default == torch.float64 else torch.complex64) \
+            if kind.is_complex else default
+    return torch.empty(size, **kwargs)
+
+
 def numel(x: torch.Tensor) -> torch.Tensor:
     """The run-time number of elements of ``x``, as a 0-d int64 tensor."""
     return torch.tensor(x.numel(), dtype=torch.int64)

@@ -345,6 +345,9 @@ def _is_plain(v) -> bool:
 def _kind(v) -> str:
     if getattr(v, "__tograph_undefined__", False):
         return "undefined"
+    described = getattr(type(v), "__tograph_describe__", None)   # (our own values)
+    if described:
+        return described
     meta = _leaf_meta(v)
     if meta is not None:
         return f"a {str(meta)} tensor"

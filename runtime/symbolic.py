@@ -101,6 +101,11 @@ class SymbolicTensor(torch.Tensor):
         return torch.Tensor
 
     def __iter__(self):
+        """Rows of a first dimension of static size (``row, col = edge_index``): its
+        ``unbind(0)``, as eager's iteration gives; a dynamic one needs conversion."""
+        shape = self._node.meta.shape if self._node.meta is not None else ()
+        if shape and isinstance(shape[0], int):
+            return iter(self.unbind(0))
         raise _needs_conversion("iteration")
 
     def as_subclass(self, cls):         # (torch's own skips __torch_function__)
@@ -486,6 +491,8 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
     graph = _target_graph((args, kwargs), leaves)
     location = user_location()
     func = _SUBSTITUTES.get(func, func)
+    if func is torch.full and len(args) == 2 and isinstance(args[1], torch.Tensor):
+        func = graph_ops.full_of_tensor     # a 0-d tensor fill value: read when it runs
     node_args = to_node(graph, tuple(args))
     node_kwargs = to_node(graph, dict(kwargs))
     try:
@@ -496,8 +503,11 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
         # the user's own error only where eager surely runs the op (not in a traced branch
         # or loop body, which eager may skip) and it fails there on real tensors too
         if graph.parent is not None or not fails_eagerly(func, args, kwargs, e):
+            why = "it depends on a tensor's value (a size or number read from a tensor), " \
+                "known only when the graph runs" if "on meta tensors" in str(e) else \
+                f"{type(e).__name__}: {e}"
             error = GraphError(f"{format_location(location)}: {op_name(func)}: the result's "
-                               f"shape could not be inferred ({type(e).__name__}: {e})")
+                               f"shape could not be inferred ({why})")
             error.location = location
             raise error from e
         # the same error eager torch gives on these shapes and dtypes, at the user's line

@@ -48,6 +48,8 @@ def _refuse(what: str) -> GraphError:
 class DeferredText:
     """Text whose fields are known only when the graph runs (see the module docstring)."""
     __slots__ = ("parts",)
+    __tograph_describe__ = ("text made from a tensor's value, known only when the graph "
+                            "runs (a graph can print such text, not carry it as a str)")
 
     def __init__(self, parts):
         self.parts: Tuple = tuple(parts)
@@ -89,6 +91,8 @@ class DeferredText:
         raise _refuse("iterating")
 
     def __getattr__(self, name):
+        if name.startswith("__tograph"):    # the runtime's own marks: it has none
+            raise AttributeError(name)
         raise _refuse(f"str.{name}")
 
 

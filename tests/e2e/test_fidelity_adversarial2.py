@@ -2289,11 +2289,7 @@ def x_pyg_remove_self_loops(edge_index):
 _EDGES = T([[0, 1, 1, 2], [1, 0, 1, 2]])
 _EDGES2 = T([[0, 3, 2], [3, 0, 1]])
 case((_EDGES,), (_EDGES2,), (_EDGES, 5))(x_pyg_add_self_loops)
-case((_EDGES,), (_EDGES2,), convert=True,
-     xfail="REFUSAL: `row, col = edge_index` (unpacking a [2, E] tensor, static first dim) "
-           "is refused in strict mode: 'iteration of a symbolic tensor: its value is only "
-           "known when the graph runs' (the pattern of every torch_geometric util)")(
-    x_pyg_remove_self_loops)
+case((_EDGES,), (_EDGES2,), convert=True)(x_pyg_remove_self_loops)
 
 
 # --- pyg-team/pytorch_geometric, torch_geometric/utils/loop.py (later version)
@@ -2470,11 +2466,7 @@ def _causal_from_ids(input_ids, past):
     return x_make_causal_mask(input_ids.shape, torch.float32, past)
 
 
-case((T([[1, 2, 3]]), 0), (T([[1, 2, 3], [4, 5, 6]]), 2), convert=True,
-     xfail="REFUSAL: torch.full((n, n), torch.tensor(torch.finfo(dtype).min)) (a constant "
-           "0-d tensor as fill value, transformers' OPT/BART causal mask) is refused with an "
-           "internal message: 'full: the result's shape could not be inferred (RuntimeError: "
-           "Tensor.item() cannot be called on meta tensors)'")(_causal_from_ids)
+case((T([[1, 2, 3]]), 0), (T([[1, 2, 3], [4, 5, 6]]), 2), convert=True)(_causal_from_ids)
 
 
 # --- transformers' _expand_mask (as copied in many projects, e.g. the search corpus's

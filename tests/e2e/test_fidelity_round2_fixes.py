@@ -436,3 +436,92 @@ def test_identity_the_same_on_both_paths_still_converts():
             z = x - 1
         return z, y is x
     converts(f, POS, NEG)
+
+
+# --- 8. tensor unpacking along a static first dimension; a 0-d tensor fill value ------------
+
+def unpack_rows(edge_index):
+    row, col = edge_index
+    return edge_index[:, row != col], row * 10 + col
+
+
+def unpack_rows_in_branch(x):
+    a, b, c = x
+    if x.sum() > 0:
+        a = a * b
+    return a + c
+
+
+def list_of_rows(x):
+    return [r.sum() for r in list(x)], tuple(x)[0]
+
+
+def full_of_fill_tensors(x):
+    n = x.shape[-1]
+    lo = torch.full((n, n), torch.tensor(torch.finfo(torch.float32).min))
+    ints = torch.full((2,), torch.tensor(7))
+    flags = torch.full((n,), torch.tensor(True))
+    peak = torch.full((1, n), x.max())
+    return lo + x, ints, flags, peak
+
+
+@pytest.mark.parametrize("fn,inputs", [
+    (unpack_rows, [(T([[0, 1, 1, 2], [1, 0, 1, 2]]),), (T([[0, 3, 2], [3, 0, 1]]),)]),
+    (unpack_rows_in_branch, [(T([1.0, 2.0, 3.0]),), (T([-4.0, 2.0, -3.0]),)]),
+    (list_of_rows, [(T([[1.0, 2.0], [3.0, 4.0]]),), (T([[-1.0, 0.0], [5.0, 6.0]]),)]),
+    (full_of_fill_tensors, [(T([[1.0, 2.0], [3.0, 4.0]]),), (T([[-1.0, -5.0], [0.5, 6.0]]),)]),
+])
+def test_static_rows_and_tensor_fill_values_convert(fn, inputs):
+    converts(fn, *inputs)
+
+
+def test_unpacking_the_wrong_number_of_rows_raises_as_eager():
+    def f(x):
+        a, b = x
+        return a + b
+    for strict in (False, True):
+        with pytest.raises(ValueError):
+            to_graph(f, strict=strict)(T([1.0, 2.0, 3.0]))
+
+
+def test_unpacking_a_dynamic_first_dimension_is_refused():
+    def f(x):
+        n = int((x > 0).sum())
+        a, b = x[:n]
+        return a + b
+    falls_back(f, (T([1.0, 2.0, -1.0]),))
+
+
+# --- 9. refusal messages in user terms ------------------------------------------------------
+
+def percent_text_in_row_loop(x):
+    s = ""
+    for v in x:
+        s = s + "%d," % int(v)
+    return s
+
+
+def str_of_int_in_while(x):
+    s = ""
+    while x.sum() < 10:
+        x = x * 2
+        s = str(int(x.sum()))
+    return x, s
+
+
+def arange_to_a_tensor_value(t):
+    return torch.arange(t.max() + 1, out=t.new())
+
+
+@pytest.mark.parametrize("fn,arg,words", [
+    (percent_text_in_row_loop, T([1, 2]), "text made from a tensor's value"),
+    (str_of_int_in_while, T([1.0, 2.0]), "text made from a tensor's value"),
+    (arange_to_a_tensor_value, T([1, 3]), "depends on a tensor's value"),
+])
+def test_refusals_name_the_line_and_the_reason_in_user_terms(fn, arg, words):
+    with pytest.raises(ConversionError) as info:
+        to_graph(fn, strict=True)(arg.clone())
+    text = str(info.value)
+    assert words in text and "__tograph" not in text and "meta" not in text, text
+    assert f"{__file__}:" in text, text
+    falls_back(fn, (arg,), match=words)
