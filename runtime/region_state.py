@@ -349,7 +349,10 @@ def _list_holder(lst, copy, watch):
 
 def _aliased(lst, owner, name: str) -> bool:
     """Whether the locals of the running converted frames reach ``lst`` other than as
-    ``owner.<name>``."""
+    ``owner.<name>``. A list value (a PathValue of lists, a RepeatValue) is reached too
+    through another PathValue holding its option lists (a cond passing it on makes a new
+    one of the same options: ``with cm: if t: return x, cm.log`` leaves the early
+    return's value holding them when ``__exit__`` appends)."""
     from .outputs import reachable
     roots = []
     frame = sys._getframe(1)
@@ -357,11 +360,29 @@ def _aliased(lst, owner, name: str) -> bool:
         if frame.f_code.co_filename.startswith(_GENERATED):
             roots += list(frame.f_locals.values())
         frame = frame.f_back
+    same = _identities(lst)
     saved = owner.__dict__.pop(name)
     try:
-        return any(v is lst for v in reachable(roots))
+        return any(id(v) in same for v in reachable(roots))
     finally:
         owner.__dict__[name] = saved
+
+
+def _identities(value) -> set:
+    """The ids of the objects that stand for ``value``: itself and, for a list value, the
+    lists (a RepeatValue: the parts) its options are, at every depth."""
+    from .path_values import PathValue, RepeatValue
+    found, stack = set(), [value]
+    while stack:
+        v = stack.pop()
+        if id(v) in found:
+            continue
+        found.add(id(v))
+        if isinstance(v, RepeatValue):
+            found.add(id(v.options))
+        elif isinstance(v, PathValue):
+            stack.extend(o for o in v.options if isinstance(o, (list, PathValue)))
+    return found
 
 
 def regrow(old, new) -> None:
@@ -383,9 +404,14 @@ def regrow(old, new) -> None:
     holders = [(v, k) for v in reachable(roots) if not isinstance(v, (list, dict, set))
                and isinstance(getattr(v, "__dict__", None), dict)
                for k, x in list(v.__dict__.items()) if x is old]
-    if len(holders) != 1 or not _user_class(type(holders[0][0])) or \
-            _aliased(old, *holders[0]) or not allowed():
+    if len(holders) != 1 or not _user_class(type(holders[0][0])) or not allowed():
         old._refuse()
+    if _aliased(old, *holders[0]):      # (an early return's value holding it: eager's
+        raise GraphError(               # sees the append that follows, the graph's not)
+            f"{type(holders[0][0]).__name__}.{holders[0][1]} (a list that tensor-dependent "
+            f"control flow chose) is appended to while another value also holds it (a "
+            f"return inside 'with' or 'try'/'finally' whose __exit__ or finally appends): "
+            f"that value would keep the contents as they were")
     owner, name = holders[0]
     TOUCHED.append((owner, name, old))
     owner.__dict__[name] = new
