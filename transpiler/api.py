@@ -183,16 +183,20 @@ def _flat_key(args):
     """A cheap signature for calls whose arguments are all CPU tensors and Python scalars
     (no containers): None when the full signature is needed."""
     key = ()
-    for a in args:
-        cls = a.__class__
-        if cls is _TENSOR or (cls not in _SCALARS and isinstance(a, torch.Tensor)):
-            if not a.is_cpu:
+    try:
+        for a in args:
+            cls = a.__class__
+            if cls is _TENSOR or (cls not in _SCALARS and isinstance(a, torch.Tensor)):
+                if not a.is_cpu:
+                    return None
+                key += (cls, a.shape, a.dtype, a.requires_grad, (a.stride(),
+                        a.storage_offset()), bool(a.__dict__))     # the layout, as _layout
+            elif cls in _SCALARS:
+                key += (cls, a if cls is not float or a else repr(a))    # -0.0 is not 0.0
+            else:
                 return None
-            key += (cls, a.shape, a.dtype, a.requires_grad, _layout(a), bool(a.__dict__))
-        elif cls in _SCALARS:
-            key += (cls, a if cls is not float or a else repr(a))    # -0.0 is not 0.0
-        else:
-            return None
+    except RuntimeError:            # a layout without strides (sparse): the full signature
+        return None
     return key
 
 
