@@ -480,7 +480,8 @@ def test_unpacking_the_wrong_number_of_rows_raises_as_eager():
         a, b = x
         return a + b
     for strict in (False, True):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FallbackWarning)    # (default mode: eager's)
             to_graph(f, strict=strict)(T([1.0, 2.0, 3.0]))
 
 
