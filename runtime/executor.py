@@ -18,7 +18,7 @@ import torch
 
 from .graph import Graph, Node, iter_nodes, map_structure
 from .meta import TensorMeta
-from .outputs import Again, Existing, Rebuild
+from .outputs import Again, ArgRef, Existing, Rebuild
 from .source_info import format_location
 
 _FILE_IDS = itertools.count(1)
@@ -213,6 +213,8 @@ class _Lowering:
             return f"_obj{value.key}_"
         if isinstance(value, Existing):     # the caller's own object, as itself
             return self.global_for(value.obj, "existing")
+        if isinstance(value, ArgRef):       # replaced by the call's own (resolve_arguments)
+            return self.global_for(value, "argument")
         if isinstance(value, (tuple, list, dict)):
             if isinstance(value, dict):
                 inner = ", ".join(f"{self.expr(k, names)}: {self.structure(v, names)}"

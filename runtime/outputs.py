@@ -26,7 +26,7 @@ import enum
 import functools
 import itertools
 import types
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 import torch
 
@@ -89,16 +89,57 @@ class Existing:
         return f"Existing({type(self.obj).__name__})"
 
 
+class ArgRef:
+    """A list or dict of the result that is one the caller passed in (the trace received a
+    rebuilt copy): the call's own object, found at ``path`` in its ``(args, kwargs)``."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: tuple):
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"ArgRef{self.path}"
+
+
+def resolve_arguments(value, args, kwargs):
+    """``value`` (a call's result) with each ``ArgRef`` replaced by the caller's object;
+    ``template`` puts them only in tuples, lists and dicts of the result's own."""
+    if value.__class__ is ArgRef:
+        found = (args, kwargs)
+        for key in value.path:
+            found = found[key]
+        return found
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return kind(resolve_arguments(v, args, kwargs) for v in value)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return kind(*(resolve_arguments(v, args, kwargs) for v in value))
+    if kind is dict:
+        return {k: resolve_arguments(v, args, kwargs) for k, v in value.items()}
+    return value
+
+
 def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
-             existed: Callable[[Any], bool]):
+             existed: Callable[[Any], bool],
+             argument: Callable[[Any], Optional[tuple]] = lambda v: None):
     """The output structure of the traced result ``out``: ``leaf(v)`` where ``is_leaf(v)``,
-    tuples/lists/dicts walked, objects ``existed`` before the call kept as themselves,
-    other objects as ``Rebuild`` markers."""
+    tuples/lists/dicts walked, a container the caller passed in as an ``ArgRef`` to it
+    (``argument(v)``: its path in the call's arguments), objects ``existed`` before the
+    call kept as themselves, other objects as ``Rebuild`` markers."""
     done: Dict[int, Rebuild] = {}
+    in_object = [0]                  # > 0 while walking an object rebuilt per call
     busy: set = set()
     keep = []                        # the objects ``done``/``firsts`` are keyed by stay alive
     firsts: Dict[int, Any] = {}      # id of a list/dict of the result -> its structure
     shared: Dict[int, int] = {}      # id of a structure the result holds again -> its key
+
+    def inside(values) -> tuple:         # walked as parts of a value made per call
+        in_object[0] += 1
+        try:
+            return tuple(walk(x) for x in values)
+        finally:
+            in_object[0] -= 1
 
     def walk(v):
         if id(v) in firsts:                 # the same list again: ``(lst, lst)``
@@ -112,6 +153,12 @@ def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
         kind = type(v)
         if kind is tuple:
             return tuple([walk(x) for x in v])
+        path = argument(v)
+        if path is not None:                # the caller's own list/dict, returned as itself
+            if in_object[0]:
+                raise GraphError(f"an object the call makes holds a {kind.__name__} the "
+                                 f"caller passed in; it cannot be rebuilt on each call")
+            return ArgRef(path)
         if (kind is list or kind is dict) and existed(v):     # a global list, self.cache
             _check_untraced(v)
             return Existing(v)
@@ -133,11 +180,11 @@ def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
         if isinstance(v, RepeatValue):     # a list grown by a tensor loop: a fresh one
             return Rebuild((walk(v.index),), v.build, next(_KEYS))
         if isinstance(v, PathChoice):      # the container of the path the run took
-            return Rebuild((walk(v.index), walk(v.options[0]), walk(v.options[1])),
-                           _pick_container, next(_KEYS))
+            return Rebuild((walk(v.index),) + inside(v.options[:2]), _pick_container,
+                           next(_KEYS))
         if isinstance(v, PathValue) and any(isinstance(o, PathValue) for o in v.options):
-            return Rebuild((walk(v.index),) + tuple(walk(o) for o in v.options),
-                           _pick_built, next(_KEYS))   # (options rebuilt: lists grown)
+            return Rebuild((walk(v.index),) + inside(v.options), _pick_built,
+                           next(_KEYS))   # (options rebuilt: lists grown)
         if isinstance(v, PathValue):       # the option the run took
             return Rebuild((walk(v.index),), _picker(v.options), next(_KEYS))
         if isinstance(v, _ATOMS) or _is_runtime_marker(v):
@@ -152,12 +199,14 @@ def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
             raise GraphError(f"the result holds a {kind.__name__} object that holds itself; "
                              f"it cannot be rebuilt on each call")
         busy.add(id(v))
+        in_object[0] += 1
         try:
             parts = _parts(v, walk)
         except _Atom:
             return v
         finally:
             busy.discard(id(v))
+            in_object[0] -= 1
         marker = Rebuild(parts, maker(kind, v), next(_KEYS))
         done[id(v)] = marker
         keep.append(v)

@@ -13,6 +13,7 @@ user's ``file:line``; ``strict=True`` raises ``ConversionError`` instead.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import gc
 import inspect
@@ -34,7 +35,7 @@ from runtime.operators import state_aliases
 from runtime.operators.iterables import TensorList
 from runtime.operators.special_values import Undefined, UndefinedReturn
 from runtime.operators.text import DeferredText
-from runtime.outputs import reachable, template
+from runtime.outputs import ArgRef, Rebuild, reachable, resolve_arguments, template
 from runtime.source_info import location_of_traceback, reentered_call_site, register_source_map
 from runtime import views
 from runtime.symbolic import tracing, wrap_node
@@ -265,6 +266,7 @@ class _Traced:
         self.executable = executable
         self.inputs, self.outputs = inputs, outputs    # how ``optimized`` was lowered
         self.fn = executable.fn
+        self.argument_refs = any(isinstance(v, ArgRef) for v in _walk_structure(outputs))
         self.holds = guard.compile_check()
         self.arguments_hold = guard.arguments_check()    # None: no object arguments
 
@@ -390,6 +392,8 @@ class GraphFunction:
             self._fast[fast] = entry
         if isinstance(entry, _Fallback):
             return self._fn(*args, **kwargs)
+        if entry.argument_refs:         # a list/dict the caller passed in, returned
+            return resolve_arguments(entry(flat), args, kwargs)
         return entry(flat)
 
     def _binds(self, args, kwargs) -> bool:
@@ -583,7 +587,7 @@ class GraphFunction:
         graph.mutated_inputs = [(name, views.storage(v).written) for v, name in
                                 zip(sym, names) if isinstance(v, torch.Tensor) and
                                 views.storage(v) is not None and views.storage(v).written]
-        structure = _output_structure(graph, out, existed)
+        structure = _output_structure(graph, out, existed, _argument_paths(sargs, skwargs))
         graph.outputs = map_structure(structure, lambda v: isinstance(v, Unstack),
                                       lambda v: v.node)
         return graph, structure, target
@@ -619,7 +623,44 @@ def _existed(snapshot, args, kwargs):
     return existed
 
 
-def _output_structure(graph, out, existed=lambda obj: False):
+def _walk_structure(value):
+    """The values in an output structure's tuples, lists and dicts (not in rebuilt objects:
+    ``template`` puts no ``ArgRef`` there)."""
+    if isinstance(value, (tuple, list)) and not isinstance(value, Rebuild):
+        for v in value:
+            yield from _walk_structure(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _walk_structure(v)
+    else:
+        yield value
+
+
+_PYTREE_CONTAINERS = (list, dict, collections.OrderedDict, collections.defaultdict,
+                      collections.deque)
+
+
+def _argument_paths(sargs, skwargs) -> Dict[int, tuple]:
+    """The id of each list/dict the trace received in place of one the caller passed (the
+    pytree rebuilt it) -> its path in the call's ``(args, kwargs)``."""
+    paths: Dict[int, tuple] = {}
+
+    def walk(v, path):
+        kind = type(v)
+        if kind in _PYTREE_CONTAINERS:
+            paths[id(v)] = path
+        if kind is tuple or kind is list or kind is collections.deque or \
+                isinstance(v, tuple) and hasattr(v, "_fields"):
+            for i, x in enumerate(v):
+                walk(x, path + (i,))
+        elif kind in _PYTREE_CONTAINERS:
+            for k, x in v.items():
+                walk(x, path + (k,))
+    walk((tuple(sargs), skwargs), ())
+    return paths
+
+
+def _output_structure(graph, out, existed=lambda obj: False, arguments=None):
     """The graph outputs for a traced result: nodes for symbolic tensors, values as is,
     ``Unstack`` markers for lists grown in tensor loops, ``Rebuild`` markers for objects
     made by the call (``runtime.outputs``: a fresh object of the same class on each call)."""
@@ -639,7 +680,9 @@ def _output_structure(graph, out, existed=lambda obj: False):
         with building(graph):
             return to_node(graph, v)
     special = (UndefinedReturn, Undefined, TensorList, torch.Tensor, DeferredText)
-    return template(out, lambda v: isinstance(v, special), leaf, existed)
+    paths = arguments or {}
+    return template(out, lambda v: isinstance(v, special), leaf, existed,
+                    lambda v: paths.get(id(v)))
 
 
 def _param_names(fn) -> List[str]:
