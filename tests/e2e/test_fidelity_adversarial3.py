@@ -1406,6 +1406,188 @@ def s_sorted_values_by_tensor(wrap):
     return [g([T(1.0), T(3.0), T(2.0)]), g([T(9.0), T(3.0), T(2.0)])]
 
 
+def s_contiguous_stride_after_reshape_if(wrap):
+    def f(x):
+        if x.sum() > 0:
+            y = x.t()
+        else:
+            y = x * 1
+        return y.reshape(y.shape[0], -1).contiguous().stride()
+    g = wrap(f)
+    a = torch.arange(6.0).reshape(2, 3)
+    return [g(a), g(-a)]
+
+
+def s_max_key_default(wrap):
+    def f(xs):
+        return max(xs, default=None, key=lambda t: t.item())
+    g = wrap(f)
+    return [g([torch.tensor(1.0), torch.tensor(3.0)]), g([torch.tensor(5.0), torch.tensor(3.0)])]
+
+
+def s_min_key_comprehension(wrap):
+    def f(xs):
+        return min([t + 0 for t in xs], key=lambda t: t.item())
+    g = wrap(f)
+    return [g([torch.tensor(1.0), torch.tensor(3.0)]), g([torch.tensor(5.0), torch.tensor(3.0)])]
+
+
+def s_max_key_tuple(wrap):
+    def f(xs):
+        return max(tuple(xs), key=lambda t: t.item())
+    g = wrap(f)
+    return [g([torch.tensor(1.0), torch.tensor(3.0)]), g([torch.tensor(5.0), torch.tensor(3.0)])]
+
+
+def s_max_key_identity(wrap):
+    def f(xs):
+        m = max(xs, key=lambda t: t.item())
+        return m is xs[0]
+    g = wrap(f)
+    return [g([torch.tensor(1.0), torch.tensor(3.0)]), g([torch.tensor(5.0), torch.tensor(3.0)])]
+
+
+def s_max_no_key(wrap):
+    def f(xs):
+        return max(xs), min(*xs) * 2
+    g = wrap(f)
+    return [g([torch.tensor(1.0), torch.tensor(3.0)]), g([torch.tensor(5.0), torch.tensor(3.0)])]
+
+
+def s_max_range_key(wrap):
+    def f(xs):
+        return max(range(len(xs)), key=lambda i: xs[i].item())
+    g = wrap(f)
+    return [g([torch.tensor(1.0), torch.tensor(3.0)]), g([torch.tensor(5.0), torch.tensor(3.0)])]
+
+
+NS = types.SimpleNamespace
+
+
+def _deep_arg(depth):
+    def scenario(wrap):
+        leaf = NS(scale=2.0)
+        cfg = leaf
+        for _ in range(depth - 1):
+            cfg = NS(nxt=cfg)
+
+        def f(x, cfg):
+            c = cfg
+            for _ in range(depth - 1):
+                c = c.nxt
+            if x.sum() > 0:
+                return x * c.scale
+            return x
+        g = wrap(f)
+        r = [g(T(1.0), cfg)]
+        leaf.scale = 5.0
+        r.append(g(T(1.0), cfg))
+        return r
+    return scenario
+
+
+s_deep_arg_attr_3 = _deep_arg(3)
+s_deep_arg_attr_4 = _deep_arg(4)
+s_deep_arg_attr_5 = _deep_arg(5)
+s_deep_arg_attr_7 = _deep_arg(7)
+
+DEEP = NS(a=NS(b=NS(c=NS(d=NS(e=NS(scale=2.0))))))
+
+
+def s_deep_global_attr_chain(wrap):
+    DEEP.a.b.c.d.e.scale = 2.0
+
+    def f(x):
+        if x.sum() > 0:
+            return x * DEEP.a.b.c.d.e.scale
+        return x
+    g = wrap(f)
+    r = [g(T(1.0))]
+    DEEP.a.b.c.d.e.scale = 5.0
+    r.append(g(T(1.0)))
+    return r
+
+
+def s_deep_arg_attr_chain_literal(wrap):
+    cfg = NS(a=NS(b=NS(c=NS(d=NS(e=NS(scale=2.0))))))
+
+    def f(x, cfg):
+        if x.sum() > 0:
+            return x * cfg.a.b.c.d.e.scale
+        return x
+    g = wrap(f)
+    r = [g(T(1.0), cfg)]
+    cfg.a.b.c.d.e.scale = 5.0
+    r.append(g(T(1.0), cfg))
+    return r
+
+
+def s_deep_nested_lists(wrap):
+    cfgs = [[[[[{"s": 2.0}]]]]]
+
+    def f(x, c):
+        return x * c[0][0][0][0][0]["s"]
+    g = wrap(f)
+    r = [g(T(1.0), cfgs)]
+    cfgs[0][0][0][0][0]["s"] = 7.0
+    r.append(g(T(1.0), cfgs))
+    return r
+
+
+def s_deep_sequential_attr(wrap):
+    class Deep(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = nn.Sequential(nn.Sequential(nn.Sequential(nn.Sequential(
+                nn.Sequential(nn.LeakyReLU(0.1))))))
+
+        def forward(self, x):
+            y = self.m(x)
+            return y * 2 if y.sum() > 0 else y
+    net = Deep()
+    g = wrap(net)
+    r = [g(T(-1.0, 3.0))]
+    net.m[0][0][0][0][0].negative_slope = 0.5
+    r.append(g(T(-1.0, 3.0)))
+    return r
+
+
+def s_property_backed_config(wrap):
+    class Cfg:
+        def __init__(self):
+            self._s = 2.0
+
+        @property
+        def scale(self):
+            return self._s
+    c = Cfg()
+
+    def f(x):
+        return x * c.scale if x.sum() > 0 else x
+    g = wrap(f)
+    r = [g(T(1.0))]
+    c._s = 9.0
+    r.append(g(T(1.0)))
+    return r
+
+
+def s_partial_closure_list(wrap):
+    import functools
+    scale = [2.0]
+
+    def mul(t, k):
+        return t * k * scale[0]
+    p = functools.partial(mul, k=3.0)
+
+    def f(x):
+        return p(x) if x.sum() > 0 else x
+    g = wrap(f)
+    r = [g(T(1.0))]
+    scale[0] = 10.0
+    r.append(g(T(1.0)))
+    return r
+
+
 SCENARIOS = {name[2:]: fn for name, fn in list(globals().items()) if name.startswith("s_")}
 XFAIL = {
     "contiguous_stride_if": "BUG: tensor if whose branches leave different shapes ((3,2) vs (2,3)): "
@@ -1414,6 +1596,25 @@ XFAIL = {
     "strides_of_merged_if": "BUG: same as contiguous_stride_if, with the tensor also returned",
     "max_key_float": "BUG: max(list_of_tensors, key=lambda t: float(t.sum())) returns the whole "
                      "list in the graph; eager returns the largest tensor; default and strict",
+    "contiguous_stride_after_reshape_if": "BUG: y.reshape(y.shape[0], -1).contiguous().stride() "
+                                          "of a path-dependent shape: eager (3, 1) on the else "
+                                          "path, graph (2, 1), default and strict",
+    "deep_arg_attr_5": "BUG: an object argument's attribute read 5 levels deep "
+                       "(cfg.nxt.nxt.nxt.nxt.scale) is not guarded: after setting it to 5.0 eager "
+                       "gives 5., graph keeps 2., default and strict, no warning",
+    "deep_arg_attr_7": "BUG: as deep_arg_attr_5, 7 levels: stale 2. instead of 5.",
+    "deep_arg_attr_chain_literal": "BUG: cfg.a.b.c.d.e.scale changed between calls: eager 5., "
+                                   "graph stale 2., default and strict",
+    "deep_global_attr_chain": "BUG: global DEEP.a.b.c.d.e.scale changed between calls: eager "
+                              "5., graph stale 2., default and strict",
+    "max_key_default": "BUG: max(xs, default=None, key=...) over a list of tensors returns the "
+                       "list; eager the largest tensor; default and strict",
+    "max_key_identity": "BUG: max(xs, key=lambda t: t.item()) is xs[0]: eager True when xs[0] "
+                        "is largest, graph False (max returned the list); default and strict",
+    "max_key_tuple": "BUG: max(tuple(xs), key=...) returns the tuple; eager a tensor; default "
+                     "and strict",
+    "min_key_comprehension": "BUG: min([t + 0 for t in xs], key=...) returns the list; eager a "
+                             "tensor; default and strict",
     "sorted_by_tensor_key": "BUG: max(xs, key=lambda t: t.sum().item()) * 2 returns xs * 2 (a "
                             "list twice as long); eager a tensor; default and strict",
 }
