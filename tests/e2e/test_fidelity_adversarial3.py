@@ -1588,6 +1588,84 @@ def s_partial_closure_list(wrap):
     return r
 
 
+# ---------------------------------------------------------------- numbers carried by a tensor loop
+def _count_steps(body):
+    def scenario(wrap):
+        g = wrap(body)
+        return [g(T(1.0, 1.0)), g(T(20.0, 1.0)), g(T(2.0, 0.5))]
+    return scenario
+
+
+def _range_of_count(x):
+    n = 0
+    while x.sum() < 10:
+        x = x * 2
+        n += 1
+    return range(n)
+
+
+def _slice_of_count(x):
+    n = 0
+    while x.sum() < 10:
+        x = x * 2
+        n += 1
+    return slice(0, n)
+
+
+def _range_then_list(x):
+    n = 0
+    while x.sum() < 10:
+        x = x * 2
+        n += 1
+    r = range(n)
+    return len(r), list(r)
+
+
+def _count_builtins(x):
+    n = 0
+    while x.sum() < 10:
+        x = x * 2
+        n += 1
+    return 1 if n else 0, n or 7, not n, "ab" * n, [0] * n
+
+
+def _count_loop_list(x):
+    n = 0
+    while x.sum() < 10:
+        x = x * 2
+        n += 1
+    out = []
+    for i in range(n):
+        out.append(i)
+    return out
+
+
+def _count_fstring_specs(x):
+    k = 0
+    while x.sum() < 10:
+        x = x * 2
+        k += 1
+    return f"{k:03d}|{k!r}|{k/3:.4f}|{k:>4}"
+
+
+def _count_warn(x):
+    n = 0
+    while x.sum() < 10:
+        x = x * 2
+        n += 1
+    warnings.warn(f"took {n} steps")
+    return x
+
+
+s_range_of_runtime_count = _count_steps(_range_of_count)
+s_slice_of_runtime_count = _count_steps(_slice_of_count)
+s_range_of_runtime_count_then_list = _count_steps(_range_then_list)
+s_count_python_builtins = _count_steps(_count_builtins)
+s_count_drives_python_loop = _count_steps(_count_loop_list)
+s_count_fstring_specs = _count_steps(_count_fstring_specs)
+s_count_in_warning_text = _count_steps(_count_warn)
+
+
 SCENARIOS = {name[2:]: fn for name, fn in list(globals().items()) if name.startswith("s_")}
 XFAIL = {
     "contiguous_stride_if": "BUG: tensor if whose branches leave different shapes ((3,2) vs (2,3)): "
@@ -1615,6 +1693,12 @@ XFAIL = {
                      "and strict",
     "min_key_comprehension": "BUG: min([t + 0 for t in xs], key=...) returns the list; eager a "
                              "tensor; default and strict",
+    "range_of_runtime_count": "BUG: range(n) of a counter a tensor while bumped is returned as "
+                              "a runtime.operators.iterables.SymbolicRange object; eager "
+                              "range(0, 3); default and strict, no warning",
+    "slice_of_runtime_count": "BUG: slice(0, n) of a counter a tensor while bumped is returned "
+                              "holding the trace's symbolic Tensor('get_1'); eager slice(0, 3, "
+                              "None); default and strict, no warning",
     "sorted_by_tensor_key": "BUG: max(xs, key=lambda t: t.sum().item()) * 2 returns xs * 2 (a "
                             "list twice as long); eager a tensor; default and strict",
 }
