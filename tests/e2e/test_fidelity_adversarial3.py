@@ -1666,6 +1666,96 @@ s_count_fstring_specs = _count_steps(_count_fstring_specs)
 s_count_in_warning_text = _count_steps(_count_warn)
 
 
+# ---------------------------------------------------------------- Python values chosen by a tensor if
+def _pv1(x):
+    if x.sum() > 0:
+        r = (x, "pos")
+    else:
+        r = (x, "neg")
+    return r[1] + "!", r
+def _pv2(x):
+    label = "pos" if x.sum() > 0 else "neg"
+    return {label: x}
+def _pv3(x):
+    label = "pos" if x.sum() > 0 else "neg"
+    return label == "pos", label
+def _pv4(x):
+    cls = int if x.sum() > 0 else float
+    return cls
+def _pv5(x):
+    fn = torch.relu if x.sum() > 0 else torch.tanh
+    return fn(x), fn
+def _pv6(x):
+    d = {}
+    if x.sum() > 0:
+        d["a"] = x
+    else:
+        d["b"] = x
+    return list(d.keys()), d
+def _pv7(x):
+    items = []
+    if x.sum() > 0:
+        items = [x, x]
+    return items, bool(items)
+def _pv8(x):
+    out = (x,) if x.sum() > 0 else [x]
+    return type(out).__name__
+def _pv9(x):
+    a = [1, 2]
+    if x.sum() > 0:
+        a = [3]
+    return a, sum(a)
+def _pv10(x):
+    e = None
+    if x.sum() > 0:
+        e = ValueError("pos")
+    return e is None, x
+def _pv11(x):
+    ids = [0]
+    if x.sum() > 0:
+        ids = ids + [1]
+    return x[ids]
+def _pv12(x):
+    dev = x.device if x.sum() > 0 else torch.device("cpu")
+    return str(dev), x.to(dev)
+def _pv13(x):
+    if x.sum() > 0:
+        dt = torch.float64
+    else:
+        dt = torch.float16
+    return x.to(dt), dt
+def _pv14(x):
+    shape = (2,) if x.sum() > 0 else (1, 2)
+    return x.reshape(shape)
+def _pv15(x):
+    k = 2 if x.sum() > 0 else 1
+    return x.repeat(k), torch.zeros(k)
+
+
+def _three_paths(body):
+    def scenario(wrap):
+        g = wrap(body)
+        return [g(T(1.0, 1.0)), g(T(20.0, 1.0)), g(T(-2.0, 0.5))]
+    return scenario
+
+
+s_path_tuple_str = _three_paths(_pv1)
+s_path_dict_key_label = _three_paths(_pv2)
+s_path_label_compare = _three_paths(_pv3)
+s_path_type_chosen = _three_paths(_pv4)
+s_path_function_chosen = _three_paths(_pv5)
+s_path_dict_keys_by_path = _three_paths(_pv6)
+s_path_list_truthiness = _three_paths(_pv7)
+s_path_container_kind_name = _three_paths(_pv8)
+s_path_int_list_sum = _three_paths(_pv9)
+s_path_exception_or_none = _three_paths(_pv10)
+s_path_index_list_by_path = _three_paths(_pv11)
+s_path_device_chosen = _three_paths(_pv12)
+s_path_dtype_chosen = _three_paths(_pv13)
+s_path_shape_chosen = _three_paths(_pv14)
+s_path_repeat_count_chosen = _three_paths(_pv15)
+
+
 SCENARIOS = {name[2:]: fn for name, fn in list(globals().items()) if name.startswith("s_")}
 XFAIL = {
     "contiguous_stride_if": "BUG: tensor if whose branches leave different shapes ((3,2) vs (2,3)): "
