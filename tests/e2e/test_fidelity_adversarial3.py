@@ -1756,6 +1756,159 @@ s_path_shape_chosen = _three_paths(_pv14)
 s_path_repeat_count_chosen = _three_paths(_pv15)
 
 
+# ---------------------------------------------------------------- module trees changed between calls
+def s_mod_sequential_member_replaced(wrap):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1))
+    def f(x):
+        y = net(x)
+        if y.sum() > 0:
+            y = y * 2
+        return y
+    g = wrap(f)
+    r = [g(T(1.0, 2.0)).detach()]
+    net[1] = nn.Sigmoid()
+    r.append(g(T(1.0, 2.0)).detach())
+    net.insert(2, nn.Identity()) if hasattr(net, "insert") else net.append(nn.Identity())
+    r.append(g(T(1.0, 2.0)).detach())
+    return r
+def s_mod_moduledict_grown_and_replaced(wrap):
+    torch.manual_seed(0)
+    d = nn.ModuleDict({"a": nn.Linear(2, 2)})
+    def f(x, key):
+        y = d[key](x)
+        return y if y.sum() > 0 else -y
+    g = wrap(f)
+    r = [g(T(1.0, 2.0), "a").detach()]
+    d["b"] = nn.Linear(2, 2)
+    r.append(g(T(1.0, 2.0), "b").detach())
+    d["a"] = nn.Identity()
+    r.append(g(T(1.0, 2.0), "a").detach())
+    return r
+def s_mod_bias_removed(wrap):
+    torch.manual_seed(0)
+    lin = nn.Linear(2, 2)
+    nn.init.ones_(lin.weight)
+    def f(x):
+        y = lin(x)
+        return y * 2 if y.sum() > 0 else y
+    g = wrap(f)
+    r = [g(T(1.0, 2.0)).detach()]
+    del lin.bias
+    lin.register_parameter("bias", None)
+    r.append(g(T(1.0, 2.0)).detach())
+    return r
+def s_mod_param_data_rebound(wrap):
+    torch.manual_seed(0)
+    lin = nn.Linear(2, 2)
+    def f(x):
+        y = lin(x)
+        return y * 2 if y.sum() > 0 else y
+    g = wrap(f)
+    r = [g(T(1.0, 2.0)).detach()]
+    lin.weight.data = torch.ones(2, 2)
+    r.append(g(T(1.0, 2.0)).detach())
+    lin.weight.data = torch.ones(2, 2).double()
+    lin.bias.data = lin.bias.data.double()
+    try:
+        r.append(g(T(1.0, 2.0)).detach())
+    except Exception as e:
+        r.append(type(e).__name__)
+    return r
+def s_mod_module_dtype_roundtrip(wrap):
+    torch.manual_seed(0)
+    lin = nn.Linear(2, 2)
+    def f(x):
+        y = lin(x)
+        return y * 2 if y.sum() > 0 else y
+    g = wrap(f)
+    r = [g(T(1.0, 2.0))]
+    lin.half().float()
+    r.append(g(T(1.0, 2.0)))
+    lin.to(torch.float64)
+    r.append(g(T(1.0, 2.0).double()))
+    return [t.detach() for t in r]
+def s_mod_global_module_forward_hook(wrap):
+    torch.manual_seed(0)
+    lin = nn.Linear(2, 2)
+    def f(x):
+        y = lin(x)
+        return y * 2 if y.sum() > 0 else y
+    g = wrap(f)
+    r = [g(T(1.0, 2.0)).detach()]
+    h = nn.modules.module.register_module_forward_hook(lambda mod, i, o: o + 100)
+    try:
+        r.append(g(T(1.0, 2.0)).detach())
+    finally:
+        h.remove()
+    r.append(g(T(1.0, 2.0)).detach())
+    return r
+def s_mod_param_grad_hook(wrap):
+    torch.manual_seed(0)
+    lin = nn.Linear(2, 1)
+    def f(x):
+        y = lin(x)
+        return y * 2 if y.sum() > 0 else y
+    g = wrap(f)
+    x = T(1.0, 2.0)
+    r = []
+    lin.weight.register_hook(lambda gr: gr * 0)
+    out = g(x); out.sum().backward(); r.append(lin.weight.grad.clone())
+    return r
+def s_mod_submodule_eval_only(wrap):
+    torch.manual_seed(0)
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+        def forward(self, x):
+            y = self.lin(x)
+            if self.training:
+                y = nn.functional.dropout(y, 0.5)
+            return y.sum() if y.sum() > 0 else y.mean()
+    net = Net()
+    g = wrap(net)
+    torch.manual_seed(1)
+    r = [g(torch.ones(4, 2)).detach()]
+    net.lin.eval()
+    r.append(g(torch.ones(4, 2)).detach())
+    net.eval()
+    r.append(g(torch.ones(4, 2)).detach())
+    return r
+def s_mod_instance_forward_replaced(wrap):
+    torch.manual_seed(0)
+    lin = nn.Linear(2, 2)
+    def f(x):
+        y = lin(x)
+        return y * 2 if y.sum() > 0 else y
+    g = wrap(f)
+    r = [g(T(1.0, 2.0)).detach()]
+    lin.forward = lambda x: x * 0 + 3
+    r.append(g(T(1.0, 2.0)).detach())
+    return r
+def s_mod_modulelist_slice_by_attr(wrap):
+    torch.manual_seed(0)
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(2, 2) for _ in range(3)])
+            self.n_active = 3
+        def forward(self, x):
+            for b in self.blocks[: self.n_active]:
+                x = b(x)
+                if x.norm() > 5:
+                    x = x / x.norm()
+            return x
+    net = Net()
+    g = wrap(net)
+    r = [g(T(1.0, 2.0)).detach()]
+    net.n_active = 1
+    r.append(g(T(1.0, 2.0)).detach())
+    net.blocks[0] = nn.Identity()
+    r.append(g(T(1.0, 2.0)).detach())
+    return r
+
+
 SCENARIOS = {name[2:]: fn for name, fn in list(globals().items()) if name.startswith("s_")}
 XFAIL = {
     "contiguous_stride_if": "BUG: tensor if whose branches leave different shapes ((3,2) vs (2,3)): "
