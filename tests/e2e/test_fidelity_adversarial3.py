@@ -1909,6 +1909,121 @@ def s_mod_modulelist_slice_by_attr(wrap):
     return r
 
 
+# ---------------------------------------------------------------- autograd state, RNG, text
+def _is_leaf_by_path_new_leaf(x):
+    y = torch.zeros(2, requires_grad=True)
+    if x.sum() > 0:
+        y = y * 2
+    return y.is_leaf
+
+
+def _is_leaf_by_path_clone(x):
+    y = x.clone().requires_grad_(True)
+    z = y * 2 if x.sum() > 0 else y
+    return z.is_leaf, z.requires_grad
+
+
+def _grad_fn_by_path(x):
+    y = x.clone().requires_grad_(True)
+    z = y * 2 if x.sum() > 0 else y
+    return z.grad_fn is None
+
+
+def _rng_state_restored_in_if(x):
+    torch.manual_seed(0)
+    a = torch.rand(2)
+    state = torch.get_rng_state()
+    b = torch.rand(2)
+    if x.sum() > 0:
+        torch.set_rng_state(state)
+    c = torch.rand(2)
+    return a, b, c
+
+
+def _detach_grad_fn(x):
+    y = x.detach()
+    if x.sum() > 0:
+        y = y + 1
+    return y, y.grad_fn is None
+
+
+def _out_buffer_by_path(x):
+    y = torch.empty(2)
+    if x.sum() > 0:
+        torch.add(x, 1, out=y)
+    else:
+        torch.mul(x, 2, out=y)
+    return y
+
+
+def _index_write_loop(x):
+    y = x.clone()
+    idx = 0
+    while y.sum() < 10:
+        y[idx % 2] += 3
+        idx += 1
+    return y, idx
+
+
+def _print_mixed(x):
+    print(f"{x}", repr(x.sum()), x.dtype, x.shape, x.sum() > 0, sep=";", end="$\n")
+    return x
+
+
+def _writelines_in_if(x):
+    if x.sum() > 0:
+        sys.stdout.writelines(["a\n", "b\n"])
+    return x
+
+
+def _expanded_strides_if(x):
+    y = x.unsqueeze(0).expand(3, 2)
+    if x.sum() > 0:
+        y = y * 1
+    return y.stride(), y
+
+
+def _no_grad_then_if(x):
+    with torch.no_grad():
+        y = x * 2
+    if x.sum() > 0:
+        y = y + x
+    return y.requires_grad
+
+
+def _randint_in_while(x):
+    while x.sum() < 10:
+        x = x + torch.randint(1, 4, (2,)).float()
+    return x
+
+
+def _three_seeded(body, rg=False):
+    def scenario(wrap):
+        torch.manual_seed(0)
+        g = wrap(body)
+        args = [T(1.0, 1.0), T(20.0, 1.0), T(-2.0, 0.5)]
+        if rg:
+            args = [a.requires_grad_() for a in args]
+        return [g(a) for a in args]
+    return scenario
+
+
+s_is_leaf_by_path_new_leaf = _three_seeded(_is_leaf_by_path_new_leaf)
+s_is_leaf_by_path_clone = _three_seeded(_is_leaf_by_path_clone)
+s_grad_fn_by_path = _three_seeded(_grad_fn_by_path)
+s_rng_state_restored_in_if = _three_seeded(_rng_state_restored_in_if)
+s_detach_grad_fn = _three_seeded(_detach_grad_fn)
+s_detach_grad_fn_requires_grad_arg = _three_seeded(_detach_grad_fn, rg=True)
+s_out_buffer_by_path = _three_seeded(_out_buffer_by_path)
+s_index_write_loop = _three_seeded(_index_write_loop)
+s_print_mixed = _three_seeded(_print_mixed)
+s_writelines_in_if = _three_seeded(_writelines_in_if)
+s_expanded_strides_if = _three_seeded(_expanded_strides_if)
+s_no_grad_then_if = _three_seeded(_no_grad_then_if)
+s_no_grad_then_if_requires_grad_arg = _three_seeded(_no_grad_then_if, rg=True)
+s_randint_in_while = _three_seeded(_randint_in_while)
+
+
 SCENARIOS = {name[2:]: fn for name, fn in list(globals().items()) if name.startswith("s_")}
 XFAIL = {
     "contiguous_stride_if": "BUG: tensor if whose branches leave different shapes ((3,2) vs (2,3)): "
@@ -1942,6 +2057,13 @@ XFAIL = {
     "slice_of_runtime_count": "BUG: slice(0, n) of a counter a tensor while bumped is returned "
                               "holding the trace's symbolic Tensor('get_1'); eager slice(0, 3, "
                               "None); default and strict, no warning",
+    "is_leaf_by_path_new_leaf": "BUG: y = torch.zeros(2, requires_grad=True), y = y * 2 only on "
+                                "one tensor-if path: y.is_leaf eager True on the other path, "
+                                "graph False (requires_grad agrees, so the path check misses "
+                                "is_leaf); default and strict, no warning",
+    "is_leaf_by_path_clone": "BUG: z = y * 2 if x.sum() > 0 else y with y a leaf made in the "
+                             "function: z.is_leaf eager True on the else path, graph False; "
+                             "default and strict",
     "sorted_by_tensor_key": "BUG: max(xs, key=lambda t: t.sum().item()) * 2 returns xs * 2 (a "
                             "list twice as long); eager a tensor; default and strict",
 }
