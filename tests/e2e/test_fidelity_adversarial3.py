@@ -64,6 +64,8 @@ def _same(a, b, path="out"):
         assert len(a) == len(b), f"{path}: len {len(a)} != {len(b)}"
         for i, (x, y) in enumerate(zip(a, b)):
             _same(x, y, f"{path}[{i}]")
+    elif hasattr(b, "__dict__") and type(b).__eq__ is object.__eq__ and not callable(b):
+        _same(vars(a), vars(b), f"{path}.__dict__")
     elif isinstance(b, float):
         assert (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-5 * (1 + abs(b)), f"{path}: {a} != {b}"
     else:
@@ -2024,6 +2026,119 @@ s_no_grad_then_if_requires_grad_arg = _three_seeded(_no_grad_then_if, rg=True)
 s_randint_in_while = _three_seeded(_randint_in_while)
 
 
+# ---------------------------------------------------------------- after return, identity
+class Rec:
+    def __init__(self): self.events = []; self.depth = 0
+    def __enter__(self): self.depth += 1; self.events.append("in"); return self
+    def __exit__(self, *a): self.depth -= 1; self.events.append("out"); return False
+def _x_with_return_obj_after_while(x):
+    r = Rec()
+    with r:
+        while x.sum() < 10:
+            x = x * 2
+        return x, r
+def _x_with_return_depth(x):
+    r = Rec()
+    with r:
+        if x.sum() > 0:
+            return x, r.depth
+    return -x, r.depth
+def _x_finally_appends_returned_events(x):
+    r = Rec()
+    try:
+        with r:
+            if x.sum() > 0:
+                return x, r.events
+            return x + 1, r.events
+    finally:
+        r.events.append("fin")
+def _x_finally_appends_returned_log(x):
+    log = []
+    try:
+        if x.sum() > 0:
+            return log
+        log.append("neg")
+        return log
+    finally:
+        log.append("done")
+def _x_contextmanager_sink(x):
+    @contextlib.contextmanager
+    def scope(tag, sink):
+        sink.append(tag)
+        yield
+        sink.append("/" + tag)
+    sink = []
+    with scope("a", sink):
+        if x.sum() > 0:
+            x = x * 2
+    return x, sink
+def _x_finally_rebinds_dict_value(x):
+    out = {"v": x}
+    try:
+        if x.sum() > 0:
+            return out
+    finally:
+        out["v"] = out["v"] + 100
+    return out
+def _x_finally_bumps_list_after_while(x):
+    n = [0]
+    try:
+        while x.sum() < 10:
+            x = x * 2
+        return x, n
+    finally:
+        n[0] += 1
+def _x_second_with_returns_events(x):
+    r = Rec()
+    with r:
+        pass
+    with r:
+        if x.sum() > 0:
+            return r.events, r.depth
+    return r.events, r.depth
+def _x_alias_by_conditional_expr(x):
+    a = [x]
+    b = a if x.sum() > 0 else list(a)
+    b.append(x * 2)
+    return a, b, a is b
+def _x_is_after_while(x):
+    t = x
+    while t.sum() < 10:
+        t = t * 2
+    return t is x
+
+def _x_alias_by_if_statement(x):
+    a = [x]
+    if x.sum() > 0:
+        b = a
+    else:
+        b = list(a)
+    b.append(x * 2)
+    return a, b, a is b
+
+
+def _x_is_after_for_break(x):
+    t = x
+    for _ in range(5):
+        if t.sum() >= 10:
+            break
+        t = t * 2
+    return t is x
+
+s_with_return_obj_after_while = _three_seeded(_x_with_return_obj_after_while)
+s_with_return_depth = _three_seeded(_x_with_return_depth)
+s_finally_appends_returned_events = _three_seeded(_x_finally_appends_returned_events)
+s_finally_appends_returned_log = _three_seeded(_x_finally_appends_returned_log)
+s_contextmanager_sink = _three_seeded(_x_contextmanager_sink)
+s_finally_rebinds_dict_value = _three_seeded(_x_finally_rebinds_dict_value)
+s_finally_bumps_list_after_while = _three_seeded(_x_finally_bumps_list_after_while)
+s_second_with_returns_events = _three_seeded(_x_second_with_returns_events)
+s_alias_by_conditional_expr = _three_seeded(_x_alias_by_conditional_expr)
+s_is_after_while = _three_seeded(_x_is_after_while)
+s_alias_by_if_statement = _three_seeded(_x_alias_by_if_statement)
+s_is_after_for_break = _three_seeded(_x_is_after_for_break)
+
+
 SCENARIOS = {name[2:]: fn for name, fn in list(globals().items()) if name.startswith("s_")}
 XFAIL = {
     "contiguous_stride_if": "BUG: tensor if whose branches leave different shapes ((3,2) vs (2,3)): "
@@ -2064,6 +2179,13 @@ XFAIL = {
     "is_leaf_by_path_clone": "BUG: z = y * 2 if x.sum() > 0 else y with y a leaf made in the "
                              "function: z.is_leaf eager True on the else path, graph False; "
                              "default and strict",
+    "alias_by_conditional_expr": "BUG: b = a if x.sum() > 0 else list(a); b.append(...): on the "
+                                 "true path eager's a has 2 items and a is b, graph a has 1 and "
+                                 "a is not b; default and strict, no warning",
+    "alias_by_if_statement": "BUG: same aliasing as alias_by_conditional_expr written as an if "
+                             "statement (b = a / b = list(a)); default and strict",
+    "is_after_while": "BUG: t = x; while t.sum() < 10: t = t * 2; return t is x: eager True "
+                      "when the loop runs zero times, graph False; default and strict",
     "sorted_by_tensor_key": "BUG: max(xs, key=lambda t: t.sum().item()) * 2 returns xs * 2 (a "
                             "list twice as long); eager a tensor; default and strict",
 }
