@@ -10,6 +10,7 @@ import contextlib
 import io
 import logging
 import math
+import os
 import sys
 import types
 import warnings
@@ -2139,6 +2140,129 @@ s_alias_by_if_statement = _three_seeded(_x_alias_by_if_statement)
 s_is_after_for_break = _three_seeded(_x_is_after_for_break)
 
 
+# ---------------------------------------------------------------- state read by helpers and the process
+HELPER_SCALE = 2.0
+def helper(t):
+    return t * HELPER_SCALE
+def s_helper_global_changed(wrap):
+    global HELPER_SCALE
+    HELPER_SCALE = 2.0
+    def f(x):
+        return helper(x) if x.sum() > 0 else x
+    g = wrap(f)
+    r = [g(T(1.0))]
+    HELPER_SCALE = 3.0
+    r.append(g(T(1.0)))
+    return r
+def s_warning_filter_changed(wrap):
+    def f(x):
+        if x.sum() > 0:
+            warnings.warn("pos", RuntimeWarning)
+        return x
+    g = wrap(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g(T(1.0))
+    return g(T(1.0))
+def s_stdout_replaced_between_calls(wrap):
+    def f(x):
+        if x.sum() > 0:
+            print("pos", x.sum())
+        return x
+    g = wrap(f)
+    buf = io.StringIO()
+    old = sys.stdout
+    g(T(1.0))
+    sys.stdout = buf
+    try:
+        g(T(2.0))
+    finally:
+        sys.stdout = old
+    return buf.getvalue()
+def s_backends_flag_changed(wrap):
+    def f(x):
+        if torch.backends.cudnn.enabled and x.sum() > 0:
+            return x * 2
+        return x
+    g = wrap(f)
+    r = [g(T(1.0))]
+    old = torch.backends.cudnn.enabled
+    torch.backends.cudnn.enabled = False
+    try:
+        r.append(g(T(1.0)))
+    finally:
+        torch.backends.cudnn.enabled = old
+    return r
+def s_grad_mode_read(wrap):
+    def f(x):
+        if torch.is_grad_enabled() and x.sum() > 0:
+            return x * 2
+        return x
+    g = wrap(f)
+    r = [g(T(1.0))]
+    with torch.no_grad():
+        r.append(g(T(1.0)))
+    return r
+def s_environ_read(wrap):
+    def f(x):
+        if os.environ.get("ADV3_FLAG") == "1" and x.sum() > 0:
+            return x * 2
+        return x
+    g = wrap(f)
+    os.environ.pop("ADV3_FLAG", None)
+    r = [g(T(1.0))]
+    os.environ["ADV3_FLAG"] = "1"
+    try:
+        r.append(g(T(1.0)))
+    finally:
+        os.environ.pop("ADV3_FLAG", None)
+    return r
+def s_default_dtype_read(wrap):
+    def f(x):
+        if torch.get_default_dtype() == torch.float64 and x.sum() > 0:
+            return x * 2
+        return x
+    g = wrap(f)
+    r = [g(T(1.0))]
+    torch.set_default_dtype(torch.float64)
+    try:
+        r.append(g(T(1.0)))
+    finally:
+        torch.set_default_dtype(torch.float32)
+    return r
+def s_embedding_padding_idx_changed(wrap):
+    torch.manual_seed(0)
+    emb = nn.Embedding(5, 2, padding_idx=0)
+    def f(idx):
+        e = emb(idx)
+        return e.sum() if e.sum() > 0 else e.mean()
+    g = wrap(f)
+    r = [g(torch.tensor([1, 2])).detach()]
+    emb.padding_idx = 1
+    r.append(g(torch.tensor([1, 2])).detach())
+    return r
+def s_dict_threshold_boolean_mask(wrap):
+    thr = {"v": 0.5}
+    def f(x):
+        keep = x > thr["v"]
+        return x[keep] if keep.any() else x
+    g = wrap(f)
+    r = [g(T(1.0, 0.2))]
+    thr["v"] = 0.1
+    r.append(g(T(1.0, 0.2)))
+    return r
+def s_warning_once_registry(wrap):
+    def f(x):
+        if x.sum() > 0:
+            warnings.warn("once per location")
+        return x
+    g = wrap(f)
+    with warnings.catch_warnings(record=True) as ws:
+        warnings.simplefilter("default")
+        g(T(1.0)); g(T(1.0)); g(T(-1.0)); g(T(2.0))
+    return [str(w.message) for w in ws if "once" in str(w.message)]
+
+
 SCENARIOS = {name[2:]: fn for name, fn in list(globals().items()) if name.startswith("s_")}
 XFAIL = {
     "contiguous_stride_if": "BUG: tensor if whose branches leave different shapes ((3,2) vs (2,3)): "
@@ -2186,6 +2310,9 @@ XFAIL = {
                              "statement (b = a / b = list(a)); default and strict",
     "is_after_while": "BUG: t = x; while t.sum() < 10: t = t * 2; return t is x: eager True "
                       "when the loop runs zero times, graph False; default and strict",
+    "environ_read": "BUG: os.environ.get('ADV3_FLAG') read in converted code is baked at trace "
+                    "time: after setting it eager gives x * 2, graph x; default and strict, no "
+                    "warning (no guard, no fallback)",
     "sorted_by_tensor_key": "BUG: max(xs, key=lambda t: t.sum().item()) * 2 returns xs * 2 (a "
                             "list twice as long); eager a tensor; default and strict",
 }
