@@ -347,6 +347,17 @@ def _list_holder(lst, copy, watch):
     return holders[0]
 
 
+def _frame_roots() -> list:
+    """The locals of the running converted frames (generated code on the stack)."""
+    roots = []
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_GENERATED):
+            roots += list(frame.f_locals.values())
+        frame = frame.f_back
+    return roots
+
+
 def _aliased(lst, owner, name: str) -> bool:
     """Whether the locals of the running converted frames reach ``lst`` other than as
     ``owner.<name>``. A list value (a PathValue of lists, a RepeatValue) is reached too
@@ -354,12 +365,7 @@ def _aliased(lst, owner, name: str) -> bool:
     one of the same options: ``with cm: if t: return x, cm.log`` leaves the early
     return's value holding them when ``__exit__`` appends)."""
     from .outputs import reachable
-    roots = []
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_filename.startswith(_GENERATED):
-            roots += list(frame.f_locals.values())
-        frame = frame.f_back
+    roots = _frame_roots()
     same = _identities(lst)
     saved = owner.__dict__.pop(name)
     try:
@@ -395,12 +401,7 @@ def regrow(old, new) -> None:
     change is carried like any other (``changes``)."""
     from .outputs import reachable
     from .path_values import allowed
-    roots = []
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_filename.startswith(_GENERATED):
-            roots += list(frame.f_locals.values())
-        frame = frame.f_back
+    roots = _frame_roots()
     holders = [(v, k) for v in reachable(roots) if not isinstance(v, (list, dict, set))
                and isinstance(getattr(v, "__dict__", None), dict)
                for k, x in list(v.__dict__.items()) if x is old]
