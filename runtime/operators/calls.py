@@ -67,20 +67,40 @@ def _user_module_forward(f):
 
 def _max_min(pick_second, args, kwargs):
     """``max``/``min`` of symbolic values, with Python's semantics (returns an operand)."""
-    if len(args) == 1 and not kwargs:
+    if len(args) == 1:
         (items,) = args
-        if is_symbolic(items):
+        if is_symbolic(items) and not kwargs:
             return (items.max() if pick_second is _gt else items.min()) if items.dim() == 1 \
                 else builtins.max(items)   # raises the same error Python would
+        if is_symbolic(items):
+            raise GraphError(f"{format_location(user_location())}: max/min with key= or "
+                             f"default= over a traced tensor's rows")
         items = list(items)
     else:
         items = list(args)
-    key = kwargs.get("key")
+    if kwargs:
+        return _max_min_keyed(pick_second, items, kwargs)
     best = items[0]
     for item in items[1:]:
-        a, b = (key(best), key(item)) if key else (best, item)
-        best = ifexp(pick_second(b, a), lambda item=item: item, lambda best=best: best)
+        best = ifexp(pick_second(item, best), lambda item=item: item, lambda best=best: best)
     return best
+
+
+def _max_min_keyed(pick_second, items, kwargs):
+    """``max``/``min`` with ``key=``/``default=``: Python's own builtin on the real items, so
+    the result is the element itself (``max(xs, key=k) is xs[i]``). A key whose value is
+    traced (``t.item()``, ``float(t.sum())``) would choose the element when the graph runs,
+    which a graph cannot do with identity kept: fall back."""
+    key = kwargs.get("key")
+    keys = [key(item) for item in items] if key is not None else items
+    if contains_symbolic(keys):
+        raise GraphError(f"{format_location(user_location())}: max/min picks an element by a "
+                         f"tensor-valued key; the choice is made when the graph runs, and the "
+                         f"element's identity cannot be kept")
+    pick = builtins.max if pick_second is _gt else builtins.min
+    if not items:
+        return pick([], **kwargs)       # the default, or Python's own error
+    return items[pick(range(len(items)), key=keys.__getitem__)]
 
 
 def _gt(b, a):

@@ -2341,8 +2341,6 @@ XFAIL = {
                             "y.contiguous().stride() is baked from one branch; eager (3, 1) on the "
                             "else path, graph (2, 1), default and strict, no FallbackWarning",
     "strides_of_merged_if": "BUG: same as contiguous_stride_if, with the tensor also returned",
-    "max_key_float": "BUG: max(list_of_tensors, key=lambda t: float(t.sum())) returns the whole "
-                     "list in the graph; eager returns the largest tensor; default and strict",
     "contiguous_stride_after_reshape_if": "BUG: y.reshape(y.shape[0], -1).contiguous().stride() "
                                           "of a path-dependent shape: eager (3, 1) on the else "
                                           "path, graph (2, 1), default and strict",
@@ -2354,14 +2352,6 @@ XFAIL = {
                                    "graph stale 2., default and strict",
     "deep_global_attr_chain": "BUG: global DEEP.a.b.c.d.e.scale changed between calls: eager "
                               "5., graph stale 2., default and strict",
-    "max_key_default": "BUG: max(xs, default=None, key=...) over a list of tensors returns the "
-                       "list; eager the largest tensor; default and strict",
-    "max_key_identity": "BUG: max(xs, key=lambda t: t.item()) is xs[0]: eager True when xs[0] "
-                        "is largest, graph False (max returned the list); default and strict",
-    "max_key_tuple": "BUG: max(tuple(xs), key=...) returns the tuple; eager a tensor; default "
-                     "and strict",
-    "min_key_comprehension": "BUG: min([t + 0 for t in xs], key=...) returns the list; eager a "
-                             "tensor; default and strict",
     "range_of_runtime_count": "BUG: range(n) of a counter a tensor while bumped is returned as "
                               "a runtime.operators.iterables.SymbolicRange object; eager "
                               "range(0, 3); default and strict, no warning",
@@ -2385,8 +2375,6 @@ XFAIL = {
     "environ_read": "BUG: os.environ.get('ADV3_FLAG') read in converted code is baked at trace "
                     "time: after setting it eager gives x * 2, graph x; default and strict, no "
                     "warning (no guard, no fallback)",
-    "sorted_by_tensor_key": "BUG: max(xs, key=lambda t: t.sum().item()) * 2 returns xs * 2 (a "
-                            "list twice as long); eager a tensor; default and strict",
 }
 
 
