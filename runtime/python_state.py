@@ -51,9 +51,10 @@ def _tensor_class(cls) -> bool:
 
 
 class _Walk:
-    __slots__ = ("budget", "active", "carried", "containers", "classes")
+    __slots__ = ("budget", "active", "carried", "containers", "classes", "deep")
 
     def __init__(self, carried: Set[int], containers: Optional[list]):
+        self.deep: Optional[list] = None      # objects past the depth, when asked for
         self.classes: Dict[int, Any] = {}     # id(class) -> its attributes' fingerprint
         self.budget = BUDGET
         self.active: Set[int] = set()
@@ -67,6 +68,14 @@ def fingerprint(value, depth: int = DEPTH, carried: Set[int] = frozenset(),
     the caller carries itself (their attributes holding numbers and tensors are skipped).
     ``containers``: a list to receive (container, shallow copy) of each one walked."""
     return _fp(value, depth, _Walk(carried, containers))
+
+
+def guard_print(value) -> tuple:
+    """``(fingerprint(value), the objects it did not look into for depth)``: a guard
+    built on it cannot see a change past ``DEPTH`` (``cfg.a.b.c.d.e.scale``)."""
+    walk = _Walk(frozenset(), None)
+    walk.deep = []
+    return _fp(value, DEPTH, walk), walk.deep
 
 
 _ATOM, _FLOAT, _IDENTITY, _WALK = range(4)
@@ -100,6 +109,8 @@ def _fp(v, depth: int, walk: _Walk):
     key = id(v)
     walk.budget -= 1
     if depth <= 0 or walk.budget <= 0 or key in walk.active:
+        if depth <= 0 and walk.deep is not None and key not in walk.active:
+            walk.deep.append(v)
         return ("id", key)
     walk.active.add(key)
     try:

@@ -24,7 +24,9 @@ import types
 from typing import Any, List, Tuple
 
 from runtime.builtin_state import state_of
-from runtime.python_state import difference, fingerprint, is_tensor, restore, user_classes
+from runtime.errors import GraphError
+from runtime.python_state import (DEPTH, difference, fingerprint, guard_print, is_tensor,
+                                  restore, user_classes)
 from runtime.source_info import _is_library
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None))
@@ -68,6 +70,17 @@ def _copy(obj):
     if isinstance(attrs, dict):
         return dict(attrs)
     return None
+
+
+def _guard_print(label: str, value):
+    """The fingerprint a guard compares; GraphError where it cannot look deep enough to see
+    what the trace may have read (the call falls back rather than risk a stale graph)."""
+    found, deep = guard_print(value)
+    if deep:
+        raise GraphError(f"{label} ({type(value).__name__}) holds objects nested deeper than "
+                         f"{DEPTH} levels (a {type(deep[0]).__name__}): a change there between "
+                         f"calls could not be seen")
+    return found
 
 
 class Snapshot:
@@ -153,7 +166,7 @@ class Snapshot:
         guarded to the same depth (their binding is checked one level deep already);
         a Module among them keeps the one-level check (a deep one per call costs too
         much for a model)."""
-        self._arguments = [(i, fingerprint(v)) for i, v in enumerate(flat)
+        self._arguments = [(i, _guard_print(f"argument #{i}", v)) for i, v in enumerate(flat)
                            if not _is_value(v)]
         held = [value for _, _, value in self._globals] + \
             [value for _, _, value in self._cells]
@@ -165,7 +178,7 @@ class Snapshot:
         for value in held:
             if id(value) not in seen and _plain_holder(value):
                 seen.add(id(value))
-                self._held.append((value, fingerprint(value)))
+                self._held.append((value, _guard_print("a value the function reads", value)))
         names = tuple(sorted(self._names))
         for value in [value for _, _, value in self._globals] + \
                 [value for _, _, value in self._cells]:
@@ -179,6 +192,9 @@ class Snapshot:
         if "backends" in self._names:       # ``if torch.backends.mkldnn.enabled:``
             from runtime.trace_reads import backend_flags_check
             self._checks.append(backend_flags_check())
+        if self._names & {"environ", "getenv", "environb"}:     # ``os.environ.get("FLAG")``
+            from runtime.trace_reads import environment_check
+            self._checks.append(environment_check())
 
     def _watch_modules(self, candidates) -> None:
         """Guard the state of the ``nn.Module`` trees among ``candidates``."""

@@ -2337,41 +2337,11 @@ s_count_range_from_count = _three_seeded(_z_range_from_count)
 
 SCENARIOS = {name[2:]: fn for name, fn in list(globals().items()) if name.startswith("s_")}
 XFAIL = {
-    "contiguous_stride_if": "BUG: tensor if whose branches leave different shapes ((3,2) vs (2,3)): "
-                            "y.contiguous().stride() is baked from one branch; eager (3, 1) on the "
-                            "else path, graph (2, 1), default and strict, no FallbackWarning",
-    "strides_of_merged_if": "BUG: same as contiguous_stride_if, with the tensor also returned",
-    "contiguous_stride_after_reshape_if": "BUG: y.reshape(y.shape[0], -1).contiguous().stride() "
-                                          "of a path-dependent shape: eager (3, 1) on the else "
-                                          "path, graph (2, 1), default and strict",
-    "deep_arg_attr_5": "BUG: an object argument's attribute read 5 levels deep "
-                       "(cfg.nxt.nxt.nxt.nxt.scale) is not guarded: after setting it to 5.0 eager "
-                       "gives 5., graph keeps 2., default and strict, no warning",
-    "deep_arg_attr_7": "BUG: as deep_arg_attr_5, 7 levels: stale 2. instead of 5.",
-    "deep_arg_attr_chain_literal": "BUG: cfg.a.b.c.d.e.scale changed between calls: eager 5., "
-                                   "graph stale 2., default and strict",
-    "deep_global_attr_chain": "BUG: global DEEP.a.b.c.d.e.scale changed between calls: eager "
-                              "5., graph stale 2., default and strict",
-    "range_of_runtime_count": "BUG: range(n) of a counter a tensor while bumped is returned as "
-                              "a runtime.operators.iterables.SymbolicRange object; eager "
-                              "range(0, 3); default and strict, no warning",
-    "slice_of_runtime_count": "BUG: slice(0, n) of a counter a tensor while bumped is returned "
-                              "holding the trace's symbolic Tensor('get_1'); eager slice(0, 3, "
-                              "None); default and strict, no warning",
-    "is_leaf_by_path_new_leaf": "BUG: y = torch.zeros(2, requires_grad=True), y = y * 2 only on "
-                                "one tensor-if path: y.is_leaf eager True on the other path, "
-                                "graph False (requires_grad agrees, so the path check misses "
-                                "is_leaf); default and strict, no warning",
-    "is_leaf_by_path_clone": "BUG: z = y * 2 if x.sum() > 0 else y with y a leaf made in the "
-                             "function: z.is_leaf eager True on the else path, graph False; "
-                             "default and strict",
     "alias_by_conditional_expr": "BUG: b = a if x.sum() > 0 else list(a); b.append(...): on the "
                                  "true path eager's a has 2 items and a is b, graph a has 1 and "
                                  "a is not b; default and strict, no warning",
     "alias_by_if_statement": "BUG: same aliasing as alias_by_conditional_expr written as an if "
                              "statement (b = a / b = list(a)); default and strict",
-    "is_after_while": "BUG: t = x; while t.sum() < 10: t = t * 2; return t is x: eager True "
-                      "when the loop runs zero times, graph False; default and strict",
     "environ_read": "BUG: os.environ.get('ADV3_FLAG') read in converted code is baked at trace "
                     "time: after setting it eager gives x * 2, graph x; default and strict, no "
                     "warning (no guard, no fallback)",

@@ -585,3 +585,49 @@ def test_retrace_warning_names_read_state():
             Scale.SCALE = float(k)
             assert_same(g(POS), fn(POS))
     Scale.SCALE = 2.0
+
+
+# ---------------------------------------------------------------- deeper than the guard looks
+class _Link:
+    pass
+
+
+def _chain(depth, scale):
+    root = cur = _Link()
+    for _ in range(depth):
+        cur.a = _Link()
+        cur = cur.a
+    cur.scale = scale
+    return root
+
+
+def _read_chain(x, cfg):
+    c = cfg
+    while hasattr(c, "a"):
+        c = c.a
+    return x * c.scale
+
+
+def _set_chain(cfg, scale):
+    while hasattr(cfg, "a"):
+        cfg = cfg.a
+    cfg.scale = scale
+
+
+@pytest.mark.parametrize("depth", [2, 6])
+def test_argument_deeper_than_the_guard(depth):
+    """Within the guard's depth a change retraces; past it the call falls back (strict:
+    ConversionError) instead of reusing a graph whose read it could not watch."""
+    cfg = _chain(depth, 2.0)
+    g = to_graph(_read_chain)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert torch.equal(g(POS, cfg), POS * 2.0)
+        _set_chain(cfg, 5.0)
+        assert torch.equal(g(POS, cfg), POS * 5.0)
+    fell_back = [m for m in w if issubclass(m.category, FallbackWarning)]
+    assert bool(fell_back) == (depth > 4), [str(m.message) for m in w]
+    if depth > 4:
+        assert "nested deeper than" in str(fell_back[0].message)
+        with pytest.raises(ConversionError, match="nested deeper than"):
+            to_graph(_read_chain, strict=True)(POS, cfg)
