@@ -108,6 +108,7 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
                 grad_of(v) for v in (a, b) if not isinstance(v, Fill))
             mark(leaf, merged_kind(kind_of(v) for v in (a, b) if not isinstance(v, Fill)))
             tensor_state.merge_layouts(leaf, [v for v in (a, b) if not isinstance(v, Fill)])
+            tensor_state.merge_leaves(leaf, [v for v in (a, b) if not isinstance(v, Fill)])
     result = pytree.tree_unflatten(path_values.wrap(leaves, chosen), then_spec)
     if carried:
         result, values, indices = result
@@ -122,7 +123,7 @@ def _refuse_path_identity(flat, then_g, then_tree, else_g, else_tree, where: str
     if t: y = x * 2``), that tensor is still reached by another name (``x``) and the
     converted code on the stack compares with ``is``: ``y is x`` depends on the path, and
     the ``cond`` hands back a new tensor on both."""
-    if not _compares_values():
+    if not compares_values():
         return
     a_leaves, a_spec = pytree.tree_flatten(then_tree)
     b_leaves, b_spec = pytree.tree_flatten(else_tree)
@@ -140,22 +141,30 @@ def _refuse_path_identity(flat, then_g, then_tree, else_g, else_tree, where: str
         pa, pb = operand(a, then_g), operand(b, else_g)
         if pa is not pb:
             varying.update({id(p): p for p in (pa, pb) if p is not None})
+    refuse_reached(varying, where, "on one path of the tensor condition")
+
+
+def refuse_reached(varying: dict, where: str, which: str) -> None:
+    """GraphError where one of ``varying`` (id -> tensor: a region's result is that very
+    tensor ``which``, a new one otherwise) is still reached by a local of the converted
+    frames on the stack: ``y is x`` would depend on the path the run takes. Called only
+    when the converted code compares values with ``is`` (``compares_values``)."""
     if not varying:
         return
     from .operators.state_aliases import _roots
     from .outputs import reachable
     # (not the caller's arguments: the caller compares nothing while the code runs)
     if any(id(v) in varying for v in reachable([v for _, v in _roots(arguments=False)])):
-        raise GraphError(f"{where}: a variable is an existing tensor on one path of the "
-                         f"tensor condition and a new one on the other, and the code "
-                         f"compares with 'is': the answer depends on the path taken")
+        raise GraphError(f"{where}: a variable is an existing tensor {which} and a new one "
+                         f"otherwise, and the code compares with 'is': the answer depends "
+                         f"on the path taken")
 
 
-def _compares_values() -> bool:
+def compares_values() -> bool:
     """Whether converted code on the stack compares two values with ``is``: the right
     operand not a constant, a global or an attribute (``y is None``, ``type(t) is
     torch.Tensor`` compare with no tensor that a cond could hand back)."""
-    frame = sys._getframe(2)
+    frame = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         if code.co_filename.startswith("<tograph generated") and _is_of_values(code):

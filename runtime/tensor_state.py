@@ -11,10 +11,14 @@ question about its state is either answered exactly at trace time or refused wit
   ones do. A ``cond`` output whose branches leave different layouts, and a ``while``
   variable whose layout changes across iterations, have a layout known only at run time:
   it is marked (``LAYOUT_VARIES`` in the node's attrs, passed on to everything computed
-  from it) and layout questions about it are refused.
+  from it) and layout questions about it are refused. So are they about a value whose
+  shape is not static (dims known only at run time, or differing by path: even
+  ``contiguous()`` strides follow the run-time sizes).
 - **Autograd state** (``is_leaf``, ``grad_fn``, ``grad``): answered when exact from the
   value's ``requires_grad`` flag (``grad_flags``); refused for an argument that requires
-  grad (its graph history is the caller's) and where the flag depends on the path.
+  grad (its graph history is the caller's), where the flag depends on the path, and for
+  a cond/while output that requires grad and is a leaf on one path only (``IS_LEAF``:
+  ``y if t else y * 2``; zero loop iterations hand back the initial value).
 - **Identity, version and storage** (``_version``, ``_base``, ``data_ptr``,
   ``untyped_storage``, ``is_shared``, ``is_inference``, ...), **autograd calls**
   (``backward``, ``torch.autograd.grad``, hooks) and **Python attributes set on a traced
@@ -109,6 +113,9 @@ def answer(func, t, args, kwargs):
         if node.attrs.get(LAYOUT_VARIES):
             raise refusal(f"{func.__name__}()", "its layout (strides, contiguity, offset) "
                           "depends on the path taken at run time")
+        if node.meta is None or not node.meta.is_static:
+            raise refusal(f"{func.__name__}()", "its shape, and so its layout, is known "
+                          "only at run time")
         with torch._C.DisableTorchFunction():
             return func(*args, **kwargs)
     return _autograd_answer(func, t)
@@ -129,12 +136,50 @@ def _autograd_answer(func, t):
                       "run time")
     if not flag:
         return True if name == "is_leaf" else None
-    made_leaf = node.op == "requires_grad_" or node.kwargs.get("requires_grad") is True
+    made_leaf = _made_leaf(node)
+    if made_leaf is None:
+        raise refusal(f".{name}", "whether it is a leaf depends on the path taken at run "
+                      "time")
     if name == "is_leaf":
         return made_leaf
     if name == "grad_fn" and not made_leaf:
         raise refusal(".grad_fn", "its autograd node exists only when the graph runs")
     return None
+
+
+IS_LEAF = "is_leaf"      # node.attrs key of a cond/while output: True, False, None (varies)
+
+
+def _made_leaf(node) -> Optional[bool]:
+    """Whether a value that requires grad is a leaf: one made so in the function
+    (``requires_grad_()``, ``requires_grad=True``), not an op's result; for a cond/while
+    output, what its paths agree on (``IS_LEAF``), None where they do not or it is not
+    known (a region's operand stands for a value of the enclosing graph)."""
+    if IS_LEAF in node.attrs:
+        return node.attrs[IS_LEAF]
+    if node.op == "placeholder":
+        return None
+    return node.op == "requires_grad_" or node.kwargs.get("requires_grad") is True
+
+
+def leaf_of(v) -> Optional[bool]:
+    """Whether the tensor ``v`` (traced or real) is an autograd leaf; None when only the
+    run knows."""
+    node = getattr(v, "_node", None)
+    if node is None:
+        with torch._C.DisableTorchFunction():
+            return v.is_leaf
+    flag = grad_flags.grad_of(v)
+    if flag is None:
+        return None
+    return True if not flag else _made_leaf(node)
+
+
+def merge_leaves(leaf, values) -> None:
+    """``leaf`` (a cond or while output) is one of ``values`` (its paths' values): it is
+    a leaf where they all are, not one where none is; else only the run knows."""
+    answers = {leaf_of(v) for v in values if isinstance(v, torch.Tensor)}
+    leaf._node.attrs[IS_LEAF] = answers.pop() if len(answers) == 1 else None
 
 
 def note_layout(node, inputs) -> None:

@@ -175,6 +175,7 @@ def _staged_while(cond_fn, body, state: tuple, names, location, graph, locations
     test = test_leaves[0]
     if is_symbolic(test):
         _check_pred(test, where)
+    _refuse_zero_iteration_identity(flat, slots, out, body_g, where)
     dtypes = [None if s.meta is None else s.meta.dtype for s in slots]
     with building(body_g):
         out = [v if s.options is None else loop_options.index_of(v, s.options)
@@ -206,15 +207,40 @@ def _staged_while(cond_fn, body, state: tuple, names, location, graph, locations
     leaves = [v if s.options is None else loop_options.chosen(v, s.options)
               for v, s in zip(leaves, slots)]
     views.follow(leaves, flat, out)     # (zero iterations: the values flowing in)
-    for leaf, slot in zip(leaves, slots):
+    for leaf, slot, first, last in zip(leaves, slots, flat, out):
         if is_symbolic(leaf):
             leaf._node.attrs[grad_flags.KEY] = slot.grad
+            if slot.grad is not False:  # (zero iterations hand back the initial value)
+                tensor_state.merge_leaves(leaf, [v for v in (first, last)
+                                                 if not isinstance(v, Fill)])
             mark(leaf, slot.kind)
             if slot.varies:
                 leaf._node.attrs[tensor_state.LAYOUT_VARIES] = True
     return pytree.tree_unflatten(leaves, spec)
 
 
+
+
+def _refuse_zero_iteration_identity(flat, slots, out, body_g, where: str) -> None:
+    """A loop variable the body rebinds is the initial tensor itself when no iteration
+    runs (``t = x; while ...: t = t * 2``) and a new one otherwise: where converted code
+    compares with ``is`` and another local still reaches that tensor, refused (as a
+    cond's result that is an operand on one path only, ``control_flow``)."""
+    from .control_flow import compares_values, refuse_reached
+    if not compares_values():
+        return
+    tensors = [i for i, s in enumerate(slots) if s.meta is not None]
+    varying = {}
+    for j, i in enumerate(tensors):
+        first, last = flat[i], out[i]
+        if not isinstance(first, torch.Tensor):
+            continue
+        node = getattr(last, "_node", None)
+        kept = node is not None and node.op == "placeholder" and node.graph is body_g and \
+            body_g.inputs.index(node) == j
+        if not kept:
+            varying[id(first)] = first
+    refuse_reached(varying, where, "when the loop runs no iteration")
 
 
 def _slots_for(state, known: dict):
