@@ -34,6 +34,8 @@ from .builtin_state import slot_names
 from .errors import GraphError
 from .graph import map_structure, same_tuple
 from .path_values import PathChoice, PathValue, RepeatValue
+from .introspection import python_class
+from .source_info import format_location, user_location
 from .symbolic import is_symbolic
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None), range, slice, torch.dtype,
@@ -127,6 +129,7 @@ def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
     tuples/lists/dicts walked, a container the caller passed in as an ``ArgRef`` to it
     (``argument(v)``: its path in the call's arguments), objects ``existed`` before the
     call kept as themselves, other objects as ``Rebuild`` markers."""
+    from .operators.iterables import SymbolicRange     # (operators import this module)
     done: Dict[int, Rebuild] = {}
     in_object = [0]                  # > 0 while walking an object rebuilt per call
     busy: set = set()
@@ -187,6 +190,16 @@ def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
                            next(_KEYS))   # (options rebuilt: lists grown)
         if isinstance(v, PathValue):       # the option the run took
             return Rebuild((walk(v.index),), _picker(v.options), next(_KEYS))
+        if isinstance(v, SymbolicRange) or (isinstance(v, slice) and _holds_traced(
+                (v.start, v.stop, v.step))):     # ``range(n)``/``slice(0, n)`` of a run-time n
+            bounds = (v.start, v.stop, v.step)
+            return Rebuild(tuple(walk(b) for b in bounds),
+                           _bounds_maker(type(v) if isinstance(v, slice) else range, bounds),
+                           next(_KEYS))
+        if _is_runtime_marker(v) and not isinstance(v, _OUTPUT_MARKERS):
+            raise GraphError(f"the result holds a {kind.__name__}, an object of the "
+                             f"tracing machinery standing for a value known only when the "
+                             f"graph runs; it cannot be returned")
         if isinstance(v, _ATOMS) or _is_runtime_marker(v):
             return v
         if id(v) in done:
@@ -240,11 +253,28 @@ def _itself(value):
     return value
 
 
+def _bounds_maker(kind, bounds) -> Callable:
+    """``make`` for a range/slice whose bounds are traced: each bound back as the Python
+    number it stood for (a range's always ints), so the caller gets a plain range/slice."""
+    where = format_location(user_location())
+    classes = tuple(int if kind is range else
+                    python_class(b._node.attrs, where) if is_symbolic(b) else None
+                    for b in bounds)
+
+    def make(*values):
+        return kind(*(c(x) if c in (int, float, bool) and isinstance(x, torch.Tensor) else x
+                      for c, x in zip(classes, values)))
+    return make
+
+
 def _key(k):
     if is_symbolic(k) or isinstance(k, torch.Tensor):
         raise GraphError("the result is a dict keyed by a tensor, which a graph cannot "
                          "rebuild on each call")
     return k
+
+
+_OUTPUT_MARKERS = (Rebuild, Again, Existing, ArgRef)
 
 
 def _is_runtime_marker(v) -> bool:
