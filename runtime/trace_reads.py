@@ -21,7 +21,8 @@ computed from (``grad_flags``); when a trace asks it, the flag of every real ten
 graph holds is guarded too (``note_traced_grad``).
 
 ``backend_flags``: the ``torch.backends`` flags (mkldnn, cudnn, opt_einsum, TF32), which
-code names as module attributes, guarded where the traced code names ``backends``.
+code names as module attributes, guarded where the traced code names ``backends``;
+``environment_check``: ``os.environ``, guarded where it names ``environ``/``getenv``.
 
 Module state: ``_LOGS``, a stack of the records of the traces running (one per
 ``symbolic.tracing``; traces run on one thread).
@@ -29,6 +30,7 @@ Module state: ``_LOGS``, a stack of the records of the traces running (one per
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, List
 
 import torch
@@ -204,3 +206,11 @@ def backend_flags_check():
     """A function of no arguments: whether ``backend_flags()`` are as now."""
     flags = backend_flags()
     return lambda: backend_flags() == flags
+
+
+# ---------------------------------------------------------------- os.environ
+def environment_check():
+    """A function of no arguments: whether the process environment (``os.environ``, which
+    code that names ``environ``/``getenv`` may read) is as now."""
+    now = dict(os.environ)
+    return lambda: dict(os.environ) == now

@@ -2342,9 +2342,6 @@ XFAIL = {
                                  "a is not b; default and strict, no warning",
     "alias_by_if_statement": "BUG: same aliasing as alias_by_conditional_expr written as an if "
                              "statement (b = a / b = list(a)); default and strict",
-    "environ_read": "BUG: os.environ.get('ADV3_FLAG') read in converted code is baked at trace "
-                    "time: after setting it eager gives x * 2, graph x; default and strict, no "
-                    "warning (no guard, no fallback)",
 }
 
 
