@@ -25,6 +25,7 @@ is shared by the runtime's region operators and the front door's guards.
 """
 from __future__ import annotations
 
+import dataclasses
 import dis
 import functools
 import inspect
@@ -51,10 +52,11 @@ def _tensor_class(cls) -> bool:
 
 
 class _Walk:
-    __slots__ = ("budget", "active", "carried", "containers", "classes", "deep")
+    __slots__ = ("budget", "active", "carried", "containers", "classes", "deep", "library")
 
     def __init__(self, carried: Set[int], containers: Optional[list]):
         self.deep: Optional[list] = None      # objects past the depth, when asked for
+        self.library = 0                      # > 0 inside a library's object (guard_print)
         self.classes: Dict[int, Any] = {}     # id(class) -> its attributes' fingerprint
         self.budget = BUDGET
         self.active: Set[int] = set()
@@ -71,8 +73,9 @@ def fingerprint(value, depth: int = DEPTH, carried: Set[int] = frozenset(),
 
 
 def guard_print(value) -> tuple:
-    """``(fingerprint(value), the objects it did not look into for depth)``: a guard
-    built on it cannot see a change past ``DEPTH`` (``cfg.a.b.c.d.e.scale``)."""
+    """``(fingerprint(value), the objects it did not look into for depth)``, not counting
+    those inside a library's objects (a Logger's handlers): a guard built on it cannot see
+    a change past ``DEPTH`` (``cfg.a.b.c.d.e.scale``)."""
     walk = _Walk(frozenset(), None)
     walk.deep = []
     return _fp(value, DEPTH, walk), walk.deep
@@ -109,14 +112,28 @@ def _fp(v, depth: int, walk: _Walk):
     key = id(v)
     walk.budget -= 1
     if depth <= 0 or walk.budget <= 0 or key in walk.active:
-        if depth <= 0 and walk.deep is not None and key not in walk.active:
+        if depth <= 0 and walk.deep is not None and key not in walk.active and \
+                not walk.library:
             walk.deep.append(v)
         return ("id", key)
     walk.active.add(key)
+    library = walk.deep is not None and _library_object(cls)
+    walk.library += library
     try:
         return _fp_inner(v, cls, depth - 1, walk)
     finally:
         walk.active.discard(key)
+        walk.library -= library
+
+
+_DATA = (list, tuple, dict, set, frozenset, types.SimpleNamespace)
+
+
+def _library_object(cls) -> bool:
+    """An object of a library's class (a Logger, a Formatter): what it holds deep down is
+    the library's business, not Python state a trace reads through data (guard_print)."""
+    return not issubclass(cls, _DATA) and not user_classes(cls) and \
+        not dataclasses.is_dataclass(cls)
 
 
 def _fp_inner(v, cls, depth: int, walk: _Walk):
