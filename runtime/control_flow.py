@@ -59,7 +59,7 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
                                     carry=then_carry)
     else_g, else_tree = _trace_tree(graph, "else", false_fn, slots, spec, names, flat,
                                     carry=else_carry)
-    _note_copies(then_tree, else_tree)
+    one_sided = _note_copies(then_tree, else_tree)
     _refuse_path_identity(flat, then_g, then_tree, else_g, else_tree, where)
     locations = region_state.merge(then_carry, else_carry)
     carried = bool(locations)
@@ -115,6 +115,8 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
         for loc, value in zip(locations, values):
             loc.assign(value)
         region_state.assign_contents(contents, indices)
+    if one_sided:
+        _note_result_copies(result)
     return result
 
 
@@ -188,13 +190,46 @@ def _is_of_values(code) -> bool:
     return hit
 
 
-def _note_copies(then_tree, else_tree) -> None:
+def _note_copies(then_tree, else_tree) -> bool:
     """A branch's results may hold a list or dict that existed before (``return x,
     cleanup`` in a branch): the ``cond`` hands back a copy. That is exact while the
     original stays as it is; ``copies_changed`` (asked when the trace ends) says whether
-    the code went on to change it (``cleanup[0] += 1`` in a ``finally``)."""
-    for v in reached_elsewhere((then_tree, else_tree)):
-        _COPIED.append((v, _contents(v), format_location(user_location())))
+    the code went on to change it (``cleanup[0] += 1`` in a ``finally``). True where such
+    a container is a result on one path only (see ``_note_result_copies``)."""
+    found = reached_elsewhere((then_tree, else_tree))
+    if not found:
+        return False
+    where = format_location(user_location())
+    for v in found:
+        _COPIED.append((v, _contents(v), where))
+    then_ids = {id(v) for v in _containers(then_tree)}
+    else_ids = {id(v) for v in _containers(else_tree)}
+    return any((id(v) in then_ids) != (id(v) in else_ids) for v in found)
+
+
+def _note_result_copies(result) -> None:
+    """After a ``cond`` where a list or dict another name reaches is a result on one path
+    only (``b = a if t else list(a)``): ``b`` is ``a`` itself on that path in eager, a new
+    container in the graph. Exact while nobody changes it; ``copies_changed`` (asked when
+    the trace ends) says whether the code changed it (``b.append(v)`` would grow ``a``)."""
+    where = format_location(user_location())
+    for v in _containers(result):
+        _COPIED.append((v, _contents(v), where))
+
+
+def _containers(tree) -> list:
+    """The lists and dicts a branch's results (or a cond's result) hold, inside tuples too."""
+    found, seen, stack = [], set(), [tree]
+    while stack:
+        v = stack.pop()
+        if type(v) in (list, dict):
+            if id(v) not in seen:
+                seen.add(id(v))
+                found.append(v)
+                stack.extend(dict.values(v) if type(v) is dict else v)
+        elif isinstance(v, tuple):
+            stack.extend(v)
+    return found
 
 
 def _contents(v) -> tuple:

@@ -2336,13 +2336,7 @@ s_count_range_from_count = _three_seeded(_z_range_from_count)
 
 
 SCENARIOS = {name[2:]: fn for name, fn in list(globals().items()) if name.startswith("s_")}
-XFAIL = {
-    "alias_by_conditional_expr": "BUG: b = a if x.sum() > 0 else list(a); b.append(...): on the "
-                                 "true path eager's a has 2 items and a is b, graph a has 1 and "
-                                 "a is not b; default and strict, no warning",
-    "alias_by_if_statement": "BUG: same aliasing as alias_by_conditional_expr written as an if "
-                             "statement (b = a / b = list(a)); default and strict",
-}
+XFAIL: dict = {}     # (all fixed)
 
 
 @pytest.mark.parametrize("name", [

@@ -526,3 +526,35 @@ def test_refusals_name_the_line_and_the_reason_in_user_terms(fn, arg, words):
     assert words in text and "__tograph" not in text and "meta" not in text, text
     assert f"{__file__}:" in text, text
     falls_back(fn, (arg,), match=words)
+
+
+# ------------------------------------------- a list that is another name's on one path only
+def _alias_on_one_path_then_appended(x):
+    a = [x]
+    b = a if x.sum() > 0 else list(a)
+    b.append(x * 2)
+    return len(a), len(b)
+
+
+def _alias_on_one_path_dict_written(x):
+    d = {"x": x}
+    e = d if x.sum() > 0 else dict(d)
+    e["y"] = x + 1
+    return sorted(d), sorted(e)
+
+
+def _alias_on_one_path_read_only(x):
+    a = [x, x * 3]
+    b = a if x.sum() > 0 else list(a)
+    return b[0] + b[1]
+
+
+def test_alias_on_one_path_changed_falls_back():
+    """``b`` is ``a`` itself on one path in eager, a new container in the graph: changing
+    it after the condition would grow ``a`` in eager only."""
+    falls_back(_alias_on_one_path_then_appended, (torch.ones(2),), (-torch.ones(2),))
+    falls_back(_alias_on_one_path_dict_written, (torch.ones(2),), (-torch.ones(2),))
+
+
+def test_alias_on_one_path_left_alone_converts():
+    converts(_alias_on_one_path_read_only, (torch.ones(2),), (-torch.ones(2),))
