@@ -555,17 +555,15 @@ class GraphFunction:
             snapshot.restore()
             raise
         caught = subgraphs.escaped_since(raised)
-        changed_copy = control_flow.copies_changed(copies)
-        if changed_copy is not None and caught is None:
-            region_state.untouch(touched)
-            snapshot.restore()
-            raise GraphError(changed_copy)
+        refused = control_flow.copies_changed(copies)     # (asked always: it forgets them)
         if caught is not None:
+            refused = (f"{caught} was caught while tracing (by a with statement's __exit__ "
+                       f"or an except): whether that path raises is known only when the "
+                       f"graph runs")
+        if refused is not None:
             region_state.untouch(touched)
             snapshot.restore()
-            raise GraphError(f"{caught} was caught while tracing (by a with statement's "
-                             f"__exit__ or an except): whether that path raises is known "
-                             f"only when the graph runs")
+            raise GraphError(refused)
         changed = snapshot.changes()
         seen = snapshot.sees(take_converted())
         if seen and not changed:
