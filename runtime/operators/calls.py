@@ -246,8 +246,26 @@ def _traced_text(value) -> bool:
 _TEXT_OF = ((builtins.str, "s"), (builtins.repr, "r"), (builtins.ascii, "a"), (builtins.format, ""))
 
 
+def _compiling_queries() -> tuple:
+    """torch's "is a compiler tracing this?" functions (some torch versions lack some)."""
+    import torch._utils
+    found = [torch.compiler.is_compiling, getattr(torch._utils, "is_compiling", None)]
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        found += [getattr(dynamo, "is_compiling", None),
+                  getattr(getattr(dynamo, "external_utils", None), "is_compiling", None)]
+    return tuple(q for q in found if q is not None)
+
+
 def call(f, *args, **kwargs):
-    """Call ``f`` as converted code should: converting user functions first."""
+    """Call ``f`` as converted code should: converting user functions first.
+
+    ``torch.compiler.is_compiling()`` answers True while tracing, as under torch.compile:
+    libraries (transformers' masks, torch's MultiheadAttention) use it to take the path
+    written to be a graph instead of one that decides on tensor data in Python."""
+    if current_graph() is not None and not args and not kwargs and \
+            builtins.any(f is q for q in _compiling_queries()):
+        return True
     if current_graph() is not None and _nondeterministic(f):
         raise GraphError(f"{format_location(user_location())}: calls "
                          f"{getattr(f, '__qualname__', f)}(), a Python value that changes on "
