@@ -16,6 +16,7 @@ from ..errors import GraphError
 from ..graph import Graph
 from ..options import options
 from ..verifier import verify
+from .attention import open_attention
 from .batch_matmul import batch_matmul
 from .cse import cse
 from .dce import dce
@@ -34,7 +35,8 @@ Pass = Callable[[Graph], Graph]
 MAX_ROUNDS = 4
 CLEANUP: List[Pass] = [fold, fold_cond, simplify, cse, dce, licm]
 FINAL: List[Pass] = [unbind_rows, fuse_elementwise, plan_memory]
-PASSES: List[Pass] = CLEANUP + [batch_matmul, fuse_patterns] + FINAL  # every pass optimize runs
+PASSES: List[Pass] = CLEANUP + [open_attention, batch_matmul,
+                                     fuse_patterns] + FINAL  # all run
 
 
 def run_pass(graph: Graph, pass_: Pass) -> Graph:
@@ -75,6 +77,7 @@ def optimize(graph: Graph, passes: Optional[Sequence[Pass]] = None) -> Graph:
         return to_fixed_point(result, list(passes))
     result = to_fixed_point(result, CLEANUP)
     before = EDITS[0]
+    result = run_pass(result, open_attention)
     result = run_pass(result, batch_matmul)
     result = run_pass(result, fuse_patterns)
     if EDITS[0] != before:                  # fused nodes may repeat; intermediates died

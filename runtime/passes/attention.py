@@ -1,0 +1,131 @@
+"""``nn.MultiheadAttention``'s functional form, opened into the torch ops it runs.
+
+Rule: a ``multi_head_attention_forward`` node (what ``nn.MultiheadAttention``,
+``nn.TransformerEncoderLayer`` and torchvision's ViT call) in its plain self-attention
+form becomes the ops eager runs for it, so the graph calls them directly instead of a
+Python function that re-checks its 25 arguments on every call (~100 us at batch 1,
+more than the attention's arithmetic):
+
+    proj = linear(x, in_proj_weight, in_proj_bias)          # (T, B, 3E)
+    q, k, v = proj.view(T, B, 3, H, D).permute(2, 1, 3, 0, 4)   # each (B, H, T, D)
+    out = scaled_dot_product_attention(q, k, v)              # (B, H, T, D)
+    out = linear(out.permute(2, 0, 1, 3).reshape(T * B, E), out_proj_weight,
+                 out_proj_bias).view(T, B, E)
+
+It fires only where eager takes exactly that path: query, key and value the same
+3-D value of static shape ``(T, B, E)`` with ``E == embed_dim_to_check`` divisible by
+``num_heads``; packed input weights (``use_separate_proj_weight`` false), no
+``bias_k``/``bias_v``, no ``add_zero_attn``, no ``static_k``/``static_v``, no
+``attn_mask``/``key_padding_mask``, ``is_causal`` false, ``need_weights`` false, no
+dropout (``training`` false or ``dropout_p == 0``); the node's second result (``None``)
+unread. Eager's own path takes the same products and the same attention kernel; it
+copies q, k and v apart first (``contiguous``) where this reads them as strided views of
+the projection, which the attention kernel accepts (results agree to float rounding).
+Gradients flow through the same ops.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from ..graph import Graph, Node
+from ..meta import TensorMeta
+from .rewrite import Uses, graphs_post_order, has_effect
+
+_SIGNATURE = inspect.signature(F.multi_head_attention_forward)
+_ABSENT = ("bias_k", "bias_v", "key_padding_mask", "attn_mask", "q_proj_weight",
+           "k_proj_weight", "v_proj_weight", "static_k", "static_v")
+
+
+def open_attention(graph: Graph) -> Graph:
+    """Replace every plain self-attention ``multi_head_attention_forward`` node."""
+    for g in graphs_post_order(graph):
+        uses = None
+        for node in list(g.nodes):
+            if node.op != "multi_head_attention_forward" or \
+                    node.target is not F.multi_head_attention_forward:
+                continue
+            uses = uses or Uses(g)
+            call = _plain_call(node, uses)
+            if call is not None:
+                _open(node, uses, *call)
+    return graph
+
+
+def _meta(value) -> Optional[TensorMeta]:
+    return value.meta if isinstance(value, Node) and isinstance(value.meta, TensorMeta) else None
+
+
+def _shaped(value, shape) -> bool:
+    meta = _meta(value)
+    return meta is not None and meta.shape == shape
+
+
+def _plain_call(node: Node, uses: Uses):
+    """``(x, heads, w_in, b_in, w_out, b_out)`` when ``node`` is the plain form, else None."""
+    if has_effect(node):
+        return None
+    try:
+        bound = _SIGNATURE.bind(*node.args, **node.kwargs)
+    except TypeError:
+        return None
+    bound.apply_defaults()
+    a = bound.arguments
+    x = a["query"]
+    meta = _meta(x)
+    if meta is None or not meta.is_static or len(meta.shape) != 3 or \
+            not meta.dtype.is_floating_point or a["key"] is not x or a["value"] is not x:
+        return None
+    t, b, e = meta.shape
+    heads = a["num_heads"]
+    if type(heads) is not int or heads <= 0 or e % heads or a["embed_dim_to_check"] != e:
+        return None
+    if any(a[name] is not None for name in _ABSENT) or a["add_zero_attn"] is not False or \
+            a["use_separate_proj_weight"] is not False or a["need_weights"] is not False or \
+            a["is_causal"] is not False:
+        return None
+    dropout = a["dropout_p"]
+    if a["training"] is not False and not (type(dropout) in (int, float) and dropout == 0):
+        return None
+    w_in, b_in, w_out, b_out = (a["in_proj_weight"], a["in_proj_bias"],
+                                a["out_proj_weight"], a["out_proj_bias"])
+    if not _shaped(w_in, (3 * e, e)) or not _shaped(w_out, (e, e)):
+        return None
+    if b_in is not None and not _shaped(b_in, (3 * e,)):
+        return None
+    if b_out is not None and not _shaped(b_out, (e,)):
+        return None
+    if any(_meta(v).dtype != meta.dtype for v in (w_in, b_in, w_out, b_out) if v is not None):
+        return None
+    if node.meta is None or not isinstance(node.meta, tuple) or node.meta[0] != meta:
+        return None
+    readers = uses.readers(node)
+    if uses.out_count.get(id(node)) or any(
+            r.op != "get" or r.attrs.get("index") != 0 or r.args != (node,) for r in readers):
+        return None
+    return x, heads, w_in, b_in, w_out, b_out
+
+
+def _open(node: Node, uses: Uses, x: Node, heads: int, w_in, b_in, w_out, b_out) -> None:
+    t, b, e = x.meta.shape
+    d, dtype = e // heads, x.meta.dtype
+
+    def add(op, target, args, shape):
+        return uses.insert_before(node, op, target, args, meta=TensorMeta(shape, dtype))
+    proj = add("linear", F.linear, (x, w_in, b_in), (t, b, 3 * e))
+    split = add("view", torch.Tensor.view, (proj, (t, b, 3, heads, d)), (t, b, 3, heads, d))
+    qkv = add("permute", torch.Tensor.permute, (split, (2, 1, 3, 0, 4)), (3, b, heads, t, d))
+    q, k, v = (add("select", torch.Tensor.select, (qkv, 0, i), (b, heads, t, d))
+               for i in range(3))
+    att = add("scaled_dot_product_attention", F.scaled_dot_product_attention, (q, k, v),
+              (b, heads, t, d))
+    rows = add("permute", torch.Tensor.permute, (att, (2, 0, 1, 3)), (t, b, heads, d))
+    flat = add("reshape", torch.Tensor.reshape, (rows, (t * b, e)), (t * b, e))
+    out = add("linear", F.linear, (flat, w_out, b_out), (t * b, e))
+    result = add("view", torch.Tensor.view, (out, (t, b, e)), (t, b, e))
+    for reader in list(uses.readers(node)):
+        uses.replace_node(reader, result)
+    uses.erase(node)

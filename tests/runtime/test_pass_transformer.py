@@ -1,0 +1,173 @@
+"""Transformer-block passes: ``multi_head_attention_forward`` opened into its ops
+(passes/attention.py).
+
+Each test converts a module (strict mode), checks whether the optimized graph still calls
+the attention function or runs the opened ops, and compares two calls with different
+inputs against eager (values, dtypes, shapes; gradients where the module trains).
+"""
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+from tests.e2e.e2e_helpers import assert_same, op_counts
+from transpiler import to_graph
+
+MHA = "multi_head_attention_forward"
+
+
+def randn(*shape, seed=0, dtype=torch.float32):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def optimized_ops(g, *args):
+    entry = g.get_concrete(*args)
+    return op_counts(entry.optimized)
+
+
+def compare(module, make, opened, calls=((0,), (1,)), rtol=1e-5, grad=False):
+    """Two calls of ``to_graph(module, strict=True)`` against eager; ``opened``: whether
+    the optimized graph runs the opened ops instead of ``multi_head_attention_forward``."""
+    g = to_graph(module, strict=True)
+    for (seed,) in calls:
+        args = make(seed)
+        ctx = torch.enable_grad() if grad else torch.no_grad()
+        with ctx:
+            exp = module(*args)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                got = g(*args)
+            ops = optimized_ops(g, *args)
+        assert (ops[MHA] == 0) == opened, ops
+        assert (ops["scaled_dot_product_attention"] > 0) == opened, ops
+        if rtol == 1e-5:
+            assert_same(got, exp)
+        else:
+            torch.testing.assert_close(got, exp, rtol=rtol, atol=rtol)
+    return g
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, dim=32, heads=4, batch_first=False, bias=True, dropout=0.0, **kw):
+        super().__init__()
+        torch.manual_seed(0)
+        self.mha = nn.MultiheadAttention(dim, heads, dropout=dropout, bias=bias,
+                                         batch_first=batch_first, **kw)
+
+    def forward(self, x):
+        out, _ = self.mha(x, x, x, need_weights=False)
+        return out * 2 + 1
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_self_attention_opened(batch_first, bias):
+    m = SelfAttention(batch_first=batch_first, bias=bias).eval()
+    compare(m, lambda s: (randn(5, 3, 32, seed=s),), opened=True)
+
+
+@pytest.mark.parametrize("heads", [1, 2, 8])
+def test_head_counts(heads):
+    m = SelfAttention(dim=16, heads=heads).eval()
+    compare(m, lambda s: (randn(7, 2, 16, seed=s),), opened=True)
+
+
+def test_float64():
+    m = SelfAttention().double().eval()
+    compare(m, lambda s: (randn(4, 2, 32, seed=s, dtype=torch.float64),), opened=True)
+
+
+def test_gradients_match_when_training_without_dropout():
+    m = SelfAttention(batch_first=True).train()
+    g = to_graph(m, strict=True)
+    for seed in (0, 1):
+        x1 = randn(2, 6, 32, seed=seed).requires_grad_()
+        x2 = x1.detach().clone().requires_grad_()
+        m.zero_grad()
+        m(x1).square().sum().backward()
+        grads = [p.grad.clone() for p in m.parameters()]
+        m.zero_grad()
+        g(x2).square().sum().backward()
+        assert optimized_ops(g, x2)[MHA] == 0
+        torch.testing.assert_close(x2.grad, x1.grad, rtol=1e-5, atol=1e-6)
+        for p, want in zip(m.parameters(), grads):
+            torch.testing.assert_close(p.grad, want, rtol=1e-5, atol=1e-6)
+
+
+def test_weights_changed_between_calls_are_seen():
+    m = SelfAttention().eval()
+    g = compare(m, lambda s: (randn(5, 3, 32, seed=s),), opened=True)
+    with torch.no_grad():
+        m.mha.in_proj_weight.mul_(0.5)
+        m.mha.out_proj.bias.add_(1.0)
+        x = randn(5, 3, 32, seed=3)
+        assert_same(g(x), m(x))
+
+
+# ------------------------------------------------------------------ forms left as they are
+class Attend(nn.Module):
+    """``mha(q, k, v, **kw)`` with ``q``/``k``/``v`` chosen from the inputs."""
+
+    def __init__(self, dim=16, heads=2, pick=(0, 0, 0), **kw):
+        super().__init__()
+        torch.manual_seed(0)
+        self.mha = nn.MultiheadAttention(dim, heads, **{k: v for k, v in kw.items()
+                                                         if k in ("add_bias_kv", "add_zero_attn",
+                                                                  "kdim", "vdim", "dropout")})
+        self.call_kw = {k: v for k, v in kw.items() if k in ("need_weights", "attn_mask",
+                                                              "key_padding_mask", "is_causal")}
+        self.pick = pick
+
+    def forward(self, a, b):
+        xs = (a, b)
+        out = self.mha(*(xs[i] for i in self.pick), **self.call_kw)
+        return out[0] if out[1] is None else out
+
+
+MASK = torch.triu(torch.full((5, 5), float("-inf")), 1)
+PAD = torch.tensor([[False] * 4 + [True], [False] * 5])
+
+
+@pytest.mark.parametrize("kw", [
+    dict(need_weights=True),
+    dict(need_weights=False, attn_mask=MASK),
+    dict(need_weights=False, attn_mask=MASK, is_causal=True),
+    dict(need_weights=False, key_padding_mask=PAD),
+    dict(need_weights=False, pick=(0, 1, 1)),             # cross attention
+    dict(need_weights=False, pick=(0, 0, 1)),
+    dict(need_weights=False, add_bias_kv=True),
+    dict(need_weights=False, add_zero_attn=True),
+], ids=["weights", "mask", "causal", "padding", "cross", "kv_differ", "bias_kv", "zero_attn"])
+def test_other_forms_not_opened(kw):
+    m = Attend(**kw).eval()
+    compare(m, lambda s: (randn(5, 2, 16, seed=s), randn(5, 2, 16, seed=s + 7)), opened=False)
+
+
+def test_unbatched_not_opened():
+    m = SelfAttention(dim=16, heads=2).eval()
+    compare(m, lambda s: (randn(5, 16, seed=s),), opened=False)
+
+
+def test_training_with_dropout_not_opened():
+    m = SelfAttention(dropout=0.5).train()
+    g = to_graph(m, strict=True)
+    x = randn(5, 3, 32)
+    with torch.no_grad():
+        g(x)
+        assert optimized_ops(g, x)[MHA] == 1
+
+
+# ------------------------------------------------------------------ whole modules
+def test_transformer_encoder():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64,
+                                       batch_first=True)
+    m = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).eval()
+    compare(m, lambda s: (randn(2, 6, 32, seed=s),), opened=True, rtol=1e-4)
+
+
+def test_zoo_vit():
+    from benchmarks import model_zoo
+    model, make = model_zoo.vit()
+    compare(model, lambda s: make(1 + s, s)[0], opened=True, rtol=1e-4)
