@@ -213,6 +213,32 @@ def _overhead(first_s, r: dict):
     return max(0.0, first_s - (r.get("median_us") or 0.0) / 1e6)
 
 
+def _sizes_lines(results: dict) -> List[str]:
+    """Per workload run at several sizes or spellings: the range of each contender's
+    speedup over them, and the sizes at its ends (a speedup that holds at one shape only
+    shows here)."""
+    families: Dict[str, list] = {}
+    for row in results["workloads"]:
+        families.setdefault(row.get("family") or row["name"], []).append(row)
+    lines = []
+    for family, rows in families.items():
+        if len(rows) < 2:
+            continue
+        parts = []
+        for name in TIMED:
+            got = [(r["results"][name]["ratio"], r["name"]) for r in rows
+                   if (r["results"].get(name) or {}).get("ratio")
+                   and r["results"][name].get("status") == "ok"]
+            if not got:
+                continue
+            (lo, lo_name), (hi, hi_name) = min(got), max(got)
+            parts.append(f"{name} {fmt_ratio(lo)} ({lo_name}) to {fmt_ratio(hi)} ({hi_name})"
+                         + (f" over {len(got)}" if len(got) < len(rows) else ""))
+        if parts:
+            lines.append(f"{family}, {len(rows)} sizes/spellings: " + "; ".join(parts))
+    return lines
+
+
 def _target_lines(results: dict) -> List[str]:
     lines = []
     for t in results["targets"]:
@@ -229,6 +255,9 @@ def _target_lines(results: dict) -> List[str]:
 
 def text_summary(results: dict) -> str:
     lines = _load_lines(results) + _bandwidth_lines(results) + _one_off_lines(results)
+    sizes = _sizes_lines(results)
+    if sizes:
+        lines += ["", "speedup over eager across sizes:"] + ["  " + line for line in sizes]
     lines.append("")
     lines.append(f"targets for tograph (speedup over eager; first call <= "
                  f"{FIRST_CALL_COLD_TARGET * 1e3:.0f} ms cold, <= "
@@ -277,6 +306,13 @@ def markdown(results: dict, png_path: Optional[str], md_path: str) -> str:
             "`gc.collect()`, so garbage that earlier measurements left is not collected "
             "(and billed) inside it.", ""]
     out += [f"- {line}" for line in _one_off_lines(results)]
+    sizes = _sizes_lines(results)
+    if sizes:
+        out += ["", "## Across sizes", "",
+                "The same program at several sizes or spellings: the range of each "
+                "contender's speedup over eager (lowest and highest, with the row at each "
+                "end), so a speedup that holds at one tuned shape only shows.", ""]
+        out += [f"- {line}" for line in sizes]
     out += ["", "## Memory bandwidth", ""]
     out += [f"- {line}" for line in _bandwidth_lines(results)]
     out += ["", "## Targets (issue 4, for tograph)", "",

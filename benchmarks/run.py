@@ -68,6 +68,24 @@ def _check(refs, outs, workload) -> str:
     return "ok"
 
 
+def compile_cold(fn, args: tuple, caches: bool = False):
+    """(seconds, compiled): ``torch._dynamo.reset()``, ``torch.compile(fn)`` and its first
+    call on ``args``. Inductor's FX graph and autograd caches are off unless ``caches``, so a
+    function compiled before in this process (the one-off measured apart, with them on)
+    really compiles again."""
+    import contextlib
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+    from timing import first_call
+    torch._dynamo.reset()
+    with contextlib.ExitStack() as stack:
+        if not caches:
+            stack.enter_context(inductor_config.patch(fx_graph_cache=False))
+            stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
+        seconds, compiled, _ = first_call(lambda: torch.compile(fn), args)
+    return seconds, compiled
+
+
 class Suite:
     def __init__(self, args):
         from machine import LoadMonitor
@@ -115,24 +133,11 @@ class Suite:
         return first, cold, warm, fn, cache_dir
 
     def compile_first_call(self, w, inputs):
-        from timing import first_call
-
-        def fresh():
-            torch._dynamo.reset()
-            return first_call(lambda: torch.compile(w.fn), inputs[0])
-
         if "compile_first_call_s" not in self.one_off:
-            seconds, _, _ = fresh()
+            seconds, _ = compile_cold(w.fn, inputs[0], caches=True)
             self.one_off["compile_first_call_s"] = seconds
             self.one_off["compile_first_workload"] = w.name
-        # Inductor's own caches off, so a function compiled before in this process (the
-        # one measured apart above) really compiles again, like every other workload.
-        import torch._functorch.config as functorch_config
-        import torch._inductor.config as inductor_config
-        with inductor_config.patch(fx_graph_cache=False), \
-                functorch_config.patch(enable_autograd_cache=False):
-            seconds, fn, _ = fresh()
-        return seconds, fn
+        return compile_cold(w.fn, inputs[0])
 
     # ------------------------------------------------------------------ one workload
     def run_workload(self, w):
@@ -142,7 +147,8 @@ class Suite:
         args = self.args
         inputs = w.make_inputs(self.quick)
         refs = [w.fn(*i) for i in inputs]
-        row = {"name": w.name, "size": w.size(self.quick), "target": w.target,
+        row = {"name": w.name, "family": w.family, "size": w.size(self.quick),
+               "target": w.target,
                "target_text": w.target_text, "elements": w.elements(self.quick),
                "results": {EAGER: {"status": "ok", "check": "ok"}}}
         callables = {EAGER: w.fn}
