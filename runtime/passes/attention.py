@@ -21,7 +21,9 @@ dropout (``training`` false or ``dropout_p == 0``); the node's second result (``
 unread. Eager's own path takes the same products and the same attention kernel; it
 copies q, k and v apart first (``contiguous``) where this reads them as strided views of
 the projection, which the attention kernel accepts (results agree to float rounding).
-Gradients flow through the same ops.
+Gradients flow through the same ops. A batch-first caller's transposes around the call
+(``x.transpose(1, 0)`` in, the result's ``transpose(1, 0)`` out, as
+``nn.MultiheadAttention(batch_first=True)`` writes them) are folded into the permutes.
 """
 from __future__ import annotations
 
@@ -109,23 +111,53 @@ def _plain_call(node: Node, uses: Uses):
     return x, heads, w_in, b_in, w_out, b_out
 
 
+def _swapped(value) -> Optional[Node]:
+    """``y`` when ``value`` is ``y.transpose(1, 0)`` (or ``(0, 1)``) of a 3-D ``y``."""
+    if isinstance(value, Node) and value.op == "transpose" and not value.kwargs and \
+            len(value.args) == 3 and set(value.args[1:]) == {0, 1} and \
+            _meta(value.args[0]) is not None and len(_meta(value.args[0]).shape) == 3:
+        return value.args[0]
+    return None
+
+
 def _open(node: Node, uses: Uses, x: Node, heads: int, w_in, b_in, w_out, b_out) -> None:
+    """Insert the ops before ``node``; drop it and its ``get`` readers. A batch-first
+    caller (``nn.MultiheadAttention(batch_first=True)``) transposes its input to
+    ``(T, B, E)`` and the result back: then the ops read and give ``(B, T, E)``, the
+    transposes left out (same rows, no strided copies)."""
     t, b, e = x.meta.shape
     d, dtype = e // heads, x.meta.dtype
 
     def add(op, target, args, shape):
         return uses.insert_before(node, op, target, args, meta=TensorMeta(shape, dtype))
-    proj = add("linear", F.linear, (x, w_in, b_in), (t, b, 3 * e))
-    split = add("view", torch.Tensor.view, (proj, (t, b, 3, heads, d)), (t, b, 3, heads, d))
-    qkv = add("permute", torch.Tensor.permute, (split, (2, 1, 3, 0, 4)), (3, b, heads, t, d))
+    gets = list(uses.readers(node))
+    outer = [r for g in gets for r in uses.readers(g)]
+    source = _swapped(x)
+    if source is not None:
+        proj = add("linear", F.linear, (source, w_in, b_in), (b, t, 3 * e))
+        split = add("view", torch.Tensor.view, (proj, (b, t, 3, heads, d)), (b, t, 3, heads, d))
+        qkv = add("permute", torch.Tensor.permute, (split, (2, 0, 3, 1, 4)), (3, b, heads, t, d))
+    else:
+        proj = add("linear", F.linear, (x, w_in, b_in), (t, b, 3 * e))
+        split = add("view", torch.Tensor.view, (proj, (t, b, 3, heads, d)), (t, b, 3, heads, d))
+        qkv = add("permute", torch.Tensor.permute, (split, (2, 1, 3, 0, 4)), (3, b, heads, t, d))
     q, k, v = (add("select", torch.Tensor.select, (qkv, 0, i), (b, heads, t, d))
                for i in range(3))
     att = add("scaled_dot_product_attention", F.scaled_dot_product_attention, (q, k, v),
               (b, heads, t, d))
-    rows = add("permute", torch.Tensor.permute, (att, (2, 0, 1, 3)), (t, b, heads, d))
+    back = bool(outer) and not any(uses.out_count.get(id(g)) for g in gets) and \
+        all(_swapped(r) is not None for r in outer)
+    if back:            # every reader turns the result back to (B, T, E)
+        rows = add("permute", torch.Tensor.permute, (att, (0, 2, 1, 3)), (b, t, heads, d))
+        shape = (b, t, e)
+    else:
+        rows = add("permute", torch.Tensor.permute, (att, (2, 0, 1, 3)), (t, b, heads, d))
+        shape = (t, b, e)
     flat = add("reshape", torch.Tensor.reshape, (rows, (t * b, e)), (t * b, e))
     out = add("linear", F.linear, (flat, w_out, b_out), (t * b, e))
-    result = add("view", torch.Tensor.view, (out, (t, b, e)), (t, b, e))
-    for reader in list(uses.readers(node)):
+    result = add("view", torch.Tensor.view, (out, shape), shape)
+    for reader in outer if back else ():
+        uses.replace_node(reader, result)
+    for reader in gets:
         uses.replace_node(reader, result)
     uses.erase(node)

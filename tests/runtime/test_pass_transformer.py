@@ -171,3 +171,31 @@ def test_zoo_vit():
     from benchmarks import model_zoo
     model, make = model_zoo.vit()
     compare(model, lambda s: make(1 + s, s)[0], opened=True, rtol=1e-4)
+
+
+def test_functional_call_with_result_read_both_ways():
+    """The result read batch-first by one reader and as (T, B, E) by another: the ops
+    give (T, B, E) and the transpose stays."""
+    torch.manual_seed(0)
+    m = nn.MultiheadAttention(16, 4).eval()
+    w_in, b_in = m.in_proj_weight.detach(), m.in_proj_bias.detach()
+    w_out, b_out = m.out_proj.weight.detach(), m.out_proj.bias.detach()
+
+    def f(x):
+        xt = x.transpose(1, 0)
+        out, _ = torch.nn.functional.multi_head_attention_forward(
+            xt, xt, xt, 16, 4, w_in, b_in, None, None, False, 0.0, w_out, b_out,
+            training=False, need_weights=False)
+        return out.transpose(1, 0) + 1, out * 2, xt
+
+    g = to_graph(f, strict=True)
+    for seed in (0, 1):
+        x = randn(3, 5, 16, seed=seed)
+        assert_same(g(x), f(x))
+        assert optimized_ops(g, x)[MHA] == 0
+
+
+def test_batch_first_transposes_folded():
+    m = SelfAttention(batch_first=True).eval()
+    g = compare(m, lambda s: (randn(3, 5, 32, seed=s),), opened=True)
+    assert optimized_ops(g, randn(3, 5, 32))["transpose"] == 0
