@@ -23,7 +23,7 @@ import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
 
 from . import graph_ops, views
-from . import grad_flags, tensor_state, trace_reads
+from . import flag_arguments, grad_flags, tensor_state, trace_reads
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
 from .graph import Graph, Node, find_leaves, map_structure
@@ -475,7 +475,14 @@ def dispatch_record(func, args, kwargs, concrete: bool = False):
             return made
     number = arithmetic_kind(op_name(func), args) if not kwargs else None
     args, python_int = _as_python_numbers(func, args) if not kwargs else (args, False)
-    result = _dispatch_record(func, args, kwargs, concrete)
+    try:
+        result = _dispatch_record(func, args, kwargs, concrete)
+    except (GraphError, TypeError) as e:
+        cause = e.__cause__ if isinstance(e, GraphError) else e
+        flags = flag_arguments.flags_in(args, kwargs) if isinstance(cause, TypeError) else []
+        if not flags:       # (a run-time bool where the op needs a real one: per value)
+            raise
+        return flag_arguments.call_per_flag(dispatch_record, func, args, kwargs, flags[0])
     if (python_int or func in (graph_ops.dim_size, graph_ops.numel)) and \
             isinstance(result, SymbolicTensor):
         result._node.attrs["python_int"] = True

@@ -18,6 +18,7 @@ from typing import Callable, Optional
 
 import torch
 
+from .. import flag_arguments
 from ..errors import GraphError
 from ..introspection import RunTimeSize, mark, python_class
 from ..path_values import check_call
@@ -297,7 +298,15 @@ def call(f, *args, **kwargs):
     check_call(f if target is f else target, args, kwargs, target is not f)
     if target is f and current_graph() is not None:
         with watch_seed(f):
-            return f(*args, **kwargs)
+            try:
+                return f(*args, **kwargs)
+            except TypeError:
+                flags = flag_arguments.flags_in((None,) + args, kwargs)
+                if not flags:   # (a run-time bool where torch needs a real one: per value)
+                    raise
+        path = ("arg", flags[0][1] - 1) if flags[0][0] == "arg" else flags[0]
+        return flag_arguments.call_per_flag(lambda g, a, k: g(*a, **k), f, args, kwargs,
+                                            path)
     return target(*args, **kwargs)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..control_flow import staged_cond
+from ..introspection import kind_of
 from ..symbolic import is_symbolic
 from .decisions import _LISTENERS, note
 
@@ -19,7 +20,10 @@ def and_(a, *rest):
         return a
     if not is_symbolic(a):
         return and_(rest[0](), *rest[1:]) if a else a
-    return staged_cond(a, lambda: and_(rest[0](), *rest[1:]), lambda: a, ())
+    # (a stand-in for a Python bool is False itself where ``and`` stops: the paths may then
+    # agree on a Python result, as ``n > 1 and mask is None`` with a mask does)
+    stop = False if kind_of(a) == "bool" else a
+    return staged_cond(a, lambda: and_(rest[0](), *rest[1:]), lambda: stop, ())
 
 
 def or_(a, *rest):
@@ -28,7 +32,8 @@ def or_(a, *rest):
         return a
     if not is_symbolic(a):
         return a if a else or_(rest[0](), *rest[1:])
-    return staged_cond(a, lambda: a, lambda: or_(rest[0](), *rest[1:]), ())
+    stop = True if kind_of(a) == "bool" else a     # (as in ``and_``)
+    return staged_cond(a, lambda: stop, lambda: or_(rest[0](), *rest[1:]), ())
 
 
 def not_(a):
