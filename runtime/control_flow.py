@@ -26,7 +26,7 @@ from .grad_flags import grad_of
 from .path_structures import choose_structures, reached_elsewhere
 from .introspection import kind_of, mark, merged_kind
 from .source_info import format_location, user_location
-from .subgraphs import (Fill, Slot, _align_captures, _check_pred, _describe_spec, _example,
+from .subgraphs import (Fill, Rebuilt, Slot, _align_captures, _check_pred, _describe_spec, _example,
                         _finish, _has_effects, _leaf_meta, _leaf_name, _merge_leaf,
                         _owner_graph, _trace_tree, reconcile, zip_structures)
 from .symbolic import building, is_symbolic, record_tuple_outputs, to_node
@@ -55,11 +55,14 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
                   grad_of(v), kind_of(v), _leaf_meta(v) is not None and tensor_state.layout_of(v) is None)
              for v in flat]
     then_carry, else_carry = [], []       # Python state the branches change (region_state)
+    then_ops, else_ops = Rebuilt(operands), Rebuilt(operands)
     then_g, then_tree = _trace_tree(graph, "then", true_fn, slots, spec, names, flat,
-                                    carry=then_carry)
+                                    carry=then_carry, originals=then_ops)
     else_g, else_tree = _trace_tree(graph, "else", false_fn, slots, spec, names, flat,
-                                    carry=else_carry)
+                                    carry=else_carry, originals=else_ops)
+    noted = len(_COPIED)
     one_sided = _note_copies(then_tree, else_tree)
+    shared = (then_tree, else_tree, then_ops, else_ops)     # as the branches left them
     _refuse_path_identity(flat, then_g, then_tree, else_g, else_tree, where)
     locations = region_state.merge(then_carry, else_carry)
     carried = bool(locations)
@@ -115,9 +118,45 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
         for loc, value in zip(locations, values):
             loc.assign(value)
         region_state.assign_contents(contents, indices)
+    kept = set()
+    result = _same_containers(result, *shared, kept)
+    _COPIED[noted:] = [c for c in _COPIED[noted:] if id(c[0]) not in kept]  # not copies
     if one_sided:
-        _note_result_copies(result)
+        _note_result_copies(result, kept)
     return result
+
+
+def _same_containers(result, a, b, a_ops, b_ops, kept):
+    """``result`` with the list or dict that both paths hand back as the very same object
+    (``return x * 2, lst`` and ``return x - 1, lst``) put back in place of the ``cond``'s
+    rebuilt copy: eager's result *is* that object on either path (``out[1] is lst``).
+    Its contents are already right: what a branch changed in it is carried state, assigned
+    back to the object by ``region_state`` whichever path runs. A path where the value is
+    unassigned (an early ``return`` not taken) never shows it: the other path decides.
+    A branch's unchanged copy of an operand container (``a_ops``/``b_ops``: a branch gets
+    its operands rebuilt) stands for the operand itself."""
+    a, b = a_ops.original(a), b_ops.original(b)
+    if _unassigned(b):
+        b = a
+    elif _unassigned(a):
+        a = b
+    if isinstance(a, (list, dict)) and a is b:
+        kept.add(id(a))
+        return a
+    if type(a) is not type(b) or type(result) is not type(a):
+        return result
+    if isinstance(result, list) and len(result) == len(a) == len(b):
+        return [_same_containers(r, x, y, a_ops, b_ops, kept) for r, x, y in zip(result, a, b)]
+    if type(result) is tuple and len(result) == len(a) == len(b):
+        return tuple(_same_containers(r, x, y, a_ops, b_ops, kept) for r, x, y in zip(result, a, b))
+    if type(result) is dict and result.keys() == a.keys() == b.keys():
+        return {k: _same_containers(result[k], a[k], b[k], a_ops, b_ops, kept) for k in result}
+    return result
+
+
+def _unassigned(v) -> bool:
+    return getattr(type(v), "__tograph_undefined__", False) or \
+        getattr(type(v), "__tograph_unobservable__", False)
 
 
 def _refuse_path_identity(flat, then_g, then_tree, else_g, else_tree, where: str) -> None:
@@ -207,14 +246,15 @@ def _note_copies(then_tree, else_tree) -> bool:
     return any((id(v) in then_ids) != (id(v) in else_ids) for v in found)
 
 
-def _note_result_copies(result) -> None:
+def _note_result_copies(result, kept=frozenset()) -> None:
     """After a ``cond`` where a list or dict another name reaches is a result on one path
     only (``b = a if t else list(a)``): ``b`` is ``a`` itself on that path in eager, a new
     container in the graph. Exact while nobody changes it; ``copies_changed`` (asked when
     the trace ends) says whether the code changed it (``b.append(v)`` would grow ``a``)."""
     where = format_location(user_location())
     for v in _containers(result):
-        _COPIED.append((v, _contents(v), where))
+        if id(v) not in kept:           # (the original itself: not a copy)
+            _COPIED.append((v, _contents(v), where))
 
 
 def _containers(tree) -> list:

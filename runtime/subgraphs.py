@@ -198,11 +198,12 @@ def _trace(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec,
 
 
 def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec, names=None,
-                outer=None, carry=None):
+                outer=None, carry=None, originals=None):
     """Trace ``fn`` on placeholders for the tensor slots; returns (graph, its result).
     ``outer``: the values flowing in (one per slot), whose storage the placeholders share
     (see ``views``). ``carry``: a list to receive the Python state changes the region
-    carries (``region_state``; a loop body's: numbers and tensors only)."""
+    carries (``region_state``; a loop body's: numbers and tensors only). ``originals``
+    (a ``Rebuilt``): told the operand containers the region gets, rebuilt from ``spec``."""
     sub = Graph(parent=parent, name=label)
     leaves = []
     labels = list(names) if names is not None and len(names) == len(slots) else \
@@ -226,7 +227,10 @@ def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec
                     if slot.options is not None:
                         from .loop_options import chosen
                         leaves[-1] = chosen(leaves[-1], slot.options)
-            out = run_watched(fn, pytree.tree_unflatten(leaves, spec),
+            operands = pytree.tree_unflatten(leaves, spec)
+            if originals is not None:
+                originals.note(operands)
+            out = run_watched(fn, operands,
                               _REGION.get(label, "a tensor-dependent region"), carry,
                               numbers_only=label == "body", names=tuple(
                                   str(n) for n in (names or ()) if isinstance(n, str)))
@@ -240,6 +244,45 @@ def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec
     finally:
         restore_rebound(mark, sub)
     return sub, out
+
+
+class Rebuilt:
+    """The lists and dicts a region's operands are rebuilt as, and the operand containers
+    they stand for. ``original(v)``: the operand container that ``v`` is a rebuilt copy
+    of, while nothing in the copy (at any depth) has changed since; else ``v``."""
+
+    def __init__(self, operands):
+        self._operands = operands
+        self._copies = {}           # id(copy) -> (copy, original, contents when rebuilt)
+
+    def note(self, rebuilt) -> None:
+        def walk(copy, orig):
+            if type(copy) is not type(orig):
+                return
+            if type(copy) in (list, dict):
+                self._copies[id(copy)] = (copy, orig, _contents(copy))
+            if type(copy) in (list, tuple) and len(copy) == len(orig):
+                for c, o in zip(copy, orig):
+                    walk(c, o)
+            elif type(copy) is dict and list(copy) == list(orig):
+                for k in copy:
+                    walk(copy[k], orig[k])
+        walk(rebuilt, self._operands)
+
+    def original(self, v):
+        hit = self._copies.get(id(v))
+        if hit is None or hit[0] is not v or _contents(v) != hit[2]:
+            return v
+        return hit[1]
+
+
+def _contents(v):
+    """The identities of everything a list/dict/tuple holds, at any depth."""
+    if type(v) in (list, tuple):
+        return (type(v), tuple(_contents(x) for x in v))
+    if type(v) is dict:
+        return (dict, tuple((k, _contents(x)) for k, x in v.items()))
+    return id(v)
 
 
 _ESCAPED: List[str] = []

@@ -23,11 +23,13 @@ def if_stmt(test, body, orelse, state, names):
         if _LISTENERS:
             note("if", bool(test))
         return body(*state) if test else orelse(*state)
-    state_aliases.check(state, names, "a tensor-dependent if")
+    pending = state_aliases.check(state, names, "a tensor-dependent if", defer=True)
     body, orelse = restoring_cells(body, names), restoring_cells(orelse, names)
     out = staged_cond(test, wrapping(body), wrapping(orelse), wrap_state(tuple(state)),
                       names=names)
     for before, after in zip(state, out):
         if isinstance(before, list) and isinstance(after, TensorList):
             note_converted(before)
-    return unwrap_state(out)
+    out = unwrap_state(out)
+    state_aliases.confirm(pending, out, "a tensor-dependent if")
+    return out

@@ -52,9 +52,14 @@ def arguments(pairs):
         del _ARGUMENTS[start:]
 
 
-def check(state, names, kind: str) -> None:
+def check(state, names, kind: str, defer: bool = False):
     """GraphError if a plain list or dict in ``state`` (a tensor region's state
-    variables, named ``names``) is reached by another name (see the module docstring)."""
+    variables, named ``names``) is reached by another name (see the module docstring).
+
+    ``defer``: return those containers instead, as ``(container, label, alias)``, for
+    ``confirm`` to judge after the region (a ``cond`` hands back a container itself where
+    both paths leave that very object in place)."""
+    pending = []
     containers: Dict[int, Tuple[str, object]] = {}
     keep: Dict[int, object] = {}        # the state's objects: they keep their identity
     twice = []
@@ -63,7 +68,7 @@ def check(state, names, kind: str) -> None:
         kind_ = type(v)
         if kind_ is list or kind_ is dict:
             if id(v) in containers:
-                twice.append(label)
+                twice.append((label, v))
                 return
             containers[id(v)] = (label, v)
             for x in (dict.values(v) if kind_ is dict else v):
@@ -84,15 +89,32 @@ def check(state, names, kind: str) -> None:
     if not containers:
         return
     if twice:
-        _refuse(kind, twice[0], "another state variable")
+        if not defer:
+            _refuse(kind, twice[0][0], "another state variable")
+        pending += [(v, label, "another state variable") for label, v in twice]
     roots = _roots()
     stop = set(containers) | set(keep)
     for v in reachable([v for _, v in roots], stop=stop):
         if id(v) in containers:
             alias = next(name for name, root in roots
                          if any(w is v for w in reachable([root], stop=stop)))
-            _refuse(kind, containers[id(v)][0],
-                    alias if alias.startswith("the caller") else repr(alias))
+            alias = alias if alias.startswith("the caller") else repr(alias)
+            if not defer:
+                _refuse(kind, containers[id(v)][0], alias)
+            pending.append((v, containers[id(v)][0], alias))
+    return pending
+
+
+def confirm(pending, out, kind: str) -> None:
+    """After a region: GraphError (as ``check``) unless each container ``check`` deferred
+    is still the very object in the region's results ``out`` (both paths left it in
+    place; what they changed in it was carried back into it)."""
+    if not pending:
+        return
+    held = {id(v) for v in reachable(list(out)) if type(v) in (list, dict)}
+    for container, label, alias in pending:
+        if id(container) not in held:
+            _refuse(kind, label, alias)
 
 
 def _roots(arguments: bool = True):

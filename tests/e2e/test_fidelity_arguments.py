@@ -129,9 +129,6 @@ def test_returned_keyword_dict_is_the_callers(strict):
         assert back is opts and torch.equal(y, torch.ones(2) + shift)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a caller's list returned from inside a tensor "
-                   "branch (an early return of each path) leaves the cond as a copy: `out[1] "
-                   "is lst` is False (eager True); values equal; both modes")
 @pytest.mark.parametrize("strict", [True, False])
 def test_returned_nested_argument_list(strict):
     for got, exp, arg, _ in _calls(_ret_nested, lambda: (torch.ones(1), [3, 4]), strict):
