@@ -126,7 +126,7 @@ def _call(fn):
 
 
 class ModelBench:
-    def __init__(self, args):
+    def __init__(self, args, partial_path: Optional[str] = None):
         from machine import LoadMonitor
         from progress import Progress
         self.args = args
@@ -135,6 +135,7 @@ class ModelBench:
         self.progress = Progress(1 + per_row * len(args.models) * len(args.batches))
         self.cache_root = tempfile.mkdtemp(prefix="tograph-models-cache-")
         self.one_off: Dict[str, float] = {}
+        self.partial_path = partial_path    # rows so far, rewritten after each (long runs)
 
     def fresh_cache_dir(self) -> str:
         return tempfile.mkdtemp(dir=self.cache_root)
@@ -201,7 +202,7 @@ class ModelBench:
                 res[COMPILE] = {"status": "skipped", "note": "--no-compile"}
             else:
                 try:
-                    seconds, fn = compile_cold(model, inputs[0])
+                    seconds, fn = compile_cold(model, inputs[0][0], kwargs=inputs[0][1])
                     res[COMPILE] = {"status": "ok", "first_call_s": seconds}
                     callables[COMPILE] = _call(fn)
                 except Exception as e:  # noqa: BLE001
@@ -264,6 +265,9 @@ class ModelBench:
             for name in self.args.models:
                 for batch in self.args.batches:
                     rows.append(self.row(name, batch))
+                    if self.partial_path:
+                        with open(self.partial_path, "w") as f:
+                            json.dump({"one_off": self.one_off, "models": rows}, f, indent=1)
         load = self.monitor.stop()
         self.progress.finish()
         machine = describe()
@@ -456,13 +460,14 @@ def plot(results: dict, path: str) -> bool:
 def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(THREADS)
-    results = ModelBench(args).run()
+    out = args.out or os.path.join(HERE, "results")
+    os.makedirs(out, exist_ok=True)
+    partial = os.path.join(out, "models.partial.json")
+    results = ModelBench(args, partial).run()
     print()
     print(text_table(results))
     print()
     print("\n".join(summary_lines(results)))
-    out = args.out or os.path.join(HERE, "results")
-    os.makedirs(out, exist_ok=True)
     json_path = os.path.join(out, "models.json")
     with open(json_path, "w") as f:
         json.dump(results, f, indent=1)
@@ -472,6 +477,8 @@ def main(argv=None) -> int:
     text = markdown(results, png_path if plotted else None, md_path)
     with open(md_path, "w") as f:
         f.write(text)
+    if os.path.exists(partial):
+        os.remove(partial)
     print(f"\nwrote {json_path}, {md_path}" + (f", {png_path}" if plotted else
                                                " (no plot: pip install -e .[bench])"))
     for line in results["fallbacks"]:

@@ -19,6 +19,7 @@ import os
 import sys
 import tempfile
 import warnings
+from typing import Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -68,9 +69,9 @@ def _check(refs, outs, workload) -> str:
     return "ok"
 
 
-def compile_cold(fn, args: tuple, caches: bool = False):
+def compile_cold(fn, args: tuple, caches: bool = False, kwargs: Optional[dict] = None):
     """(seconds, compiled): ``torch._dynamo.reset()``, ``torch.compile(fn)`` and its first
-    call on ``args``. Inductor's FX graph and autograd caches are off unless ``caches``, so a
+    call on ``args`` (and ``kwargs``). Inductor's FX graph and autograd caches are off unless ``caches``, so a
     function compiled before in this process (the one-off measured apart, with them on)
     really compiles again."""
     import contextlib
@@ -82,8 +83,13 @@ def compile_cold(fn, args: tuple, caches: bool = False):
         if not caches:
             stack.enter_context(inductor_config.patch(fx_graph_cache=False))
             stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
-        seconds, compiled, _ = first_call(lambda: torch.compile(fn), args)
-    return seconds, compiled
+        made = []
+
+        def make():
+            made.append(torch.compile(fn))
+            return lambda *a: made[0](*a, **(kwargs or {}))
+        seconds, _, _ = first_call(make, args)
+    return seconds, made[0]
 
 
 class Suite:
