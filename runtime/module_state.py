@@ -23,6 +23,7 @@ from typing import Any, Dict, List
 import torch
 from torch.utils.hooks import RemovableHandle
 
+from .guard_tags import Tags, TaggedPrint
 from .python_state import fingerprint, user_classes
 
 try:                                    # CPython's dict version tag (PEP 509), as torch
@@ -81,12 +82,11 @@ class ModuleState:
         # torch's global counter: one number stands for all of them
         dicts = [d for d in dicts if d or id(d) not in self._hook_dicts]
         tags = [(RemovableHandle.next_id, tuple(map(_dict_version, dicts)))]
-        prints = [(o, fingerprint(o)) for o in objects]
+        prints = Tags(TaggedPrint(o) for o in objects)     # (their own tags)
 
         def check() -> bool:
-            for o, p in prints:
-                if fingerprint(o) != p:
-                    return False
+            if not prints():
+                return False
             now = (RemovableHandle.next_id, tuple(map(_dict_version, dicts)))
             if now == tags[0]:
                 return True

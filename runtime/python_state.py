@@ -52,9 +52,12 @@ def _tensor_class(cls) -> bool:
 
 
 class _Walk:
-    __slots__ = ("budget", "active", "carried", "containers", "classes", "deep", "library")
+    __slots__ = ("budget", "active", "carried", "containers", "classes", "deep", "library",
+                 "seen", "names")
 
-    def __init__(self, carried: Set[int], containers: Optional[list]):
+    def __init__(self, carried: Set[int], containers: Optional[list], seen=None):
+        self.seen = seen                      # what was looked into (guard_tags.Seen)
+        self.names: Optional[frozenset] = None    # names the code can read (guard_print)
         self.deep: Optional[list] = None      # objects past the depth, when asked for
         self.library = 0                      # > 0 inside a library's object (guard_print)
         self.classes: Dict[int, Any] = {}     # id(class) -> its attributes' fingerprint
@@ -65,19 +68,25 @@ class _Walk:
 
 
 def fingerprint(value, depth: int = DEPTH, carried: Set[int] = frozenset(),
-                containers: Optional[list] = None) -> Any:
+                containers: Optional[list] = None, seen=None) -> Any:
     """A comparable summary of ``value``; objects whose ids are in ``carried`` are state
     the caller carries itself (their attributes holding numbers and tensors are skipped).
-    ``containers``: a list to receive (container, shallow copy) of each one walked."""
-    return _fp(value, depth, _Walk(carried, containers))
+    ``containers``: a list to receive (container, shallow copy) of each one walked;
+    ``seen``: a ``guard_tags.Seen`` told of every container and object looked into."""
+    return _fp(value, depth, _Walk(carried, containers, seen))
 
 
-def guard_print(value) -> tuple:
+def guard_print(value, seen=None, names: Optional[Iterable[str]] = None) -> tuple:
     """``(fingerprint(value), the objects it did not look into for depth)``, not counting
     those inside a library's objects (a Logger's handlers): a guard built on it cannot see
-    a change past ``DEPTH`` (``cfg.a.b.c.d.e.scale``)."""
-    walk = _Walk(frozenset(), None)
+    a change past ``DEPTH`` (``cfg.a.b.c.d.e.scale``). ``names``: every name the traced
+    code can use (attribute names and string constants); a class attribute named nowhere
+    there (a model class's ``config_class``, whose class holds nested plans) is not read
+    by the trace, so what lies past the depth beneath it does not count either (it is
+    still fingerprinted to the depth, as everything else)."""
+    walk = _Walk(frozenset(), None, seen)
     walk.deep = []
+    walk.names = frozenset(names) if names is not None else None
     return _fp(value, DEPTH, walk), walk.deep
 
 
@@ -138,6 +147,8 @@ def _library_object(cls) -> bool:
 
 def _fp_inner(v, cls, depth: int, walk: _Walk):
     carried = id(v) in walk.carried
+    if walk.seen is not None:
+        walk.seen.walked(v, cls)
     if isinstance(v, (list, tuple)):
         if walk.containers is not None and isinstance(v, list):
             walk.containers.append((v, list(v)))
@@ -160,6 +171,8 @@ def _fp_inner(v, cls, depth: int, walk: _Walk):
     attrs = getattr(v, "__dict__", None)
     inner = builtin_state.state_of(v)       # an iterator's position, an array's bytes, ...
     if inner is not None:
+        if walk.seen is not None:           # state no version tag follows
+            walk.seen.opaque = True
         if walk.containers is not None:
             put_back = builtin_state.restorer(v)
             if put_back is not None:
@@ -215,14 +228,55 @@ def _class_fp(cls, depth: int, walk: _Walk):
     if found is None:
         walk.classes[id(cls)] = ()            # (a class attribute holding an instance)
         found = tuple((c.__qualname__, tuple(
-            (k, _fp(x, depth, walk)) for k, x in c.__dict__.items()
+            (k, _unread_fp(x, depth, walk) if walk.names is not None and
+             k not in walk.names and k not in _implicit_names(cls)
+             else _fp(x, depth, walk))
+            for k, x in c.__dict__.items()
             if not (k.startswith("__") and k.endswith("__"))))
             for c in user_classes(cls))
         walk.classes[id(cls)] = found
+        if walk.seen is not None:
+            for c in user_classes(cls):
+                walk.seen.walked_class(c)
         if walk.containers is not None:
             for c in user_classes(cls):
                 walk.containers.append((c, _PutBack(_class_restorer(c))))
     return found
+
+
+_IMPLICIT: Dict[type, frozenset] = {}
+
+
+def _implicit_names(cls) -> frozenset:
+    """The names (and string constants) used by the properties and dunder methods of
+    ``cls``'s user classes: code that runs on an attribute access or an operator without
+    the converter seeing it, so what it reads counts as read by the trace."""
+    found = _IMPLICIT.get(cls)
+    if found is None:
+        names: Set[str] = set()
+        for c in user_classes(cls):
+            for k, x in c.__dict__.items():
+                fns = (x.fget, x.fset, x.fdel) if isinstance(x, property) else \
+                    (getattr(x, "func", None),) if isinstance(x, functools.cached_property) \
+                    else (x,) if k.startswith("__") and k.endswith("__") else ()
+                for fn in fns:
+                    code = getattr(fn, "__code__", None)
+                    if code is not None:
+                        names.update(names_used(code), strings_used(code))
+        found = frozenset(names)
+        if len(_IMPLICIT) < 10_000:
+            _IMPLICIT[cls] = found
+    return found
+
+
+def _unread_fp(x, depth: int, walk: _Walk):
+    """A class attribute the traced code never names: fingerprinted, nothing past the
+    depth beneath it counted (``guard_print``)."""
+    walk.library += 1
+    try:
+        return _fp(x, depth, walk)
+    finally:
+        walk.library -= 1
 
 
 def _class_restorer(c):
@@ -387,6 +441,16 @@ def names_used(code) -> List[str]:
         if inspect.iscode(const):
             names.update(names_used(const))
     return sorted(names)
+
+
+def strings_used(code) -> Set[str]:
+    """The string constants of ``code`` and the code nested in it (``getattr(obj, "x")``
+    names ``x``)."""
+    found = {c for c in code.co_consts if isinstance(c, str)}
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            found |= strings_used(const)
+    return found
 
 
 def line_naming(code, name: str) -> Optional[int]:

@@ -19,14 +19,16 @@ buffers, attributes, hooks) and what the trace asked of real tensors
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 from typing import Any, List, Tuple
 
 from runtime.builtin_state import state_of
 from runtime.errors import GraphError
-from runtime.python_state import (DEPTH, difference, fingerprint, guard_print, is_tensor,
-                                  restore, user_classes)
+from runtime.guard_tags import EMPTY, Bindings, ShallowState, Tags, TaggedPrint
+from runtime.python_state import (DEPTH, difference, fingerprint, is_tensor, restore,
+                                  strings_used, user_classes)
 from runtime.source_info import _is_library
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None))
@@ -72,14 +74,15 @@ def _copy(obj):
     return None
 
 
-def _guard_print(label: str, value):
-    """The fingerprint a guard compares; GraphError where it cannot look deep enough to see
+def _guard_print(label: str, value, names=None) -> TaggedPrint:
+    """The fingerprint a guard compares (``runtime.guard_tags``: taken again only when a
+    dict it looked into changed); GraphError where it cannot look deep enough to see
     what the trace may have read (the call falls back rather than risk a stale graph)."""
-    found, deep = guard_print(value)
-    if deep:
+    found = TaggedPrint(value, deep=True, names=names)
+    if found.deep:
         raise GraphError(f"{label} ({type(value).__name__}) holds objects nested deeper than "
-                         f"{DEPTH} levels (a {type(deep[0]).__name__}): a change there between "
-                         f"calls could not be seen")
+                         f"{DEPTH} levels (a {type(found.deep[0]).__name__}): a change there "
+                         f"between calls could not be seen")
     return found
 
 
@@ -89,9 +92,9 @@ class Snapshot:
         self._cells: List[Tuple[Any, Any]] = []
         self._objects: List[Tuple[str, Any, Any, Any]] = []   # (label, obj, fingerprint, copy)
         self._deep: List[Tuple[str, Any, Any, list]] = []    # (label, obj, deep print, copies)
-        self._arguments: List[Tuple[int, Any]] = []         # (flat index, deep print)
-        self._held: List[Tuple[Any, Any]] = []              # (object, deep print): guards
-        self._read: List[Tuple[Any, tuple, Any]] = []   # (user module, names, print)
+        self._arguments: List[Tuple[int, TaggedPrint]] = []  # (flat index, deep print)
+        self._held: List[TaggedPrint] = []                  # (deep prints of) guards
+        self._read: List[TaggedPrint] = []       # of a user module's names the code uses
         self._names: set = set()            # names the code uses (globals and attributes)
         self._checks: list = []             # module state, tensor reads: () -> bool
         self._owner = None
@@ -103,7 +106,7 @@ class Snapshot:
         code = getattr(func, "__code__", None)
         ns = getattr(func, "__globals__", {})
         if code is not None:
-            snap._names = set(_names_used(code))
+            snap._names = set(_names_used(code)) | strings_used(code)   # (getattr's too)
             for name in _names_used(code):
                 if name in ns:
                     snap._globals.append((ns, name, ns[name]))
@@ -166,8 +169,8 @@ class Snapshot:
         guarded to the same depth (their binding is checked one level deep already);
         a Module among them keeps the one-level check (a deep one per call costs too
         much for a model)."""
-        self._arguments = [(i, _guard_print(f"argument #{i}", v)) for i, v in enumerate(flat)
-                           if not _is_value(v)]
+        self._arguments = [(i, _guard_print(f"argument #{i}", v, self._names))
+                           for i, v in enumerate(flat) if not _is_value(v)]
         held = [value for _, _, value in self._globals] + \
             [value for _, _, value in self._cells]
         if self._owner is not None and isinstance(getattr(self._owner, "__dict__", None), dict):
@@ -178,7 +181,8 @@ class Snapshot:
         for value in held:
             if id(value) not in seen and _plain_holder(value):
                 seen.add(id(value))
-                self._held.append((value, _guard_print("a value the function reads", value)))
+                self._held.append(_guard_print("a value the function reads", value,
+                                               self._names))
         names = tuple(sorted(self._names))
         for value in [value for _, _, value in self._globals] + \
                 [value for _, _, value in self._cells]:
@@ -186,7 +190,8 @@ class Snapshot:
                     isinstance(value, types.FunctionType) and vars(value))):  # ``f.extra``
                 seen.add(id(value))
                 read = tuple(n for n in names if n in vars(value))
-                self._read.append((value, read, fingerprint(_attributes(value, read))))
+                self._read.append(TaggedPrint(value, functools.partial(
+                    _attributes, value, read)))
         self._watch_modules([self._owner] + [value for _, _, value in self._globals] +
                             [value for _, _, value in self._cells] + list(flat))
         if "backends" in self._names:       # ``if torch.backends.mkldnn.enabled:``
@@ -224,7 +229,7 @@ class Snapshot:
 
         def check(flat) -> bool:
             for i, print_ in prints:
-                if fingerprint(flat[i]) != print_:
+                if not print_.holds_for(flat[i]):
                     return False
             return True
         return check
@@ -288,8 +293,8 @@ class Snapshot:
     def still_holds(self) -> bool:
         """Whether every recorded value is still the same object (same contents, one
         level deep): the graph traced under this state is still the right one."""
-        for module, names, print_ in self._read:
-            if fingerprint(_attributes(module, names)) != print_:
+        for print_ in self._read:
+            if not print_.holds():
                 return False
         for check in self._checks:
             if not check():
@@ -307,34 +312,31 @@ class Snapshot:
         for label, obj, state, _ in self._objects:
             if _state_of(obj) != state:
                 return False
-        for obj, print_ in self._held:
-            if fingerprint(obj) != print_:
+        for print_ in self._held:
+            if not print_.holds():
                 return False
         return True
 
     def compile_check(self):
         """``still_holds`` as one generated expression (checked before every call)."""
-        if self._cells or not (self._globals or self._objects or self._held or self._read
-                               or self._checks):
-            return self.still_holds if self._cells else _always
-        env = {"_EMPTY": _EMPTY, "_state_of": _state_of, "_fp": fingerprint,
-               "_attributes": _attributes}
+        if not (self._globals or self._cells or self._objects or self._held or self._read
+                or self._checks):
+            return _always
+        env = {}
         terms = []
-        for k, (module, names, print_) in enumerate(self._read):
-            env[f"m{k}"], env[f"n{k}"], env[f"q{k}"] = module, names, print_
-            terms.append(f"_fp(_attributes(m{k}, n{k})) == q{k}")
+        tagged = self._read + self._held + [       # one pass over their tags
+            ShallowState(obj, _state_of, state, also=("_buffers",))
+            for _, obj, state, _ in self._objects]
+        if tagged:
+            env["tags"] = Tags(tagged)
+            terms.append("tags()")
         for k, check in enumerate(self._checks):
             env[f"c{k}"] = check
             terms.append(f"c{k}()")
-        for k, (ns, name, value) in enumerate(self._globals):
-            env[f"ns{k}"], env[f"v{k}"] = ns, value
-            terms.append(f"ns{k}.get({name!r}, _EMPTY) is v{k}")
-        for k, (_, obj, state, _) in enumerate(self._objects):
-            env[f"o{k}"], env[f"s{k}"] = obj, state
-            terms.append(f"_state_of(o{k}) == s{k}")
-        for k, (obj, print_) in enumerate(self._held):
-            env[f"h{k}"], env[f"p{k}"] = obj, print_
-            terms.append(f"_fp(h{k}) == p{k}")
+        if self._globals or self._cells:        # what the names are bound to
+            env["bound"] = Bindings(self._globals, [(cell, value)
+                                                    for _, cell, value in self._cells])
+            terms.append("bound()")
         return eval("lambda: " + " and ".join(terms), env)  # noqa: S307 -- our own text
 
     def include(self, fn) -> None:
@@ -365,7 +367,7 @@ class Snapshot:
                 obj.__dict__.update(copy)
 
 
-_EMPTY = object()
+_EMPTY = EMPTY          # an empty cell's value, a missing name's
 
 
 def _is_value(v) -> bool:
