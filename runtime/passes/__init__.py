@@ -7,6 +7,7 @@
     dce         nodes nothing needs -> gone (and unused subgraph captures)
     licm        loop-invariant nodes of while bodies -> before the loop
     open_attention  multi_head_attention_forward (self-attention) -> linear, sdpa, linear
+    patch_conv  conv2d over non-overlapping patches (stride == kernel) -> one GEMM
     fuse_patterns  matmul+add -> addmm/linear, conv+bias(+relu), x*sigmoid(x) -> silu...
     fuse_elementwise, plan_memory  run last
 

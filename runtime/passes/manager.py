@@ -24,6 +24,7 @@ from .fold import fold
 from .fold_cond import fold_cond
 from .fuse_elementwise import fuse_elementwise
 from .licm import licm
+from .patch_conv import patch_conv
 from .patterns import fuse_patterns
 from .plan_memory import plan_memory
 from .rewrite import EDITS
@@ -35,7 +36,8 @@ Pass = Callable[[Graph], Graph]
 MAX_ROUNDS = 4
 CLEANUP: List[Pass] = [fold, fold_cond, simplify, cse, dce, licm]
 FINAL: List[Pass] = [unbind_rows, fuse_elementwise, plan_memory]
-PASSES: List[Pass] = CLEANUP + [open_attention, batch_matmul,
+PASSES: List[Pass] = CLEANUP + [open_attention, patch_conv,
+                                     batch_matmul,
                                      fuse_patterns] + FINAL  # all run
 
 
@@ -78,6 +80,7 @@ def optimize(graph: Graph, passes: Optional[Sequence[Pass]] = None) -> Graph:
     result = to_fixed_point(result, CLEANUP)
     before = EDITS[0]
     result = run_pass(result, open_attention)
+    result = run_pass(result, patch_conv)
     result = run_pass(result, batch_matmul)
     result = run_pass(result, fuse_patterns)
     if EDITS[0] != before:                  # fused nodes may repeat; intermediates died

@@ -199,3 +199,89 @@ def test_batch_first_transposes_folded():
     m = SelfAttention(batch_first=True).eval()
     g = compare(m, lambda s: (randn(3, 5, 32, seed=s),), opened=True)
     assert optimized_ops(g, randn(3, 5, 32))["transpose"] == 0
+
+
+# ------------------------------------------------------------------ patch convolutions
+def conv_ops(g, *args):
+    ops = optimized_ops(g, *args)
+    return ops["conv2d"], ops["patch_conv2d"]
+
+
+class Patchify(nn.Module):
+    def __init__(self, cin=3, cout=8, kernel=4, **kw):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(cin, cout, kernel, **kw)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+@pytest.mark.parametrize("kernel, shape, cout", [(4, (2, 3, 16, 16), 8), ((2, 4), (1, 3, 8, 12), 8),
+                                           (8, (3, 3, 8, 8), 8), (2, (1, 5, 6, 10), 8),
+                                           (2, (2, 3, 4, 6), 1), (4, (2, 3, 4, 4), 1)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_patch_conv_is_a_product(kernel, shape, cout, bias):
+    m = Patchify(cin=shape[1], cout=cout, kernel=kernel, stride=kernel, bias=bias).eval()
+    g = to_graph(m, strict=True)
+    for seed in (0, 1):
+        x = randn(*shape, seed=seed)
+        with torch.no_grad():
+            got, exp = g(x), m(x)
+        assert conv_ops(g, x) == (0, 1)
+        assert got.is_contiguous() and got.stride() == exp.stride()
+        torch.testing.assert_close(got, exp, rtol=1e-5, atol=1e-5)
+
+
+def test_patch_conv_float64_and_gradients():
+    m = Patchify(kernel=4, stride=4).double().train()
+    g = to_graph(m, strict=True)
+    x1 = randn(2, 3, 8, 8, dtype=torch.float64).requires_grad_()
+    x2 = x1.detach().clone().requires_grad_()
+    m(x1).sin().sum().backward()
+    want = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    g(x2).sin().sum().backward()
+    assert conv_ops(g, x2) == (0, 1)
+    torch.testing.assert_close(x2.grad, x1.grad)
+    for p, w in zip(m.parameters(), want):
+        torch.testing.assert_close(p.grad, w)
+
+
+def test_patch_conv_sees_changed_weights():
+    m = Patchify(kernel=4, stride=4).eval()
+    g = to_graph(m, strict=True)
+    x = randn(1, 3, 8, 8)
+    with torch.no_grad():
+        g(x)
+        m.conv.weight.mul_(-2.0)
+        m.conv.bias.data.add_(3.0)
+        torch.testing.assert_close(g(x), m(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kw, shape", [
+    (dict(kernel=1, stride=1), (1, 3, 8, 8)),              # pointwise: the conv passes' case
+    (dict(kernel=4, stride=2), (1, 3, 8, 8)),              # overlapping
+    (dict(kernel=4, stride=4, padding=1), (1, 3, 8, 8)),
+    (dict(kernel=2, stride=2, dilation=2), (1, 3, 8, 8)),
+    (dict(cin=4, kernel=2, stride=2, groups=2), (1, 4, 8, 8)),
+    (dict(kernel=4, stride=4), (1, 3, 10, 8)),             # rows left over
+], ids=["1x1", "overlap", "padding", "dilation", "groups", "remainder"])
+def test_other_convolutions_stay(kw, shape):
+    m = Patchify(**kw).eval()
+    g = to_graph(m, strict=True)
+    x = randn(*shape)
+    with torch.no_grad():
+        assert_same(g(x), m(x))
+    assert conv_ops(g, x)[0] == 1
+
+
+def test_patch_conv_channels_last_input_keeps_eager_layout():
+    m = Patchify(kernel=4, stride=4).eval()
+    g = to_graph(m, strict=True)
+    for seed in (0, 1):
+        x = randn(2, 3, 8, 8, seed=seed).to(memory_format=torch.channels_last)
+        with torch.no_grad():
+            got, exp = g(x), m(x)
+        assert got.stride() == exp.stride()
+        torch.testing.assert_close(got, exp, rtol=1e-5, atol=1e-5)
