@@ -100,11 +100,18 @@ def convert_function(fn, probed=()):
 _CALLED: List[Any] = []     # user functions converted while the current trace ran
 
 
+def _made_by_converted_code(fn) -> bool:
+    """Whether ``fn`` was defined inside converted code (a branch or loop body, a
+    comprehension, a user's nested function): made while the call ran, so its closure
+    holds the call's own locals, not state from before the call."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return code is not None and code.co_filename.startswith("<tograph generated")
+
+
 def _recursive_converter(fn):
     """How ``tg.call`` converts a user function it meets; None when there is no source."""
     _CALLED.append(fn)
-    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-    if code is not None and code.co_filename.startswith("<tograph generated"):
+    if _made_by_converted_code(fn):
         return None                      # defined inside converted code: converted already
     try:
         return convert_function(fn)
@@ -615,7 +622,8 @@ def _existed(snapshot, args, kwargs):
             # rebuilt for the trace (what the trace returns of them is no caller's object)
             roots = snapshot.roots() + pytree.tree_leaves((args, kwargs))
             for fn in _CALLED:          # (not a method's object: the call may have made it)
-                roots += Snapshot.take(getattr(fn, "__func__", fn), (), {}).roots()
+                if not _made_by_converted_code(fn):
+                    roots += Snapshot.take(getattr(fn, "__func__", fn), (), {}).roots()
             found.append({id(v) for v in reachable(roots)})
         return id(obj) in found[0]
     return existed
