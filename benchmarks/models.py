@@ -56,6 +56,8 @@ def parse_args(argv=None):
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     p.add_argument("--out", metavar="DIR", help="where to write models.json, models.png and "
                    "(with --out) MODELS.md; default benchmarks/results")
+    p.add_argument("--report", metavar="JSON", help="run nothing: rewrite MODELS.md and the "
+                   "plot from a saved models.json (or a cut-short run's models.partial.json)")
     args = p.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in args.models if m not in MODELS]
@@ -253,7 +255,6 @@ class ModelBench:
         return row
 
     def run(self) -> dict:
-        from machine import describe
         print(f"torch {torch.__version__}: torch.set_num_threads({THREADS}) -> "
               f"{torch.get_num_threads()} threads", flush=True)
         self.monitor.start()
@@ -262,18 +263,22 @@ class ModelBench:
             self.progress.show("one-off warm-up")
             self.warm_up()
             self.progress.step("models")
-            for name in self.args.models:
-                for batch in self.args.batches:
+            for batch in self.args.batches:        # every model at batch 1 first
+                for name in self.args.models:
                     rows.append(self.row(name, batch))
                     if self.partial_path:
                         with open(self.partial_path, "w") as f:
-                            json.dump({"one_off": self.one_off, "models": rows}, f, indent=1)
-        load = self.monitor.stop()
+                            json.dump(self.results(rows, partial=True), f, indent=1)
+        results = self.results(rows)
         self.progress.finish()
+        return results
+
+    def results(self, rows: List[dict], partial: bool = False) -> dict:
+        from machine import describe
         machine = describe()
         machine.update({lib: getattr(sys.modules.get(lib), "__version__", None)
                         for lib in ("transformers", "torchvision")})
-        return {"machine": machine, "load": load,
+        return {"machine": machine, "load": self.monitor.stop(), "partial": partial,
                 "settings": {"quick": self.args.quick, "rounds": self.args.rounds,
                              "round_s": self.args.round_s, "batches": self.args.batches,
                              "threads": torch.get_num_threads(), "atol": ATOL,
@@ -400,6 +405,9 @@ def markdown(results: dict, png_path: Optional[str], md_path: str) -> str:
            f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, transformers "
            f"{m.get('transformers')}, torchvision {m.get('torchvision')}, Python "
            f"{m['python']}, {m['date']}.", ""]
+    if results.get("partial"):
+        out += [f"**A run cut short: {len(results['models'])} rows of "
+                f"{len(s['batches'])} batch(es) x the models asked for.**", ""]
     out += [f"- {line}" for line in summary_lines(results)]
     out += ["", "## Results", "", "| " + " | ".join(HEADER) + " |",
             "| --- | " + " | ".join("---:" for _ in HEADER[1:]) + " |"]
@@ -457,13 +465,8 @@ def plot(results: dict, path: str) -> bool:
     return True
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    torch.set_num_threads(THREADS)
-    out = args.out or os.path.join(HERE, "results")
-    os.makedirs(out, exist_ok=True)
-    partial = os.path.join(out, "models.partial.json")
-    results = ModelBench(args, partial).run()
+def write(results: dict, out: str, md_path: str) -> None:
+    """Print the table and summary; write models.json, models.png and MODELS.md."""
     print()
     print(text_table(results))
     print()
@@ -473,14 +476,28 @@ def main(argv=None) -> int:
         json.dump(results, f, indent=1)
     png_path = os.path.join(out, "models.png")
     plotted = plot(results, png_path)
-    md_path = os.path.join(out if args.out else HERE, "MODELS.md")
     text = markdown(results, png_path if plotted else None, md_path)
     with open(md_path, "w") as f:
         f.write(text)
-    if os.path.exists(partial):
-        os.remove(partial)
     print(f"\nwrote {json_path}, {md_path}" + (f", {png_path}" if plotted else
                                                " (no plot: pip install -e .[bench])"))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(THREADS)
+    out = args.out or os.path.join(HERE, "results")
+    os.makedirs(out, exist_ok=True)
+    md_path = os.path.join(out if args.out else HERE, "MODELS.md")
+    partial = os.path.join(out, "models.partial.json")
+    if args.report:
+        with open(args.report) as f:
+            results = json.load(f)
+    else:
+        results = ModelBench(args, partial).run()
+    write(results, out, md_path)
+    if os.path.exists(partial) and not args.report:
+        os.remove(partial)
     for line in results["fallbacks"]:
         print(f"!!! to_graph fell back: {line}", file=sys.stderr)
     if results["mismatches"]:

@@ -130,6 +130,15 @@ def test_models_quick_run_reports_every_model(tmp_path):
     assert md.startswith("# Models benchmark") and "old table" not in md
     assert kept in md                       # the reasons survive regeneration
     assert all(f"| {m} | 1 |" in md for m in models)
+    assert not (tmp_path / "models.partial.json").exists()
+    # the report alone, from the saved JSON: the same table, the reasons kept
+    (tmp_path / "MODELS.md").unlink()
+    (tmp_path / "MODELS.md").write_text(md.replace(kept, "Rewritten reasons."))
+    again = subprocess.run(
+        [sys.executable, "-m", "benchmarks.models", "--report", str(tmp_path / "models.json"),
+         "--out", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (tmp_path / "MODELS.md").read_text() == md.replace(kept, "Rewritten reasons.")
 
 
 COMPARE = """
