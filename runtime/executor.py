@@ -19,6 +19,7 @@ import torch
 from .graph import Graph, Node, iter_nodes, map_structure
 from .meta import TensorMeta
 from .outputs import Again, ArgRef, Existing, Rebuild
+from .passes.counted_loops import counted, kernel_loop
 from .source_info import format_location
 
 _FILE_IDS = itertools.count(1)
@@ -250,6 +251,9 @@ class _Lowering:
                     f"{fnames[1]}({operands})"], extra
         if node.op == "while":
             n = node.attrs["n_vars"]
+            form = counted(node)
+            if form is not None:
+                return self.counted_loop(node, form, args, bind, extra), extra
             self.predicates |= _loop_tests(node)
             fc, fb = self.sub_functions(node, extra)
             state = bind(node)
@@ -292,6 +296,35 @@ class _Lowering:
             a for a, v in zip(args, node.args)
             if isinstance(v, Node) and isinstance(v.meta, TensorMeta)])
         return "".join(f" and {t}.is_contiguous()" for t in tensors)
+
+    def counted_loop(self, node: Node, form, args: List[str], bind, extra: list) -> List[str]:
+        """A counted ``while`` (``passes.counted_loops``) as ``for i in range(...)``: the
+        body takes the counter as a Python int first and returns the other loop variables;
+        the counter's slot of the result (which nothing reads) is None."""
+        k, start, stop, step = form
+        n = node.attrs["n_vars"]
+        body = node.subgraphs[1]
+        state = bind(node)
+        driver = None if self.observe is not None else kernel_loop(node, form)
+        if driver is not None:              # the body is one compiled kernel
+            caps = "".join(", " + a for a in args[n:])
+            return [f"{state} = ({self.global_for(driver, 'kernel_loop')}({args[1 - k]}{caps}),)",
+                    f"{state} = {state}[:{k}] + (None,) + {state}[{k}:]"]
+        fb = self.fresh(f"{node.name}_body")
+        inputs = body.inputs
+        extra.append((body, fb, [inputs[k]] + inputs[:k] + inputs[k + 1:],
+                      [v for j, v in enumerate(body.outputs) if j != k]))
+        counter = f"_i_{state}"
+        init = "".join(a + ", " for j, a in enumerate(args[:n]) if j != k)
+        caps = "".join(", " + a for a in args[n:])
+        lines = [f"{state} = ({init})",
+                 f"for {counter} in range({start}, {stop}, {step}):",
+                 f"    {state} = {fb}({counter}, *{state}{caps})",
+                 f"{state} = {state}[:{k}] + (None,) + {state}[{k}:]"]
+        if self.observe is not None:
+            lines.insert(1, f"{self.observe}.loop({node.name!r})")
+            lines.insert(3, f"    {self.observe}.step({node.name!r})")
+        return lines
 
     def sub_functions(self, node: Node, extra: list) -> List[str]:
         """Reserve one generated function per subgraph of a ``cond`` (then, else) or

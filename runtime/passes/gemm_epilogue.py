@@ -172,7 +172,7 @@ def _with_product(old: FusedKernel, args: List, slot: int, product: Node
         in_shapes.append(tuple(c.meta.shape))
     spec = KernelSpec(dtype=old.spec.dtype, inputs=tuple(inputs), steps=old.spec.steps,
                       outputs=old.spec.outputs,
-                      gemm=(slot, len(args), c_index, a.meta.shape[1]))
+                      gemm=(slot, len(args), c_index, a.meta.shape[1], b.meta.shape[1]))
     torch_fn = _ProductThen(old.torch_fn, slot, len(args), product.target,
                             c is not None)
     return FusedKernel(spec, old.name, torch_fn, in_shapes, space, 1,

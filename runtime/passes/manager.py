@@ -18,6 +18,7 @@ from ..options import options
 from ..verifier import verify
 from .attention import open_attention
 from .batch_matmul import batch_matmul
+from .counted_loops import counted_loops
 from .cse import cse
 from .dce import dce
 from .fold import fold
@@ -36,7 +37,7 @@ Pass = Callable[[Graph], Graph]
 MAX_ROUNDS = 4
 CLEANUP: List[Pass] = [fold, fold_cond, simplify, cse, dce, licm]
 FINAL: List[Pass] = [unbind_rows, fuse_elementwise, plan_memory]
-PASSES: List[Pass] = CLEANUP + [open_attention, patch_conv,
+PASSES: List[Pass] = CLEANUP + [counted_loops, open_attention, patch_conv,
                                      batch_matmul,
                                      fuse_patterns] + FINAL  # all run
 
@@ -79,6 +80,7 @@ def optimize(graph: Graph, passes: Optional[Sequence[Pass]] = None) -> Graph:
         return to_fixed_point(result, list(passes))
     result = to_fixed_point(result, CLEANUP)
     before = EDITS[0]
+    result = run_pass(result, counted_loops)
     result = run_pass(result, open_attention)
     result = run_pass(result, patch_conv)
     result = run_pass(result, batch_matmul)

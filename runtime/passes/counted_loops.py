@@ -1,0 +1,238 @@
+"""Counted loops: a ``while`` whose test is ``i < N`` on a counter that steps by a constant
+runs as a Python ``for i in range(start, N, step)``, and row products it reads are batched.
+
+A tensor ``for x_t in xs`` (and ``for i in range(n)`` staged as a loop) traces to a
+``while`` whose loop variable ``i`` starts at a constant 0-d integer, whose test is
+``lt(i, N)`` with a Python int ``N`` and nothing else, and whose body returns
+``add(i, step)`` for ``i`` and reads ``i`` only as the index of ``getitem`` nodes. Such a
+loop runs exactly ``len(range(start, N, step))`` iterations, so the executor runs it with
+the counter as a Python int (``counted``): no 0-d index tensor, no ``lt``, no ``bool()``
+and a plain int index per iteration (``x[i]`` with an int is the same view as with a 0-d
+integer tensor). Only when nothing after the loop reads the counter's final value (the
+pass marks the loop ``COUNTER``; the executor checks the subgraphs again, as later passes
+may have changed them).
+
+Row products (``batch_rows``): in such a loop, ``matmul(xs[i], W)`` or
+``linear(xs[i], W, b)`` with ``xs``, ``W`` (and ``b``) captured from outside (the same
+every iteration) becomes ``XW[i]``, with ``XW = matmul(xs, W)`` computed once before the
+loop: one large product instead of one small one per step (an RNN's input projection),
+as ``batch_matmul`` does for unrolled loops. Only when the rows visited are at least half
+of ``xs``'s first dimension and all lie in it (a loop that stops early would compute too
+much; an index out of range must raise where eager raises), nothing in the loop has an
+effect and neither operand may be changed in place. The batched product rounds like any
+other GEMM of the same rows (within float tolerance of the per-row products); autograd
+records it as eager would record the product of the rows.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from ..graph import Graph, Node, iter_nodes
+from ..kernels.launch import FusedKernel
+from ..kernels.loop import KernelLoop
+from ..meta import TensorMeta
+from .licm import _capture
+from .rewrite import Uses, bump, facts_for, graphs_post_order, has_effect, inputs_of
+
+COUNTER = "counter"         # attrs key of a ``while``: the counter's loop-variable index
+_ROW_PRODUCTS = ("matmul", "linear")
+
+
+def counted_loops(graph: Graph) -> Graph:
+    """Mark the counted ``while`` loops of ``graph`` and batch their row products."""
+    for g in graphs_post_order(graph):
+        uses = None
+        for node in list(g.nodes):
+            if node.op != "while" or node.graph is not g:
+                continue
+            uses = uses or Uses(g)
+            k = _counter_index(node, uses)
+            if k is None:
+                continue
+            if node.attrs.get(COUNTER) != k:
+                node.attrs[COUNTER] = k
+                bump()
+            _batch_rows(graph, g, node, counted(node))
+    return graph
+
+
+def counted(loop: Node) -> Optional[Tuple[int, int, int, int]]:
+    """``(k, start, stop, step)`` when ``loop`` is marked counted and its subgraphs still
+    have the counted form for loop variable ``k``; else None."""
+    k = loop.attrs.get(COUNTER)
+    if k is None or loop.op != "while":
+        return None
+    return _form(loop, k)
+
+
+# ----------------------------------------------------------------------------- matching
+def _counter_index(loop: Node, parent_uses: Uses) -> Optional[int]:
+    """The loop variable that counts ``loop`` when nothing after it reads its value."""
+    cond = loop.subgraphs[0]
+    test = _test(cond)
+    if test is None:
+        return None
+    k = cond.inputs.index(test.args[0])
+    if _form(loop, k) is None:
+        return None
+    for reader in parent_uses.readers(loop):
+        if reader.op != "get" or reader.attrs.get("index") == k:
+            return None
+    if any(v is loop for v in iter_nodes(loop.graph.outputs)):
+        return None
+    return k
+
+
+def _test(cond: Graph) -> Optional[Node]:
+    outputs = cond.outputs
+    if not isinstance(outputs, (tuple, list)) or len(outputs) != 1:
+        return None
+    test = outputs[0]
+    if not isinstance(test, Node) or test.op != "lt" or test.kwargs or len(test.args) != 2:
+        return None
+    index, stop = test.args
+    if not isinstance(index, Node) or index.op != "placeholder" or type(stop) is not int:
+        return None
+    if any(n is not test and n.op != "placeholder" for n in cond.nodes):
+        return None
+    return test
+
+
+def _form(loop: Node, k: int) -> Optional[Tuple[int, int, int, int]]:
+    n_vars = loop.attrs.get("n_vars", 0)
+    cond, body = loop.subgraphs
+    test = _test(cond)
+    if not 0 <= k < n_vars or test is None or test.args[0] is not cond.inputs[k]:
+        return None
+    start = _int_constant(loop.args[k])
+    meta = loop.meta[k] if isinstance(loop.meta, tuple) else None
+    if start is None or not isinstance(meta, TensorMeta) or meta.dtype != torch.int64:
+        return None
+    index = body.inputs[k]
+    outputs = list(body.outputs) if isinstance(body.outputs, (tuple, list)) else []
+    if len(outputs) != n_vars:
+        return None
+    step_node = outputs[k]
+    if not isinstance(step_node, Node) or step_node.op != "add" or step_node.kwargs or \
+            len(step_node.args) != 2 or step_node.args[0] is not index or \
+            type(step_node.args[1]) is not int or step_node.args[1] < 1:
+        return None
+    if sum(o is step_node for o in outputs) != 1 or any(o is index for o in outputs):
+        return None
+    if step_node.graph is not body:
+        return None
+    for node in body.nodes:
+        if node is step_node or node.op == "placeholder":
+            continue
+        reads = inputs_of(node)
+        if step_node in reads:
+            return None
+        if index in reads and not (node.op == "getitem" and len(node.args) == 2 and
+                                   node.args[1] is index and node.args[0] is not index and
+                                   not node.kwargs):
+            return None
+    return k, start, test.args[1], step_node.args[1]
+
+
+def _int_constant(value) -> Optional[int]:
+    """The Python int a 0-d int64 constant node holds, else None."""
+    if not isinstance(value, Node):
+        return None
+    if value.op == "tensor" and len(value.args) == 1 and type(value.args[0]) is int and \
+            set(value.kwargs) <= {"dtype"} and value.kwargs.get("dtype", torch.int64) is \
+            torch.int64:
+        return value.args[0]
+    if value.op == "constant":
+        held = value.attrs.get("value")
+        if isinstance(held, torch.Tensor) and held.dim() == 0 and held.dtype == torch.int64 \
+                and not held.requires_grad:
+            return int(held)
+    return None
+
+
+# ----------------------------------------------------------------------------- row products
+def _batch_rows(root: Graph, graph: Graph, loop: Node, form) -> None:
+    _, start, stop, step = form
+    cond, body = loop.subgraphs
+    if any(has_effect(n) for sub in (cond, body) for n in sub.walk()):
+        return
+    n_vars = loop.attrs["n_vars"]
+    index = body.inputs[loop.attrs[COUNTER]]
+    outer = {id(inner): loop.args[j] for j, inner in enumerate(body.inputs) if j >= n_vars}
+    facts = None
+    uses = Uses(body)
+    for node in list(body.nodes):
+        if node.op not in _ROW_PRODUCTS or node.kwargs or not isinstance(node.args[0], Node):
+            continue
+        row = node.args[0]
+        if row.op != "getitem" or row.args[1] is not index or id(row.args[0]) not in outer:
+            continue
+        rest = node.args[1:]
+        if not rest or len(rest) > (2 if node.op == "linear" else 1) or \
+                not all(isinstance(v, Node) and id(v) in outer for v in rest):
+            continue
+        xs = outer[id(row.args[0])]
+        operands = [outer[id(v)] for v in rest]
+        if not _batchable(xs, operands, node, range(start, stop, step)):
+            continue
+        facts = facts or facts_for(root)
+        if not all(facts.stable(v) and not facts.mutated(v) for v in [xs] + operands):
+            continue
+        shape = tuple(xs.meta.shape[:-1]) + tuple(node.meta.shape[-1:])
+        target = torch.matmul if node.op == "matmul" else node.target
+        product = graph.add_node(node.op, target, (xs, *operands), {},
+                                 TensorMeta(shape, node.meta.dtype), location=node.location,
+                                 index=graph.nodes.index(loop))
+        _capture(loop, product, body, uses)
+        inner = body.inputs[-1]
+        node.op, node.target, node.args, node.kwargs = "getitem", row.target, \
+            (inner, index), {}
+        bump()
+
+
+def _batchable(xs: Node, operands, node: Node, rows: range) -> bool:
+    metas = [xs.meta, node.meta] + [v.meta for v in operands]
+    if not all(isinstance(m, TensorMeta) and m.is_static for m in metas):
+        return False
+    if len(xs.meta.shape) < 2 or len(operands[0].meta.shape) != 2 or \
+            len(node.meta.shape) != len(xs.meta.shape) - 1:
+        return False
+    if any(m.dtype != node.meta.dtype or not m.dtype.is_floating_point for m in metas):
+        return False
+    n = xs.meta.shape[0]
+    return len(rows) >= 2 and 2 * len(rows) >= n and rows[0] >= 0 and rows[-1] < n
+
+
+# ----------------------------------------------------------------------------- one kernel
+def kernel_loop(loop: Node, form) -> Optional[KernelLoop]:
+    """A ``KernelLoop`` running ``loop`` when its body is one fused kernel (besides rows of
+    captures by the counter) computing its one other loop variable; else None."""
+    k, start, stop, step = form
+    n_vars = loop.attrs["n_vars"]
+    body = loop.subgraphs[1]
+    if n_vars != 2:
+        return None
+    inputs = body.inputs
+    index, var = inputs[k], inputs[1 - k]
+    result = body.outputs[1 - k]
+    if not isinstance(result, Node) or result.op != "fused" or \
+            not isinstance(result.target, FusedKernel) or set(result.kwargs) - {"out"} or \
+            "planned_inplace" in result.attrs:
+        return None
+    position = {id(v): j for j, v in enumerate(inputs)}
+    roles = []
+    for value in result.args:
+        if value is var:
+            roles.append(("var",))
+        elif isinstance(value, Node) and position.get(id(value), -1) >= n_vars:
+            roles.append(("capture", position[id(value)] - n_vars))
+        elif isinstance(value, Node) and value.op == "getitem" and value.args[1] is index \
+                and position.get(id(value.args[0]), -1) >= n_vars:
+            roles.append(("row", position[id(value.args[0])] - n_vars))
+        else:
+            return None
+    if any(has_effect(n) for n in body.walk()):
+        return None
+    return KernelLoop(result.target, roles, range(start, stop, step))
