@@ -19,6 +19,8 @@ STOPS = [
                      "pictures/TensorBoard) next to eager print/pdb, compare and explain"),
     ("deploy.py", "section 4: export with control flow to torch.export (.pt2) and ONNX, run "
                   "without Python source or tograph"),
+    ("decode.py", "a real model in a loop: GPT-2's greedy decoding, ids growing per token, "
+                  "as one while node"),
 ]
 
 

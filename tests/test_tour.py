@@ -11,11 +11,13 @@ def test_tour_runs_every_example():
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
-    assert "tour complete: 4 examples ran" in out, out[-2000:]
+    assert "tour complete: 5 examples ran" in out, out[-2000:]
     assert 'Tensor("matmul_1", shape=(2, 2), dtype=torch.float32)' in out  # static: a node
     assert "= cond " in out and "= while " in out          # dynamic_branch: the graph
     assert out.count("-> match") == 3, out[-2000:]
     assert "normalize: iterations = 10" in out     # debugging: the in-graph print
     assert "compare normalize: eager and converted agree" in out, out[-3000:]
     assert out.count("in a fresh process without tograph") == 8, out[-3000:]   # deploy
+    assert out.count("-> tokens equal") == 2, out[-3000:]   # decode: GPT-2's loop
+    assert "= while " in out.split("examples/decode.py")[-1]
     assert "DIFFERS" not in out
