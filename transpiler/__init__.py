@@ -6,7 +6,8 @@
 from .api import FallbackWarning, GraphFunction, RetracingWarning, to_code, to_graph
 from .debugging.compare import compare
 from .errors import ConversionError
+from .module_wrapper import ToGraphModule
 from .run_eagerly import run_eagerly, running_eagerly
 
 __all__ = ["ConversionError", "FallbackWarning", "GraphFunction", "RetracingWarning",
-           "compare", "run_eagerly", "running_eagerly", "to_code", "to_graph"]
+           "ToGraphModule", "compare", "run_eagerly", "running_eagerly", "to_code", "to_graph"]

@@ -132,6 +132,8 @@ def _python_function(fn):
     function). A built-in or C function is returned as is (``_has_source`` says no)."""
     if isinstance(fn, GraphFunction):
         fn = fn.python_function
+    if isinstance(fn, _module_wrapper()):
+        fn = fn.original_module
     if isinstance(fn, functools.partial):
         return _python_function(fn.func)
     if isinstance(fn, (staticmethod, classmethod)):
@@ -819,7 +821,8 @@ _DECORATOR = object()     # to_graph(strict=...) without a function: the decorat
 
 
 def to_graph(fn=_DECORATOR, *, strict: bool = False):
-    """Convert ``fn`` (function, lambda, bound method or ``nn.Module``) to a graph function.
+    """Convert ``fn`` (function, lambda, bound method or ``nn.Module``) to a graph function;
+    for an ``nn.Module``, an ``nn.Module`` wrapping it (``transpiler.module_wrapper``).
 
     Works as ``@to_graph``, ``to_graph(fn)``, ``to_graph(fn, strict=True)`` and
     ``@to_graph(strict=True)``.
@@ -828,9 +831,29 @@ def to_graph(fn=_DECORATOR, *, strict: bool = False):
         return lambda f: to_graph(f, strict=strict)
     if isinstance(fn, GraphFunction):
         return fn if fn._strict == strict else GraphFunction(fn.python_function, strict)
+    wrapper = _module_wrapper()
+    if isinstance(fn, wrapper):                 # to_graph(to_graph(m)): not wrapped twice
+        return fn if fn.strict == strict else wrapper(fn.original_module, strict)
+    if isinstance(fn, torch.nn.Module):         # an nn.Module wrapping fn (module_wrapper)
+        return wrapper(fn, strict)
     if not callable(fn) and not isinstance(fn, (staticmethod, classmethod)):
         raise TypeError(f"to_graph needs a function or nn.Module, got {type(fn).__name__}")
     return GraphFunction(fn, strict)
+
+
+def graph_function(fn) -> GraphFunction:
+    """The ``GraphFunction`` that runs ``fn``: ``fn`` itself, a ``to_graph(module)``
+    wrapper's, or a new one (the debugging tools take any of these)."""
+    if isinstance(fn, GraphFunction):
+        return fn
+    fn = to_graph(fn) if not isinstance(fn, _module_wrapper()) else fn
+    return fn.graph_function if isinstance(fn, _module_wrapper()) else fn
+
+
+def _module_wrapper():
+    """``ToGraphModule`` (its module imports this one: imported on first use)."""
+    from .module_wrapper import ToGraphModule
+    return ToGraphModule
 
 
 # --------------------------------------------------------------------------- CLI support
@@ -857,6 +880,8 @@ def load_target(spec: str):
         obj = getattr(obj, part)
     if isinstance(obj, GraphFunction):
         obj = obj.python_function
+    if isinstance(obj, _module_wrapper()):
+        obj = obj.original_module
     if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
         obj = obj()
     return obj

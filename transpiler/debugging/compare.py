@@ -128,8 +128,8 @@ def compare(fn, *args, rtol: Optional[float] = None, atol: Optional[float] = Non
     per output (and per input gradient when inputs require grad), whether they agree.
     ``rtol``/``atol`` override the per-dtype tolerances; ``timing`` adds the median time
     per call of each side."""
-    from ..api import GraphFunction, to_graph
-    gf = fn if isinstance(fn, GraphFunction) else to_graph(fn)
+    from ..api import graph_function
+    gf = graph_function(fn)
     python = gf.python_function
     report = CompareReport(function=getattr(gf, "__qualname__", None) or repr(fn))
 

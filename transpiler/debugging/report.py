@@ -75,7 +75,7 @@ def _why(e: Optional[Exception]) -> str:
 
 
 def _gather(fn, args: tuple, kwargs: dict) -> _Facts:
-    gf = api.to_graph(fn)
+    gf = api.graph_function(fn)
     target = api._python_function(gf)
     facts = _Facts(name=getattr(target, "__qualname__", None) or repr(target), target=target)
     code = getattr(inspect.unwrap(getattr(target, "__func__", target)), "__code__", None)
