@@ -5,6 +5,8 @@
     CC=COMMAND                the C compiler for kernels (default: gcc, then cc)
     TOGRAPH_VERIFY_PASSES=1   run the graph verifier after every optimizer pass (tests do)
     TOGRAPH_OPTIMIZE=0        skip the optimizer: the executor runs the traced graph as is
+    TOGRAPH_FOLD_BATCHNORM=0  keep eval-mode batch norms after convolutions as they are
+                              (folding misses parameter writes through ``p.data``)
 
 Code reads ``options.<name>``; tests change it with ``options.override(...)``.
 """
@@ -34,6 +36,7 @@ class Options:
     cc: str = ""                   # C compiler command ("" = gcc, then cc); may carry words
     verify_passes: bool = False    # verify the graph after each optimizer pass
     optimize: bool = True          # run the optimizer at all
+    fold_batchnorm: bool = True    # fold eval batch norms into the convolution before them
 
     @classmethod
     def from_environment(cls) -> "Options":
@@ -41,7 +44,8 @@ class Options:
                    cache_dir=os.environ.get("TOGRAPH_CACHE_DIR") or _cache_dir(),
                    cc=os.environ.get("CC", "").strip(),
                    verify_passes=_flag("TOGRAPH_VERIFY_PASSES", False),
-                   optimize=_flag("TOGRAPH_OPTIMIZE", True))
+                   optimize=_flag("TOGRAPH_OPTIMIZE", True),
+                   fold_batchnorm=_flag("TOGRAPH_FOLD_BATCHNORM", True))
 
     @contextlib.contextmanager
     def override(self, **changes):

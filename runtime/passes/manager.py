@@ -1,8 +1,9 @@
 """The pass manager: which passes run, in which order, and checking after each.
 
 ``optimize`` copies the graph (the traced graph is never changed), runs the cleanup
-passes round after round until a round changes nothing (at most ``MAX_ROUNDS``), fuses
-patterns, merges and drops what fusion left behind (cse, dce), then hands the graph to elementwise fusion and memory
+passes round after round until a round changes nothing (at most ``MAX_ROUNDS``), folds
+eval batch norms and epilogues into convolutions, fuses patterns, merges and drops what
+fusion left behind (cse, dce), then hands the graph to elementwise fusion and memory
 planning, in that order. With ``options.verify_passes`` the verifier runs after every
 pass, and an error names the pass that broke the graph. With ``options.optimize`` off
 the copy is only verified.
@@ -18,10 +19,13 @@ from ..options import options
 from ..verifier import verify
 from .attention import open_attention
 from .batch_matmul import batch_matmul
+from .conv_epilogue import conv_epilogue
 from .counted_loops import counted_loops
 from .cse import cse
 from .dce import dce
+from .drop_identity import drop_identity
 from .fold import fold
+from .fold_batchnorm import fold_batchnorm
 from .fold_cond import fold_cond
 from .fuse_elementwise import fuse_elementwise
 from .licm import licm
@@ -35,9 +39,10 @@ from .unbind_rows import unbind_rows
 Pass = Callable[[Graph], Graph]
 
 MAX_ROUNDS = 4
-CLEANUP: List[Pass] = [fold, fold_cond, simplify, cse, dce, licm]
+CLEANUP: List[Pass] = [fold, fold_cond, simplify, drop_identity, cse, dce, licm]
+CONV: List[Pass] = [fold_batchnorm, conv_epilogue]      # eval batch norms, conv epilogues
 FINAL: List[Pass] = [unbind_rows, fuse_elementwise, plan_memory]
-PASSES: List[Pass] = CLEANUP + [counted_loops, open_attention, patch_conv,
+PASSES: List[Pass] = CLEANUP + CONV + [counted_loops, open_attention, patch_conv,
                                      batch_matmul,
                                      fuse_patterns] + FINAL  # all run
 
@@ -79,6 +84,8 @@ def optimize(graph: Graph, passes: Optional[Sequence[Pass]] = None) -> Graph:
     if passes is not None:
         return to_fixed_point(result, list(passes))
     result = to_fixed_point(result, CLEANUP)
+    for pass_ in CONV:
+        result = run_pass(result, pass_)
     before = EDITS[0]
     result = run_pass(result, counted_loops)
     result = run_pass(result, open_attention)
