@@ -1,0 +1,235 @@
+"""Counted loops (passes/counted_loops.py) and one-kernel loop bodies (kernels/loop.py).
+
+A tensor ``for x_t in xs`` traces to a ``while`` on a 0-d counter; the pass marks it
+counted (the executor runs ``for i in range(...)`` with an int counter), batches the row
+products ``xs[i] @ W`` before the loop, and a body left as one compiled kernel runs
+through ``KernelLoop``. Each test checks which path was taken (the mark, the hoisted
+product, the generated source) and compares with eager on two calls with different
+values (a value baked at trace time would show), in strict and default mode; loops that
+must not take a path (break, counter read after the loop or used in arithmetic, a body
+that writes in place) are checked to stay on the general path and still match.
+"""
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from runtime.kernels import compiler
+from runtime.options import options
+from runtime.passes.counted_loops import COUNTER
+from transpiler import to_graph
+
+HAS_CC = compiler.compiler_available()
+
+pytestmark = pytest.mark.usefixtures("module_kernel_cache")
+
+
+def rnn(xs, h, W, U, b):
+    for xt in xs:
+        h = torch.tanh(xt @ W + h @ U + b)
+    return h
+
+
+def rnn_linear(xs, h, W, U, b):
+    for xt in xs:
+        h = torch.tanh(F.linear(xt, W.t(), b) + h @ U)
+    return h
+
+
+def rnn_range(xs, h, W, U, b):
+    n = xs.shape[0]
+    i = torch.tensor(0)
+    while i < n:
+        h = torch.tanh(xs[i] @ W + h @ U + b)
+        i = i + 1
+    return h
+
+
+def rnn_break(xs, h, W, U, b):
+    for xt in xs:
+        h = torch.tanh(xt @ W + h @ U + b)
+        if h.sum() > 1.0:
+            break
+    return h
+
+
+def rnn_counter_out(xs, h, W, U, b):
+    i = torch.tensor(0)
+    while i < xs.shape[0]:
+        h = torch.tanh(xs[i] @ W + h @ U + b)
+        i = i + 1
+    return h, i
+
+
+def rnn_enumerate(xs, h, W, U, b):
+    for i, xt in enumerate(xs):
+        h = torch.tanh(xt @ W + h @ U + b * i)
+    return h
+
+
+def rnn_inplace(xs, h, W, U, b):
+    for xt in xs:
+        xs.mul_(0.5)
+        h = torch.tanh(xt @ W + h @ U + b)
+    return h
+
+
+def inputs(T, B, F_, H, seed, grad=False):
+    g = torch.Generator().manual_seed(seed)
+    args = (torch.randn(T, B, F_, generator=g), torch.randn(B, H, generator=g) * 0.1,
+            torch.randn(F_, H, generator=g) * F_ ** -0.5,
+            torch.randn(H, H, generator=g) * H ** -0.5, torch.randn(H, generator=g) * 0.1)
+    if grad:
+        args = tuple(a.requires_grad_() for a in args)
+    return args
+
+
+def loops(graph):
+    return [n for n in graph.walk() if n.op == "while"]
+
+
+def run(fn, shapes, strict=True, grad_mode=False, seeds=(1, 2)):
+    """Compare ``to_graph(fn)`` with eager on two input sets; returns the compiled entry."""
+    g = to_graph(fn, strict=strict)
+    for seed in seeds:
+        args = inputs(*shapes, seed)
+        exp = fn(*[a.clone() for a in args])
+        with torch.set_grad_enabled(grad_mode), warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = g(*[a.clone() for a in args])
+        for x, y in zip(got if isinstance(got, tuple) else (got,),
+                        exp if isinstance(exp, tuple) else (exp,)):
+            assert x.dtype == y.dtype and x.shape == y.shape
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+    return g.get_concrete(*inputs(*shapes, seeds[0]))
+
+
+def source(entry):
+    return entry.executable.source
+
+
+# ----------------------------------------------------------------------------- hit
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize("shapes", [(50, 32, 64, 64), (7, 1, 64, 64), (9, 3, 5, 72),
+                                    (6, 4, 8, 5), (5, 2, 3, 24)])
+def test_rnn_for_over_tensor_is_counted_and_batched(shapes, strict):
+    entry = run(rnn, shapes, strict=strict)
+    (loop,) = loops(entry.optimized)
+    assert loop.attrs.get(COUNTER) is not None
+    hoisted = [n for n in entry.optimized.nodes if n.op == "matmul"]
+    assert hoisted and hoisted[0].meta.shape == (shapes[0], shapes[1], shapes[3])
+    assert "while " not in source(entry)         # no test per step: a for over a range
+
+
+def kernel_loop_of(entry):
+    (driver,) = [v for k, v in entry.executable.fn.__globals__.items()
+                 if k.startswith("_kernel_loop")]
+    return driver
+
+
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler")
+@pytest.mark.parametrize("shapes", [(50, 32, 64, 64), (7, 1, 64, 64), (9, 3, 5, 72)])
+def test_one_kernel_body_runs_as_kernel_loop(shapes):
+    entry = run(rnn, shapes)
+    driver = kernel_loop_of(entry)
+    xs, h, W, U, b = inputs(*shapes, seed=1)
+    caps = [U, b, xs @ W]
+    assert driver._direct(h, caps, driver.steps) is not None    # direct C calls
+    if shapes[1] > 1:
+        moved = h.t().contiguous().t()                          # layout: the launcher
+        assert driver._direct(moved, caps, driver.steps) is None
+    h.requires_grad_()
+    assert driver._direct(h, caps, driver.steps) is None        # autograd: launcher
+
+
+def test_kernel_loop_without_compiler_runs_torch_ops():
+    with options.override(compiler=False):
+        run(rnn, (8, 3, 16, 64))
+
+
+def test_small_rows_keep_a_python_for_loop():
+    entry = run(rnn, (6, 4, 8, 5))              # product too narrow for the kernel
+    assert "for _i_" in source(entry) and "_kernel_loop" not in source(entry)
+
+
+def test_linear_and_explicit_counter_spellings():
+    for fn in (rnn_linear, rnn_range):
+        entry = run(fn, (12, 3, 16, 64))
+        (loop,) = loops(entry.optimized)
+        assert loop.attrs.get(COUNTER) is not None, fn.__name__
+        assert any(n.op in ("matmul", "linear") and len(n.meta.shape) == 3
+                   for n in entry.optimized.nodes), fn.__name__
+
+
+def test_zero_iterations_return_the_initial_value():
+    g = to_graph(rnn, strict=True)
+    for T in (0, 3):
+        args = inputs(T, 2, 4, 64, seed=T)
+        torch.testing.assert_close(g(*args), rnn(*args), rtol=1e-5, atol=1e-5)
+    args = inputs(0, 2, 4, 64, seed=5)
+    assert g(*args) is args[1] or torch.equal(g(*args), args[1])
+
+
+def test_non_contiguous_initial_state_and_rows():
+    g = to_graph(rnn, strict=True)
+    for seed in (1, 2):
+        xs, h, W, U, b = inputs(10, 3, 8, 64, seed)
+        h = h.t().contiguous().t()                        # a transposed layout
+        xs = xs.transpose(0, 1).contiguous().transpose(0, 1)
+        torch.testing.assert_close(g(xs, h, W, U, b), rnn(xs, h, W, U, b),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_kernel_loop_result_is_a_fresh_tensor():
+    g = to_graph(rnn, strict=True)
+    args = inputs(4, 2, 8, 64, seed=3)
+    first = g(*args)
+    kept = first.clone()
+    second = g(*args)
+    assert first is not second and torch.equal(first, kept)
+    assert all(first.data_ptr() != a.data_ptr() for a in args)
+
+
+def test_gradients_match_eager():
+    g = to_graph(rnn, strict=True)
+    for seed in (1, 2):
+        args = inputs(8, 3, 16, 64, seed, grad=True)
+        exp = rnn(*args)
+        exp_grads = torch.autograd.grad(exp.square().sum(), args)
+        got = g(*args)
+        assert got.requires_grad
+        got_grads = torch.autograd.grad(got.square().sum(), args)
+        for x, y in zip(got_grads, exp_grads):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- not hit
+@pytest.mark.parametrize("fn", [rnn_break, rnn_counter_out, rnn_enumerate])
+def test_loops_that_need_their_counter_stay_general(fn):
+    entry = run(fn, (9, 3, 8, 64))
+    (loop,) = loops(entry.optimized)
+    assert loop.attrs.get(COUNTER) is None
+    assert "while " in source(entry)
+
+
+def test_break_taken_early_matches():
+    g = to_graph(rnn_break, strict=True)
+    xs, h, W, U, b = inputs(20, 2, 8, 64, seed=4)
+    b = b + 3.0                                 # h saturates: the sum passes 1 at once
+    torch.testing.assert_close(g(xs, h, W, U, b), rnn_break(xs, h, W, U, b))
+
+
+def test_body_writing_in_place_is_not_batched():
+    g = to_graph(rnn_inplace, strict=True)
+    for seed in (1, 2):
+        args = inputs(6, 2, 8, 64, seed)
+        exp_args = [a.clone() for a in args]
+        exp = rnn_inplace(*exp_args)
+        got_args = [a.clone() for a in args]
+        got = g(*got_args)
+        torch.testing.assert_close(got, exp, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got_args[0], exp_args[0])
+    entry = g.get_concrete(*inputs(6, 2, 8, 64, 1))
+    assert not any(n.op == "matmul" and len(n.meta.shape) == 3
+                   for n in entry.optimized.nodes)
