@@ -9,7 +9,9 @@ from __future__ import annotations
 import torch
 
 from ..control_flow import staged_cond
-from ..introspection import kind_of
+from ..errors import GraphError
+from ..introspection import MIXED, kind_of, mark
+from ..source_info import format_location, user_location
 from ..symbolic import is_symbolic
 from .decisions import _LISTENERS, note
 
@@ -34,6 +36,25 @@ def or_(a, *rest):
         return a if a else or_(rest[0](), *rest[1:])
     stop = True if kind_of(a) == "bool" else a     # (as in ``and_``)
     return staged_cond(a, lambda: stop, lambda: or_(rest[0](), *rest[1:]), ())
+
+
+def is_bool(a, const: bool, negate: bool = False):
+    """``a is True`` / ``a is False`` (``negate``: ``is not``): a stand-in for a Python bool
+    (a run-time size test, ``n > 1`` in a tensor loop) *is* ``True`` exactly when its value
+    is; Python's ``is`` on the stand-in object would always answer False. A tensor or a
+    stand-in for another number is never the constant, as in Python."""
+    if not is_symbolic(a):
+        return (a is const) != negate
+    kind = kind_of(a)
+    if kind == MIXED:
+        raise GraphError(f"{format_location(user_location())}: 'is {const}' of a value whose "
+                         f"type depends on the path taken at run time")
+    if kind != "bool":
+        return negate
+    out = a if const != negate else torch.logical_not(a)
+    if out is not a:
+        mark(out, "bool")
+    return out
 
 
 def not_(a):

@@ -221,3 +221,22 @@ def test_flag_to_torch_python_function_becomes_cond():
     for n in (1, 3):
         x = torch.randn(n, 2)
         torch.testing.assert_close(g(x), f(x))
+
+
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "default"])
+def test_identity_of_a_run_time_bool(strict):
+    """``flag is True`` where ``flag`` is a size test on growing state: its value decides
+    (Python's ``is`` on the stand-in object answered False silently)."""
+    def f(x, other):
+        y, flag = 0.0, False
+        while x.sum() < 30:
+            flag = x.size(0) > 2
+            y = y + (1.0 if flag is True else 2.0) + (10.0 if flag is not False else 0.0)
+            y = y + (100.0 if x is True else 0.0) + (5.0 if other is False else 0.0)
+            x = torch.cat([x, x[-1:] + 1])
+        return x, y, flag is False
+    g = to_graph(f, strict=strict)
+    for x, other in ((torch.ones(1), False), (torch.ones(3) * 2, 0)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert_same(g(x, other), f(x, other))

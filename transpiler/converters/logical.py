@@ -1,4 +1,5 @@
-"""``and``/``or``/``not`` and comparison chains -> ``tg.and_``/``tg.or_``/``tg.not_``.
+"""``and``/``or``/``not``, comparison chains and ``is True``/``is False`` -> ``tg.and_``/
+``tg.or_``/``tg.not_``/``tg.is_bool``.
 
     a and b and c  ->  tg.and_(a, lambda: b, lambda: c)      (short-circuit, returns an operand)
     a and b or c   ->  tg.ifexp(a, lambda: tg.or_(b, lambda: c), lambda: c)
@@ -49,7 +50,7 @@ class LogicalTransformer(base.Transformer):
     def visit_Compare(self, node):
         node = self.generic_visit(node)
         if len(node.ops) == 1:
-            return node
+            return self._is_bool(node)
         operands, links = [node.left] + list(node.comparators), []
         for i, op in enumerate(node.ops):
             right = operands[i + 1]
@@ -60,6 +61,17 @@ class LogicalTransformer(base.Transformer):
                                                         type_comment=None), value=right)
             links.append(gast.Compare(left=operands[i], ops=[op], comparators=[right]))
         return self._call('and_', [links[0]] + [_lazy(c) for c in links[1:]], node)
+
+    def _is_bool(self, node):
+        """``x is True`` / ``x is not False`` -> ``tg.is_bool(x, True, False)``: ``x`` may
+        stand for a Python bool known only at run time."""
+        op, right = node.ops[0], node.comparators[0]
+        if not isinstance(op, (gast.Is, gast.IsNot)) or not isinstance(right, gast.Constant) \
+                or not isinstance(right.value, bool):
+            return node
+        negate = gast.Constant(value=isinstance(op, gast.IsNot), kind=None)
+        return self._call('is_bool', [node.left, gast.Constant(value=right.value, kind=None),
+                                      negate], node)
 
     _call = staticmethod(base.tg_call)
 
