@@ -15,12 +15,16 @@ more than the attention's arithmetic):
 It fires only where eager takes exactly that path: query, key and value the same
 3-D value of static shape ``(T, B, E)`` with ``E == embed_dim_to_check`` divisible by
 ``num_heads``; packed input weights (``use_separate_proj_weight`` false), no
-``bias_k``/``bias_v``, no ``add_zero_attn``, no ``static_k``/``static_v``, no
-``attn_mask``/``key_padding_mask``, ``is_causal`` false, ``need_weights`` false, no
-dropout (``training`` false or ``dropout_p == 0``); the node's second result (``None``)
-unread. Eager's own path takes the same products and the same attention kernel; it
-copies q, k and v apart first (``contiguous``) where this reads them as strided views of
-the projection, which the attention kernel accepts (results agree to float rounding).
+``bias_k``/``bias_v``, no ``add_zero_attn``, no ``static_k``/``static_v``,
+``need_weights`` false, no dropout (``training`` false or ``dropout_p == 0``); the node's
+second result (``None``) unread. Masks: ``attn_mask`` ((T, S) or (B * H, T, S)) and
+``key_padding_mask`` ((B, S)), bool or of the query's dtype, one dtype when both are
+given, become one ``attention_mask`` node running eager's own steps (``_canonical_mask``,
+the padding spread over the heads and added); ``is_causal`` with a mask and no padding
+mask is sdpa's ``is_causal`` without a mask, as eager does. Eager's own path takes the
+same products and the same attention kernel; it copies q, k and v apart first
+(``contiguous``) where this reads them as strided views of the projection, which the
+attention kernel accepts (results agree to float rounding).
 Gradients flow through the same ops. A batch-first caller's transposes around the call
 (``x.transpose(1, 0)`` in, the result's ``transpose(1, 0)`` out, as
 ``nn.MultiheadAttention(batch_first=True)`` writes them) are folded into the permutes.
@@ -34,11 +38,12 @@ import torch
 import torch.nn.functional as F
 
 from ..graph import Graph, Node
+from ..graph_ops import register
 from ..meta import TensorMeta
 from .rewrite import Uses, graphs_post_order, has_effect
 
 _SIGNATURE = inspect.signature(F.multi_head_attention_forward)
-_ABSENT = ("bias_k", "bias_v", "key_padding_mask", "attn_mask", "q_proj_weight",
+_ABSENT = ("bias_k", "bias_v", "q_proj_weight",
            "k_proj_weight", "v_proj_weight", "static_k", "static_v")
 
 
@@ -87,7 +92,10 @@ def _plain_call(node: Node, uses: Uses):
         return None
     if any(a[name] is not None for name in _ABSENT) or a["add_zero_attn"] is not False or \
             a["use_separate_proj_weight"] is not False or a["need_weights"] is not False or \
-            a["is_causal"] is not False:
+            type(a["is_causal"]) is not bool:
+        return None
+    masks = _masks(a["attn_mask"], a["key_padding_mask"], a["is_causal"], meta, heads)
+    if masks is None:
         return None
     dropout = a["dropout_p"]
     if a["training"] is not False and not (type(dropout) in (int, float) and dropout == 0):
@@ -108,7 +116,53 @@ def _plain_call(node: Node, uses: Uses):
     if uses.out_count.get(id(node)) or any(
             r.op != "get" or r.attrs.get("index") != 0 or r.args != (node,) for r in readers):
         return None
-    return x, heads, w_in, b_in, w_out, b_out
+    return x, heads, w_in, b_in, w_out, b_out, masks
+
+
+def _masks(attn_mask, padding, is_causal: bool, meta: TensorMeta, heads: int):
+    """``(attn_mask, key_padding_mask, causal)`` for the opened form, None where the masks
+    take a form left alone: each absent or a static bool mask or one of the query's
+    dtype, shaped as eager accepts it ((T, S) or (B * H, T, S); (B, S)), both of one
+    dtype when both are given (eager warns about mixed ones on every call)."""
+    t, b, _ = meta.shape
+    shapes = {"attn": ((t, t), (b * heads, t, t)), "padding": ((b, t),)}
+    for mask, kind in ((attn_mask, "attn"), (padding, "padding")):
+        if mask is None:
+            continue
+        m = _meta(mask)
+        if m is None or not m.is_static or m.shape not in shapes[kind] or \
+                m.dtype not in (torch.bool, meta.dtype):
+            return None
+    if attn_mask is not None and padding is not None and \
+            _meta(attn_mask).dtype != _meta(padding).dtype:
+        return None
+    if is_causal and attn_mask is None:
+        return None                     # eager raises
+    if is_causal and padding is None:
+        return None, None, True         # eager hands sdpa is_causal and no mask
+    return attn_mask, padding, False
+
+
+@register
+def attention_mask(attn_mask, key_padding_mask, batch: int, heads: int, dtype):
+    """The mask ``multi_head_attention_forward(need_weights=False)`` hands
+    ``scaled_dot_product_attention`` (its own steps: bool masks as -inf, a 2-D mask
+    unsqueezed, the padding mask spread over the heads and added)."""
+    padding = F._canonical_mask(mask=key_padding_mask, mask_name="key_padding_mask",
+                                other_type=F._none_or_dtype(attn_mask),
+                                other_name="attn_mask", target_type=dtype)
+    mask = F._canonical_mask(mask=attn_mask, mask_name="attn_mask", other_type=None,
+                             other_name="", target_type=dtype, check_other=False)
+    if mask is not None and mask.dim() == 2:
+        mask = mask.unsqueeze(0)
+    if padding is not None:
+        src = padding.shape[-1]
+        padding = padding.view(batch, 1, 1, src).expand(-1, heads, -1, -1) \
+            .reshape(batch * heads, 1, src)
+        mask = padding if mask is None else mask + padding
+    if mask.size(0) == 1 and mask.dim() == 3:
+        return mask.unsqueeze(0)
+    return mask.view(batch, heads, -1, mask.shape[-1])
 
 
 def _swapped(value) -> Optional[Node]:
@@ -120,7 +174,8 @@ def _swapped(value) -> Optional[Node]:
     return None
 
 
-def _open(node: Node, uses: Uses, x: Node, heads: int, w_in, b_in, w_out, b_out) -> None:
+def _open(node: Node, uses: Uses, x: Node, heads: int, w_in, b_in, w_out, b_out,
+          masks) -> None:
     """Insert the ops before ``node``; drop it and its ``get`` readers. A batch-first
     caller (``nn.MultiheadAttention(batch_first=True)``) transposes its input to
     ``(T, B, E)`` and the result back: then the ops read and give ``(B, T, E)``, the
@@ -143,8 +198,16 @@ def _open(node: Node, uses: Uses, x: Node, heads: int, w_in, b_in, w_out, b_out)
         qkv = add("permute", torch.Tensor.permute, (split, (2, 1, 3, 0, 4)), (3, b, heads, t, d))
     q, k, v = (add("select", torch.Tensor.select, (qkv, 0, i), (b, heads, t, d))
                for i in range(3))
-    att = add("scaled_dot_product_attention", F.scaled_dot_product_attention, (q, k, v),
-              (b, heads, t, d))
+    attn_mask, padding, causal = masks
+    mask = None
+    if attn_mask is not None or padding is not None:
+        shape = attention_mask(*(None if m is None else torch.empty(
+            m.meta.shape, dtype=m.meta.dtype, device="meta") for m in (attn_mask, padding)),
+            b, heads, dtype).shape
+        mask = add("attention_mask", attention_mask, (attn_mask, padding, b, heads, dtype),
+                   tuple(shape))
+    att = add("scaled_dot_product_attention", F.scaled_dot_product_attention,
+              (q, k, v, mask, 0.0, causal), (b, heads, t, d))
     back = bool(outer) and not any(uses.out_count.get(id(g)) for g in gets) and \
         all(_swapped(r) is not None for r in outer)
     if back:            # every reader turns the result back to (B, T, E)

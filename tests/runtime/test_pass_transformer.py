@@ -126,22 +126,88 @@ class Attend(nn.Module):
 
 
 MASK = torch.triu(torch.full((5, 5), float("-inf")), 1)
+BOOL_MASK = torch.triu(torch.ones(5, 5, dtype=torch.bool), 1)
+MASK3 = randn(4, 5, 5, seed=9)                                # (B * H, T, S)
 PAD = torch.tensor([[False] * 4 + [True], [False] * 5])
+FLOAT_PAD = torch.zeros(2, 5).masked_fill(PAD, -1e9)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(attn_mask=MASK), dict(attn_mask=BOOL_MASK), dict(attn_mask=MASK3),
+    dict(attn_mask=MASK, is_causal=True), dict(attn_mask=BOOL_MASK, is_causal=True),
+    dict(key_padding_mask=PAD), dict(key_padding_mask=FLOAT_PAD),
+    dict(attn_mask=BOOL_MASK, key_padding_mask=PAD),
+    dict(attn_mask=MASK3, key_padding_mask=FLOAT_PAD),
+    dict(attn_mask=MASK, key_padding_mask=FLOAT_PAD, is_causal=True),
+], ids=["float", "bool", "3d", "causal", "causal_bool", "padding", "float_padding",
+        "both_bool", "both_float_3d", "causal_padding"])
+def test_masks_opened(kw):
+    m = Attend(need_weights=False, **kw).eval()
+    compare(m, lambda s: (randn(5, 2, 16, seed=s), randn(5, 2, 16, seed=s + 7)), opened=True)
+
+
+def test_fully_masked_rows_as_eager():
+    """A sequence that is all padding: eager's sdpa call gives that row's attention as 0
+    (not NaN); the opened form calls the same kernel with the same mask."""
+    pad = torch.tensor([[True] * 5, [False] * 5])
+    m = Attend(need_weights=False, key_padding_mask=pad).eval()
+    with torch.no_grad():
+        m.mha.out_proj.bias.fill_(0.5)
+    compare(m, lambda s: (randn(5, 2, 16, seed=s), randn(5, 2, 16)), opened=True)
+
+
+def test_mask_changed_between_calls_is_read():
+    class Masked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.mha = nn.MultiheadAttention(16, 2)
+
+        def forward(self, x, pad):
+            return self.mha(x, x, x, key_padding_mask=pad, need_weights=False)[0]
+    m = Masked().eval()
+    g = to_graph(m, strict=True)
+    x = randn(5, 2, 16)
+    for pad in (PAD, ~PAD.flip(0) & torch.tensor([[True] * 3 + [False] * 2] * 2), PAD.flip(0)):
+        with torch.no_grad():
+            assert_same(g(x, pad), m(x, pad))
+    assert optimized_ops(g, x, PAD)[MHA] == 0
 
 
 @pytest.mark.parametrize("kw", [
     dict(need_weights=True),
-    dict(need_weights=False, attn_mask=MASK),
-    dict(need_weights=False, attn_mask=MASK, is_causal=True),
-    dict(need_weights=False, key_padding_mask=PAD),
     dict(need_weights=False, pick=(0, 1, 1)),             # cross attention
     dict(need_weights=False, pick=(0, 0, 1)),
     dict(need_weights=False, add_bias_kv=True),
     dict(need_weights=False, add_zero_attn=True),
-], ids=["weights", "mask", "causal", "padding", "cross", "kv_differ", "bias_kv", "zero_attn"])
+], ids=["weights", "cross", "kv_differ", "bias_kv", "zero_attn"])
 def test_other_forms_not_opened(kw):
     m = Attend(**kw).eval()
     compare(m, lambda s: (randn(5, 2, 16, seed=s), randn(5, 2, 16, seed=s + 7)), opened=False)
+
+
+def test_mixed_masks_not_opened_and_warn_each_call():
+    """A bool attn_mask beside a float padding mask handed to the function itself: it
+    warns on every call, so the call stays (and warns) as it is."""
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(16, 2).eval()
+    params = (mha.in_proj_weight, mha.in_proj_bias, None, None, False, 0.0,
+              mha.out_proj.weight, mha.out_proj.bias)
+
+    def f(x, mask, pad):
+        return torch.nn.functional.multi_head_attention_forward(
+            x, x, x, 16, 2, *params, training=False, need_weights=False,
+            attn_mask=mask, key_padding_mask=pad)[0]
+    g = to_graph(f, strict=True)
+    for seed in (0, 1):
+        x = randn(5, 2, 16, seed=seed)
+        with torch.no_grad():
+            with pytest.warns(UserWarning, match="mismatched"):
+                exp = f(x, BOOL_MASK, FLOAT_PAD)
+            with pytest.warns(UserWarning, match="mismatched"):
+                got = g(x, BOOL_MASK, FLOAT_PAD)
+        assert_same(got, exp)
+        assert optimized_ops(g, x, BOOL_MASK, FLOAT_PAD)[MHA] == 1
 
 
 def test_unbatched_not_opened():
@@ -170,7 +236,11 @@ def test_transformer_encoder():
 def test_zoo_vit():
     from benchmarks import model_zoo
     model, make = model_zoo.vit()
-    compare(model, lambda s: make(1 + s, s)[0], opened=True, rtol=1e-4)
+    with torch.no_grad():           # torchvision starts the head at zero: logits all 0
+        for p in model.heads.parameters():
+            p.copy_(randn(*p.shape, seed=5))
+    g = compare(model, lambda s: make(1 + s, s)[0], opened=True, rtol=1e-4)
+    assert optimized_ops(g, *make(2, 1)[0])["patch_conv2d"] == 1
 
 
 def test_functional_call_with_result_read_both_ways():
@@ -285,3 +355,22 @@ def test_patch_conv_channels_last_input_keeps_eager_layout():
             got, exp = g(x), m(x)
         assert got.stride() == exp.stride()
         torch.testing.assert_close(got, exp, rtol=1e-5, atol=1e-5)
+
+
+def test_transformer_encoder_with_padding_and_causal_masks():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64,
+                                       batch_first=True)
+    m = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).eval()
+    causal = torch.triu(torch.ones(6, 6, dtype=torch.bool), 1)
+
+    class Masked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x, pad):
+            return self.m(x, mask=causal, src_key_padding_mask=pad, is_causal=True)
+    pads = [torch.tensor([[False] * 6, [False] * 4 + [True] * 2]),
+            torch.tensor([[False] * 5 + [True], [False] * 6])]
+    compare(Masked(), lambda s: (randn(2, 6, 32, seed=s), pads[s]), opened=True, rtol=1e-4)
