@@ -68,10 +68,11 @@ class ToGraphModule(torch.nn.Module):
 
     # -- calling
     def __call__(self, *args, **kwargs):
-        if torch.nn.modules.module._has_any_global_hook() and not self._own_hooks():
-            # the fallback calls the original, which runs torch's global hooks; running
-            # them around the wrapper too would run them twice
-            return self.forward(*args, **kwargs)
+        own = self._own_hooks()
+        if not own and current_graph() is None and self._compiled_call_impl is None:
+            # (no hooks of its own to run; torch's global hooks, if any, run when the
+            # GraphFunction falls back to calling the original: not twice)
+            return self._graph_function(*args, **kwargs)
         return super().__call__(*args, **kwargs)
 
     def forward(self, *args, **kwargs):

@@ -182,6 +182,22 @@ def test_hooks_on_the_original_fall_back_with_a_reason():
         to_graph(m, strict=True)(x)
 
 
+def test_global_module_hooks_run_once_as_in_eager():
+    eager, m = _pair()
+    calls = []
+    hook = torch.nn.modules.module.register_module_forward_hook(
+        lambda mod, args, out: calls.append(type(mod).__name__))
+    try:
+        x = _inputs()[0]
+        want = eager(x)
+        expected, calls[:] = list(calls), []
+        with pytest.warns(FallbackWarning, match="hooks"):
+            assert_same(to_graph(m)(x), want)
+        assert calls == expected == ["Linear", "BatchNorm1d", "Dropout", "Net"]
+    finally:
+        hook.remove()
+
+
 def test_attributes_read_and_write_through():
     eager, m = _pair()
     w = to_graph(m)
