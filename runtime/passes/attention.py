@@ -120,10 +120,10 @@ def _plain_call(node: Node, uses: Uses):
 
 
 def _masks(attn_mask, padding, is_causal: bool, meta: TensorMeta, heads: int):
-    """``(attn_mask, key_padding_mask, causal)`` for the opened form, None where the masks
-    take a form left alone: each absent or a static bool mask or one of the query's
-    dtype, shaped as eager accepts it ((T, S) or (B * H, T, S); (B, S)), both of one
-    dtype when both are given (eager warns about mixed ones on every call)."""
+    """``(attn_mask, key_padding_mask, causal, mask shape)`` for the opened form, None
+    where the masks take a form left alone. Each mask absent or a static bool mask or one
+    of the query's dtype, shaped as eager accepts it ((T, S) or (B * H, T, S); (B, S)),
+    both of one dtype when both are given (eager warns about mixed ones on every call)."""
     t, b, _ = meta.shape
     shapes = {"attn": ((t, t), (b * heads, t, t)), "padding": ((b, t),)}
     for mask, kind in ((attn_mask, "attn"), (padding, "padding")):
@@ -139,8 +139,16 @@ def _masks(attn_mask, padding, is_causal: bool, meta: TensorMeta, heads: int):
     if is_causal and attn_mask is None:
         return None                     # eager raises
     if is_causal and padding is None:
-        return None, None, True         # eager hands sdpa is_causal and no mask
-    return attn_mask, padding, False
+        return None, None, True, None   # eager hands sdpa is_causal and no mask
+    if attn_mask is None and padding is None:
+        return None, None, False, None
+    try:                                # the mask's shape: eager's steps on meta tensors
+        shape = tuple(attention_mask(*(None if m is None else torch.empty(
+            m.meta.shape, dtype=m.meta.dtype, device="meta") for m in (attn_mask, padding)),
+            b, heads, meta.dtype).shape)
+    except Exception:
+        return None
+    return attn_mask, padding, False, shape
 
 
 @register
@@ -198,14 +206,11 @@ def _open(node: Node, uses: Uses, x: Node, heads: int, w_in, b_in, w_out, b_out,
         qkv = add("permute", torch.Tensor.permute, (split, (2, 1, 3, 0, 4)), (3, b, heads, t, d))
     q, k, v = (add("select", torch.Tensor.select, (qkv, 0, i), (b, heads, t, d))
                for i in range(3))
-    attn_mask, padding, causal = masks
+    attn_mask, padding, causal, mask_shape = masks
     mask = None
-    if attn_mask is not None or padding is not None:
-        shape = attention_mask(*(None if m is None else torch.empty(
-            m.meta.shape, dtype=m.meta.dtype, device="meta") for m in (attn_mask, padding)),
-            b, heads, dtype).shape
+    if mask_shape is not None:
         mask = add("attention_mask", attention_mask, (attn_mask, padding, b, heads, dtype),
-                   tuple(shape))
+                   mask_shape)
     att = add("scaled_dot_product_attention", F.scaled_dot_product_attention,
               (q, k, v, mask, 0.0, causal), (b, heads, t, d))
     back = bool(outer) and not any(uses.out_count.get(id(g)) for g in gets) and \
