@@ -28,8 +28,8 @@ inductor does), and the convolution runs as ``mkldnn._convolution_pointwise`` on
 ``conv2d`` reorders the weight on every call, which for small images costs more than the
 arithmetic (resnet18's 512-channel layers: about 4x faster). Only the convolution and
 bias run there: oneDNN's fused relu/hardsigmoid turn NaN into 0, so the activation
-and residual add stay torch's, in place. Contiguous inputs only; the result gets eager's
-strides.
+and residual add stay torch's, in place. Contiguous, non-empty inputs only; the result
+gets eager's strides.
 
 The folded path is taken only when it means the same as eager: float32/float64 tensors
 of one dtype and device, every source value finite and the folded ones too (a scale of
@@ -95,10 +95,9 @@ class FoldedConv:
         self.residual = residual
         self.__name__ = "conv_bn" + (("_add" if residual else "") +
                                      (f"_{act}" if act else ""))
-        self._key = None
-        self._folded = None     # (weight, bias) or None: not foldable for this key
-        self._packed = None     # the folded weight in oneDNN's layout, or None
-        self._keep = ()         # the storages folded from (their addresses stay unique)
+        # (key, (weight, bias) or None where not foldable, the weight in oneDNN's layout
+        # or None, the storages folded from: kept alive so their addresses stay unique)
+        self._state = (None, None, None, ())
 
     def with_epilogue(self, act: Optional[str], residual: bool) -> "FoldedConv":
         return FoldedConv(act, residual)
@@ -114,18 +113,19 @@ class FoldedConv:
             return self.eager(x, w, b, rm, rv, g, beta, stride, padding, dilation, groups,
                               eps, other)
         key = _key(sources)
-        if key != self._key:
-            self._folded = _fold(w, b, rm, rv, g, beta, eps)
-            self._packed = None if self._folded is None else \
-                _pack(self._folded[0], x, stride, padding, dilation, groups)
-            self._keep = tuple(t.untyped_storage() for t in sources)
-            self._key = key
-        folded = self._folded
+        state = self._state             # one tuple: threads sharing the graph see one fold
+        if state[0] != key:
+            folded = _fold(w, b, rm, rv, g, beta, eps)
+            packed = None if folded is None else \
+                _pack(folded[0], x, stride, padding, dilation, groups)
+            state = self._state = (key, folded, packed,
+                                   tuple(t.untyped_storage() for t in sources))
+        _, folded, packed, _ = state
         if folded is None or x.dtype != folded[0].dtype or x.device != folded[0].device:
             return self.eager(x, w, b, rm, rv, g, beta, stride, padding, dilation, groups,
                               eps, other)
-        if self._packed is not None and x.is_contiguous() and w.is_contiguous():
-            y = _packed_conv(x, self._packed, folded[1], stride, padding, dilation, groups)
+        if packed is not None and x.is_contiguous() and w.is_contiguous() and x.numel():
+            y = _packed_conv(x, packed, folded[1], stride, padding, dilation, groups)
         else:
             y = torch.conv2d(x, folded[0], folded[1], stride, padding, dilation, groups)
         if other is not None:

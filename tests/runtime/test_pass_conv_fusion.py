@@ -137,6 +137,13 @@ def test_residual_block(spelling):
                                                                    ("relu", True)]
 
 
+def test_empty_batch_and_channels_last_input():
+    m = ConvBN(act=nn.ReLU(), cin=64, cout=64).eval()
+    compare(m, randn(0, 64, 5, 5))
+    compare(m, randn(2, 64, 5, 5), randn(2, 64, 5, 5, seed=3).contiguous(
+        memory_format=torch.channels_last))
+
+
 def test_special_values():
     x = randn(2, 3, 9, 9, seed=1)
     x[0, 0, 2, 2], x[1, 1, 4, 4], x[1, 2, 0, 0] = NAN, INF, -INF
