@@ -182,6 +182,23 @@ def test_hooks_on_the_original_fall_back_with_a_reason():
         to_graph(m, strict=True)(x)
 
 
+def test_backward_hooks_on_the_wrapper_see_eagers_gradients():
+    eager, m = _pair()
+    w = to_graph(m, strict=True)
+    seen = {eager: [], w: []}
+    for model in (eager, w):
+        model.register_full_backward_hook(
+            lambda mod, gin, gout: seen[mod].append([g.clone() for g in gin + gout]))
+    for x in _inputs()[:2]:
+        xe, xw = x.clone().requires_grad_(), x.clone().requires_grad_()
+        eager(xe).sum().backward()
+        w(xw).sum().backward()
+        assert_same(xw.grad, xe.grad)
+    assert len(seen[w]) == len(seen[eager]) == 2
+    for got, want in zip(seen[w], seen[eager]):
+        assert_same(got, want)
+
+
 def test_global_module_hooks_run_once_as_in_eager():
     eager, m = _pair()
     calls = []
@@ -214,6 +231,8 @@ def test_attributes_read_and_write_through():
     eager.fc = nn.Linear(4, 6)
     assert m.fc is w.fc and "fc.weight" in w.state_dict()
     assert_same(w(x), eager(x))
+    w.register_buffer("extra", torch.ones(1))   # nn.Module's own methods: the original
+    assert "extra" in m.state_dict()
     w.note = "x"
     assert m.note == "x"
     del w.note
@@ -287,6 +306,23 @@ def test_a_wrapped_block_inside_a_converted_model():
     for x in _inputs():
         assert_same(g(x), eager(x))
     assert any(n.op == "cond" for n in g.graph(_inputs()[0]).nodes)
+
+
+def test_cli_target_naming_a_wrapped_module(tmp_path, capsys):
+    from transpiler import cli
+    from transpiler.api import load_target
+    path = tmp_path / "wrapped_user.py"
+    path.write_text("import torch\nfrom transpiler import to_graph\n\n\n"
+                    "class Small(torch.nn.Module):\n"
+                    "    def forward(self, x):\n"
+                    "        if x.sum() > 0:\n"
+                    "            return x * 2\n"
+                    "        return x\n\n\n"
+                    "net = to_graph(Small())\n")
+    target = load_target(f"{path}:net")
+    assert isinstance(target, nn.Module) and not isinstance(target, ToGraphModule)
+    assert cli.main(["code", f"{path}:net"]) == 0
+    assert "tg.if_stmt" in capsys.readouterr().out
 
 
 def _free_port():
