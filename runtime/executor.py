@@ -19,7 +19,7 @@ import torch
 from .graph import Graph, Node, iter_nodes, map_structure
 from .meta import TensorMeta
 from .outputs import Again, ArgRef, Existing, Rebuild
-from .passes.counted_loops import counted, kernel_loop
+from .passes.counted_loops import counted, kernel_loop, kernel_while
 from .source_info import format_location
 
 _FILE_IDS = itertools.count(1)
@@ -254,6 +254,11 @@ class _Lowering:
             form = counted(node)
             if form is not None:
                 return self.counted_loop(node, form, args, bind, extra), extra
+            driver = None if self.observe is not None else kernel_while(node)
+            if driver is not None:          # test and body are one compiled kernel each
+                caps = "".join(", " + a for a in args[n:])
+                return [f"{bind(node)} = "
+                        f"({self.global_for(driver, 'kernel_while')}({args[0]}{caps}),)"], extra
             self.predicates |= _loop_tests(node)
             fc, fb = self.sub_functions(node, extra)
             state = bind(node)

@@ -17,7 +17,7 @@ steps run through the launcher, one call each, exactly as the generated Python l
 from __future__ import annotations
 
 import math
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 
@@ -56,39 +56,103 @@ class KernelLoop:
         return buffers[turn ^ 1]
 
     def _inputs(self, var, caps, i):
-        return [var if r[0] == "var" else caps[r[1]] if r[0] == "capture" else caps[r[1]][i]
-                for r in self.roles]
+        return _inputs(self.roles, var, caps, i)
 
     def _direct(self, var, caps, steps: range):
         """What the direct calls need, or None where the launcher must serve each step:
         (C function, pointer list, rows (slot, base address, bytes per row), the loop
         variable's slots, trailing size arguments, output shape, output dtype)."""
         kernel = self.kernel
-        if not kernel._launchable() or kernel._row_outputs[0]:
+        if not _accepts(kernel, var, caps):
             return None
-        tensors = [var] + list(caps)
-        if any(not isinstance(t, torch.Tensor) for t in tensors):
+        plan = _pointers(kernel, self.roles, var, caps, steps)
+        if plan is None:
             return None
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        ptrs, rows, slots, tail = plan
+        return kernel._c, ptrs, rows, slots, tail, tuple(kernel._out_shape), \
+            kernel._out_dtypes[0]
+
+
+class KernelWhile:
+    """``while test(*inputs): var = body(*inputs)`` where ``test`` is a kernel with a
+    one-element bool result (a loop test, ``FusedKernel.predicate``) and ``body`` one
+    kernel computing the loop variable; inputs are the loop variable and captures (roles
+    as in ``KernelLoop``, no rows). The test and the body run as direct C calls after one
+    round of checks, the body writing into two buffers in turn."""
+
+    def __init__(self, test, test_roles: Sequence[Tuple], body, body_roles: Sequence[Tuple]):
+        self.test, self.body = test, body
+        self.test_roles = [tuple(r) for r in test_roles]
+        self.body_roles = [tuple(r) for r in body_roles]
+
+    def __call__(self, var, *caps):
+        test, body = self.test, self.body
+        fast = None
+        if _accepts(body, var, caps) and test.predicate is not None:
+            tplan = _pointers(test, self.test_roles, var, caps, None)
+            bplan = _pointers(body, self.body_roles, var, caps, None)
+            fast = None if tplan is None or bplan is None else (tplan, bplan)
+        if fast is None:
+            predicate = test.predicate or (lambda *xs: bool(test.launcher(*xs)))
+            launch = body.launcher
+            while predicate(*_inputs(self.test_roles, var, caps, None)):
+                var = launch(*_inputs(self.body_roles, var, caps, None))
+            return var
+        (tptrs, _, tslots, ttail), (bptrs, _, bslots, btail) = fast
+        tc, bc = test._test_c, body._c
+        shape, dtype = tuple(body._out_shape), body._out_dtypes[0]
+        buffers = (torch.empty(shape, dtype=dtype), torch.empty(shape, dtype=dtype))
+        addresses = (buffers[0].data_ptr(), buffers[1].data_ptr())
+        turn = 0
+        while tc(*tptrs, *ttail):
+            bc(*bptrs, addresses[turn], *btail)
+            for k in tslots:
+                tptrs[k] = addresses[turn]
+            for k in bslots:
+                bptrs[k] = addresses[turn]
+            var = buffers[turn]
+            turn ^= 1
+        return var
+
+
+def _inputs(roles, var, caps, i):
+    return [var if r[0] == "var" else caps[r[1]] if r[0] == "capture" else caps[r[1]][i]
+            for r in roles]
+
+
+def _accepts(kernel, var, caps) -> bool:
+    """Whether direct calls of ``kernel`` may compute the loop variable ``var``: compiled
+    for static shapes, one output of ``var``'s shape and dtype, ``var`` contiguous on the
+    CPU, autograd recording nothing."""
+    if not kernel._launchable() or kernel._row_outputs[0]:
+        return False
+    tensors = [var] + list(caps)
+    if any(not isinstance(t, torch.Tensor) for t in tensors):
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    return tuple(var.shape) == tuple(kernel._out_shape) and \
+        var.dtype == kernel._out_dtypes[0] and var.is_cpu and var.is_contiguous()
+
+
+def _pointers(kernel, roles, var, caps, steps: Optional[range]):
+    """(pointers, rows, loop-variable slots, trailing size arguments) for direct calls of
+    ``kernel`` on the inputs ``roles`` name, or None when one is not as it was built for."""
+    first = _inputs(roles, var, caps, steps[0] if steps else None)
+    ptrs, rows, slots = [], [], []
+    for k, (role, x, want) in enumerate(zip(roles, first, kernel._in_shapes)):
+        if not isinstance(x, torch.Tensor) or tuple(x.shape) != want or not x.is_cpu or \
+                not x.is_contiguous():
             return None
-        shape, dtype = tuple(kernel._out_shape), kernel._out_dtypes[0]
-        if tuple(var.shape) != shape or var.dtype != dtype or not var.is_cpu or \
-                not var.is_contiguous():
-            return None
-        first = self._inputs(var, caps, steps[0])
-        ptrs, rows, slots = [], [], []
-        for k, (role, x, want) in enumerate(zip(self.roles, first, kernel._in_shapes)):
-            if tuple(x.shape) != want or not x.is_cpu or not x.is_contiguous():
+        if role[0] == "row":
+            whole = caps[role[1]]
+            if not whole.is_contiguous() or steps[0] < 0 or steps[-1] >= whole.shape[0]:
                 return None
-            if role[0] == "row":
-                whole = caps[role[1]]
-                if not whole.is_contiguous() or steps[0] < 0 or steps[-1] >= whole.shape[0]:
-                    return None
-                rows.append((k, whole.data_ptr(), whole.stride(0) * whole.element_size()))
-            elif role[0] == "var":
-                slots.append(k)
-            ptrs.append(x.data_ptr())
-        outer = math.prod(shape[:kernel._split])
-        inner = math.prod(shape[kernel._split:])
-        tail = (outer, inner, torch.get_num_threads(), kernel._parallel_min)
-        return kernel._c, ptrs, rows, slots, tail, shape, dtype
+            rows.append((k, whole.data_ptr(), whole.stride(0) * whole.element_size()))
+        elif role[0] == "var":
+            slots.append(k)
+        ptrs.append(x.data_ptr())
+    shape = kernel._out_shape
+    outer = math.prod(shape[:kernel._split])
+    inner = math.prod(shape[kernel._split:])
+    return ptrs, rows, slots, (outer, inner, torch.get_num_threads(), kernel._parallel_min)

@@ -31,7 +31,7 @@ import torch
 
 from ..graph import Graph, Node, iter_nodes
 from ..kernels.launch import FusedKernel
-from ..kernels.loop import KernelLoop
+from ..kernels.loop import KernelLoop, KernelWhile
 from ..meta import TensorMeta
 from .licm import _capture
 from .rewrite import Uses, bump, facts_for, graphs_post_order, has_effect, inputs_of
@@ -236,3 +236,34 @@ def kernel_loop(loop: Node, form) -> Optional[KernelLoop]:
     if any(has_effect(n) for n in body.walk()):
         return None
     return KernelLoop(result.target, roles, range(start, stop, step))
+
+
+def kernel_while(loop: Node) -> Optional[KernelWhile]:
+    """A ``KernelWhile`` running ``loop`` when it has one loop variable, its test is one
+    fused kernel with a bool result and its body one fused kernel computing the variable,
+    both reading only the variable and captures (Newton's iteration); else None."""
+    if loop.op != "while" or loop.attrs.get("n_vars") != 1:
+        return None
+    cond, body = loop.subgraphs
+    if any(has_effect(n) for sub in (cond, body) for n in sub.walk()):
+        return None
+    roles = []
+    for sub in (cond, body):
+        outputs = sub.outputs
+        if not isinstance(outputs, (tuple, list)) or len(outputs) != 1:
+            return None
+        result = outputs[0]
+        if not isinstance(result, Node) or result.op != "fused" or \
+                not isinstance(result.target, FusedKernel) or set(result.kwargs) - {"out"} or \
+                "planned_inplace" in result.attrs:
+            return None
+        position = {id(v): j for j, v in enumerate(sub.inputs)}
+        these = []
+        for value in result.args:
+            j = position.get(id(value)) if isinstance(value, Node) else None
+            if j is None:
+                return None
+            these.append(("var",) if j == 0 else ("capture", j - 1))
+        roles.append((result.target, these))
+    (test, test_roles), (step, step_roles) = roles
+    return KernelWhile(test, test_roles, step, step_roles)

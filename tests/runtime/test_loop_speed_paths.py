@@ -233,3 +233,59 @@ def test_body_writing_in_place_is_not_batched():
     entry = g.get_concrete(*inputs(6, 2, 8, 64, 1))
     assert not any(n.op == "matmul" and len(n.meta.shape) == 3
                    for n in entry.optimized.nodes)
+
+
+# ----------------------------------------------------------------------------- kernel while
+def newton(x):
+    y = 0.5 * (x + 1.0)
+    while torch.max(torch.abs(y * y - x) / x) > 1e-5:
+        y = 0.5 * (y + x / y)
+    return y
+
+
+def newton_counted(x):
+    y = 0.5 * (x + 1.0)
+    steps = torch.tensor(0)
+    while torch.max(torch.abs(y * y - x) / x) > 1e-5:
+        y = 0.5 * (y + x / y)
+        steps = steps + 1
+    return y, steps
+
+
+def positives(n, seed):
+    return torch.rand(n, generator=torch.Generator().manual_seed(seed)) * 99.5 + 0.5
+
+
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize("n", [1, 7, 1000, 4099])
+def test_newton_while_runs_test_and_body_as_kernels(n, strict):
+    g = to_graph(newton, strict=strict)
+    for seed in (1, 2):
+        x = positives(n, seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = g(x)
+        torch.testing.assert_close(got, newton(x), rtol=1e-5, atol=1e-5)
+    if HAS_CC:
+        assert "_kernel_while" in source(g.get_concrete(positives(n, 1)))
+
+
+def test_newton_zero_iterations_and_gradients():
+    g = to_graph(newton, strict=True)
+    ones = torch.ones(5)                          # y starts at sqrt(x): no iteration
+    torch.testing.assert_close(g(ones), newton(ones))
+    x = positives(16, 3).requires_grad_()
+    got, exp = g(x), newton(x)
+    assert got.requires_grad
+    torch.testing.assert_close(torch.autograd.grad(got.sum(), x)[0],
+                               torch.autograd.grad(exp.sum(), x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_while_with_two_loop_variables_stays_general():
+    g = to_graph(newton_counted, strict=True)
+    for seed in (1, 2):
+        x = positives(50, seed)
+        (y, steps), (ey, esteps) = g(x), newton_counted(x)
+        torch.testing.assert_close(y, ey, rtol=1e-5, atol=1e-5)
+        assert int(steps) == int(esteps)
+    assert "_kernel_while" not in source(g.get_concrete(positives(50, 1)))
