@@ -9,7 +9,8 @@ the op runs on meta tensors consistently; the output dimensions that follow the 
 then marked dynamic (``None``), and the executor passes the real size at run time.
 
 Requires: nodes with ``_example`` (or ``meta``) on the tensors whose sizes are taken.
-Provides: ``hint(node)``, ``run_time_sizes(args, kwargs)``, ``with_hints(value, hints)``.
+Provides: ``hint(node)``, ``run_time_sizes(args, kwargs)``, ``with_hints(value, hints)``,
+``note_operand`` (a cond branch's operand that is a run-time size).
 """
 from __future__ import annotations
 
@@ -60,6 +61,9 @@ def hint(node: Node, grow: int = 0, depth: int = 0) -> Optional[int]:
             return int(torch.Size(shape).numel())
         dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
         return shape[dim] if isinstance(dim, int) and -len(shape) <= dim < len(shape) else None
+    if node.op == "placeholder" and OPERAND_HINTS in node.attrs:
+        at_zero, at_one = node.attrs[OPERAND_HINTS]
+        return at_zero + grow * (at_one - at_zero)
     if not node.attrs.get("python_int") or node.target is None:
         return None
     values = []
@@ -79,6 +83,24 @@ def hint(node: Node, grow: int = 0, depth: int = 0) -> Optional[int]:
         return int(out)
     except Exception:   # noqa: BLE001 - no hint: shape inference fails as before
         return None
+
+
+# placeholder.attrs[OPERAND_HINTS]: (hint, hint one bigger) of the run-time size a cond
+# branch takes as an operand (``if (pad := n - m.shape[-1]) > 0: F.pad(m, (0, pad))``)
+OPERAND_HINTS = "operand_hints"
+
+
+def note_operand(placeholder: Node, outer) -> None:
+    """Mark a branch's operand placeholder that stands for the run-time size ``outer`` as
+    one too, with its hints (the branch reads it as a size, ``pad``/``view``/``arange``)."""
+    node = getattr(outer, "_node", None) if isinstance(outer, torch.Tensor) else None
+    if node is None or not node.attrs.get("python_int"):
+        return
+    with torch._C.DisableTorchFunction():      # (hints compute on real numbers)
+        hints = (hint(node), hint(node, grow=1))
+    if None not in hints:
+        placeholder.attrs["python_int"] = True
+        placeholder.attrs[OPERAND_HINTS] = hints
 
 
 def _is_size(v) -> bool:

@@ -240,3 +240,26 @@ def test_identity_of_a_run_time_bool(strict):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert_same(g(x, other), f(x, other))
+
+
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "default"])
+def test_run_time_size_as_a_branch_operand(strict):
+    """A size computed from growing state and assigned in an ``if`` test (transformers'
+    ``if (pad := kv_length - mask.shape[-1]) > 0: F.pad(mask, (0, pad))``) is read as a
+    size inside the branch (it was a bare number there: pad's shape failed, fallback)."""
+    def padded(m, n):
+        if (pad := n - m.size(0)) > 0:
+            return torch.nn.functional.pad(m, (0, pad))
+        return m[:n]
+
+    def f(x, m):
+        y = m
+        while x.sum() < 40:
+            y = padded(m, x.size(0))
+            x = torch.cat([x, x[-1:] + y.sum()])
+        return x, y
+    g = to_graph(f, strict=strict)
+    for x, m in ((torch.ones(1), torch.ones(3)), (torch.ones(2) * 3, torch.ones(1) * 2)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert_same(g(x, m), f(x, m))

@@ -58,10 +58,38 @@ def test_greedy_decoding_is_one_while(name, spelling, strict):
     fn = spelling(model)
     g = to_graph(fn, strict=strict)
     with torch.no_grad():
-        for ids, max_new in ((prompt(2, 5, 0), 4), (prompt(1, 3, 1), 6)):
+        for ids, max_new in ((prompt(2, 5, 0), 3), (prompt(1, 3, 1), 5)):
             exp = fn(ids, max_new)
             with warnings.catch_warnings():
                 warnings.simplefilter("error")      # default mode: no fallback either
                 got = g(ids, max_new)
             assert torch.equal(got, exp), (got, exp)
             assert op_counts(g.graph(ids, max_new))["while"] == 1
+
+
+def test_greedy_decoding_with_a_growing_attention_mask():
+    """The mask grows beside ``ids`` (left padding on one row): transformers pads it to
+    the key length with a size it computes in an ``if`` test, inside the loop body."""
+    model, _ = MODELS["gpt2"]()
+
+    def greedy(ids, mask, max_new: int):
+        done = torch.zeros(ids.shape[0], dtype=torch.bool)
+        step = 0
+        while not done.all() and step < max_new:
+            nxt = model(ids, attention_mask=mask).logits[:, -1].argmax(-1)
+            ids = torch.cat([ids, nxt[:, None]], 1)
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+            done = done | (nxt == EOS)
+            step += 1
+        return ids
+    g = to_graph(greedy)
+    with torch.no_grad():
+        for ids, max_new in ((prompt(2, 5, 0), 3), (prompt(3, 4, 1), 4)):
+            mask = torch.ones_like(ids)
+            mask[0, :2] = 0
+            exp = greedy(ids, mask, max_new)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                got = g(ids, mask, max_new)
+            assert torch.equal(got, exp), (got, exp)
+            assert op_counts(g.graph(ids, mask, max_new))["while"] == 1
