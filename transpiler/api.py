@@ -833,7 +833,8 @@ def to_graph(fn=_DECORATOR, *, strict: bool = False):
         return fn if fn._strict == strict else GraphFunction(fn.python_function, strict)
     wrapper = _module_wrapper()
     if isinstance(fn, wrapper):                 # to_graph(to_graph(m)): not wrapped twice
-        return fn if fn.strict == strict else wrapper(fn.original_module, strict)
+        return fn if fn.graph_function._strict == strict else \
+            wrapper(fn.original_module, strict)
     if isinstance(fn, torch.nn.Module):         # an nn.Module wrapping fn (module_wrapper)
         return wrapper(fn, strict)
     if not callable(fn) and not isinstance(fn, (staticmethod, classmethod)):

@@ -62,10 +62,6 @@ class ToGraphModule(torch.nn.Module):
         """The ``GraphFunction`` that runs the original's forward (traces, caches, guards)."""
         return self._graph_function
 
-    @property
-    def strict(self) -> bool:
-        return self._graph_function._strict
-
     # -- calling
     def __call__(self, *args, **kwargs):
         own = self._own_hooks()
@@ -167,8 +163,8 @@ class ToGraphModule(torch.nn.Module):
 
     # -- copies
     def __reduce_ex__(self, protocol):
-        return _rewrap, (self._orig_mod, self.strict)
+        return _rewrap, (self._orig_mod, self._graph_function._strict)
 
     def __deepcopy__(self, memo):
         import copy
-        return ToGraphModule(copy.deepcopy(self._orig_mod, memo), self.strict)
+        return ToGraphModule(copy.deepcopy(self._orig_mod, memo), self._graph_function._strict)

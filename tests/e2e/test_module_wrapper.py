@@ -59,7 +59,7 @@ def test_is_a_module_that_wraps_the_original(strict):
     eager, m = _pair()
     w = to_graph(m, strict=strict)
     assert isinstance(w, nn.Module) and isinstance(w, ToGraphModule)
-    assert w.original_module is m and w._orig_mod is m and w.strict is strict
+    assert w.original_module is m and w._orig_mod is m and w.graph_function._strict is strict
     assert isinstance(w.graph_function, GraphFunction)
     assert repr(w).startswith("to_graph(Net)(") and "(fc): Linear(in_features=4" in repr(w)
     for x in _inputs():                     # values, on both branches and a second batch
@@ -258,7 +258,7 @@ def test_no_double_wrap_and_methods_stay_graph_functions():
     w = to_graph(m)
     assert to_graph(w) is w
     s = to_graph(w, strict=True)
-    assert isinstance(s, ToGraphModule) and s.original_module is m and s.strict
+    assert isinstance(s, ToGraphModule) and s.original_module is m and s.graph_function._strict
     f = to_graph(m.forward)
     assert isinstance(f, GraphFunction)
     x = _inputs()[1]
@@ -279,7 +279,7 @@ def test_deepcopy_and_pickle_rewrap_a_copy():
     w = to_graph(m, strict=True)
     x = _inputs()[0]
     for twin in (copy.deepcopy(w), pickle.loads(pickle.dumps(w))):
-        assert isinstance(twin, ToGraphModule) and twin.strict
+        assert isinstance(twin, ToGraphModule) and twin.graph_function._strict
         assert twin.original_module is not m
         assert_same(twin(x), eager(x))
         with torch.no_grad():
