@@ -14,6 +14,8 @@ and ``named_modules()`` give exactly the original's tensors under the original's
 through to the original (``model.fc``, ``model.config``, ``model.fc = ...``); what the
 original lacks comes from the ``GraphFunction`` behind the wrapper (``model.graph(x)``,
 ``model.explain(x)``, ``model.get_concrete(x)``; also ``model.graph_function``).
+The original's other methods are the original's, bound to it: ``model.generate(...)``
+calls the original eagerly, as with torch.compile's wrapper.
 
 Hooks: hooks registered on the wrapper run eagerly around the graph, as ``nn.Module``
 runs them around ``forward``. Hooks on the original (its own or torch's global module
