@@ -16,6 +16,9 @@ class, ``self.EPS``), the attributes a user module global is read for (``config.
 the state of the module trees involved (``runtime.module_state``: submodules, parameters,
 buffers, attributes, hooks) and what the trace asked of real tensors
 (``runtime.trace_reads``: a parameter's ``requires_grad``, a buffer's shape or values).
+``compile_check`` makes the check run per call: ``still_holds`` as one function, whose
+fingerprints and one-level states are compared by the version tags of the dicts they
+looked into, re-taken only when one moved (``runtime.guard_tags``).
 """
 from __future__ import annotations
 
@@ -98,6 +101,7 @@ class Snapshot:
         self._names: set = set()            # names the code uses (globals and attributes)
         self._checks: list = []             # module state, tensor reads: () -> bool
         self._owner = None
+        self._modules: set = set()          # ids of the modules a ModuleState checks
 
     @classmethod
     def take(cls, fn, args, kwargs) -> "Snapshot":
@@ -208,7 +212,9 @@ class Snapshot:
                  and callable(getattr(v, "modules", None))]
         if roots:
             from runtime.module_state import ModuleState
-            self._checks.append(ModuleState(roots).check())
+            state = ModuleState(roots)
+            self._modules.update(id(m) for m in state.modules)
+            self._checks.append(state.check())
 
     def watch_reads(self, reads, constants=()) -> None:
         """Guard what the trace asked of real tensors (``runtime.trace_reads``);
@@ -326,7 +332,8 @@ class Snapshot:
         terms = []
         tagged = self._read + self._held + [       # one pass over their tags
             ShallowState(obj, _state_of, state, also=("_buffers",))
-            for _, obj, state, _ in self._objects]
+            for _, obj, state, _ in self._objects
+            if id(obj) not in self._modules]    # (a ModuleState compares more of it)
         if tagged:
             env["tags"] = Tags(tagged)
             terms.append("tags()")
