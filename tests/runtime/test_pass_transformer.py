@@ -374,3 +374,30 @@ def test_transformer_encoder_with_padding_and_causal_masks():
     pads = [torch.tensor([[False] * 6, [False] * 4 + [True] * 2]),
             torch.tensor([[False] * 5 + [True], [False] * 6])]
     compare(Masked(), lambda s: (randn(2, 6, 32, seed=s), pads[s]), opened=True, rtol=1e-4)
+
+
+# ------------------------------------------------------------------ GELU as its own kernel
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("shape, transposed", [((1, 17, 128), False), ((3, 5, 7), False),
+                                               ((4, 6), True)])
+def test_lone_gelu_is_a_kernel(approximate, shape, transposed):
+    def mlp(x, w):
+        h = torch.nn.functional.linear(x, w)
+        h = h.transpose(-1, -2) if transposed else h
+        return torch.nn.functional.gelu(h, approximate=approximate)
+    g = to_graph(mlp, strict=True)
+    w = randn(shape[-1], shape[-1], seed=3)
+    for seed in (0, 1):
+        x = randn(*shape, seed=seed) * 3
+        x[..., 0] = float("nan")
+        with torch.no_grad():
+            got, exp = g(x, w), mlp(x, w)
+        assert got.stride() == exp.stride()
+        torch.testing.assert_close(got, exp, rtol=1e-5, atol=1e-6, equal_nan=True)
+        fused = [n for n in g.get_concrete(x, w).optimized.nodes if n.op == "fused"]
+        assert [n.attrs["ops"] for n in fused] == [["gelu"]]
+    xg = randn(*shape).requires_grad_()
+    g(xg, w).sum().backward()
+    xe = xg.detach().clone().requires_grad_()
+    mlp(xe, w).sum().backward()
+    torch.testing.assert_close(xg.grad, xe.grad)
