@@ -36,17 +36,26 @@ from ..meta import TensorMeta
 from .rewrite import has_effect
 
 MAX_WORK = 1 << 17      # multiply-adds; 16x64 @ 64x64 (an RNN step) is 65536
+# In a loop body the library call is paid every step, and a body left as one kernel runs
+# as direct C calls (kernels/loop.py): 64x64 @ 64x64 per RNN step 1.22x -> 1.9x eager
+LOOP_MAX_WORK = 1 << 19
+LOOP_MIN_N = 8          # rows of whole 8-float vectors (the kernel's AVX accumulators)
 MIN_N = 64
 MAX_N = 4096
 _BARRIERS = ("cond", "while")
 
 
-def absorb_products(graph: Graph, kernels: List[FusedKernel]) -> None:
+def absorb_products(graph: Graph, kernels: List[FusedKernel], in_loop: bool = False
+                    ) -> None:
     """Rewrite in place, in ``graph`` and its subgraphs; ``kernels`` (the kernels to
-    compile) gets each new kernel in the place of the one it replaces."""
+    compile) gets each new kernel in the place of the one it replaces. ``in_loop``: a
+    ``while`` body (or a graph inside one), where ``LOOP_MAX_WORK`` and ``LOOP_MIN_N``
+    bound the products taken in."""
     for node in graph.nodes:
         for sub in node.subgraphs:
-            absorb_products(sub, kernels)
+            absorb_products(sub, kernels, in_loop or node.op == "while")
+    max_work = max(MAX_WORK, LOOP_MAX_WORK) if in_loop else MAX_WORK
+    min_n = min(MIN_N, LOOP_MIN_N) if in_loop else MIN_N
     readers: Dict[int, int] = {}
     for node in graph.nodes:
         for value in node.inputs:
@@ -62,7 +71,7 @@ def absorb_products(graph: Graph, kernels: List[FusedKernel]) -> None:
     for node in graph.nodes:
         if node.op != "fused" or not isinstance(node.target, FusedKernel):
             continue
-        found = _product_input(node, readers, barriers, position)
+        found = _product_input(node, readers, barriers, position, max_work, min_n)
         if found is None:
             continue
         slot, product = found
@@ -107,7 +116,8 @@ def _crosses(barriers: List[int], start: int, end: int) -> bool:
 
 
 def _product_input(node: Node, readers: Dict[int, int], barriers: List[int],
-                   position: Dict[int, int]) -> Optional[Tuple[int, Node]]:
+                   position: Dict[int, int], max_work: int, min_n: int
+                   ) -> Optional[Tuple[int, Node]]:
     """(argument slot, product node) of the first product ``node`` can take in."""
     kernel: FusedKernel = node.target
     spec = kernel.spec
@@ -135,8 +145,8 @@ def _product_input(node: Node, readers: Dict[int, int], barriers: List[int],
         if not (_matrix(a, dtype) and _matrix(b, dtype) and _matrix(value, dtype)):
             continue
         (m, k), (k2, n) = a.meta.shape, b.meta.shape
-        if k != k2 or (m, n) != tuple(shape) or m * n * k > MAX_WORK or k < 1 or \
-                not MIN_N <= n <= MAX_N:
+        if k != k2 or (m, n) != tuple(shape) or m * n * k > max_work or k < 1 or \
+                n > MAX_N or not (n >= MIN_N or (n >= min_n and n % 8 == 0)):
             continue
         return slot, value
     return None

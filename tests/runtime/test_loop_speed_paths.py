@@ -289,3 +289,18 @@ def test_while_with_two_loop_variables_stays_general():
         torch.testing.assert_close(y, ey, rtol=1e-5, atol=1e-5)
         assert int(steps) == int(esteps)
     assert "_kernel_while" not in source(g.get_concrete(positives(50, 1)))
+
+
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler")
+def test_loop_bodies_take_in_narrower_and_larger_products():
+    # N = 16 (< MIN_N) and 64x64 @ 64x64 (> MAX_WORK) are library calls outside a loop;
+    # in a loop body they become the kernel's prologue and the body one kernel
+    for shapes in ((9, 32, 8, 16), (9, 64, 8, 64)):
+        assert "_kernel_loop" in source(run(rnn, shapes)), shapes
+
+    def step(h, U, b):
+        return torch.tanh(h @ U + b)
+    h, U, b = torch.randn(32, 16), torch.randn(16, 16), torch.randn(16)
+    graph = to_graph(step, strict=True).get_concrete(h, U, b).optimized
+    assert [n.op for n in graph.nodes if n.op in ("matmul", "mm", "addmm")]
+    torch.testing.assert_close(to_graph(step)(h, U, b), step(h, U, b))
