@@ -22,6 +22,13 @@ from transpiler import to_graph
 NAN, INF = float("nan"), float("inf")
 
 
+@pytest.fixture(autouse=True)
+def small_packing(monkeypatch):
+    """Weights of 4096+ elements take the packed oneDNN convolution here (cin=64 cases),
+    smaller ones ``conv2d`` (by default only 2^18+ are packed)."""
+    monkeypatch.setattr(folded_conv, "MIN_PACKED", 4096)
+
+
 def randn(*shape, seed=0, dtype=torch.float32):
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
@@ -125,6 +132,11 @@ def test_conv_forms_fold(kw):
     g = compare(m, *xs)
     with torch.no_grad():
         assert len(conv_nodes(g, xs[0])) == 1
+        kernel = g.get_concrete(xs[0]).optimized.nodes
+        kernel = [n.target for n in kernel if n.op == "conv_bn"][0]
+    packed = kernel._state[2] is not None
+    assert packed == (cin == 64 and m.conv.weight.numel() >= 4096 and dtype == torch.float32
+                      and kw.get("padding") != "same")
 
 
 @pytest.mark.parametrize("spelling", ["iadd", "left", "add"])
