@@ -90,6 +90,7 @@ class _Lowering:
         self.line_nodes: Dict[int, Node] = {}
         self._global_ids: Dict[int, str] = {}
         self._counter = itertools.count(1)
+        self._int_inputs = set()    # ids of counted loops' counters: Python ints, not tensors
 
     # names ------------------------------------------------------------------------------
     def global_name(self, value, base: str) -> str:
@@ -194,7 +195,7 @@ class _Lowering:
         or of its subgraphs requires grad)."""
         grad = self.global_for(torch.is_grad_enabled, "grad_enabled")
         tensors = [names[id(n)] for n in inputs if n is not None and id(n) in names
-                   and isinstance(n.meta, TensorMeta)]
+                   and isinstance(n.meta, TensorMeta) and id(n) not in self._int_inputs]
         tensors += [self.global_for(n.attrs["value"], n.name) for n in graph.walk()
                     if n.op == "constant" and isinstance(n.attrs.get("value"), torch.Tensor)]
         checks = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
@@ -317,6 +318,7 @@ class _Lowering:
                     f"{state} = {state}[:{k}] + (None,) + {state}[{k}:]"]
         fb = self.fresh(f"{node.name}_body")
         inputs = body.inputs
+        self._int_inputs.add(id(inputs[k]))
         extra.append((body, fb, [inputs[k]] + inputs[:k] + inputs[k + 1:],
                       [v for j, v in enumerate(body.outputs) if j != k]))
         counter = f"_i_{state}"

@@ -247,6 +247,13 @@ def _traced_text(value) -> bool:
 _TEXT_OF = ((builtins.str, "s"), (builtins.repr, "r"), (builtins.ascii, "a"), (builtins.format, ""))
 
 
+def _library_caller() -> bool:
+    """Whether the converted code asking is an installed library's (site-packages)."""
+    where = user_location()
+    return where is not None and builtins.any(
+        part in where[0] for part in ("/site-packages/", "/dist-packages/"))
+
+
 def _compiling_queries() -> tuple:
     """torch's "is a compiler tracing this?" functions (some torch versions lack some)."""
     import torch._utils
@@ -261,11 +268,12 @@ def _compiling_queries() -> tuple:
 def call(f, *args, **kwargs):
     """Call ``f`` as converted code should: converting user functions first.
 
-    ``torch.compiler.is_compiling()`` answers True while tracing, as under torch.compile:
-    libraries (transformers' masks, torch's MultiheadAttention) use it to take the path
-    written to be a graph instead of one that decides on tensor data in Python."""
+    ``torch.compiler.is_compiling()`` asked by an installed library's code while tracing
+    answers True, as under torch.compile: libraries (transformers' masks) use it to take the
+    path written to be a graph instead of one that decides on tensor data in Python. The
+    user's own code gets eager's answer (False): its result must stay eager's."""
     if current_graph() is not None and not args and not kwargs and \
-            builtins.any(f is q for q in _compiling_queries()):
+            builtins.any(f is q for q in _compiling_queries()) and _library_caller():
         return True
     if current_graph() is not None and _nondeterministic(f):
         raise GraphError(f"{format_location(user_location())}: calls "
