@@ -22,6 +22,7 @@ import torch.utils._pytree as pytree
 
 from . import grad_flags, path_values, region_state, tensor_state, views
 from .errors import BranchMismatchError, GraphError
+from .graph import same_tuple
 from .grad_flags import grad_of
 from .path_structures import choose_structures, reached_elsewhere
 from .introspection import kind_of, mark, merged_kind
@@ -64,6 +65,7 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
     one_sided = _note_copies(then_tree, else_tree)
     shared = (then_tree, else_tree, then_ops, else_ops)     # as the branches left them
     _refuse_path_identity(flat, then_g, then_tree, else_g, else_tree, where)
+    varying = _varying_containers(*shared, where)
     locations = region_state.merge(then_carry, else_carry)
     carried = bool(locations)
     if carried:         # each location's value per path leaves the cond with the results
@@ -81,6 +83,8 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
         then_tree, else_tree = (then_state, *then_rest), (else_state, *else_rest)
     else:
         then_tree, else_tree = choose_structures(then_tree, else_tree)
+    if varying:         # which path ran: 0 / 1, a graph output (see _varying_containers)
+        then_tree, else_tree = (then_tree, 0), (else_tree, 1)
     then_out, then_spec = pytree.tree_flatten(then_tree)
     else_out, else_spec = pytree.tree_flatten(else_tree)
     if then_spec != else_spec:
@@ -113,20 +117,23 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
             tensor_state.merge_layouts(leaf, [v for v in (a, b) if not isinstance(v, Fill)])
             tensor_state.merge_leaves(leaf, [v for v in (a, b) if not isinstance(v, Fill)])
     result = pytree.tree_unflatten(path_values.wrap(leaves, chosen), then_spec)
+    which = None
+    if varying:
+        result, which = result
     if carried:
         result, values, indices = result
         for loc, value in zip(locations, values):
             loc.assign(value)
         region_state.assign_contents(contents, indices)
     kept = set()
-    result = _same_containers(result, *shared, kept)
+    result = _same_containers(result, *shared, kept, varying, which)
     _COPIED[noted:] = [c for c in _COPIED[noted:] if id(c[0]) not in kept]  # not copies
     if one_sided:
         _note_result_copies(result, kept)
     return result
 
 
-def _same_containers(result, a, b, a_ops, b_ops, kept):
+def _same_containers(result, a, b, a_ops, b_ops, kept, varying=frozenset(), which=None):
     """``result`` with the list or dict that both paths hand back as the very same object
     (``return x * 2, lst`` and ``return x - 1, lst``) put back in place of the ``cond``'s
     rebuilt copy: eager's result *is* that object on either path (``out[1] is lst``).
@@ -134,7 +141,10 @@ def _same_containers(result, a, b, a_ops, b_ops, kept):
     back to the object by ``region_state`` whichever path runs. A path where the value is
     unassigned (an early ``return`` not taken) never shows it: the other path decides.
     A branch's unchanged copy of an operand container (``a_ops``/``b_ops``: a branch gets
-    its operands rebuilt) stands for the operand itself."""
+    its operands rebuilt) stands for the operand itself. A pair of two different
+    containers in ``varying`` (an existing one on at least one path) stays the rebuilt
+    copy, noted (``path_values.note_identity``) so that a result holding it hands back,
+    per call, the object of the path the run took (``which``: its index)."""
     a, b = a_ops.original(a), b_ops.original(b)
     if _unassigned(b):
         b = a
@@ -143,15 +153,66 @@ def _same_containers(result, a, b, a_ops, b_ops, kept):
     if isinstance(a, (list, dict)) and a is b:
         kept.add(id(a))
         return a
+    noted = varying.get((id(a), id(b)))
+    if noted is not None and type(result) is not type(a):    # (a TensorList: lengths differ)
+        path_values.note_identity(result, which, tuple(
+            v if noted[i] else None for i, v in enumerate((a, b))))
+        return result
     if type(a) is not type(b) or type(result) is not type(a):
         return result
+
+    def inner(r, x, y):
+        return _same_containers(r, x, y, a_ops, b_ops, kept, varying, which)
+    out = result
     if isinstance(result, list) and len(result) == len(a) == len(b):
-        return [_same_containers(r, x, y, a_ops, b_ops, kept) for r, x, y in zip(result, a, b)]
-    if type(result) is tuple and len(result) == len(a) == len(b):
-        return tuple(_same_containers(r, x, y, a_ops, b_ops, kept) for r, x, y in zip(result, a, b))
-    if type(result) is dict and result.keys() == a.keys() == b.keys():
-        return {k: _same_containers(result[k], a[k], b[k], a_ops, b_ops, kept) for k in result}
-    return result
+        out = [inner(r, x, y) for r, x, y in zip(result, a, b)]
+    elif (type(result) is tuple or hasattr(result, "_fields")) and \
+            len(result) == len(a) == len(b):        # (namedtuples too)
+        out = same_tuple(result, [inner(r, x, y) for r, x, y in zip(result, a, b)])
+    elif type(result) is dict and result.keys() == a.keys() == b.keys():
+        out = {k: inner(result[k], a[k], b[k]) for k in result}
+    if noted is not None and type(out) in (list, dict):
+        path_values.note_identity(out, which, tuple(
+            v if noted[i] else None for i, v in enumerate((a, b))))
+    return out
+
+
+def _varying_containers(a, b, a_ops, b_ops, where: str) -> dict:
+    """The pairs of different lists or dicts that the two paths leave in one place of the
+    results where at least one existed before the condition (another name reaches it: an
+    argument, a global, a local): ``r = a if t else b``, ``return lst`` / ``return [x]``.
+    Eager's result *is* that object on its path; the ``cond`` hands back a new container.
+    {(id, id): (then's existed, else's existed)}, for ``_same_containers`` to note; a
+    GraphError where converted code compares with ``is`` (``r is a`` depends on the path)."""
+    pairs = []
+
+    def walk(x, y):
+        x, y = a_ops.original(x), b_ops.original(y)
+        if _unassigned(x) or _unassigned(y) or x is y or type(x) is not type(y):
+            return
+        if type(x) in (list, dict):
+            pairs.append((x, y))
+        if isinstance(x, (list, tuple)) and len(x) == len(y):
+            for u, v in zip(x, y):
+                walk(u, v)
+        elif type(x) is dict and x.keys() == y.keys():
+            for k in x:
+                walk(x[k], y[k])
+    walk(a, b)
+    if not pairs:
+        return {}
+    unique = {id(v): v for pair in pairs for v in pair}
+    existing = {i for i, v in unique.items() if reached_elsewhere([v])}
+    if any(path_values.identity_choice(v) is not None for v in unique.values()):
+        raise GraphError(f"{where}: a list or dict that an inner tensor condition chose "
+                         f"by the path taken is one path's result of this one")
+    found = {(id(x), id(y)): (id(x) in existing, id(y) in existing)
+             for x, y in pairs if id(x) in existing or id(y) in existing}
+    if found and compares_values():
+        raise GraphError(f"{where}: a variable is an existing list or dict on one path of "
+                         f"the tensor condition and another otherwise, and the code "
+                         f"compares with 'is': the answer depends on the path taken")
+    return found if found and path_values.allowed() else {}
 
 
 def _unassigned(v) -> bool:

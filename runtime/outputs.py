@@ -33,7 +33,7 @@ import torch
 from .builtin_state import slot_names
 from .errors import GraphError
 from .graph import map_structure, same_tuple
-from .path_values import PathChoice, PathValue, RepeatValue
+from .path_values import PathChoice, PathValue, RepeatValue, identity_choice
 from .introspection import python_class
 from .source_info import format_location, user_location
 from .symbolic import is_symbolic
@@ -112,13 +112,15 @@ def resolve_arguments(value, args, kwargs):
         for key in value.path:
             found = found[key]
         return found
-    kind = type(value)
-    if kind is tuple or kind is list:
-        return kind(resolve_arguments(v, args, kwargs) for v in value)
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return kind(*(resolve_arguments(v, args, kwargs) for v in value))
+    kind = type(value)      # (a container holding no ArgRef is itself: a global list)
+    if kind is tuple or kind is list or isinstance(value, tuple) and hasattr(value, "_fields"):
+        items = [resolve_arguments(v, args, kwargs) for v in value]
+        if all(a is b for a, b in zip(items, value)):
+            return value
+        return kind(*items) if kind is not tuple and kind is not list else kind(items)
     if kind is dict:
-        return {k: resolve_arguments(v, args, kwargs) for k, v in value.items()}
+        items = {k: resolve_arguments(v, args, kwargs) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
     return value
 
 
@@ -136,6 +138,7 @@ def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
     keep = []                        # the objects ``done``/``firsts`` are keyed by stay alive
     firsts: Dict[int, Any] = {}      # id of a list/dict of the result -> its structure
     shared: Dict[int, int] = {}      # id of a structure the result holds again -> its key
+    choosing: set = set()            # ids of lists chosen by path, walked as themselves
 
     def inside(values) -> tuple:         # walked as parts of a value made per call
         in_object[0] += 1
@@ -147,6 +150,17 @@ def template(out, is_leaf: Callable[[Any], bool], leaf: Callable[[Any], Any],
     def walk(v):
         if id(v) in firsts:                 # the same list again: ``(lst, lst)``
             return Again(shared.setdefault(id(firsts[id(v)]), next(_KEYS)))
+        chosen = identity_choice(v) if id(v) not in choosing else None
+        if chosen is not None:              # ``a if t else b``: the object of the path run
+            index, options = chosen
+            choosing.add(id(v))             # (an option None: ``v`` itself, walked as such)
+            try:
+                parts = (walk(index),) + tuple(walk(v if o is None else o) for o in options)
+            finally:
+                choosing.discard(id(v))
+            firsts[id(v)] = built = Rebuild(parts, _pick_container, next(_KEYS))
+            keep.append(v)
+            return built
         if is_leaf(v):
             if isinstance(v, torch.Tensor):
                 return leaf(v)

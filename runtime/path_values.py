@@ -269,6 +269,35 @@ def compares_identity(code) -> bool:
     return hit
 
 
+# --------------------------------------------------------------------------- identity
+_IDENTITIES: List[tuple] = []   # (copy, index, options): see ``note_identity``
+
+
+def note_identity(copy, index, options: tuple) -> None:
+    """``copy`` (a ``cond``'s rebuilt list or dict) stands for a different object on each
+    path: ``options`` (then's, else's; None: the copy itself, a container the path made),
+    ``index`` (0-d graph output) says which path ran. A result holding ``copy`` hands back
+    that path's object per call (``runtime.outputs``)."""
+    _IDENTITIES.append((copy, index, options))
+
+
+def identity_choice(value):
+    """``(index, options)`` noted for ``value`` (``note_identity``), or None."""
+    for copy, index, options in _IDENTITIES:
+        if copy is value:
+            return index, options
+    return None
+
+
+def identities_mark() -> int:
+    return len(_IDENTITIES)
+
+
+def forget_identities(mark: int) -> None:
+    """Forget what ``note_identity`` noted since ``mark`` (a trace is done with them)."""
+    del _IDENTITIES[mark:]
+
+
 def allowed() -> bool:
     """A PathValue may be made: converted code is being traced (its result is rebuilt
     per call; ``runtime.cond`` called as such keeps its mismatch error) and none of it on

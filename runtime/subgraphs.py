@@ -263,7 +263,7 @@ class Rebuilt:
                 return
             if type(copy) in (list, dict):
                 self._copies[id(copy)] = (copy, orig, _contents(copy))
-            if type(copy) in (list, tuple) and len(copy) == len(orig):
+            if isinstance(copy, (list, tuple)) and len(copy) == len(orig):   # namedtuples too
                 for c, o in zip(copy, orig):
                     walk(c, o)
             elif type(copy) is dict and list(copy) == list(orig):
@@ -280,7 +280,7 @@ class Rebuilt:
 
 def _contents(v):
     """The identities of everything a list/dict/tuple holds, at any depth."""
-    if type(v) in (list, tuple):
+    if type(v) is list or isinstance(v, tuple):
         return (type(v), tuple(_contents(x) for x in v))
     if type(v) is dict:
         return (dict, tuple((k, _contents(x)) for k, x in v.items()))

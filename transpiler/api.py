@@ -26,7 +26,7 @@ import torch.utils._pytree as pytree
 
 import runtime
 from runtime import operators as tg
-from runtime import control_flow, region_state, subgraphs, tensor_state, trace_reads
+from runtime import control_flow, path_values, region_state, subgraphs, tensor_state, trace_reads
 from runtime.errors import GraphError
 from runtime.executor import Unstack, located, lower
 from runtime.graph import Node, iter_nodes, map_structure
@@ -35,7 +35,7 @@ from runtime.operators import state_aliases
 from runtime.operators.iterables import TensorList
 from runtime.operators.special_values import Undefined, UndefinedReturn
 from runtime.operators.text import DeferredText
-from runtime.outputs import ArgRef, Rebuild, reachable, resolve_arguments, template
+from runtime.outputs import ArgRef, reachable, resolve_arguments, template
 from runtime.source_info import location_of_traceback, reentered_call_site, register_source_map
 from runtime import views
 from runtime.symbolic import tracing, wrap_node
@@ -552,6 +552,7 @@ class GraphFunction:
         del _CALLED[:]
         touched = len(region_state.TOUCHED)
         raised, copies = subgraphs.escaped(), control_flow.copies_mark()
+        identities = path_values.identities_mark()
         try:
             with tracing(graph), trace_reads.recording() as reads, \
                     state_aliases.arguments(list(zip(self._param_names, sargs)) +
@@ -560,6 +561,7 @@ class GraphFunction:
                 out = converted(*sargs, **skwargs)
         except BaseException:
             control_flow.copies_changed(copies)
+            path_values.forget_identities(identities)
             region_state.untouch(touched)
             snapshot.restore()
             raise
@@ -572,6 +574,7 @@ class GraphFunction:
         if refused is not None:
             region_state.untouch(touched)
             snapshot.restore()
+            path_values.forget_identities(identities)
             raise GraphError(refused)
         changed = snapshot.changes()
         seen = snapshot.sees(take_converted())
@@ -580,6 +583,7 @@ class GraphFunction:
                        f"a list the caller can see")
         if changed:
             snapshot.restore()
+            path_values.forget_identities(identities)
             error = GraphError(f"{changed} (a Python side effect that a graph cannot repeat "
                                f"on every call)")
             error.location = _assignment_line(target, changed)
@@ -588,13 +592,17 @@ class GraphFunction:
         shared = region_state.shared_touched(touched, existed)
         if shared is not None:
             snapshot.restore()
+            path_values.forget_identities(identities)
             raise GraphError(f"a tensor-dependent region changes {shared} of an object that "
                              f"existed before the call (a Python side effect that a graph "
                              f"cannot repeat on every call)")
         graph.mutated_inputs = [(name, views.storage(v).written) for v, name in
                                 zip(sym, names) if isinstance(v, torch.Tensor) and
                                 views.storage(v) is not None and views.storage(v).written]
-        structure = _output_structure(graph, out, existed, _argument_paths(sargs, skwargs))
+        try:
+            structure = _output_structure(graph, out, existed, _argument_paths(sargs, skwargs))
+        finally:
+            path_values.forget_identities(identities)
         graph.outputs = map_structure(structure, lambda v: isinstance(v, Unstack),
                                       lambda v: v.node)
         return graph, structure, target
@@ -632,9 +640,10 @@ def _existed(snapshot, args, kwargs):
 
 
 def _walk_structure(value):
-    """The values in an output structure's tuples, lists and dicts (not in rebuilt objects:
-    ``template`` puts no ``ArgRef`` there)."""
-    if isinstance(value, (tuple, list)) and not isinstance(value, Rebuild):
+    """The values in an output structure's tuples, lists and dicts, and in the parts of
+    its ``Rebuild`` markers (``template`` puts an ``ArgRef`` there only as an option that
+    ``_pick_container`` hands back in place: a path's own argument list)."""
+    if isinstance(value, (tuple, list)):
         for v in value:
             yield from _walk_structure(v)
     elif isinstance(value, dict):
