@@ -74,13 +74,19 @@ def nested_list_in_dict_argument(x, d):
     (dict_item_set, lambda: {"a": T([0.0])}),
     (dict_pop_both_paths, lambda: {"a": T([3.0])}),
     (dict_clear_in_else, lambda: {"a": 1}),
-    (list_item_augmented, lambda: [T([0.0, 0.0])]),
     (list_insert_in_while, lambda: [0]),
     (dict_counter_in_row_loop, lambda: {"n": 5}),
     (nested_list_in_dict_argument, lambda: {"log": [T([0.0, 0.0])]}),
 ])
 def test_a_callers_container_changed_in_a_region_falls_back(fn, extra):
     falls_back(fn, POS + (extra(),), NEG + (extra(),))
+
+
+def test_a_callers_list_item_updated_in_place_in_a_branch_converts():
+    # lst[0] += x updates the tensor in place: the list itself is left as it was on both
+    # paths, so the cond hands back the caller's list and the in-place write is replayed
+    converts(list_item_augmented, POS + ([T([0.0, 0.0])],), NEG + ([T([0.0, 0.0])],),
+             POS + ([T([5.0, 1.0])],))
 
 
 def helper_appends(x, log):
@@ -218,8 +224,11 @@ def dict_changed_after_early_return(x):
 
 @pytest.mark.parametrize("fn", [finally_after_early_return, append_after_branch_result,
                                 dict_changed_after_early_return])
-def test_a_branch_result_list_changed_afterwards_falls_back(fn):
-    falls_back(fn, POS, NEG)
+def test_a_branch_result_list_changed_afterwards_is_the_original(fn):
+    # both paths hand back the very list/dict (an early return's and the last one's), so
+    # the cond's result is that object and the later change shows, as in eager (these fell
+    # back while the cond handed back a copy)
+    converts(fn, POS, NEG)
 
 
 def test_a_branch_result_list_left_alone_still_converts():
