@@ -24,7 +24,7 @@ from . import grad_flags, path_values, region_state, tensor_state, views
 from .errors import BranchMismatchError, GraphError
 from .graph import same_tuple
 from .grad_flags import grad_of
-from .path_structures import choose_structures, reached_elsewhere
+from .path_structures import choose_structures, reached_elsewhere, reached_ids
 from .introspection import kind_of, mark, merged_kind
 from .source_info import format_location, user_location
 from .subgraphs import (Fill, Rebuilt, Slot, _align_captures, _check_pred, _describe_spec, _example,
@@ -171,7 +171,7 @@ def _same_containers(result, a, b, a_ops, b_ops, kept, varying=frozenset(), whic
         out = same_tuple(result, [inner(r, x, y) for r, x, y in zip(result, a, b)])
     elif type(result) is dict and result.keys() == a.keys() == b.keys():
         out = {k: inner(result[k], a[k], b[k]) for k in result}
-    if noted is not None and type(out) in (list, dict):
+    if noted is not None and isinstance(out, (list, dict)):
         path_values.note_identity(out, which, tuple(
             v if noted[i] else None for i, v in enumerate((a, b))))
     return out
@@ -190,7 +190,7 @@ def _varying_containers(a, b, a_ops, b_ops, where: str) -> dict:
         x, y = a_ops.original(x), b_ops.original(y)
         if _unassigned(x) or _unassigned(y) or x is y or type(x) is not type(y):
             return
-        if type(x) in (list, dict):
+        if isinstance(x, (list, dict)):             # (OrderedDicts too)
             pairs.append((x, y))
         if isinstance(x, (list, tuple)) and len(x) == len(y):
             for u, v in zip(x, y):
@@ -202,7 +202,7 @@ def _varying_containers(a, b, a_ops, b_ops, where: str) -> dict:
     if not pairs:
         return {}
     unique = {id(v): v for pair in pairs for v in pair}
-    existing = {i for i, v in unique.items() if reached_elsewhere([v])}
+    existing = reached_ids(unique.values())
     if any(path_values.identity_choice(v) is not None for v in unique.values()):
         raise GraphError(f"{where}: a list or dict that an inner tensor condition chose "
                          f"by the path taken is one path's result of this one")

@@ -120,6 +120,16 @@ def reached_elsewhere(trees) -> list:
     return twice + [v for v in reachable(roots) if id(v) in found]
 
 
+def reached_ids(values) -> set:
+    """The ids of ``values`` (lists, dicts, dict subclasses) that a name reaches: a local of
+    the running converted frames, the traced function's arguments, a global."""
+    from .operators.state_aliases import _roots
+    from .outputs import reachable
+    wanted = {id(v) for v in values}
+    roots = [v for _, v in _roots()] + _global_containers()
+    return {id(v) for v in reachable(roots) if id(v) in wanted}
+
+
 def _global_containers() -> list:
     """The lists and dicts among the globals of the converted code running."""
     out, seen = [], set()

@@ -910,6 +910,147 @@ def s_global_and_argument_returned(wrap):
     return res
 
 
+def _same_list(v):
+    return v
+
+
+def s_chosen_through_helper(wrap):
+    def f(x, a, b):
+        r = a if x.sum() > 0 else b
+        return _same_list(r), x * 2
+    g = wrap(f)
+    res = []
+    for x in (POS, NEG):
+        a, b = [x], [-x]
+        out, y = g(x, a, b)
+        res.append((out is a, out is b, y))
+    return res
+
+
+def s_chosen_then_chosen_again(wrap):
+    def f(x, a, b):
+        r = a if x.sum() > 0 else b
+        if x[0] > 0:
+            return r
+        return a
+    g = wrap(f)
+    res = []
+    for x in (T(1.0, 2.0), T(-1.0, -2.0), T(-1.0, 5.0), T(2.0, -5.0)):
+        a, b = [1], [2]
+        out = g(x, a, b)
+        res.append((out is a, out is b))
+    return res
+
+
+def s_chosen_ordered_dicts(wrap):
+    def f(x, d1, d2):
+        d = d1 if x.sum() > 0 else d2
+        return d
+    g = wrap(f)
+    res = []
+    for x in (POS, NEG):
+        d1 = collections.OrderedDict(k=x)
+        d2 = collections.OrderedDict(k=-x)
+        out = g(x, d1, d2)
+        res.append((out is d1, out is d2, type(out).__name__))
+    return res
+
+
+def s_chosen_from_tuple_argument(wrap):
+    def f(x, pair):
+        return pair[0] if x.sum() > 0 else pair[1]
+    g = wrap(f)
+    res = []
+    for x in (POS, NEG):
+        pair = ([x], [x + 1])
+        out = g(x, pair)
+        res.append((out is pair[0], out is pair[1]))
+    return res
+
+
+def s_chosen_keyword_arguments(wrap):
+    def f(x, *, first, second):
+        if x.sum() > 0:
+            chosen = first
+        else:
+            chosen = second
+        return {"chosen": chosen, "y": x * 2}
+    g = wrap(f)
+    res = []
+    for x in (NEG, POS):
+        a, b = [x], [x * 3]
+        out = g(x, first=a, second=b)
+        res.append((out["chosen"] is a, out["chosen"] is b, out["y"]))
+    return res
+
+
+def s_chosen_same_list_twice_then_two(wrap):
+    def f(x, a, b):
+        return a if x.sum() > 0 else b
+    g = wrap(f)
+    shared = [1]
+    r = [g(NEG, shared, shared) is shared]
+    a, b = [1], [2]
+    out = g(NEG, a, b)
+    r.append((out is a, out is b))
+    out = g(POS, a, b)
+    r.append((out is a, out is b))
+    return r
+
+
+def s_argument_or_its_copy(wrap):
+    def f(x, lst):
+        r = lst if x.sum() > 0 else lst[:]
+        return r
+    g = wrap(f)
+    res = []
+    for x in (POS, NEG, POS):
+        lst = [x, 1]
+        out = g(x, lst)
+        res.append((out is lst, out))
+    return res
+
+
+def s_argument_or_empty(wrap):
+    def f(x, lst):
+        r = lst if x.sum() > 0 else []
+        return r, x
+    g = wrap(f)
+    res = []
+    for x in (POS, NEG, POS):
+        lst = [x * 2]
+        out, _ = g(x, lst)
+        res.append((out is lst, out))
+    return res
+
+
+def s_argument_dict_or_new_keys(wrap):
+    def f(x, d):
+        r = d if x.sum() > 0 else {"other": x}
+        return r
+    g = wrap(f)
+    res = []
+    for x in (POS, NEG):
+        d = {"k": x}
+        out = g(x, d)
+        res.append((out is d, out))
+    return res
+
+
+def s_chosen_inner_of_argument_list(wrap):
+    def f(x, rows):
+        i = 0
+        r = rows[i] if x.sum() > 0 else rows[i + 1]
+        return rows, r
+    g = wrap(f)
+    res = []
+    for x in (POS, NEG):
+        rows = [[x], [x * 2]]
+        out, r = g(x, rows)
+        res.append((out is rows, r is rows[0], r is rows[1]))
+    return res
+
+
 SCENARIOS = {name[2:]: fn for name, fn in list(globals().items()) if name.startswith("s_")}
 XFAIL: dict = {}
 
