@@ -10,8 +10,8 @@ dicts (an object's ``__dict__``, a plain dict, a user class's attributes), compa
 CPython's dict version tag (PEP 509; bumped on every change, exposed by torch as
 ``dict_version``), the objects (their class and ``__dict__`` by identity: ``__class__``
 or ``__dict__`` assigned), the lists (their length and items by identity), the sets and
-bytearrays (by their contents). While all of those are as recorded, the walk would find
-what it found: the fingerprint holds. Only when one moved is the fingerprint taken again
+bytearrays (by their contents: ``==`` where the items are numbers and text). While all
+of those are as recorded, the walk would find what it found: the fingerprint holds. Only when one moved is the fingerprint taken again
 and compared -- a change that leaves it equal (a value replaced by an equal one) keeps the
 graph, with the new tags -- so a guard is exactly as strict as the fingerprint itself.
 A walk that looks into state no tag follows (an iterator's position, a numpy array's
@@ -36,6 +36,7 @@ except ImportError:                     # pragma: no cover - another torch / Pyt
     _dict_version = None
 
 _is = operator.is_
+_eq = operator.eq
 _dict_of = operator.attrgetter("__dict__")
 _chain = itertools.chain.from_iterable
 _IMMUTABLE = (tuple, frozenset)
@@ -115,7 +116,7 @@ class Seen:
             self.records = ({k: (d, _dict_version(d)) for k, d in self.dicts.items()},
                             dict(self.objects),
                             {k: (x, tuple(x)) for k, x in self.lists.items()},
-                            {k: (x, _set_keys(x)) for k, x in self.sets.items()},
+                            {k: (x, _set_record(x)) for k, x in self.sets.items()},
                             {k: (x, bytes(x)) for k, x in self.bytes.items()})
             self.columns = _columns(self.records)
         return self
@@ -136,13 +137,16 @@ def _columns(records) -> tuple:
             tuple(o for o, _ in held), tuple(a for _, a in held),
             tuple(x for x, _ in lists), tuple(len(c) for _, c in lists),
             tuple(_chain(c for _, c in lists)),
-            tuple(x for x, _ in sets), tuple(k for _, k in sets),
+            tuple(x for x, k in sets if type(k) is not _Plain),
+            tuple(k for _, k in sets if type(k) is not _Plain),
+            tuple(x for x, k in sets if type(k) is _Plain),
+            tuple(k for _, k in sets if type(k) is _Plain),
             tuple(x for x, _ in arrays), tuple(b for _, b in arrays))
 
 
 def _unchanged(columns) -> bool:
     (dicts, versions, objects, classes, holders, attrs, lists, lengths, items,
-     sets, keys, arrays, data) = columns
+     sets, keys, plain_sets, contents, arrays, data) = columns
     try:
         return (tuple(map(_dict_version, dicts)) == versions and
                 tuple(map(type, objects)) == classes and
@@ -150,6 +154,7 @@ def _unchanged(columns) -> bool:
                 tuple(map(len, lists)) == lengths and
                 all(map(_is, _chain(lists), items)) and
                 (not sets or tuple(map(_set_keys, sets)) == keys) and
+                (not plain_sets or all(map(_eq, plain_sets, contents))) and
                 (not arrays or tuple(map(bytes, arrays)) == data))
     except Exception:       # noqa: BLE001 -- a __dict__ that went away: walk again
         return False
@@ -157,6 +162,17 @@ def _unchanged(columns) -> bool:
 
 def _set_keys(s) -> frozenset:
     return frozenset(map(_key, s))
+
+
+class _Plain(frozenset):
+    """A set's items where each counts by value (numbers, text): the set compares to
+    them by ``==``, without a copy of its keys per check."""
+    __slots__ = ()
+
+
+def _set_record(s) -> frozenset:
+    keys = _set_keys(s)
+    return _Plain(keys) if all(map(_is, map(_key, s), s)) else keys
 
 
 class TaggedPrint:
@@ -211,8 +227,9 @@ class Bindings:
         """``names``: (namespace, name, value); ``cells``: (cell, value or ``empty``)."""
         self.names = list({(id(ns), name): (ns, name, value)
                            for ns, name, value in names}.values())
-        self.cells = tuple(cell for cell, _ in cells)
-        self.values = tuple(value for _, value in cells)
+        cells = list({id(cell): (cell, value) for cell, value in cells}.values())
+        self.cells = tuple(cell for cell, _ in cells)       # (each once: the functions a
+        self.values = tuple(value for _, value in cells)    # trace called repeat theirs)
         self.spaces = tuple({id(ns): ns for ns, _, _ in self.names}.values())
         self.versions = tuple(map(_dict_version, self.spaces)) if _dict_version else None
 

@@ -67,8 +67,11 @@ class ModuleState:
     def __bool__(self) -> bool:
         return bool(self.modules)
 
-    def check(self):
+    def check(self, prints=None):
         """A function of no arguments: whether every module's state is as now.
+        ``prints``: a list to receive the fingerprints of the modules' plain objects and
+        user classes, which the caller checks itself (with its own, by one pass over all
+        their tags: ``side_effects.Snapshot.compile_check``); else the check holds them.
 
         Fast path: the version tags of the dicts compared (CPython bumps a dict's tag on
         every change; torch exposes it as ``dict_version``), one C-level ``map`` for the
@@ -82,10 +85,14 @@ class ModuleState:
         # torch's global counter: one number stands for all of them
         dicts = [d for d in dicts if d or id(d) not in self._hook_dicts]
         tags = [(RemovableHandle.next_id, tuple(map(_dict_version, dicts)))]
-        prints = Tags(TaggedPrint(o) for o in objects)     # (their own tags)
+        held = [TaggedPrint(o) for o in objects]            # (their own tags)
+        if prints is not None:
+            prints.extend(held)
+            held = []
+        tagged = Tags(held)
 
         def check() -> bool:
-            if not prints():
+            if tagged and not tagged():
                 return False
             now = (RemovableHandle.next_id, tuple(map(_dict_version, dicts)))
             if now == tags[0]:

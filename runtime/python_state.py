@@ -10,7 +10,9 @@ reused. Both questions are answered by comparing fingerprints taken before and a
 value, tensors and code by identity, containers and plain objects (their ``__dict__``,
 an ``nn.Module``'s submodules, parameters and buffers) by the fingerprints of what they
 hold, objects keeping state outside a ``__dict__`` (iterators, generators, numpy arrays,
-``StringIO``, ``deque``, ``__slots__``) by that state (``builtin_state``). An instance of
+``StringIO``, ``deque``, ``__slots__``) by that state (``builtin_state``), a library's
+``logging.Logger`` by its own settings and effective level (not the registry of every
+logger its manager holds; handlers, formatters and the manager by identity). An instance of
 a class defined in user code also by its class's attributes (``cfg.scale`` where ``scale``
 is set on the class), and such a class itself by them (``user_classes``). Past the depth
 or the node budget a value counts by identity only.
@@ -29,6 +31,7 @@ import dataclasses
 import dis
 import functools
 import inspect
+import logging
 import types
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
@@ -37,7 +40,8 @@ from .builtin_state import slot_names
 
 _ATOMS = (int, str, bytes, bool, complex, type(None))
 _CODE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
-         type, types.CodeType, functools.partial)
+         type, types.CodeType, functools.partial, classmethod, staticmethod, property,
+         functools.cached_property)     # (a class's methods by identity, as functions)
 DEPTH = 4           # how far into nested containers and objects a fingerprint looks
 BUDGET = 2000       # values per fingerprint; beyond it values count by identity
 
@@ -90,16 +94,25 @@ def guard_print(value, seen=None, names: Optional[Iterable[str]] = None) -> tupl
     return _fp(value, DEPTH, walk), walk.deep
 
 
-_ATOM, _FLOAT, _IDENTITY, _WALK = range(4)
+_ATOM, _FLOAT, _IDENTITY, _WALK, _LOGGER = range(5)
 _KINDS: Dict[type, int] = {}         # class -> how to fingerprint its instances
+# logging's machinery: a trace's log calls are graph nodes that look the logger up when
+# the graph runs (runtime.operators.messages); what else code reads of a Logger is its
+# own settings and whether it is enabled (``_logger_fp``), never the manager's registry of
+# every logger, the handlers' or formatters' insides, or their locks: identity there
+_LOGGING = (logging.Manager, logging.PlaceHolder, logging.Handler, logging.Formatter,
+            logging.Filter, logging.LoggerAdapter)
 
 
 def _kind(cls) -> int:
     kind = _KINDS.get(cls)
     if kind is None:
+        library = not user_classes(cls)
         kind = _FLOAT if issubclass(cls, float) else _ATOM if issubclass(cls, _ATOMS) else \
             _IDENTITY if (issubclass(cls, _CODE) or _tensor_class(cls) or
-                          cls.__module__.split(".")[0] in ("runtime", "transpiler")) else _WALK
+                          cls.__module__.split(".")[0] in ("runtime", "transpiler")) else \
+            _LOGGER if library and issubclass(cls, logging.Logger) else \
+            _IDENTITY if library and issubclass(cls, _LOGGING) else _WALK
         if len(_KINDS) < 10_000:
             _KINDS[cls] = kind
     return kind
@@ -118,6 +131,8 @@ def _fp(v, depth: int, walk: _Walk):
         if cls is type and depth > 0 and user_classes(v):     # a user class: its attributes
             return ("class", id(v), _class_fp(v, depth - 1, walk))
         return ("id", id(v))
+    if kind == _LOGGER:
+        return _logger_fp(v, walk)
     key = id(v)
     walk.budget -= 1
     if depth <= 0 or walk.budget <= 0 or key in walk.active:
@@ -133,6 +148,34 @@ def _fp(v, depth: int, walk: _Walk):
     finally:
         walk.active.discard(key)
         walk.library -= library
+
+
+def _logger_fp(v, walk: _Walk):
+    """A library's Logger: its own attributes (numbers and text by value, the rest by
+    identity: its handlers and filters, its parent), its handlers and filters by
+    identity, and what ``isEnabledFor`` answers by: the effective level (its ancestors'
+    levels) and the manager's ``disable`` -- the dicts holding those are its tags."""
+    own = tuple((k, _key(x)) for k, x in vars(v).items() if k != "_cache")
+    chain, level, node = [], logging.NOTSET, v
+    while node is not None and len(chain) < 100:
+        chain.append(node)
+        if level == logging.NOTSET:
+            level = getattr(node, "level", logging.NOTSET)
+        node = getattr(node, "parent", None)
+    manager = getattr(v, "manager", None)
+    if walk.containers is not None:
+        walk.containers.append((v, dict(vars(v))))
+    if walk.seen is not None:
+        walk.seen.walked(v, type(v))
+        for node in chain[1:] + ([manager] if manager is not None else []):
+            attrs = getattr(node, "__dict__", None)
+            if type(attrs) is dict:
+                walk.seen.dicts[id(attrs)] = attrs
+        for held in (getattr(v, "handlers", None), getattr(v, "filters", None)):
+            if type(held) is list:
+                walk.seen.lists[id(held)] = held
+    return ("logger", id(v), own, level, getattr(manager, "disable", None),
+            tuple(map(id, getattr(v, "handlers", ()))), tuple(map(id, getattr(v, "filters", ()))))
 
 
 _DATA = (list, tuple, dict, set, frozenset, types.SimpleNamespace)

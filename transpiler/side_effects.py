@@ -102,6 +102,7 @@ class Snapshot:
         self._checks: list = []             # module state, tensor reads: () -> bool
         self._owner = None
         self._modules: set = set()          # ids of the modules a ModuleState checks
+        self._module_prints: list = []      # the ModuleState's prints: in compile_check's tags
 
     @classmethod
     def take(cls, fn, args, kwargs) -> "Snapshot":
@@ -214,7 +215,7 @@ class Snapshot:
             from runtime.module_state import ModuleState
             state = ModuleState(roots)
             self._modules.update(id(m) for m in state.modules)
-            self._checks.append(state.check())
+            self._checks.append(state.check(prints=self._module_prints))
 
     def watch_reads(self, reads, constants=()) -> None:
         """Guard what the trace asked of real tensors (``runtime.trace_reads``);
@@ -305,6 +306,9 @@ class Snapshot:
         for check in self._checks:
             if not check():
                 return False
+        for print_ in self._module_prints:
+            if not print_.holds():
+                return False
         for ns, name, value in self._globals:
             if ns.get(name, _EMPTY) is not value:
                 return False
@@ -330,7 +334,7 @@ class Snapshot:
             return _always
         env = {}
         terms = []
-        tagged = self._read + self._held + [       # one pass over their tags
+        tagged = self._read + self._held + self._module_prints + [       # one pass over their tags
             ShallowState(obj, _state_of, state, also=("_buffers",))
             for _, obj, state, _ in self._objects
             if id(obj) not in self._modules]    # (a ModuleState compares more of it)

@@ -267,3 +267,186 @@ def test_seen_records_and_opaque_walks():
     assert not tags()
     cfg.flags.add("a")
     assert tags()
+
+
+# ----------------------------------------------------------------- library objects, globals
+import logging  # noqa: E402
+
+from runtime.python_state import fingerprint  # noqa: E402
+
+LOG = logging.getLogger("tograph_guard_tags.sub")
+PARENT = logging.getLogger("tograph_guard_tags")
+
+
+def _reads_logger(x, log):
+    if log.isEnabledFor(logging.DEBUG):       # read at trace time: baked into the graph
+        x = x * 2
+    if log.getEffectiveLevel() <= logging.INFO:
+        x = x + 1
+    log.info("seen %s", 1)                    # staged: decided when the graph runs
+    if x.sum() > 0:
+        return x * 3
+    return x
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record.getMessage())
+
+
+class LogHolder(nn.Module):
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+
+    def forward(self, x):
+        return _reads_logger(x, self.log)
+
+
+def _log_spellings():
+    def by_global(x):
+        return _reads_logger(x, LOG)
+
+    def by_closure(x):
+        return _reads_logger(x, log)
+    log = LOG
+    return {"global": (by_global, lambda f, x: f(x)),
+            "closure": (by_closure, lambda f, x: f(x)),
+            "module": (LogHolder(LOG), lambda f, x: f(x)),
+            "argument": (_reads_logger, lambda f, x: f(x, LOG))}
+
+
+LOG_CHANGES = {
+    "own_level": lambda: LOG.setLevel(logging.DEBUG),
+    "parent_level": lambda: PARENT.setLevel(logging.INFO),
+    "disabled": lambda: setattr(LOG, "disabled", True),
+    "logging_disable": lambda: logging.disable(logging.CRITICAL),
+    "raised_level": lambda: (LOG.setLevel(logging.DEBUG), LOG.setLevel(logging.ERROR)),
+}
+
+
+@pytest.fixture
+def _clean_logger():
+    records = _Records()
+    LOG.addHandler(records)
+    LOG.setLevel(logging.NOTSET)
+    PARENT.setLevel(logging.WARNING)
+    yield records
+    LOG.removeHandler(records)
+    LOG.setLevel(logging.NOTSET)
+    LOG.disabled = False
+    PARENT.setLevel(logging.NOTSET)
+    logging.disable(logging.NOTSET)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize("spelling", ["global", "closure", "module", "argument"])
+@pytest.mark.parametrize("change", list(LOG_CHANGES))
+def test_a_logger_read_by_the_trace_behaves_as_eager(change, spelling, strict, _clean_logger):
+    """A Logger's level or switches changed between calls (its own, a parent's, logging's
+    global ``disable``): the graph's answers and its log records are eager's."""
+    fn, call = _log_spellings()[spelling]
+    g = to_graph(fn, strict=strict)
+    for step in range(3):
+        if step == 1:
+            LOG_CHANGES[change]()
+        for x in (POS, NEG):
+            _clean_logger.records.clear()
+            exp = call(fn, x.clone())
+            eager_records = list(_clean_logger.records)
+            _clean_logger.records.clear()
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FallbackWarning)
+                got = call(g, x.clone())
+            assert_same(got, exp)
+            assert _clean_logger.records == eager_records
+
+
+def test_a_logger_is_not_walked(_clean_logger):
+    """A Logger counts by its own settings and its effective level: its tags are its own
+    ``__dict__``, its ancestors', the manager's and its handler and filter lists -- not
+    the manager's registry of every logger nor the handlers' insides."""
+    printed = guard_tags.TaggedPrint(LOG, deep=True)
+    assert printed.seen.records is not None and not printed.deep
+    dicts, objects, lists = printed.seen.records[:3]
+    assert len(dicts) <= 4          # its own, the parent's, root's, the manager's
+    assert {type(o) for o, _, _ in objects.values()} == {logging.Logger}
+    assert len(lists) == 2
+    before = fingerprint(LOG)
+    PARENT.setLevel(logging.DEBUG)      # what isEnabledFor answers moved: so does the print
+    assert fingerprint(LOG) != before
+    PARENT.setLevel(logging.WARNING)
+    assert fingerprint(LOG) == before
+    LOG.addHandler(logging.NullHandler())
+    assert fingerprint(LOG) != before
+    LOG.handlers.pop()
+    assert fingerprint(LOG) == before
+
+    g = to_graph(lambda x: _reads_logger(x, LOG), strict=True)
+    g(POS), g(POS)
+    fast, slow = guard_tags.STATS.fast, guard_tags.STATS.slow
+    other = logging.getLogger("tograph_guard_tags_unrelated")
+    for level in (logging.DEBUG, logging.ERROR, logging.NOTSET):
+        other.setLevel(level)           # another logger: nothing the guard looked into
+        assert_same(g(POS), _reads_logger(POS, LOG))
+    assert guard_tags.STATS.fast >= fast + 3
+    assert guard_tags.STATS.slow == slow
+
+
+class Settings:
+    pass
+
+
+SETTINGS = Settings()
+SETTINGS.scale = 2.0
+SETTINGS.unused = [1]
+
+
+def _reads_settings(x):
+    if x.sum() > 0:
+        return x * SETTINGS.scale
+    return x - SETTINGS.scale
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_an_attribute_of_a_global_object_read_by_the_trace(strict):
+    g = to_graph(_reads_settings, strict=strict)
+    for x in (POS, NEG):
+        assert_same(g(x), _reads_settings(x))
+    traced = len(g._history)
+    SETTINGS.unused.append(2)           # not read: the graph stays right either way
+    for x in (POS, NEG):
+        assert_same(g(x), _reads_settings(x))
+    try:
+        SETTINGS.scale = -5.0           # read: traced again, eager's answer
+        for x in (POS, NEG):
+            assert_same(g(x), _reads_settings(x))
+        assert len(g._history) > traced
+    finally:
+        SETTINGS.scale = 2.0
+        SETTINGS.unused[:] = [1]
+
+
+def test_sets_of_objects_and_of_values():
+    """A set of numbers and text is compared with ``==``; one holding objects by their
+    identities -- either way an item added or swapped is seen."""
+    a, b = Inner(), Inner()
+    holder = Cfg()
+    holder.plain, holder.objects = {1, "x"}, {a}
+    tags = guard_tags.Tags([guard_tags.TaggedPrint(holder)])
+    assert tags()
+    holder.plain.add(2.5)
+    assert not tags()
+    holder.plain.discard(2.5)
+    assert tags()
+    holder.objects.add(b)
+    assert not tags()
+    holder.objects.discard(a)
+    assert not tags()
+    holder.objects.discard(b)
+    holder.objects.add(a)
+    assert tags()
