@@ -37,7 +37,8 @@ except ImportError:                     # pragma: no cover - another torch / Pyt
 
 _is = operator.is_
 _eq = operator.eq
-_dict_of = operator.attrgetter("__dict__")
+_attribute = object.__getattribute__      # (not a class's own __getattribute__ in Python:
+_DICT = itertools.repeat("__dict__")       # a transformers config has one)
 _chain = itertools.chain.from_iterable
 _IMMUTABLE = (tuple, frozenset)
 _EXACT = (list, dict, set, tuple, frozenset, bytearray)
@@ -150,7 +151,7 @@ def _unchanged(columns) -> bool:
     try:
         return (tuple(map(_dict_version, dicts)) == versions and
                 tuple(map(type, objects)) == classes and
-                all(map(_is, map(_dict_of, holders), attrs)) and
+                all(map(_is, map(_attribute, holders, _DICT), attrs)) and
                 tuple(map(len, lists)) == lengths and
                 all(map(_is, _chain(lists), items)) and
                 (not sets or tuple(map(_set_keys, sets)) == keys) and

@@ -35,6 +35,11 @@ from typing import Any, List
 
 import torch
 
+try:                                    # CPython's dict version tag (PEP 509), as torch
+    from torch._C._dynamo.guards import dict_version as _dict_version   # reads it
+except ImportError:                     # pragma: no cover - another torch / Python
+    _dict_version = None
+
 _LOGS: List["Reads"] = []
 
 _META = {
@@ -213,4 +218,16 @@ def environment_check():
     """A function of no arguments: whether the process environment (``os.environ``, which
     code that names ``environ``/``getenv`` may read) is as now."""
     now = dict(os.environ)
-    return lambda: dict(os.environ) == now
+    data = getattr(os.environ, "_data", None)       # the dict os.environ keeps its text in
+    if _dict_version is None or type(data) is not dict:
+        return lambda: dict(os.environ) == now
+    env, version = os.environ, [_dict_version(data)]
+
+    def check() -> bool:            # by the version tag of that dict while it holds
+        if os.environ is env and _dict_version(data) == version[0]:
+            return True
+        if dict(os.environ) != now:
+            return False
+        version[0] = _dict_version(data) if os.environ is env else -1
+        return True
+    return check

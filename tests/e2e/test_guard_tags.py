@@ -450,3 +450,30 @@ def test_sets_of_objects_and_of_values():
     holder.objects.discard(b)
     holder.objects.add(a)
     assert tags()
+
+
+def _reads_environment(x):
+    import os
+    if os.environ.get("TOGRAPH_GUARD_TAGS_FLAG") == "1":
+        return x * 2
+    return x - 1
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_the_environment_by_its_tag(strict, monkeypatch):
+    """``os.environ`` read by the trace: checked by the version tag of the dict it keeps
+    its text in; a variable set, changed back, another one set, all as eager."""
+    import os
+    monkeypatch.delenv("TOGRAPH_GUARD_TAGS_FLAG", raising=False)
+    g = to_graph(_reads_environment, strict=strict)
+    for value in (None, "1", "0", "1", None):
+        if value is None:
+            os.environ.pop("TOGRAPH_GUARD_TAGS_FLAG", None)
+        else:
+            os.environ["TOGRAPH_GUARD_TAGS_FLAG"] = value
+        os.environ["TOGRAPH_GUARD_TAGS_OTHER"] = str(value)     # a tag moves: same graph
+        for x in (POS, NEG):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FallbackWarning)
+                assert_same(g(x), _reads_environment(x))
+    os.environ.pop("TOGRAPH_GUARD_TAGS_OTHER", None)
