@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import torch
 import torch.utils._pytree as pytree
 
-from . import grad_flags, loop_options, region_state, tensor_state, views
+from . import grad_flags, loop_options, path_values, region_state, tensor_state, views
 from .grad_flags import grad_of
 from .introspection import kind_of, mark, merged_kind
 from .errors import BranchMismatchError, GraphError
@@ -176,6 +176,7 @@ def _staged_while(cond_fn, body, state: tuple, names, location, graph, locations
     if is_symbolic(test):
         _check_pred(test, where)
     _refuse_zero_iteration_identity(flat, slots, out, body_g, where)
+    _refuse_chosen_containers(out_tree, where)
     dtypes = [None if s.meta is None else s.meta.dtype for s in slots]
     with building(body_g):
         out = [v if s.options is None else loop_options.index_of(v, s.options)
@@ -219,6 +220,17 @@ def _staged_while(cond_fn, body, state: tuple, names, location, graph, locations
     return pytree.tree_unflatten(leaves, spec)
 
 
+
+
+def _refuse_chosen_containers(out_tree, where: str) -> None:
+    """GraphError where the body hands back a list or dict that a tensor condition in it
+    chose by the path taken (``if x[0] > 3: return a`` in a tensor ``while``): the loop's
+    result is a new container, while eager's is that path's object (``path_values``)."""
+    from .control_flow import _containers
+    if any(path_values.identity_choice(v) is not None for v in _containers(out_tree)):
+        raise GraphError(f"{where}: a list or dict that a tensor condition in the loop "
+                         f"chose by the path taken leaves the loop; the loop hands back a "
+                         f"new container, not that path's object")
 
 
 def _refuse_zero_iteration_identity(flat, slots, out, body_g, where: str) -> None:

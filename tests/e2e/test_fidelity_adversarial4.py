@@ -1051,6 +1051,127 @@ def s_chosen_inner_of_argument_list(wrap):
     return res
 
 
+def s_early_return_in_while(wrap):
+    def f(x, a, b):
+        while x.sum() < 10:
+            if x[0] > 3:
+                return a
+            x = x * 2
+        return b
+    g = wrap(f)
+    res = []
+    for x in (T(1.0, 0.5), T(0.1, 4.0), T(20.0, 0.0)):
+        a, b = [1], [2]
+        out = g(x, a, b)
+        res.append((out is a, out is b))
+    return res
+
+
+def s_range_loop_break_chooses(wrap):
+    def f(x, a, b):
+        r = b
+        for i in range(3):
+            if x[i] > 0:
+                r = a
+                break
+        return r
+    g = wrap(f)
+    res = []
+    for x in (T(-1.0, 1.0, -1.0), T(-1.0, -1.0, -1.0)):
+        a, b = [1], [2]
+        out = g(x, a, b)
+        res.append((out is a, out is b))
+    return res
+
+
+def s_chosen_stored_in_local_dict(wrap):
+    def f(x, a, b):
+        d = {"n": 1}
+        d["k"] = a if x.sum() > 0 else b
+        return d
+    g = wrap(f)
+    res = []
+    for x in (POS, NEG):
+        a, b = [x], [x]
+        d = g(x, a, b)
+        res.append((d["k"] is a, d["k"] is b, d["n"]))
+    return res
+
+
+def s_chosen_appended_to_local_list(wrap):
+    def f(x, a, b):
+        out = []
+        out.append(a if x.sum() > 0 else b)
+        out.append(x)
+        return out
+    g = wrap(f)
+    res = []
+    for x in (NEG, POS):
+        a, b = [1], [2]
+        out = g(x, a, b)
+        res.append((out[0] is a, out[0] is b))
+    return res
+
+
+def s_chosen_then_caller_changes_inner(wrap):
+    def f(x, a, b):
+        if x.sum() > 0:
+            r = a
+        else:
+            r = b
+        return r
+    g = wrap(f)
+    res = []
+    for x in (POS, NEG):
+        a, b = [[1]], [[2]]
+        g(x, a, b)[0].append(3)
+        res.append((a, b))
+    return res
+
+
+def s_chosen_in_holder_object(wrap):
+    def f(x, a, b):
+        return Holder(a if x.sum() > 0 else b)
+    g = wrap(f)
+    res = []
+    for x in (POS, NEG):
+        a, b = [1], [2]
+        h = g(x, a, b)
+        res.append((h.items is a, h.items is b))
+    return res
+
+
+def s_early_return_in_tensor_for(wrap):
+    def f(x, a, b):
+        for v in x:
+            if v > 3:
+                return a
+        return b
+    g = wrap(f)
+    res = []
+    for x in (T(1.0, 5.0), T(1.0, 2.0)):
+        a, b = [1], [2]
+        out = g(x, a, b)
+        res.append((out is a, out is b))
+    return res
+
+
+def s_loop_keeps_chosen_local(wrap):
+    def f(x, a, b):
+        keep = {"r": b}
+        while x.sum() < 10:
+            keep["r"] = a if x[0] > 2 else b
+            x = x * 2
+        return keep, x
+    g = wrap(f)
+    res = []
+    for x in (T(1.0, 1.0), T(3.0, 0.0), T(20.0, 0.0)):
+        a, b = [1], [2]
+        keep, y = g(x, a, b)
+        res.append((keep["r"] is a, keep["r"] is b, y))
+    return res
+
+
 SCENARIOS = {name[2:]: fn for name, fn in list(globals().items()) if name.startswith("s_")}
 XFAIL: dict = {}
 
