@@ -169,16 +169,7 @@ def test_models_check_catches_values_types_and_structure():
     assert all(line.startswith("MISMATCH: ") for line in lines[1:]) and len(lines) == 7, lines
 
 
-COUNTED_LOOP_INT_INDEX = pytest.mark.xfail(
-    strict=True, raises=AttributeError,
-    reason="counted_loops (8cdef8c) passes the loop counter as a Python int into a while body "
-           "whose planned-buffer check reads index.requires_grad: rnn_for raises "
-           "AttributeError at 6 of its 9 sizes (all but b1_h64, b1_h256, b32_h64) when grad "
-           "mode is on")
-
-
-@pytest.mark.parametrize("family", [pytest.param("rnn_for", marks=COUNTED_LOOP_INT_INDEX),
-                                    "newton_sqrt", "layernorm_softmax"])
+@pytest.mark.parametrize("family", ["rnn_for", "newton_sqrt", "layernorm_softmax"])
 def test_every_size_of_a_workload_converts_and_matches_eager(family):
     """The suite's programs at each of their sizes, strict mode, two calls with other
     values: a size the optimizer was not tuned to must still convert and give eager's
