@@ -254,6 +254,8 @@ def _share(structure, shared: Dict[int, int]):
             parts = ([map_structure(x, is_shared, mark) for x in s], None, {})
         elif type(s) is dict:
             parts = ({k: map_structure(x, is_shared, mark) for k, x in s.items()}, None, {})
+        elif isinstance(s, Rebuild):        # (a list chosen by path: its options marked too)
+            parts = (s._tograph_with_parts([map_structure(x, is_shared, mark) for x in s]),)
         else:                               # (a list made at run time: ``Unstack``)
             parts = (s,)
         make = maker(type(s), s) if len(parts) == 3 else _itself

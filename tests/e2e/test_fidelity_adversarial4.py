@@ -1172,6 +1172,49 @@ def s_loop_keeps_chosen_local(wrap):
     return res
 
 
+def s_chosen_local_returned_beside_it(wrap):
+    def f(x, b):
+        loc = [x * 2]
+        r = loc if x.sum() > 0 else b
+        return r, loc, (loc, r)
+    g = wrap(f)
+    res = []
+    for x in (POS, NEG):
+        b = [x]
+        r, loc, pair = g(x, b)
+        res.append((r is loc, r is b, pair[0] is loc, pair[1] is r, loc))
+    return res
+
+
+def s_chosen_local_changed_after(wrap):
+    def f(x, b):
+        loc = [x]
+        r = loc if x.sum() > 0 else b
+        loc.append(x * 3)
+        return r
+    g = wrap(f)
+    res = []
+    for x in (POS, NEG):
+        b = [x]
+        out = g(x, b)
+        res.append((out is b, len(out)))
+    return res
+
+
+def s_chosen_copy_changed_after(wrap):
+    def f(x, a):
+        r = a if x.sum() > 0 else [x]
+        r.append(x * 2)
+        return len(r), x
+    g = wrap(f)
+    res = []
+    for x in (POS, NEG):
+        a = [x]
+        n, _ = g(x, a)
+        res.append((n, len(a)))
+    return res
+
+
 SCENARIOS = {name[2:]: fn for name, fn in list(globals().items()) if name.startswith("s_")}
 XFAIL: dict = {}
 
