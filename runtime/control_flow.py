@@ -64,6 +64,7 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
     noted = len(_COPIED)
     one_sided = _note_copies(then_tree, else_tree)
     shared = (then_tree, else_tree, then_ops, else_ops)     # as the branches left them
+    outer = _visible(graph)
     _refuse_path_identity(flat, then_g, then_tree, else_g, else_tree, where)
     varying = _varying_containers(*shared, where)
     locations = region_state.merge(then_carry, else_carry)
@@ -126,14 +127,32 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
             loc.assign(value)
         region_state.assign_contents(contents, indices)
     kept = set()
-    result = _same_containers(result, *shared, kept, varying, which)
+    result = _same_containers(result, *shared, kept, varying, which, outer)
     _COPIED[noted:] = [c for c in _COPIED[noted:] if id(c[0]) not in kept]  # not copies
     if one_sided:
         _note_result_copies(result, kept)
     return result
 
 
-def _same_containers(result, a, b, a_ops, b_ops, kept, varying=frozenset(), which=None):
+def _visible(graph) -> set:
+    """ids of ``graph`` and its enclosing graphs: where a kept container's tensors live."""
+    out = set()
+    while graph is not None:
+        out.add(id(graph))
+        graph = graph.parent
+    return out
+
+
+def _outer_only(container, outer) -> bool:
+    """Whether nothing ``container`` holds is a tensor of a branch's own graph: a container
+    the branch made (``return {"y": x * 2}`` on one path) holds the branch's results, which
+    only the ``cond``'s outputs carry out."""
+    return not any(is_symbolic(leaf) and id(leaf._node.graph) not in outer
+                   for leaf in pytree.tree_leaves(container))
+
+
+def _same_containers(result, a, b, a_ops, b_ops, kept, varying=frozenset(), which=None,
+                     outer=None):
     """``result`` with the list or dict that both paths hand back as the very same object
     (``return x * 2, lst`` and ``return x - 1, lst``) put back in place of the ``cond``'s
     rebuilt copy: eager's result *is* that object on either path (``out[1] is lst``).
@@ -150,7 +169,7 @@ def _same_containers(result, a, b, a_ops, b_ops, kept, varying=frozenset(), whic
         b = a
     elif _unassigned(a):
         a = b
-    if isinstance(a, (list, dict)) and a is b:
+    if isinstance(a, (list, dict)) and a is b and (outer is None or _outer_only(a, outer)):
         kept.add(id(a))
         return a
     noted = varying.get((id(a), id(b)))
@@ -162,7 +181,7 @@ def _same_containers(result, a, b, a_ops, b_ops, kept, varying=frozenset(), whic
         return result
 
     def inner(r, x, y):
-        return _same_containers(r, x, y, a_ops, b_ops, kept, varying, which)
+        return _same_containers(r, x, y, a_ops, b_ops, kept, varying, which, outer)
     out = result
     if isinstance(result, list) and len(result) == len(a) == len(b):
         out = [inner(r, x, y) for r, x, y in zip(result, a, b)]
