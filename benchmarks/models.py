@@ -32,6 +32,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import run  # noqa: E402  (sets TORCHINDUCTOR_CACHE_DIR to this run's own before torch loads)
+import report  # noqa: E402
 import torch  # noqa: E402
 
 from run import COMPILE, EAGER, THREADS, TOGRAPH, _short, compile_cold  # noqa: E402
@@ -430,22 +431,15 @@ def markdown(results: dict, png_path: Optional[str], md_path: str) -> str:
         out += [f"- **{x}**" for x in results["mismatches"]]
     out += ["", "## Why tograph wins or loses", "", REASONS_BEGIN,
             _kept_reasons(md_path) or "(not written yet)", REASONS_END, "", "## Plot", ""]
-    if png_path:
-        rel = os.path.relpath(png_path, os.path.dirname(os.path.abspath(md_path)))
-        out.append(f"![speedup over eager per model]({rel})")
-    else:
-        out.append("No plot: matplotlib is not installed (`pip install -e .[bench]`).")
+    out += report.plot_lines(png_path, md_path, "speedup over eager per model")
     return "\n".join(out) + "\n"
 
 
 def plot(results: dict, path: str) -> bool:
     """Bars of each contender's speedup over eager per model and batch; False without
     matplotlib."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = report.pyplot()
+    if plt is None:
         return False
     rows = results["models"]
     labels = [f"{r['model']}\nbatch {r['batch']}" for r in rows]
@@ -510,12 +504,7 @@ def main(argv=None) -> int:
         os.remove(partial)
     for line in results["fallbacks"]:
         print(f"!!! to_graph fell back: {line}", file=sys.stderr)
-    if results["mismatches"]:
-        print("\n!!! RESULTS DIFFER FROM EAGER:", file=sys.stderr)
-        for line in results["mismatches"]:
-            print(f"!!!   {line}", file=sys.stderr)
-        return 1
-    return 0
+    return report.report_mismatches(results["mismatches"])
 
 
 if __name__ == "__main__":

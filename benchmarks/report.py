@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Dict, List, Optional
 
 from workloads import FIRST_CALL_COLD_TARGET, FIRST_CALL_WARM_TARGET
@@ -336,24 +337,45 @@ def markdown(results: dict, png_path: Optional[str], md_path: str) -> str:
     if results["mismatches"]:
         out += ["", "## RESULTS DIFFER FROM EAGER", ""]
         out += [f"- **{p}**" for p in results["mismatches"]]
-    out += ["", "## Plot", ""]
-    if png_path:
-        rel = os.path.relpath(png_path, os.path.dirname(os.path.abspath(md_path)))
-        out.append(f"![speedup over eager]({rel})")
-    else:
-        out.append("No plot: matplotlib is not installed (`pip install -e .[bench]`).")
+    out += ["", "## Plot", ""] + plot_lines(png_path, md_path, "speedup over eager")
     return "\n".join(out) + "\n"
+
+
+def plot_lines(png_path: Optional[str], md_path: str, alt: str) -> List[str]:
+    """The Markdown lines showing the plot (a path relative to the Markdown file)."""
+    if not png_path:
+        return ["No plot: matplotlib is not installed (`pip install -e .[bench]`)."]
+    rel = os.path.relpath(png_path, os.path.dirname(os.path.abspath(md_path)))
+    return [f"![{alt}]({rel})"]
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend, or None without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def report_mismatches(mismatches) -> int:
+    """Print results that differ from eager to stderr; the exit status (1 if any)."""
+    if not mismatches:
+        return 0
+    print("\n!!! RESULTS DIFFER FROM EAGER:", file=sys.stderr)
+    for line in mismatches:
+        print(f"!!!   {line}", file=sys.stderr)
+    return 1
 
 
 # --------------------------------------------------------------------------- plot
 def plot(results: dict, path: str) -> bool:
     """Bar chart of speedup over eager per workload per contender; False without
     matplotlib."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     rows = [r for r in results["workloads"] if TOGRAPH in r["results"]]
     names = [r["name"] for r in rows]

@@ -315,12 +315,7 @@ def main(argv=None) -> int:
     print(f"wrote {png_path}" if plotted else
           "no plot: matplotlib is not installed (pip install -e .[bench])")
     print(f"wrote {md_path}")
-    if results["mismatches"]:
-        print("\n!!! RESULTS DIFFER FROM EAGER:", file=sys.stderr)
-        for m in results["mismatches"]:
-            print(f"!!!   {m}", file=sys.stderr)
-        return 1
-    return 0
+    return report.report_mismatches(results["mismatches"])
 
 
 if __name__ == "__main__":
