@@ -553,59 +553,55 @@ class GraphFunction:
         touched = len(region_state.TOUCHED)
         raised, copies = subgraphs.escaped(), control_flow.copies_mark()
         identities = path_values.identities_mark()
-        try:
-            with tracing(graph), trace_reads.recording() as reads, \
-                    state_aliases.arguments(list(zip(self._param_names, sargs)) +
-                                            list(skwargs.items())):
-                graph.tensor_reads = reads      # what it asked of real tensors: guarded
-                out = converted(*sargs, **skwargs)
-        except BaseException:
-            control_flow.copies_changed(copies)
-            path_values.forget_identities(identities)
-            region_state.untouch(touched)
-            snapshot.restore()
-            raise
-        caught = subgraphs.escaped_since(raised)
-        refused = control_flow.copies_changed(copies)     # (asked always: it forgets them)
-        if caught is not None:
-            refused = (f"{caught} was caught while tracing (by a with statement's __exit__ "
-                       f"or an except): whether that path raises is known only when the "
-                       f"graph runs")
-        if refused is not None:
-            region_state.untouch(touched)
-            snapshot.restore()
-            path_values.forget_identities(identities)
-            raise GraphError(refused)
-        changed = snapshot.changes()
-        seen = snapshot.sees(take_converted())
-        if seen and not changed:
-            changed = (f"the function appends to {seen} in tensor-dependent control flow, "
-                       f"a list the caller can see")
-        if changed:
-            snapshot.restore()
-            path_values.forget_identities(identities)
-            error = GraphError(f"{changed} (a Python side effect that a graph cannot repeat "
-                               f"on every call)")
-            error.location = _assignment_line(target, changed)
-            raise error
-        existed = _existed(snapshot, sargs, skwargs)
-        shared = region_state.shared_touched(touched, existed)
-        if shared is not None:
-            snapshot.restore()
-            path_values.forget_identities(identities)
-            raise GraphError(f"a tensor-dependent region changes {shared} of an object that "
-                             f"existed before the call (a Python side effect that a graph "
-                             f"cannot repeat on every call)")
-        graph.mutated_inputs = [(name, views.storage(v).written) for v, name in
-                                zip(sym, names) if isinstance(v, torch.Tensor) and
-                                views.storage(v) is not None and views.storage(v).written]
-        try:
+        try:          # (what the trace noted of path-chosen identities ends with it)
+            try:
+                with tracing(graph), trace_reads.recording() as reads, \
+                        state_aliases.arguments(list(zip(self._param_names, sargs)) +
+                                                list(skwargs.items())):
+                    graph.tensor_reads = reads      # what it asked of real tensors: guarded
+                    out = converted(*sargs, **skwargs)
+            except BaseException:
+                control_flow.copies_changed(copies)
+                region_state.untouch(touched)
+                snapshot.restore()
+                raise
+            caught = subgraphs.escaped_since(raised)
+            refused = control_flow.copies_changed(copies)     # (asked always: it forgets them)
+            if caught is not None:
+                refused = (f"{caught} was caught while tracing (by a with statement's __exit__ "
+                           f"or an except): whether that path raises is known only when the "
+                           f"graph runs")
+            if refused is not None:
+                region_state.untouch(touched)
+                snapshot.restore()
+                raise GraphError(refused)
+            changed = snapshot.changes()
+            seen = snapshot.sees(take_converted())
+            if seen and not changed:
+                changed = (f"the function appends to {seen} in tensor-dependent control flow, "
+                           f"a list the caller can see")
+            if changed:
+                snapshot.restore()
+                error = GraphError(f"{changed} (a Python side effect that a graph cannot repeat "
+                                   f"on every call)")
+                error.location = _assignment_line(target, changed)
+                raise error
+            existed = _existed(snapshot, sargs, skwargs)
+            shared = region_state.shared_touched(touched, existed)
+            if shared is not None:
+                snapshot.restore()
+                raise GraphError(f"a tensor-dependent region changes {shared} of an object that "
+                                 f"existed before the call (a Python side effect that a graph "
+                                 f"cannot repeat on every call)")
+            graph.mutated_inputs = [(name, views.storage(v).written) for v, name in
+                                    zip(sym, names) if isinstance(v, torch.Tensor) and
+                                    views.storage(v) is not None and views.storage(v).written]
             structure = _output_structure(graph, out, existed, _argument_paths(sargs, skwargs))
+            graph.outputs = map_structure(structure, lambda v: isinstance(v, Unstack),
+                                          lambda v: v.node)
+            return graph, structure, target
         finally:
             path_values.forget_identities(identities)
-        graph.outputs = map_structure(structure, lambda v: isinstance(v, Unstack),
-                                      lambda v: v.node)
-        return graph, structure, target
 
     def __repr__(self) -> str:
         return f"<to_graph {getattr(self, '__qualname__', self._fn)!r}>"
