@@ -32,6 +32,7 @@ from .subgraphs import (Fill, Rebuilt, Slot, _align_captures, _check_pred, _desc
                         _owner_graph, _trace_tree, reconcile, zip_structures)
 from .symbolic import building, is_symbolic, record_tuple_outputs, to_node
 from .tensor_list import TensorList, stack_list
+from .threads import PerThreadList
 
 
 # --------------------------------------------------------------------------- cond
@@ -357,7 +358,7 @@ def _contents(v) -> tuple:
         tuple(id(x) for x in v)
 
 
-_COPIED: list = []      # (container, its contents then, where): see ``_note_copies``
+_COPIED = PerThreadList()   # (per thread) (container, its contents then, where): _note_copies
 
 
 def copies_mark() -> int:

@@ -18,9 +18,10 @@ import re
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .source_info import Location
+from .threads import PerThreadList
 
 _IDENT = re.compile(r"[^0-9a-zA-Z_]")
-_NODES_ADDED = [0]
+_NODES_ADDED = PerThreadList([0])      # per thread: see runtime.threads
 _BASES: Dict[str, str] = {}      # name base -> its identifier form (fresh_name)
 
 

@@ -36,6 +36,7 @@ import torch
 from .errors import GraphError
 from .subgraphs import _leaf_meta, _is_plain
 from .symbolic import building
+from .threads import PerThreadList
 
 _NUMBERS = (bool, int, float)
 MADE = [0]      # PathValues ever made: until one is, calls need no check
@@ -270,7 +271,7 @@ def compares_identity(code) -> bool:
 
 
 # --------------------------------------------------------------------------- identity
-_IDENTITIES: List[tuple] = []   # (copy, index, options): see ``note_identity``
+_IDENTITIES = PerThreadList()   # (per thread) (copy, index, options): see ``note_identity``
 
 
 def note_identity(copy, index, options: tuple) -> None:

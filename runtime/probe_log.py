@@ -14,7 +14,9 @@ from typing import Any, Dict, List, Tuple
 import torch
 import torch.utils._pytree as pytree
 
-_OPEN: List["ProbeLog"] = []
+from .threads import PerThreadList
+
+_OPEN = PerThreadList()      # the logs open, innermost last (per thread: runtime.threads)
 
 
 class ProbeLog:

@@ -30,11 +30,12 @@ from typing import List, Optional, Tuple
 
 from .errors import GraphError
 from .python_state import _EMPTY, _FixedCell, _library, is_tensor
+from .threads import PerThreadList
 
 _GENERATED = "<tograph generated"
 _RUNTIME = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _NUMBERS = (bool, int, float)
-TOUCHED: List[Tuple[object, str, object]] = []   # (object, attribute, value before)
+TOUCHED = PerThreadList()   # (per thread) (object, attribute, value before)
 
 
 class Location:

@@ -23,8 +23,9 @@ from .meta import TensorMeta
 from .ops import is_inplace
 from .source_info import user_location
 from .symbolic import SymbolicTensor, wrap_node
+from .threads import PerThreadList
 
-_DEFAULT_STACK: List[Graph] = []
+_DEFAULT_STACK = PerThreadList()      # as_default blocks, per thread (as TF's)
 _GLOBAL_DEFAULT: List[Graph] = [Graph(name="default")]
 
 

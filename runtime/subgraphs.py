@@ -24,6 +24,7 @@ from .meta import TensorMeta, meta_empty
 from . import views
 from .symbolic import (SymbolicTensor, building, current_graph, rebound_mark,
                        restore_rebound, to_node, wrap_node)
+from .threads import PerThreadList
 
 _NUMBER = (bool, int, float)
 _MAX_RETRACES = 6
@@ -287,7 +288,7 @@ def _contents(v):
     return id(v)
 
 
-_ESCAPED: List[str] = []
+_ESCAPED = PerThreadList()       # per thread: see runtime.threads
 
 
 def escaped() -> int:

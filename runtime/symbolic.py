@@ -33,8 +33,9 @@ from .meta import TensorMeta, meta_empty
 from .ops import is_impure, is_inplace, op_name
 from .shape_inference import fails_eagerly, infer
 from .source_info import format_location, user_location
+from .threads import PerThreadList
 
-_BUILD_STACK: List[Graph] = []
+_BUILD_STACK = PerThreadList()     # the graphs being built, innermost last (per thread)
 
 _CONCRETE = {
     torch.Tensor.__bool__: "bool()", torch.Tensor.__int__: "int()",
@@ -250,7 +251,7 @@ def _is_tensor(v) -> bool:
 
 
 # ------------------------------------------------------------------------- dispatch
-_TRACING_ERRORS = [0]
+_TRACING_ERRORS = PerThreadList([0])     # per thread
 
 
 def tracing_error_count() -> int:
@@ -382,7 +383,7 @@ def _rebind(t: SymbolicTensor, node: Node, example) -> SymbolicTensor:
     return t
 
 
-_REBOUND: List[tuple] = []       # (tensor, node before the in-place op), for subgraph exits
+_REBOUND = PerThreadList()   # (tensor, node before the in-place op), for subgraph exits
 
 
 def restore_rebound(mark: int, graph: Graph) -> None:

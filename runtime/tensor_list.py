@@ -15,6 +15,7 @@ from . import grad_flags, views
 from .errors import TracingError
 from .grad_flags import grad_of
 from .source_info import format_location, user_location
+from .threads import PerThreadList
 
 
 class TensorList:
@@ -200,7 +201,7 @@ def _dynamic(what: str) -> TracingError:
                         f"when the graph runs; this use needs conversion (@to_graph)")
 
 
-_CONVERTED: list = []        # Python lists replaced by TensorLists during the current trace
+_CONVERTED = PerThreadList()   # (per thread) lists replaced by TensorLists during the current trace
 
 
 def note_converted(items: list) -> None:

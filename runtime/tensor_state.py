@@ -40,18 +40,19 @@ changes a mode while it is traced (``torch.autocast``, ``set_default_dtype``,
 (``check_modes``).
 
 Module state: ``_MODES`` is a stack of the modes of the traces running, one per
-``tracing()`` (traces run on one thread, as ``symbolic._BUILD_STACK``).
+``tracing()``, per thread as ``symbolic._BUILD_STACK`` (``runtime.threads``).
 """
 from __future__ import annotations
 
 import contextlib
-from typing import List, Optional
+from typing import Optional
 
 import torch
 
 from . import grad_flags
 from .errors import GraphError
 from .source_info import format_location, user_location
+from .threads import PerThreadList
 
 LAYOUT_VARIES = "layout_varies"     # node.attrs key: the layout is known only at run time
 
@@ -300,7 +301,7 @@ def _modes() -> tuple:
 _NAMES = ("CPU autocast (torch.autocast)", "the default dtype (torch.set_default_dtype)",
           "inference mode (torch.inference_mode)",
           "deterministic algorithms (torch.use_deterministic_algorithms)")
-_MODES: List[tuple] = []
+_MODES = PerThreadList()     # per thread: see runtime.threads
 
 
 def call_modes() -> tuple:

@@ -25,22 +25,24 @@ code names as module attributes, guarded where the traced code names ``backends`
 ``environment_check``: ``os.environ``, guarded where it names ``environ``/``getenv``.
 
 Module state: ``_LOGS``, a stack of the records of the traces running (one per
-``symbolic.tracing``; traces run on one thread).
+``symbolic.tracing``), per thread (``runtime.threads``).
 """
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, List
+from typing import Any
 
 import torch
+
+from .threads import PerThreadList
 
 try:                                    # CPython's dict version tag (PEP 509), as torch
     from torch._C._dynamo.guards import dict_version as _dict_version   # reads it
 except ImportError:                     # pragma: no cover - another torch / Python
     _dict_version = None
 
-_LOGS: List["Reads"] = []
+_LOGS = PerThreadList()      # per thread: see runtime.threads
 
 _META = {
     torch.Tensor.dtype.__get__, torch.Tensor.ndim.__get__, torch.Tensor.dim,

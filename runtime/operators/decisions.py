@@ -8,11 +8,11 @@ and whether its rest was then staged). Notes are taken only while someone listen
 from __future__ import annotations
 
 import contextlib
-from typing import List
 
 from ..source_info import user_location
+from ..threads import PerThreadList
 
-_LISTENERS: List[list] = []
+_LISTENERS = PerThreadList()     # the lists of notes listening, innermost last (per thread)
 
 
 def note(kind: str, detail) -> None:

@@ -18,6 +18,7 @@ from ..symbolic import (contains_symbolic, current_graph, dispatch_record, is_sy
                         tracing_error_count)
 from ..source_info import format_location, user_location
 from .text import DeferredText, layout, needs_layout, refuse_traced_objects
+from ..threads import PerThreadList
 
 
 def print_(*args, **kwargs):
@@ -69,7 +70,8 @@ def assert_stmt(test, msg_fn=None):
 # graph assert, ...): a handler catching one of these cannot be decided at trace time.
 _RUN_TIME_ERRORS = (RuntimeError, IndexError, ValueError, TypeError, AssertionError,
                     ArithmeticError, MemoryError)
-_REFUSALS = [0, ""]    # try bodies refused while tracing (caught ones too), the last reason
+# per thread: try bodies refused while tracing (caught ones too), the last reason
+_REFUSALS = PerThreadList([0, ""])
 
 
 class _TryGuard:
@@ -130,7 +132,7 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[:200]}" if text else type(e).__name__
 
 
-_GUARDS: list = []       # the try_guard of each try statement being run, innermost last
+_GUARDS = PerThreadList()    # (per thread) the try_guard of each try being run, innermost last
 
 
 @contextlib.contextmanager

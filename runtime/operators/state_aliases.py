@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Dict, List, Tuple
+from typing import Dict, Tuple
 
 import torch
 
@@ -32,11 +32,12 @@ from ..errors import GraphError
 from ..outputs import items_of, reachable
 from ..source_info import format_location, user_location
 from .object_state import _attributes, is_plain_object
+from ..threads import PerThreadList
 
 _GENERATED = "<tograph generated"
 _OPERATORS = ("if_stmt", "while_stmt", "for_stmt")
 _HERE = __file__.rsplit("/", 1)[0]
-_ARGUMENTS: List[Tuple[str, object]] = []   # (name, value): what traced calls were given
+_ARGUMENTS = PerThreadList()   # (per thread) (name, value): what traced calls were given
 
 
 @contextlib.contextmanager

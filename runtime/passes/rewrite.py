@@ -39,8 +39,9 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from ..graph import Graph, Node, iter_nodes, map_nodes
 from ..ops import GLOBAL_STATE, RANDOM
+from ..threads import PerThreadList
 
-EDITS = [0]          # edits made by all passes so far (the manager watches it)
+EDITS = PerThreadList([0])      # edits made by this thread's passes so far (the manager watches it)
 
 # Ops whose result is always a new tensor (never a view of, nor the same object as, an input).
 FRESH = frozenset("""
@@ -260,7 +261,7 @@ class Facts:
         return not (self.escapes(a) and self.escapes(b))
 
 
-_LAST_FACTS: list = [None, -1, None]     # (weak root, EDITS then, facts)
+_LAST_FACTS = PerThreadList([None, -1, None])     # (weak root, EDITS then, facts), per thread
 
 
 def facts_for(root: Graph) -> Facts:
