@@ -13,6 +13,8 @@ they run under ``FakeTensorMode`` with a ``ShapeEnv``, where such sizes come out
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import Any, Dict, NamedTuple, Optional
 
 import torch
@@ -26,6 +28,38 @@ from .size_hints import hint, run_time_sizes, with_hints
 
 _CACHE: Dict[Any, "Inferred"] = {}
 _CACHE_LIMIT = 100_000
+
+# Per thread: whether run-time dimensions must be proven to follow their inputs (a graph
+# traced with dynamic input dimensions serves every size, so a guess is not enough).
+_STRICT = threading.local()
+
+
+@contextlib.contextmanager
+def strict_dims():
+    """Within: an output dimension is marked static only when the op, run again with the
+    run-time input dimensions one bigger and doubled, gives it the same size each time;
+    when no other size fits, ``GraphError`` (the op needs the sizes it was traced with),
+    where outside the dimensions equal to an example size are guessed dynamic."""
+    before = getattr(_STRICT, "on", False)
+    _STRICT.on = True
+    try:
+        yield
+    finally:
+        _STRICT.on = before
+
+
+def _strict() -> bool:
+    return getattr(_STRICT, "on", False)
+
+
+@contextlib.contextmanager
+def _lenient():
+    before = getattr(_STRICT, "on", False)
+    _STRICT.on = False
+    try:
+        yield
+    finally:
+        _STRICT.on = before
 
 
 class Inferred(NamedTuple):
@@ -215,6 +249,8 @@ def _generalize(first: Inferred, func, args, kwargs, dynamic) -> Inferred:
         second = _run_any(func, margs, mkwargs).meta
     except Exception:
         second = None
+    if _strict() and not unknown_rank:
+        second = _proven(second, func, args, kwargs, dynamic)
 
     def join(m1: TensorMeta, m2: Optional[TensorMeta]) -> TensorMeta:
         if unknown_rank:
@@ -229,6 +265,40 @@ def _generalize(first: Inferred, func, args, kwargs, dynamic) -> Inferred:
         seconds = second if isinstance(second, tuple) else (None,) * len(meta)
         meta = tuple(None if a is None else join(a, b) for a, b in zip(meta, seconds))
     return Inferred(meta, first.example)
+
+
+def _proven(second, func, args, kwargs, dynamic):
+    """``second`` (the meta with the run-time dims one bigger, or None) joined with the
+    meta for them doubled: a dim that is the same at all sizes tried is static (a strided
+    conv's ``(n - 1) // 2 + 1`` is 2 at 3 and 4, not at 6). ``GraphError`` when neither
+    other size fits: the op holds only at the traced sizes."""
+    resize = {}
+    for t in dynamic:
+        dims = _symbolic_meta(t).shape
+        resize[id(t)] = [2 * s if d is None else s for s, d in zip(t.shape, dims)]
+    try:
+        margs, mkwargs = _to_meta_args(args, kwargs, resize)
+        third = _run_any(func, margs, mkwargs).meta
+    except Exception:  # noqa: BLE001 - that size does not fit: the other one decides
+        third = None
+    if second is None and third is None:
+        raise GraphError(f"{getattr(func, '__name__', func)} holds only at the sizes it was "
+                         f"traced with: it cannot serve other sizes of a dynamic dimension")
+    return third if second is None else _joined(second, third)
+
+
+def _joined(a, b):
+    """Two metas of one op's output (a tuple of them for several outputs, or None) at
+    different sizes: dims that differ are dynamic."""
+    if a is None or b is None:
+        return a if b is None else b
+    if isinstance(a, TensorMeta) and isinstance(b, TensorMeta):
+        if a.shape is not None and b.shape is not None and len(a.shape) == len(b.shape):
+            return a.join(TensorMeta(b.shape, a.dtype))
+        return TensorMeta(None, a.dtype)
+    if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
+        return tuple(_joined(x, y) for x, y in zip(a, b))
+    return a
 
 
 _INDEXING = {torch.Tensor.__getitem__, torch.Tensor.__setitem__, graph_ops.setitem}
@@ -366,29 +436,37 @@ def _infer_sized(func, args, kwargs, sizes, error) -> Inferred:
     if any(h is None for h in hints.values()):
         raise error
     try:
-        first = _infer(func, with_hints(args, hints), with_hints(kwargs, hints))
+        with _lenient():    # (the sizes given as numbers: what follows them is found below)
+            first = _infer(func, with_hints(args, hints), with_hints(kwargs, hints))
     except Exception:   # noqa: BLE001 - the failure with the symbolic sizes is the one to report
         raise error from None
-    second = None
     dynamic = _dynamic_inputs(args, kwargs)
-    grown = {id(s): hint(s._node, grow=1) for s in sizes}
-    if dynamic and all(h is not None for h in grown.values()):
-        # the run-time dims one bigger, as _generalize does, and the sizes taken from them
-        resize = {id(t): [s + 1 if d is None else s for s, d in
+
+    def grown_by(grow: int):
+        """The meta with the run-time dims and the sizes taken from them ``grow`` bigger."""
+        grown = {id(s): hint(s._node, grow=grow) for s in sizes}
+        if not dynamic or any(h is None for h in grown.values()):
+            return None
+        resize = {id(t): [s + grow if d is None else s for s, d in
                           zip(t.shape, _symbolic_meta(t).shape or (None,) * t.dim())]
                   for t in dynamic}
         try:
             margs, mkwargs = _to_meta_args(with_hints(args, grown), with_hints(kwargs, grown),
                                            resize)
-            second = _run_any(func, margs, mkwargs).meta
+            return _run_any(func, margs, mkwargs).meta
         except Exception:  # noqa: BLE001 - then other values for the sizes alone
-            second = None
+            return None
+    second = grown_by(1)
+    if _strict():       # more sizes: a dim the same at two sizes may still follow them
+        for other in (grown_by(2), grown_by(6)):
+            second = other if second is None else _joined(second, other)
     for change in (lambda h: h + 1, lambda h: 2 * h + 1):
         if second is not None:
             break
         other = {k: change(h) for k, h in hints.items()}
         try:
-            second = _infer(func, with_hints(args, other), with_hints(kwargs, other)).meta
+            with _lenient():
+                second = _infer(func, with_hints(args, other), with_hints(kwargs, other)).meta
         except Exception:  # noqa: PERF203,BLE001 - trying values until one fits
             continue
     values = set(hints.values())
@@ -400,6 +478,10 @@ def _infer_sized(func, args, kwargs, sizes, error) -> Inferred:
                 len(m2.shape) == len(m1.shape):
             return m1.join(TensorMeta(m2.shape, m1.dtype))
         # no other value fits: the dimensions equal to a size's example value follow it
+        if _strict():
+            raise GraphError(f"{getattr(func, '__name__', func)} holds only at the sizes it "
+                             f"was traced with: it cannot serve other sizes of a dynamic "
+                             f"dimension")
         return TensorMeta(tuple(None if d in values else d for d in m1.shape), m1.dtype)
     meta = first.meta
     if isinstance(meta, tuple):
@@ -422,6 +504,8 @@ def _infer(func, args, kwargs) -> Inferred:
             flat = _flat_key(args, kwargs)
             key = (func, _key_leaf(tuple(args)), _key_leaf(dict(kwargs))) if flat is None \
                 else (func,) + flat
+            if _strict():
+                key += ("strict dims",)
             hit = _CACHE.get(key)
             if hit is not None:
                 return hit

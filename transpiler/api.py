@@ -30,7 +30,8 @@ from runtime import control_flow, path_values, region_state, subgraphs, tensor_s
 from runtime.errors import GraphError
 from runtime.executor import Unstack, located, lower
 from runtime.graph import Node, iter_nodes, map_structure
-from runtime.meta import TensorMeta, meta_text  # noqa: F401  (the bridge: see below)
+from runtime.meta import TensorMeta, meta_empty, meta_text  # noqa: F401  (the bridge: see below)
+from runtime.shape_inference import strict_dims
 from runtime.operators import state_aliases
 from runtime.operators.iterables import TensorList
 from runtime.operators.special_values import Undefined, UndefinedReturn
@@ -50,6 +51,7 @@ from . import conversion
 from .errors import ConversionError
 from .run_eagerly import _EAGERLY
 from .side_effects import Snapshot
+from .dynamic_shapes import DynamicShapes, argument_leaves
 
 RETRACE_WARN_AFTER = 4
 
@@ -297,7 +299,7 @@ class _Fallback:
 class GraphFunction:
     """A converted function: callable like the original, traced per input signature."""
 
-    def __init__(self, fn, strict: bool = False, probed: Tuple[str, ...] = ()):
+    def __init__(self, fn, strict: bool = False, probed: Tuple[str, ...] = (), dynamic=None):
         # a partial's bound arguments become ordinary arguments of each call (tensors
         # among them are graph inputs, not constants): see _call
         self._partial = (fn.args, fn.keywords) if isinstance(fn, functools.partial) else None
@@ -329,6 +331,7 @@ class GraphFunction:
         self._module = owner if isinstance(owner, torch.nn.Module) else None
         self._submodules = list(self._module.modules()) if self._module is not None else []
         self._fast: Dict[Any, Any] = {}     # flat positional key -> entry
+        self._dynamic = DynamicShapes(dynamic)      # to_graph(fn, dynamic=...)
         self._probing: Dict[Any, "GraphFunction"] = {}   # probed names -> probing copy
 
     # -- descriptor: @to_graph on a method in a class body
@@ -337,14 +340,16 @@ class GraphFunction:
             owner = objtype if objtype is not None else type(obj)
             bound = self._bound.get(owner)
             if bound is None:
-                bound = GraphFunction(self._fn.__get__(None, owner), self._strict, self._probed)
+                bound = GraphFunction(self._fn.__get__(None, owner), self._strict, self._probed,
+                                      self._dynamic.option)
                 self._bound[owner] = bound
             return bound
         if obj is None or self._static:
             return self
         bound = self._bound.get(obj)
         if bound is None:
-            bound = GraphFunction(self._fn.__get__(obj, objtype), self._strict, self._probed)
+            bound = GraphFunction(self._fn.__get__(obj, objtype), self._strict, self._probed,
+                                  self._dynamic.option)
             self._bound[obj] = bound
         return bound
 
@@ -396,7 +401,8 @@ class GraphFunction:
                 # the plain call's own TypeError, raised before its body runs (no
                 # fallback warning, nothing cached)
                 return _python_function(self._fn)(*args, **kwargs)
-            entry = self._build(key, args, kwargs, flat, spec)
+            entry = self._dynamic_entry(key, args, kwargs, flat, spec) or \
+                self._build(key, args, kwargs, flat, spec)
         if fast is not None:
             self._fast[fast] = entry
         if isinstance(entry, _Fallback):
@@ -404,6 +410,22 @@ class GraphFunction:
         if entry.argument_refs:         # a list/dict the caller passed in, returned
             return resolve_arguments(entry(flat), args, kwargs)
         return entry(flat)
+
+    def _dynamic_entry(self, key, args, kwargs, flat, spec) -> Optional[_Traced]:
+        """The graph with dynamic dimensions that serves this call (``dynamic_shapes``):
+        traced before, or now; None: trace the call's own signature, static."""
+        plan = self._dynamic.plan(key, flat, lambda: argument_leaves(self._param_names,
+                                                                     args, kwargs))
+        if plan is None:
+            return None
+        entry = self._entries.get(plan.key)
+        if isinstance(entry, _Traced) and entry.holds() and \
+                (entry.arguments_hold is None or entry.arguments_hold(flat)):
+            return entry
+        entry = self._build(plan.key, args, kwargs, flat, spec, dynamic=plan.dims)
+        if entry is None:
+            self._dynamic.refuse(plan, key, flat)
+        return entry
 
     def _binds(self, args, kwargs) -> bool:
         """Whether the arguments fit the function's parameters."""
@@ -457,14 +479,18 @@ class GraphFunction:
         return self._entries[self._signature(args, kwargs)[0]]
 
     # -- tracing
-    def _build(self, key, args, kwargs, flat, spec, fallback_ok=True):
+    def _build(self, key, args, kwargs, flat, spec, fallback_ok=True, dynamic=None):
+        """Trace, optimize and lower a signature's entry (a ``_Fallback`` when that fails;
+        with ``dynamic`` dims ({flat leaf index: dims}), None instead: no fallback)."""
         self._note_retrace(key)
         collecting = gc.isenabled()
         if collecting:              # building makes many objects, few cycles: collecting
             gc.disable()            # them meanwhile (a full pass per few thousand) is waste
         try:
-            entry = self._trace(args, kwargs, flat, spec)
+            entry = self._trace(args, kwargs, flat, spec, dynamic)
         except Exception as e:
+            if dynamic:
+                return None             # the call is traced static instead (dynamic_shapes)
             if getattr(e, "_tograph_user_error", False):
                 raise                   # checked: eager fails the same way (shape inference)
             reason = _reason(e, self._fn)
@@ -504,8 +530,15 @@ class GraphFunction:
         graph, structure, _ = self._trace_graph(args, kwargs, flat, spec, dynamic or {})
         return graph, structure
 
-    def _trace(self, args, kwargs, flat, spec) -> _Traced:
-        graph, structure, target = self._trace_graph(args, kwargs, flat, spec, {})
+    def _trace(self, args, kwargs, flat, spec, dynamic=None) -> _Traced:
+        if dynamic:      # the sizes it serves: what the ops' shapes follow must be proven
+            with strict_dims():
+                return self._trace_with(args, kwargs, flat, spec, dynamic)
+        return self._trace_with(args, kwargs, flat, spec, None)
+
+    def _trace_with(self, args, kwargs, flat, spec, dynamic) -> _Traced:
+        graph, structure, target = self._trace_graph(args, kwargs, flat, spec, dynamic or {},
+                                                     sized_examples=True)
         optimized = graph.optimize()
         env = {id(a): b for a, b in zip(iter_nodes(graph.outputs),
                                         iter_nodes(optimized.outputs))}
@@ -524,7 +557,9 @@ class GraphFunction:
                            and isinstance(n.attrs.get("value"), torch.Tensor)])
         return _Traced(graph, optimized, executable, guard, inputs, outputs)
 
-    def _trace_graph(self, args, kwargs, flat, spec, dynamic):
+    def _trace_graph(self, args, kwargs, flat, spec, dynamic, sized_examples=False):
+        """``sized_examples``: shape inference runs dynamic dims at the call's own sizes
+        (else at 2: an export's example may have size 1, which broadcasts)."""
         target = _python_function(self._fn)
         if isinstance(self._fn, torch.nn.Module) and _call_hooks(self._fn):
             raise GraphError(f"{type(self._fn).__name__} has forward or backward hooks (its "
@@ -537,12 +572,16 @@ class GraphFunction:
         for index, (value, name) in enumerate(zip(flat, names)):
             if isinstance(value, torch.Tensor):
                 meta = TensorMeta.of(value)
+                example = None
                 if dynamic.get(index):
+                    if sized_examples:
+                        example = meta_empty(meta.shape, meta.dtype)
                     meta = TensorMeta(tuple(None if d in dynamic[index] else size
                                             for d, size in enumerate(meta.shape)), meta.dtype)
                 node = graph.placeholder(meta, name=name)
                 node.attrs["requires_grad"] = value.requires_grad    # see runtime.grad_flags
-                sym.append(wrap_node(node, tensor_state.argument_example(value, meta, name)))
+                sym.append(wrap_node(node, example if example is not None else
+                                     tensor_state.argument_example(value, meta, name)))
                 tensor_state.note_argument(node, value)
             else:
                 sym.append(value)
@@ -825,26 +864,34 @@ def _reason(e: Exception, fn) -> str:
 _DECORATOR = object()     # to_graph(strict=...) without a function: the decorator form
 
 
-def to_graph(fn=_DECORATOR, *, strict: bool = False):
+def to_graph(fn=_DECORATOR, *, strict: bool = False, dynamic=None):
     """Convert ``fn`` (function, lambda, bound method or ``nn.Module``) to a graph function;
     for an ``nn.Module``, an ``nn.Module`` wrapping it (``transpiler.module_wrapper``).
 
     Works as ``@to_graph``, ``to_graph(fn)``, ``to_graph(fn, strict=True)`` and
-    ``@to_graph(strict=True)``.
+    ``@to_graph(strict=True)``. ``dynamic``: which input dimensions one graph serves at
+    every size (``transpiler.dynamic_shapes``): None, automatic (a dimension seen with a
+    second size); False, none; True, all; ``{"x": [0], 1: 0}``, by argument name or position.
     """
     if fn is _DECORATOR:
-        return lambda f: to_graph(f, strict=strict)
+        return lambda f: to_graph(f, strict=strict, dynamic=dynamic)
     if isinstance(fn, GraphFunction):
-        return fn if fn._strict == strict else GraphFunction(fn.python_function, strict)
+        return fn if _same_options(fn, strict, dynamic) else \
+            GraphFunction(fn.python_function, strict, dynamic=dynamic)
     wrapper = _module_wrapper()
     if isinstance(fn, wrapper):                 # to_graph(to_graph(m)): not wrapped twice
-        return fn if fn.graph_function._strict == strict else \
-            wrapper(fn.original_module, strict)
+        return fn if _same_options(fn.graph_function, strict, dynamic) else \
+            wrapper(fn.original_module, strict, dynamic)
     if isinstance(fn, torch.nn.Module):         # an nn.Module wrapping fn (module_wrapper)
-        return wrapper(fn, strict)
+        return wrapper(fn, strict, dynamic)
     if not callable(fn) and not isinstance(fn, (staticmethod, classmethod)):
         raise TypeError(f"to_graph needs a function or nn.Module, got {type(fn).__name__}")
-    return GraphFunction(fn, strict)
+    return GraphFunction(fn, strict, dynamic=dynamic)
+
+
+def _same_options(fn: GraphFunction, strict: bool, dynamic) -> bool:
+    option = fn._dynamic.option
+    return fn._strict == strict and type(option) is type(dynamic) and option == dynamic
 
 
 def graph_function(fn) -> GraphFunction:

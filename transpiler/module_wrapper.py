@@ -35,18 +35,19 @@ from .api import GraphFunction, tg
 _OWN = frozenset({"_orig_mod", "_graph_function"})     # the wrapper's own attributes
 
 
-def _rewrap(module: torch.nn.Module, strict: bool) -> "ToGraphModule":
+def _rewrap(module: torch.nn.Module, strict: bool, dynamic=None) -> "ToGraphModule":
     """Unpickling and deep copies: wrap the (copied) original again."""
-    return ToGraphModule(module, strict)
+    return ToGraphModule(module, strict, dynamic)
 
 
 class ToGraphModule(torch.nn.Module):
     """``to_graph(module)``: ``module`` itself, its ``forward`` run as a graph."""
 
-    def __init__(self, module: torch.nn.Module, strict: bool = False):
+    def __init__(self, module: torch.nn.Module, strict: bool = False, dynamic=None):
         # first: attribute reads and writes below go through to the original
         object.__setattr__(self, "_orig_mod", module)
-        object.__setattr__(self, "_graph_function", GraphFunction(module, strict))
+        object.__setattr__(self, "_graph_function", GraphFunction(module, strict,
+                                                                  dynamic=dynamic))
         super().__init__()
         own = self.__dict__
         own["_parameters"], own["_buffers"] = module._parameters, module._buffers
@@ -165,8 +166,10 @@ class ToGraphModule(torch.nn.Module):
 
     # -- copies
     def __reduce_ex__(self, protocol):
-        return _rewrap, (self._orig_mod, self._graph_function._strict)
+        return _rewrap, (self._orig_mod, self._graph_function._strict,
+                         self._graph_function._dynamic.option)
 
     def __deepcopy__(self, memo):
         import copy
-        return ToGraphModule(copy.deepcopy(self._orig_mod, memo), self._graph_function._strict)
+        return ToGraphModule(copy.deepcopy(self._orig_mod, memo), self._graph_function._strict,
+                             self._graph_function._dynamic.option)

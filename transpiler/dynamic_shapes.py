@@ -1,0 +1,207 @@
+"""Which input dimensions a converted function traces as dynamic, and which entry serves
+a call whose exact signature has no graph: ``to_graph(fn, dynamic=...)``.
+
+    to_graph(fn)                          # automatic: a dim seen with a second size is dynamic
+    to_graph(fn, dynamic=False)           # one trace per shape (every size specialized)
+    to_graph(fn, dynamic=True)            # every dim of every tensor argument, from the start
+    to_graph(fn, dynamic={"x": [0], 1: [0, 2]})    # by argument name or index (or {"x": 0})
+
+A signature (``api.signature_of``) holds each tensor's shape. Calls whose signatures
+differ only in sizes form a *group* (their key with each shape replaced by its rank).
+Automatic mode: a dimension that differs from the group's first call is *wanted* dynamic;
+the next call then traces once with those dimensions dynamic (``TensorMeta`` size None,
+every use of the size a graph value), and later sizes reuse that graph. Lookups: the
+exact (static) signature first, then the dynamic entry for the call's *pattern*.
+
+The pattern of a call: its key with the dynamic dimensions' sizes replaced by None and
+their tensors' layout by "contiguous", plus which of those dimensions are equal to each
+other (the relations the trace saw: ``x + y`` on two batch dims traced equal serves only
+calls where they are equal; other calls have another pattern, and another trace).
+Sizes 0 and 1 are never dynamic (a size-1 dim broadcasts; a graph traced for size n >= 2
+must not serve it): such a call's dim is specialized in its pattern. Only tensors laid out
+contiguously take dynamic dims (a trace answers ``stride()`` for a default layout).
+
+A dynamic trace that fails (the code needs a size as a Python number: ``len(x)``, an op
+whose shape cannot be proven for other sizes, ``runtime.shape_inference.strict_dims``)
+is not a fallback: the call is traced static, and its pattern is remembered as refused
+(no retry on every call). State is per ``GraphFunction``; calls that miss the exact
+signature update it (dict and set updates: two threads racing at most trace one
+pattern twice, under the trace lock one after the other).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Set, Tuple
+
+import torch
+import torch.utils._pytree as pytree
+
+
+class Plan(NamedTuple):
+    """A dynamic trace for a call: ``key`` (the pattern, an ``_entries`` key) and
+    ``dims`` ({flat leaf index: dims}) to leave dynamic."""
+    key: tuple
+    dims: Dict[int, Tuple[int, ...]]
+
+
+def _contiguous(t: torch.Tensor) -> bool:
+    """Laid out as a fresh tensor of its shape is (strides and offset): a dynamic trace's
+    placeholder answers layout questions for that layout."""
+    if t.layout != torch.strided or t.storage_offset() != 0:
+        return False
+    expected, stride = [], 1
+    for size in reversed(t.shape):
+        expected.append(stride)
+        stride *= max(int(size), 1)
+    return tuple(t.stride()) == tuple(reversed(expected))
+
+
+def _tensors(flat) -> List[int]:
+    return [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
+
+
+def argument_leaves(params: List[str], args, kwargs) -> List[Tuple[str, List[int]]]:
+    """(argument name, its flat leaf indices) per positional then keyword argument."""
+    out, start = [], 0
+    for i, a in enumerate(args):
+        count = len(pytree.tree_leaves(a))
+        out.append((params[i] if i < len(params) else f"arg{i}", list(range(start, start + count))))
+        start += count
+    for k, v in kwargs.items():
+        count = len(pytree.tree_leaves(v))
+        out.append((k, list(range(start, start + count))))
+        start += count
+    return out
+
+
+def normalize(option, arguments: List[Tuple[str, List[int]]], flat
+              ) -> Tuple[bool, Dict[int, FrozenSet[int]]]:
+    """``dynamic=`` as (automatic, {flat leaf index: dims wanted from the first call}).
+    ``arguments``: ``argument_leaves`` of the first call."""
+    if option is None:
+        return True, {}
+    if option is False:
+        return False, {}
+    tensors = _tensors(flat)
+    if option is True:
+        return True, {i: frozenset(range(flat[i].dim())) for i in tensors}
+    if not isinstance(option, dict):
+        raise TypeError(f"dynamic= takes None, True, False or a dict of dims by argument "
+                        f"name or position, got {type(option).__name__}")
+    wanted: Dict[int, FrozenSet[int]] = {}
+    for key, dims in option.items():
+        if isinstance(key, str):
+            leaves = [ls for name, ls in arguments if name == key]
+        elif isinstance(key, int) and not isinstance(key, bool) and 0 <= key < len(arguments):
+            leaves = [arguments[key][1]]
+        else:
+            leaves = []
+        leaves = [i for ls in leaves for i in ls if i in tensors]
+        if not leaves:
+            raise ValueError(f"dynamic: {key!r} is not a tensor argument of this call "
+                             f"(arguments: {[name for name, _ in arguments]})")
+        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        for i in leaves:
+            rank = flat[i].dim()
+            bad = [d for d in dims if not -rank <= d < rank]
+            if bad:
+                raise ValueError(f"dynamic: {key!r} has no dimension {bad[0]} (shape "
+                                 f"{tuple(flat[i].shape)})")
+            wanted[i] = wanted.get(i, frozenset()) | {d % rank for d in dims}
+    return True, wanted
+
+
+class _Group:
+    """Calls whose signatures differ only in sizes."""
+
+    def __init__(self, shapes: Dict[int, tuple]):
+        self.first = shapes                          # the group's first call's shapes
+        self.wanted: Dict[int, Set[int]] = {}         # dims seen with a second size
+        self.refused: Set[tuple] = set()              # patterns whose trace failed
+
+
+class DynamicShapes:
+    """One converted function's dynamic dimensions (see the module docstring)."""
+
+    def __init__(self, option=None):
+        self.option = option
+        self._groups: Dict[Any, _Group] = {}
+
+    def plan(self, key: tuple, flat, arguments) -> Optional[Plan]:
+        """The dynamic entry that serves a call with no exact entry, or None: trace it
+        static. Notes the call's sizes (automatic mode). ``arguments``: a callable giving
+        ``argument_leaves`` (needed on the first call only)."""
+        if self.option is False:
+            return None
+        tensors = _tensors(flat)
+        if not tensors or len(key) < 1 + len(flat):
+            return None
+        group_key = _erase(key, flat, tensors)
+        shapes = {i: tuple(flat[i].shape) for i in tensors}
+        group = self._groups.get(group_key)
+        if group is None:
+            try:
+                start = normalize(self.option, arguments(), flat)[1]
+            except (TypeError, ValueError):
+                if not self._groups:
+                    raise               # the option does not fit the function's arguments
+                start = {}              # (another structure of arguments: what fits none)
+            group = self._groups[group_key] = _Group(shapes)
+            for i, dims in start.items():
+                group.wanted[i] = set(dims)
+        else:
+            for i in tensors:
+                changed = {d for d, (a, b) in enumerate(zip(group.first[i], shapes[i]))
+                           if a != b}
+                if changed:
+                    group.wanted.setdefault(i, set()).update(changed)
+        dims = {i: tuple(sorted(d for d in ds if shapes[i][d] >= 2))
+                for i, ds in group.wanted.items() if _contiguous(flat[i])}
+        dims = {i: ds for i, ds in dims.items() if ds}
+        if not dims:
+            return None
+        pattern = _pattern(key, flat, dims)
+        if pattern in group.refused:
+            return None
+        return Plan(pattern, dims)
+
+    def refuse(self, plan: Plan, key: tuple, flat) -> None:
+        """``plan``'s trace failed: calls of its pattern are traced static from now on."""
+        group = self._groups.get(_erase(key, flat, _tensors(flat)))
+        if group is not None:
+            group.refused.add(plan.key)
+
+    def dims(self) -> Dict[str, Any]:
+        """What is dynamic, for ``cache_info``: {leaf index: sorted dims wanted}, over
+        the groups (a leaf's dims in any of them)."""
+        out: Dict[int, Set[int]] = {}
+        for group in self._groups.values():
+            for i, ds in group.wanted.items():
+                out.setdefault(i, set()).update(ds)
+        return {i: sorted(ds) for i, ds in sorted(out.items())}
+
+
+def _erase(key: tuple, flat, tensors: List[int]) -> tuple:
+    """The group of a signature: each contiguous tensor's shape replaced by its rank (a
+    tensor laid out otherwise keeps its whole entry: its sizes stay specialized)."""
+    items = list(key)
+    for i in tensors:
+        leaf = items[1 + i]
+        if _contiguous(flat[i]):
+            items[1 + i] = leaf[:1] + (len(leaf[1]),) + leaf[2:5] + ("contiguous",) + leaf[6:]
+    return tuple(items)
+
+
+def _pattern(key: tuple, flat, dims: Dict[int, Tuple[int, ...]]) -> tuple:
+    """The key of the dynamic entry for this call: dynamic sizes None, their layouts
+    "contiguous", and the partition of the dynamic dims into equal sizes (the relations
+    the trace may have assumed)."""
+    items = list(key)
+    sizes: List[int] = []
+    for i, ds in sorted(dims.items()):
+        leaf = items[1 + i]
+        shape = tuple(None if d in ds else s for d, s in enumerate(leaf[1]))
+        items[1 + i] = leaf[:1] + (shape,) + leaf[2:5] + ("contiguous",) + leaf[6:]
+        sizes += [flat[i].shape[d] for d in ds]
+    first: Dict[int, int] = {}
+    classes = tuple(first.setdefault(s, len(first)) for s in sizes)
+    return tuple(items) + (("dynamic", classes),)
