@@ -14,6 +14,7 @@ from .while_loop import while_loop
 from .errors import (BranchMismatchError, FeedError, GraphError, GraphLoadError,
                      TracingError)
 from .graph import Graph, Node
+from .logs import set_logs       # TOGRAPH_LOGS, read at import: see runtime.logs
 from .meta import TensorMeta
 from .serialize import load
 from .session import (Session, constant, get_default_graph, placeholder,
@@ -25,5 +26,5 @@ __all__ = [
     "BranchMismatchError", "FeedError", "Graph", "GraphError", "GraphLoadError", "Node",
     "Session", "SymbolicTensor", "TensorMeta", "TracingError", "cond", "constant",
     "get_default_graph", "is_symbolic", "load", "placeholder", "reset_default_graph",
-    "verify", "while_loop",
+    "set_logs", "verify", "while_loop",
 ]

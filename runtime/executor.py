@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
+from . import logs
 from .graph import Graph, Node, iter_nodes, map_structure
 from .meta import TensorMeta
 from .outputs import Again, ArgRef, Existing, Rebuild
@@ -422,6 +423,7 @@ def lower(graph: Graph, inputs: Optional[Sequence[Optional[Node]]] = None,
     lowering = _Lowering(observer)
     lowering.function(graph, name, inputs, flat, keep_effects, structure=outputs)
     namespace, source, filename = load_lowered(lowering, "exec")
+    logs.code.debug("lowered %s (%s):\n%s", name, filename, source)
     return Executable(namespace[name], source, filename)
 
 

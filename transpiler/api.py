@@ -1,4 +1,4 @@
-"""The front door: ``to_graph``, ``to_code``; the one place the transpiler meets ``runtime``.
+"""The front door: ``to_graph``, ``to_code``; where converted code meets ``runtime``'s tracing.
 
     @to_graph
     def f(x, n): ...
@@ -30,7 +30,7 @@ from runtime import control_flow, path_values, region_state, subgraphs, tensor_s
 from runtime.errors import GraphError
 from runtime.executor import Unstack, located, lower
 from runtime.graph import Node, iter_nodes, map_structure
-from runtime.meta import TensorMeta, meta_empty, meta_text  # noqa: F401  (the bridge: see below)
+from runtime.meta import TensorMeta, meta_empty
 from runtime.shape_inference import strict_dims
 from runtime.operators import state_aliases
 from runtime.operators.iterables import TensorList
@@ -41,11 +41,6 @@ from runtime.source_info import location_of_traceback, reentered_call_site, regi
 from runtime import views
 from runtime.symbolic import tracing, wrap_node
 from runtime.tensor_list import take_converted
-# The rest of the front door (the debugging tools, the CLI) meets torch and runtime only
-# through this module: these names, ``torch``, ``pytree``, ``lower``, ``tg`` and ``export_tools``.
-from runtime import dot as graph_pictures  # noqa: F401,E402
-from runtime.operators.decisions import listening  # noqa: F401,E402
-from runtime.probe_log import collecting  # noqa: F401,E402
 
 from . import conversion
 from .errors import ConversionError
@@ -908,53 +903,3 @@ def _module_wrapper():
     from .module_wrapper import ToGraphModule
     return ToGraphModule
 
-
-# --------------------------------------------------------------------------- CLI support
-def load_target(spec: str):
-    """``FILE.py:FUNC`` (``FUNC`` may be dotted, e.g. ``Model.forward``) -> the object."""
-    import importlib.util
-    import os
-    import sys
-    path, _, name = spec.rpartition(":")
-    if not path or not name:
-        raise ValueError(f"expected FILE.py:FUNC, got {spec!r}")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no such file: {path}")
-    module_name = "_tograph_cli_" + os.path.splitext(os.path.basename(path))[0]
-    loader_spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(loader_spec)
-    sys.modules[module_name] = module
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    loader_spec.loader.exec_module(module)
-    obj = module
-    for part in name.split("."):
-        if not hasattr(obj, part):
-            raise AttributeError(f"{path} has no {name!r}")
-        obj = getattr(obj, part)
-    if isinstance(obj, GraphFunction):
-        obj = obj.python_function
-    if isinstance(obj, _module_wrapper()):
-        obj = obj.original_module
-    if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
-        obj = obj()
-    return obj
-
-
-def memory_summary(optimized) -> str:
-    """One line: bytes an optimized graph allocates per call with and without planning."""
-    from runtime.passes.plan_memory import format_report
-    return format_report(optimized.memory_report)
-
-
-def parse_args_text(text: str) -> tuple:
-    """``'torch.randn(4, 8), 3'`` -> a tuple of arguments (evaluated with torch in scope)."""
-    if not text.strip():
-        return ()
-    value = eval(f"({text},)", {"torch": torch, "__builtins__": __builtins__})  # noqa: S307
-    return tuple(value)
-
-
-def export_tools():
-    """``runtime.export`` (imported on first use: it loads torch.export's machinery)."""
-    from runtime import export
-    return export

@@ -77,6 +77,20 @@ def _copy(obj):
     return None
 
 
+_CHECK_NAMES = (("module_state", "the state of a module tree (submodules, parameters, "
+                                 "buffers, attributes, hooks)"),
+                ("backend_flags", "a torch.backends flag"),
+                ("environment", "the process environment (os.environ)"),
+                ("trace_reads", "what the trace asked of a real tensor (requires_grad, "
+                                "shape, values)"))
+
+
+def _check_name(check) -> str:
+    """What one of ``Snapshot._checks`` watches, in words."""
+    where = f"{getattr(check, '__module__', '')}.{getattr(check, '__qualname__', '')}"
+    return next((text for key, text in _CHECK_NAMES if key in where), "a recorded check")
+
+
 def _guard_print(label: str, value, names=None) -> TaggedPrint:
     """The fingerprint a guard compares (``runtime.guard_tags``: taken again only when a
     dict it looked into changed); GraphError where it cannot look deep enough to see
@@ -349,6 +363,65 @@ class Snapshot:
                                                     for _, cell, value in self._cells])
             terms.append("bound()")
         return eval("lambda: " + " and ".join(terms), env)  # noqa: S307 -- our own text
+
+    def summary(self) -> str:
+        """What the guard checks, in words (the ``tograph.guards`` log)."""
+        parts = []
+        names = sorted({name for _, name, _ in self._globals})
+        if names:
+            parts.append("globals " + ", ".join(names))
+        if self._cells:
+            parts.append("closure variables " + ", ".join(n for n, _, _ in self._cells))
+        if self._objects:
+            parts.append(f"{len(self._objects)} object(s) one level deep")
+        if self._held or self._arguments:
+            parts.append(f"{len(self._held) + len(self._arguments)} value(s) in depth")
+        if self._read:
+            parts.append(f"the attributes read of {len(self._read)} module(s) or function(s)")
+        if self._checks:
+            parts.append(", ".join(_check_name(c) for c in self._checks))
+        return "; ".join(parts) or "nothing (the trace read no Python state)"
+
+    def explainer(self):
+        """A function ``(flat arguments) -> str``: the first recorded check that fails now,
+        in words ('' when all hold): what the ``tograph.guards`` log says when a cached
+        graph's guard fails. It holds what the compiled check holds, no copies."""
+        globals_, cells = list(self._globals), list(self._cells)
+        objects = [(label, obj, state) for label, obj, state, _ in self._objects]
+        read, held, prints = list(self._read), list(self._held), list(self._module_prints)
+        checks, arguments = list(self._checks), list(self._arguments)
+
+        def explain(flat=None) -> str:
+            for ns, name, value in globals_:
+                if ns.get(name, _EMPTY) is not value:
+                    return f"global {name!r} is bound to another object"
+            for name, cell, value in cells:
+                try:
+                    now = cell.cell_contents
+                except ValueError:
+                    now = _EMPTY
+                if now is not value:
+                    return f"closure variable {name!r} is bound to another object"
+            for label, obj, state in objects:
+                if _state_of(obj) != state:
+                    return f"{label} changed (what it holds, one level deep)"
+            for print_ in read:
+                if not print_.holds():
+                    return (f"an attribute the function reads of "
+                            f"{getattr(print_.value, '__name__', type(print_.value).__name__)} "
+                            f"changed")
+            for print_ in held + prints:
+                if not print_.holds():
+                    return f"a {type(print_.value).__name__} the function reads changed"
+            for check in checks:
+                if not check():
+                    return f"{_check_name(check)} changed"
+            for i, print_ in arguments if flat is not None else ():
+                if not print_.holds_for(flat[i]):
+                    return (f"argument #{i} ({type(flat[i]).__name__}): an attribute the "
+                            f"trace could read changed")
+            return ""
+        return explain
 
     def include(self, fn) -> None:
         """Also record the globals and closure of ``fn`` (a function the trace called)."""

@@ -43,6 +43,7 @@ import atexit
 import ctypes
 import functools
 import hashlib
+import logging
 import os
 import platform
 import shlex
@@ -50,9 +51,11 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 
 import torch  # noqa: F401  -- maps torch's libgomp before any kernel asks for libgomp.so.1
 
+from .. import logs
 from ..options import options
 
 # -fno-trapping-math lets gcc if-convert NaN-aware selects (relu, clamp) into vector blends
@@ -240,6 +243,8 @@ def _compile(argv: tuple[str, ...], flags: tuple[str, ...], source: str, so_path
         raise
     tmp = _temp_beside(so_path)
     command = [*argv, *flags, "-pipe", c_path, "-o", tmp, *LIBS]
+    if logs.kernels.isEnabledFor(logging.DEBUG):
+        logs.kernels.debug("kernel %s: %s", name, shlex.join(command))
     try:
         try:
             done = subprocess.run(command, capture_output=True, text=True,
@@ -302,6 +307,7 @@ def build(source: str, name: str = "kernel") -> ctypes.CDLL:
     memo = os.path.join(directory, key)     # per cache directory: a new one starts cold
     lib = _loaded.get(memo)
     if lib is not None:
+        logs.kernels.debug("kernel %s: loaded already (key %.12s)", name, key)
         return lib
     with _locks_guard:
         lock = _locks.setdefault(key, threading.Lock())
@@ -312,8 +318,14 @@ def build(source: str, name: str = "kernel") -> ctypes.CDLL:
             so_path = memo + ".so"
             lib = _load(so_path)
             if lib is None:
+                start = time.perf_counter()
                 _compile(argv, flags, source, so_path, name)
                 lib = ctypes.CDLL(so_path)
+                logs.kernels.info("kernel %s: cache miss, compiled in %.2f s (key %.12s, %s)",
+                                  name, time.perf_counter() - start, key, so_path)
+            else:
+                logs.kernels.info("kernel %s: cache hit on disk (key %.12s, %s)", name, key,
+                                  so_path)
         except OSError as e:        # will not load, or the cache directory failed us
             raise KernelBuildError(f"kernel {name!r}: {e}") from e
         _loaded[memo] = lib

@@ -10,8 +10,11 @@ the copy is only verified.
 """
 from __future__ import annotations
 
+import collections
+from logging import DEBUG, INFO
 from typing import Callable, List, Optional, Sequence
 
+from .. import logs
 from ..clone import clone
 from ..errors import GraphError
 from ..graph import Graph
@@ -48,14 +51,42 @@ PASSES: List[Pass] = CLEANUP + CONV + [counted_loops, open_attention, patch_conv
 
 
 def run_pass(graph: Graph, pass_: Pass) -> Graph:
-    """``pass_(graph)``, verified afterwards when ``options.verify_passes`` is on."""
+    """``pass_(graph)``, verified afterwards when ``options.verify_passes`` is on; what it
+    rewrote logged on ``tograph.fusion`` when that is on."""
+    census = _census(graph) if logs.fusion.isEnabledFor(INFO) else None
     result = pass_(graph)
     if options.verify_passes:
         try:
             verify(result)
         except GraphError as e:
             raise GraphError(f"after optimizer pass {pass_.__name__!r}: {e}") from e
+    if census is not None:
+        _log_rewrite(pass_, census, result)
     return result
+
+
+def _census(graph: Graph) -> collections.Counter:
+    """How many nodes of each op ``graph`` holds, subgraphs included."""
+    return collections.Counter(node.op for node in graph.walk())
+
+
+def _log_rewrite(pass_: Pass, before: collections.Counter, result: Graph) -> None:
+    """``tograph.fusion``: the ops a pass added and removed (INFO); the nodes of the ops
+    it added, with the ops fused into them (DEBUG)."""
+    after = _census(result)
+    if after == before:
+        return
+    added, removed = after - before, before - after
+    change = [f"+{n} {op}" for op, n in sorted(added.items())] + \
+        [f"-{n} {op}" for op, n in sorted(removed.items())]
+    logs.fusion.info("pass %s on %s: %d -> %d nodes (%s)", pass_.__name__, result.name,
+                     sum(before.values()), sum(after.values()), ", ".join(change))
+    if logs.fusion.isEnabledFor(DEBUG):
+        for node in result.walk():
+            if node.op in added:
+                ops = node.attrs.get("ops")
+                logs.fusion.debug("  %s = %s%s", node.name, node.op,
+                                  f" of {' '.join(map(str, ops))}" if ops else "")
 
 
 def to_fixed_point(graph: Graph, passes: Sequence[Pass]) -> Graph:

@@ -1,0 +1,95 @@
+"""What the front door logs (``runtime.logs``' topics): conversions, why a call traced,
+the graphs traced, the guards built and which check failed, fallbacks.
+
+Each function is called by ``api.GraphFunction`` on a path that converts or traces (never
+on a cached call) and builds its text only when its topic is enabled.
+"""
+from __future__ import annotations
+
+from logging import DEBUG, INFO
+
+from runtime import logs
+
+
+def _name(function) -> str:
+    """``Class.method``, ``f``; a nested function without its enclosing ``<locals>``."""
+    name = getattr(function, "__qualname__", None) or getattr(function, "__name__", None)
+    return str(name or "function").rpartition("<locals>.")[2]
+
+
+def converted(fn, result) -> None:
+    """``tograph.code``: a function converted (its generated source at DEBUG)."""
+    if logs.code.isEnabledFor(INFO):
+        code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+        where = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else "?"
+        logs.code.info("converted %s (%s): %d generated lines", _name(fn), where,
+                       result.source.count("\n") + 1)
+        logs.code.debug("generated source of %s:\n%s", _name(fn), result.source)
+
+
+def tracing(function, key, history, cached, flat, dynamic=None) -> None:
+    """``tograph.retrace`` and ``tograph.cache``: a call is about to trace, and why (first
+    call; a new signature, what differs from the last one; a cached graph's guard failed,
+    which check). ``history``: the signatures traced before; ``cached``: ``key``'s entry
+    (a guard failed) or None; ``flat``: the call's flattened arguments; ``dynamic``: the
+    dims traced dynamic ({flat leaf index: dims}, ``tograph.dynamic``)."""
+    if dynamic and logs.dynamic.isEnabledFor(INFO):
+        logs.dynamic.info("tracing %s with dynamic dimensions %s", _name(function),
+                          ", ".join(f"input #{i} dim {sorted(dims)}"
+                                    for i, dims in sorted(dynamic.items())))
+    if not (logs.retrace.isEnabledFor(INFO) or logs.cache.isEnabledFor(INFO)):
+        return
+    from .api import _describe_change
+    names = getattr(function, "_param_names", [])
+    if cached is not None:
+        explain = getattr(cached, "explain_guard", None)
+        why = "a guard failed: " + ((explain(flat) if explain is not None else "") or
+                                    _describe_change(names, key, key))
+    elif history:
+        why = "new input signature: " + _describe_change(names, history[-1], key)
+    else:
+        why = "first call"
+    logs.retrace.info("tracing %s (trace #%d): %s", _name(function), len(history) + 1, why)
+    logs.cache.info("%s: cache miss (%s); %d signature(s) cached", _name(function),
+                    "guard failed" if cached is not None else "new signature",
+                    len(getattr(function, "_entries", ())))
+
+
+def dynamic_refused(function, error) -> None:
+    """``tograph.dynamic``: a trace with dynamic dimensions failed; the call traces static."""
+    logs.dynamic.info("%s: the trace with dynamic dimensions failed (%s: %s); tracing the "
+                      "sizes as they are", _name(function), type(error).__name__, error)
+
+
+def traced(function, entry) -> None:
+    """``tograph.graph``: a trace's graph, node counts at INFO, printed at DEBUG."""
+    if not logs.graph.isEnabledFor(INFO):
+        return
+    name = _name(function)
+    logs.graph.info("traced %s: %d nodes, %d after optimization", name,
+                    sum(1 for _ in entry.graph.walk()), sum(1 for _ in entry.optimized.walk()))
+    if logs.graph.isEnabledFor(DEBUG):
+        logs.graph.debug("graph of %s:\n%s", name, entry.graph)
+        logs.graph.debug("optimized graph of %s:\n%s", name, entry.optimized)
+
+
+def guard_built(target, guard) -> None:
+    """``tograph.guards``: what the guard of a new graph checks (DEBUG)."""
+    if logs.guards.isEnabledFor(DEBUG):
+        logs.guards.debug("guard of %s checks: %s", _name(target), guard.summary())
+
+
+def guard_failed(function, entry, flat) -> None:
+    """``tograph.guards``: a cached graph's guard failed, and which check."""
+    if logs.guards.isEnabledFor(INFO):
+        explain = getattr(entry, "explain_guard", None)
+        why = (explain(flat) if explain is not None else "") or "a recorded check failed"
+        logs.guards.info("guard failed for %s: %s; tracing again", _name(function), why)
+
+
+def fell_back(function, reason: str, file, line, strict: bool) -> None:
+    """``tograph.fallback``: a signature runs eagerly (or strict mode raises), why, where."""
+    if logs.fallback.isEnabledFor(INFO):
+        then = "strict mode raises ConversionError" if strict else "running it eagerly"
+        logs.fallback.info("%s:%s: %s could not be converted: %s -- %s", file, line,
+                           _name(function), reason, then)
