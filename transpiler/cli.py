@@ -8,9 +8,11 @@
     tograph report  FILE.py:FUNC --args '...' -o report.html   # all of it, one page
     tograph export  FILE.py:FUNC --args '...' --format pt2|onnx -o OUT [--static]
 
-Exit codes: 0 success, 1 the function could not be converted or run (``compare``: the
-results differ), 2 bad usage.
-Errors print as one line; ``--verbose`` shows the traceback.
+Exit codes: 0 success; 1 the function could not be converted or run, or (``compare``,
+``explain``, ``report``) it fell back to eager, or (``compare``, ``report``) the results
+differ; 2 bad usage (including a function that needs arguments and no ``--args``).
+Errors print as one line; ``--verbose`` shows the traceback. ``tograph --help`` and
+``tograph CMD --help`` start without importing torch: each command imports what it uses.
 """
 from __future__ import annotations
 
@@ -18,17 +20,36 @@ import argparse
 import sys
 import traceback
 
-from . import api
+from .cli_targets import ARGS_EXAMPLE, load_target, parse_args_text, required_parameters
+
+
+class UsageError(Exception):
+    """Bad usage found after the command line parsed (exit status 2, with the usage)."""
+
+
+def _target_and_args(ns):
+    """The command's object and arguments; a function that needs arguments and got no
+    ``--args`` is bad usage, with how to pass them."""
+    target = load_target(ns.target)
+    if ns.args is None:
+        missing = required_parameters(target)
+        if missing:
+            raise UsageError(f"{ns.target} needs arguments ({', '.join(missing)}): pass "
+                             f"them as a Python expression with torch in scope, e.g. "
+                             f"--args '{ARGS_EXAMPLE}'")
+    return target, parse_args_text(ns.args)
 
 
 def _cmd_code(ns) -> int:
-    print(api.to_code(api.load_target(ns.target)))
+    from .api import to_code
+    print(to_code(load_target(ns.target)))
     return 0
 
 
 def _cmd_graph(ns) -> int:
-    fn = api.to_graph(api.load_target(ns.target), strict=True)
-    graph = fn.graph(*api.parse_args_text(ns.args))
+    from .api import to_graph
+    target, args = _target_and_args(ns)
+    graph = to_graph(target, strict=True).graph(*args)
     shown = graph.optimize() if ns.optimized else graph
     if ns.render:
         print(f"wrote {shown.render(ns.render)}")
@@ -44,30 +65,37 @@ def _cmd_graph(ns) -> int:
     if ns.kernels:
         print(optimized.kernel_source() or "// no fused kernels (or no C compiler)")
     if ns.memory:
-        print(api.memory_summary(optimized))
+        from runtime.passes.plan_memory import format_report
+        print(format_report(optimized.memory_report))
     return 0
 
 
 def _cmd_compare(ns) -> int:
     from .debugging.compare import compare
-    report = compare(api.load_target(ns.target), *api.parse_args_text(ns.args),
-                     rtol=ns.rtol, atol=ns.atol, timing=ns.timing)
+    target, args = _target_and_args(ns)
+    report = compare(target, *args, rtol=ns.rtol, atol=ns.atol, timing=ns.timing)
     print(report)
     ran = report.eager_error is None and report.graph_error is None
-    return 0 if report.ok and ran else 1      # both raising alike: nothing was compared
+    # both raising alike: nothing was compared; a fallback: it did not run as a graph
+    return 0 if report.ok and ran and not report.fell_back else 1
 
 
 def _cmd_explain(ns) -> int:
-    print(api.to_graph(api.load_target(ns.target)).explain(*api.parse_args_text(ns.args)))
-    return 0
+    from .api import to_graph
+    target, args = _target_and_args(ns)
+    explanation = to_graph(target).explain(*args)
+    print(explanation)
+    return 1 if explanation.fell_back else 0
 
 
 def _cmd_report(ns) -> int:
-    from .debugging.report import write_report
-    path = write_report(api.load_target(ns.target), ns.output,
-                        args=api.parse_args_text(ns.args))
+    from .debugging.report import report_on
+    target, args = _target_and_args(ns)
+    path, trouble = report_on(target, ns.output, args=args)
     print(f"wrote {path}")
-    return 0
+    if trouble:
+        print(f"tograph report: {trouble}", file=sys.stderr)
+    return 1 if trouble else 0
 
 
 def _parse_dynamic(text):
@@ -85,13 +113,15 @@ def _parse_dynamic(text):
 
 def _cmd_export(ns) -> int:
     import logging
-    torch, export = api.torch, api.export_tools()
-    dynamic_dims, to_onnx, to_torch_export = (export.dynamic_dims, export.to_onnx,
-                                              export.to_torch_export)
+
+    import torch
+
+    from runtime.export import dynamic_dims, to_onnx, to_torch_export
+    from .api import to_graph
     if not ns.verbose:
         torch._logging.set_logs(all=logging.ERROR)   # torch.export's notes on stderr
-    fn = api.to_graph(api.load_target(ns.target), strict=True)
-    args = api.parse_args_text(ns.args)
+    target, args = _target_and_args(ns)
+    fn = to_graph(target, strict=True)
     dynamic = None if ns.static else _parse_dynamic(ns.dynamic)
     if ns.format == "onnx":
         print(f"wrote {to_onnx(fn, ns.output, args, dynamic=dynamic)}")
@@ -109,10 +139,9 @@ def _target_command(sub, name: str, help_: str, run, args: bool = True):
     cmd.add_argument("target", help="FILE.py:FUNC (FUNC may be Class.method; a Module "
                                     "class is instantiated with no arguments)")
     if args:
-        cmd.add_argument("--args", default="", help="Python expression of the arguments, "
-                                                    "with torch in scope, e.g. "
-                                                    "'torch.randn(4, 8), 3'")
-    cmd.set_defaults(run=run)
+        cmd.add_argument("--args", help="Python expression of the arguments, with torch "
+                                         f"in scope, e.g. '{ARGS_EXAMPLE}'")
+    cmd.set_defaults(run=run, parser=cmd)
     return cmd
 
 
@@ -162,6 +191,8 @@ def main(argv=None) -> int:
     ns = parser.parse_args(argv)
     try:
         return ns.run(ns)
+    except UsageError as e:
+        ns.parser.error(str(e))                     # the usage and the message; exit 2
     except Exception as e:  # one clear line, like a compiler
         if ns.verbose:
             traceback.print_exc()

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import torch
 
+from runtime import operators as tg
 from runtime.symbolic import current_graph
 
-from .api import GraphFunction, tg
+from .api import GraphFunction
 
 _OWN = frozenset({"_orig_mod", "_graph_function"})     # the wrapper's own attributes
 

@@ -310,7 +310,7 @@ def test_a_wrapped_block_inside_a_converted_model():
 
 def test_cli_target_naming_a_wrapped_module(tmp_path, capsys):
     from transpiler import cli
-    from transpiler.api import load_target
+    from transpiler.cli_targets import load_target
     path = tmp_path / "wrapped_user.py"
     path.write_text("import torch\nfrom transpiler import to_graph\n\n\n"
                     "class Small(torch.nn.Module):\n"

@@ -22,7 +22,11 @@ import time
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..api import lower, pytree, torch
+import torch
+import torch.utils._pytree as pytree
+
+from runtime.executor import lower
+
 from .differences import TOLERANCES, OutputDiff, diff_grads, diff_tree, error_text
 
 __all__ = ["BranchRecord", "CompareReport", "OutputDiff", "TOLERANCES", "compare"]
@@ -200,8 +204,9 @@ def _converted_run(report, gf, args, kwargs, eager_in, eager_out, rtol, atol, ti
         names = _leaf_names(gf._param_names, args, kwargs, len(flat))
         report.outputs += diff_grads(eager_out, graph_out, eager_in,
                                       (graph_args, graph_kwargs), names, rtol, atol)
-        if timing:
-            with torch.no_grad():
+        if timing:               # (a fallback's warning again per call: the report has it)
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
                 report.eager_seconds = _timed(lambda: python(*eager_args, **eager_kwargs))
                 report.graph_seconds = _timed(lambda: gf(*graph_args, **graph_kwargs))
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional
 
-from ..api import pytree, torch
+import torch
+import torch.utils._pytree as pytree
 
 TOLERANCES = {
     torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5),

@@ -24,7 +24,7 @@ import os
 import warnings
 from typing import Dict, List, Optional, Tuple
 
-from ..api import listening
+from runtime.operators.decisions import listening
 
 _STATIC_KINDS = {"if_stmt": "if", "ifexp": "ternary", "while_stmt": "while",
                  "for_stmt": "for", "and_": "and/or", "or_": "and/or"}

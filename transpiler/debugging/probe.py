@@ -15,7 +15,9 @@ import re
 import warnings
 from typing import Any, Dict, Iterable
 
-from ..api import collecting, torch
+import torch
+
+from runtime.probe_log import collecting
 
 from ..errors import ConversionError
 

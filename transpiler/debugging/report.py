@@ -23,8 +23,12 @@ import os
 import platform
 from typing import Any, Callable, List, Optional, Tuple
 
+import torch
 
-from ..api import TensorMeta, graph_pictures as dot, meta_text, tg, torch
+from runtime import dot
+from runtime import operators as tg
+from runtime.meta import TensorMeta, meta_text
+from runtime.passes.plan_memory import format_report as memory_text
 
 from .. import api, conversion
 from ..errors import ConversionError
@@ -222,7 +226,7 @@ def _graph(facts: _Facts) -> str:
 def _optimized(facts: _Facts) -> str:
     out = _picture(facts.optimized, facts.graph_error)
     if facts.optimized is not None:
-        memory, _ = _attempt(lambda: api.memory_summary(facts.optimized))
+        memory, _ = _attempt(lambda: memory_text(facts.optimized.memory_report))
         out += _note(memory) if memory else ""
         out += _details("text listing, before optimization", str(facts.graph))
         out += _details("text listing, after optimization", str(facts.optimized))
@@ -366,7 +370,10 @@ def build_report(fn, args=(), kwargs=None) -> str:
     """The HTML text of the report on ``fn`` (function, method, ``nn.Module`` or
     ``to_graph`` function) called with ``args`` and ``kwargs``."""
     args, kwargs = tuple(args), dict(kwargs or {})
-    facts = _gather(fn, args, kwargs)
+    return _page(_gather(fn, args, kwargs), args, kwargs)
+
+
+def _page(facts: _Facts, args: tuple, kwargs: dict) -> str:
     pairs = (("source", "generated"), ("graph", "optimized"))
     body = "".join(f'<div class="pair">{_section(a, facts)}{_section(b, facts)}</div>'
                    for a, b in pairs)
@@ -378,10 +385,33 @@ def build_report(fn, args=(), kwargs=None) -> str:
 
 def write_report(fn, path, args=(), kwargs=None) -> str:
     """Write the report on ``fn`` to ``path`` (UTF-8); returns the path."""
+    return report_on(fn, path, args, kwargs)[0]
+
+
+def report_on(fn, path, args=(), kwargs=None) -> Tuple[str, Optional[str]]:
+    """Write the report on ``fn`` to ``path``: (the path, why the function did not run as
+    a graph agreeing with eager, or None when it did: ``tograph report``'s exit status)."""
+    args, kwargs = tuple(args), dict(kwargs or {})
+    facts = _gather(fn, args, kwargs)
     path = os.fspath(path)
     with open(path, "w", encoding="utf-8") as f:
-        f.write(build_report(fn, args, kwargs))
-    return path
+        f.write(_page(facts, args, kwargs))
+    return path, _trouble(facts)
+
+
+def _trouble(facts: _Facts) -> Optional[str]:
+    """Why the report's function did not run as a graph that agrees with eager; None."""
+    report = facts.comparison
+    if report is None:
+        return f"the comparison with eager failed: {_why(facts.comparison_error)}"
+    if report.fell_back:
+        where = "{}:{}: ".format(*report.fallback_location) if report.fallback_location \
+            else ""
+        return f"fell back to eager: {where}{report.fallback_reason}"
+    if report.eager_error or report.graph_error:
+        return (f"raised: eager {report.eager_error or '-'}; converted "
+                f"{report.graph_error or '-'}")
+    return None if report.ok else "eager and converted differ (see #outputs)"
 
 
 _CSS = """
