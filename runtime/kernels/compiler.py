@@ -31,15 +31,20 @@ at GOMP_5.0), and a kernel needing one fails to load (KernelBuildError).
 
 Cache: ``<options.cache_dir>/kernels/<key>.so`` (and ``<key>.c`` to read), key = sha256 of
 source, flags, compiler identity, ``cpu_key()`` (``-march=native`` ties a binary to the CPU)
-and ``FORMAT_VERSION``. Each ``.so`` ends in a trailer (sha256 of the ELF bytes + magic),
-checked before dlopen: a damaged entry is rebuilt, never mapped (dlopen of garbage raises
-OSError, but dlopen of a truncated ELF dies of SIGBUS). Builds write a temporary file in the
-same directory and ``os.replace`` it, so processes compiling one kernel at once all
-succeed. An unwritable cache directory falls back to a per-process temporary directory.
+and ``FORMAT_VERSION``; a read-only or unusable directory is handled by ``cache_dirs``
+(read-only: used as it is, new entries in a per-user fallback). Each ``.so`` ends in a
+trailer: the key it was built for and sha256 of key and ELF bytes, then a magic, checked
+before dlopen against the file's own name: a damaged entry, or an intact one of another key
+copied over it, is discarded (one ``KernelWarning`` per path) and rebuilt, never mapped
+(dlopen of garbage raises OSError, but dlopen of a truncated ELF dies of SIGBUS). Builds
+write a temporary file in the same directory and ``os.replace`` it, so no reader sees half a
+file; a process builds under the entry's lock file (``build_lock``), so processes wanting
+one kernel at once compile it once, and threads under a per-key lock. A missing or failing
+compiler gives one ``KernelWarning`` per command (``library.build_kernels``); the kernels
+run as torch ops.
 """
 from __future__ import annotations
 
-import atexit
 import ctypes
 import functools
 import hashlib
@@ -57,6 +62,8 @@ import torch  # noqa: F401  -- maps torch's libgomp before any kernel asks for l
 
 from .. import logs
 from ..options import options
+from . import build_lock, cache_dirs
+from .notices import warn_once
 
 # -fno-trapping-math lets gcc if-convert NaN-aware selects (relu, clamp) into vector blends
 # (values unchanged: only FP exception flags are given up); -ffp-contract=off keeps a*b+c
@@ -64,15 +71,26 @@ from ..options import options
 FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math",
          "-ffp-contract=off", "-fPIC", "-shared", "-std=c11")
 LIBS = ("-lmvec", "-lm")
-FORMAT_VERSION = 1              # bump when the cache layout or trailer changes
+FORMAT_VERSION = 2              # bump when the cache layout or trailer changes
 COMPILE_TIMEOUT_S = 120
+LOCK_TIMEOUT_S = COMPILE_TIMEOUT_S + 30     # then a waiter builds the kernel itself
 
-_MAGIC = b"TGKERNEL"            # trailer: sha256(elf bytes) + _MAGIC, appended to the .so
-_TRAILER = 32 + len(_MAGIC)
+# trailer appended to the .so: sha256(key + elf bytes), the key (64 hex digits), _MAGIC
+_MAGIC = b"TGKERNEL"
+_KEY_LEN = 64
+_TRAILER = 32 + _KEY_LEN + len(_MAGIC)
 
 
 class KernelBuildError(RuntimeError):
-    """No compiler, compiler disabled, compilation failed, or the result would not load."""
+    """No compiler, compiler disabled, compilation failed, or the result would not load.
+
+    ``subject``: what failed, when it would fail again for every kernel (the compiler
+    command, the cache directory), so that it is reported once, not once per graph; None
+    for failures of one kernel."""
+
+    def __init__(self, message: str, subject: str | None = None):
+        super().__init__(message)
+        self.subject = subject
 
 
 # ---------------------------------------------------------------- the process's environment
@@ -97,34 +115,60 @@ def _openmp_runtime() -> str | None:
 OPENMP: bool = _openmp_runtime() is not None
 
 
-@functools.lru_cache(maxsize=None)
 def _compiler(cc: str) -> tuple[tuple[str, ...], str] | None:
     """(argv, identity) of the compiler named by ``cc`` ("" = gcc, then cc), or None.
 
     Identity is the resolved path and the first line of ``--version``, then ``| gnu`` for
     GNU's compiler (whatever its name: Debian's ``cc`` is gcc); run once per process per
     ``cc``."""
+    found = _probe_compiler(cc)
+    return None if isinstance(found, str) else found
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_compiler(cc: str) -> tuple[tuple[str, ...], str] | str:
+    """``_compiler``'s answer, or why there is none (a sentence naming the command)."""
     candidates = [shlex.split(cc)] if cc else [["gcc"], ["cc"]]
+    problems = []
     for argv in candidates:
         path = shutil.which(argv[0]) if argv else None
         if path is None:
+            problems.append(f"{argv[0] if argv else cc!r} was not found")
             continue
         argv = [path, *argv[1:]]
         try:
             done = subprocess.run([*argv, "--version"], capture_output=True, text=True,
                                   timeout=30)
-        except (OSError, subprocess.SubprocessError):
+        except (OSError, subprocess.SubprocessError) as e:
+            problems.append(f"'{shlex.join(argv)} --version' could not run ({e})")
             continue
         if done.returncode == 0:
             version = (done.stdout.splitlines() or [""])[0]
             gnu = "Free Software Foundation" in done.stdout and "clang" not in done.stdout
             return tuple(argv), f"{' '.join(argv)} | {version}" + (" | gnu" if gnu else "")
-    return None
+        said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        problems.append(f"'{shlex.join(argv)} --version' exited {done.returncode}"
+                        + (f": {said[0]}" if said else ""))
+    which = f"CC={cc!r}" if cc else "gcc, then cc"
+    return f"no C compiler ({which}): {'; '.join(problems)}"
 
 
 def compiler_available() -> bool:
     """Whether ``build`` can run: ``options.compiler`` is on and a C compiler exists."""
     return bool(options.compiler) and _compiler(options.cc) is not None
+
+
+def warn_if_unavailable() -> None:
+    """One KernelWarning per process per ``CC`` when the compiler is on but none works
+    (missing, or ``--version`` fails); silent when the user turned compiling off."""
+    if not options.compiler:
+        return
+    problem = _probe_compiler(options.cc)
+    if isinstance(problem, str):
+        warn_once(("cc", options.cc),
+                  f"tograph: {problem}. Fused kernels run as torch ops (same results, "
+                  f"slower); set CC to a working C compiler, or TOGRAPH_NO_COMPILER=1 to "
+                  f"turn compiling off.")
 
 
 @functools.lru_cache(maxsize=None)
@@ -157,35 +201,6 @@ def _flags(identity: str = "") -> tuple[str, ...]:
     return FLAGS + (GCC_FLAGS if gnu else ()) + (("-fopenmp",) if OPENMP else ())
 
 
-# ---------------------------------------------------------------- cache directory
-
-_dirs: dict[str, str] = {}      # options.cache_dir -> the kernel directory actually used
-
-
-def _usable(directory: str) -> bool:
-    try:
-        os.makedirs(directory, exist_ok=True)
-        with tempfile.TemporaryFile(dir=directory):
-            return True
-    except OSError:
-        return False
-
-
-@functools.lru_cache(maxsize=None)
-def _fallback_dir() -> str:
-    directory = tempfile.mkdtemp(prefix="tograph-kernels-")
-    atexit.register(shutil.rmtree, directory, True)
-    return directory
-
-
-def _kernel_dir() -> str:
-    root = options.cache_dir
-    if root not in _dirs:
-        wanted = os.path.join(root, "kernels") if root else ""
-        _dirs[root] = wanted if wanted and _usable(wanted) else _fallback_dir()
-    return _dirs[root]
-
-
 # ---------------------------------------------------------------- build and load
 
 _loaded: dict[str, ctypes.CDLL] = {}          # cache path -> library, this process
@@ -199,16 +214,37 @@ def _key(source: str, flags: tuple[str, ...], identity: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def _intact(path: str) -> bool:
-    """The file exists and its trailer matches its ELF bytes."""
+def _trailer(body: bytes, key: str) -> bytes:
+    """What ends the entry of ``key`` whose ELF bytes are ``body``."""
+    named = key.encode("ascii")
+    assert len(named) == _KEY_LEN
+    return hashlib.sha256(named + body).digest() + named + _MAGIC
+
+
+def _problem(path: str) -> str | None:
+    """None when the file's trailer matches its ELF bytes and names the key the file is
+    named for (``<key>.so``); otherwise what is wrong with it."""
     try:
         with open(path, "rb") as f:
             data = f.read()
-    except OSError:
-        return False
-    body, digest, magic = data[:-_TRAILER], data[-_TRAILER:-len(_MAGIC)], data[-len(_MAGIC):]
-    return (len(data) > _TRAILER and magic == _MAGIC
-            and hashlib.sha256(body).digest() == digest)
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if len(data) <= _TRAILER or not data.endswith(_MAGIC):
+        return "is damaged (no trailer: truncated or not a kernel)"
+    body, trailer = data[:-_TRAILER], data[-_TRAILER:]
+    named = trailer[32:32 + _KEY_LEN]
+    key = os.path.basename(path)[:-len(".so")]
+    if named != key.encode("ascii", "replace"):
+        return (f"holds the kernel of another key ({named[:12].decode('ascii', 'replace')}"
+                f"...), not its own ({key[:12]}...)")
+    if trailer != _trailer(body, key):
+        return "is damaged (checksum mismatch)"
+    return None
+
+
+def _intact(path: str) -> bool:
+    """The file exists, is whole and is the kernel of the key it is named for."""
+    return _problem(path) is None
 
 
 def _remove(path: str) -> None:
@@ -251,15 +287,15 @@ def _compile(argv: tuple[str, ...], flags: tuple[str, ...], source: str, so_path
                                   timeout=COMPILE_TIMEOUT_S)
         except (OSError, subprocess.SubprocessError) as e:
             raise KernelBuildError(f"could not run the C compiler for kernel {name!r}: {e}\n"
-                                   f"command: {shlex.join(command)}") from e
+                                   f"command: {shlex.join(command)}", argv[0]) from e
         if done.returncode != 0:
             raise KernelBuildError(
                 f"the C compiler failed on kernel {name!r} (exit {done.returncode}); "
                 f"source kept in {c_path}\ncommand: {shlex.join(command)}\n"
-                f"{done.stderr.strip()}")
+                f"{done.stderr.strip()}", argv[0])
         with open(tmp, "rb+") as f:
             body = f.read()
-            f.write(hashlib.sha256(body).digest() + _MAGIC)
+            f.write(_trailer(body, os.path.basename(so_path)[:-len(".so")]))
         os.replace(tmp, so_path)
     except BaseException:
         _remove(tmp)
@@ -267,18 +303,22 @@ def _compile(argv: tuple[str, ...], flags: tuple[str, ...], source: str, so_path
 
 
 def _load(path: str) -> ctypes.CDLL | None:
-    """The library at ``path`` if it is intact and loads; otherwise remove it, None.
+    """The library at ``path`` if it is intact, its own key's, and loads; otherwise None,
+    the file removed (where the directory allows) and one KernelWarning per path.
 
     dlopen of garbage raises OSError, but a truncated ELF kills the process with SIGBUS
     inside dlopen (measured): the trailer check keeps such a file from being mapped."""
     if not os.path.exists(path):
         return None
-    if _intact(path):
+    problem = _problem(path)
+    if problem is None:
         try:
             return ctypes.CDLL(path)
-        except OSError:
-            pass
+        except OSError as e:
+            problem = f"does not load ({str(e).replace(path + ': ', '')})"
     _remove(path)
+    warn_once(("entry", path), f"tograph: the kernel cache entry {path} {problem}; "
+                               f"it is not used, the kernel is built again")
     return None
 
 
@@ -287,10 +327,9 @@ def _locate(source: str, name: str) -> tuple[tuple[str, ...], tuple[str, ...], s
     if not options.compiler:
         raise KernelBuildError(f"kernel {name!r}: the C compiler is disabled "
                                "(options.compiler is False, TOGRAPH_NO_COMPILER=1)")
-    found = _compiler(options.cc)
-    if found is None:
-        tried = repr(options.cc) if options.cc else "gcc, cc"
-        raise KernelBuildError(f"kernel {name!r}: no C compiler found (tried {tried})")
+    found = _probe_compiler(options.cc)
+    if isinstance(found, str):
+        raise KernelBuildError(f"kernel {name!r}: {found}")
     argv, identity = found
     flags = _flags(identity)
     return argv, flags, _key(source, flags, identity)
@@ -303,8 +342,8 @@ def build(source: str, name: str = "kernel") -> ctypes.CDLL:
     or missing, compilation fails, or the built library will not load; callers fall back
     to torch ops."""
     argv, flags, key = _locate(source, name)
-    directory = _kernel_dir()
-    memo = os.path.join(directory, key)     # per cache directory: a new one starts cold
+    where = cache_dirs.places(options.cache_dir)
+    memo = os.path.join(where.write, key)   # per cache directory: a new one starts cold
     lib = _loaded.get(memo)
     if lib is not None:
         logs.kernels.debug("kernel %s: loaded already (key %.12s)", name, key)
@@ -315,18 +354,31 @@ def build(source: str, name: str = "kernel") -> ctypes.CDLL:
         if memo in _loaded:
             return _loaded[memo]
         try:
-            so_path = memo + ".so"
-            lib = _load(so_path)
+            lib = _find(where.read, key, name)
             if lib is None:
-                start = time.perf_counter()
-                _compile(argv, flags, source, so_path, name)
-                lib = ctypes.CDLL(so_path)
-                logs.kernels.info("kernel %s: cache miss, compiled in %.2f s (key %.12s, %s)",
-                                  name, time.perf_counter() - start, key, so_path)
-            else:
-                logs.kernels.info("kernel %s: cache hit on disk (key %.12s, %s)", name, key,
-                                  so_path)
+                so_path = memo + ".so"
+                with build_lock.held(memo + ".lock", LOCK_TIMEOUT_S):
+                    lib = _load(so_path)            # built while this process waited?
+                    if lib is None:
+                        start = time.perf_counter()
+                        _compile(argv, flags, source, so_path, name)
+                        lib = ctypes.CDLL(so_path)
+                        logs.kernels.info(
+                            "kernel %s: cache miss, compiled in %.2f s (key %.12s, %s)",
+                            name, time.perf_counter() - start, key, so_path)
         except OSError as e:        # will not load, or the cache directory failed us
-            raise KernelBuildError(f"kernel {name!r}: {e}") from e
+            raise KernelBuildError(f"kernel {name!r}: {e}", where.write) from e
         _loaded[memo] = lib
         return lib
+
+
+def _find(directories: tuple[str, ...], key: str, name: str) -> ctypes.CDLL | None:
+    """The first good entry of ``key`` in ``directories``, loaded; None when there is none."""
+    for directory in directories:
+        so_path = os.path.join(directory, key + ".so")
+        lib = _load(so_path)
+        if lib is not None:
+            logs.kernels.info("kernel %s: cache hit on disk (key %.12s, %s)", name, key,
+                              so_path)
+            return lib
+    return None

@@ -2,8 +2,10 @@
 
 All kernels of a graph (its subgraphs included) go into one C translation unit: one
 compiler run per graph (cold) or one cache lookup (warm). Without a compiler the kernels
-keep their torch path; a failed build says so once, with the compiler's message, and the
-graph still runs (as torch ops).
+keep their torch path; a missing compiler, a compiler failing to build and a cache directory
+failing to take the result each say so in one KernelWarning per process per command or
+directory (with the compiler's message; later failures go to the ``tograph.kernels`` log),
+and the graph still runs (as torch ops).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import List
 
 from . import codegen, compiler
 from .launch import FusedKernel
+from .notices import KernelWarning, warn_once
 
 _VECTOR_STEMS = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
                  "asin", "acos", "atan", "sinh", "cosh", "tanh", "erf", "pow"]
@@ -48,7 +51,10 @@ def build_kernels(kernels: List[FusedKernel]) -> bool:
 
     Kernels with equal specs share one C function (an unrolled loop makes the same kernel
     once per step), and those that also share shapes share one launcher."""
-    if not kernels or not compiler.compiler_available():
+    if not kernels:
+        return False
+    if not compiler.compiler_available():
+        compiler.warn_if_unavailable()
         return False
     names = {}
     for k in kernels:
@@ -57,8 +63,11 @@ def build_kernels(kernels: List[FusedKernel]) -> bool:
     try:
         library = compiler.build(source, name="graph")
     except compiler.KernelBuildError as e:
-        warnings.warn(f"tograph: could not compile fused kernels, running them as torch ops: "
-                      f"{e}", RuntimeWarning, stacklevel=2)
+        message = f"tograph: could not compile fused kernels, running them as torch ops: {e}"
+        if e.subject is None:
+            warnings.warn(message, KernelWarning, stacklevel=2)
+        else:
+            warn_once(("build", e.subject), message)
         return False
     launchers = {}
     for k in kernels:

@@ -3,7 +3,6 @@
 Every test gets an empty cache directory and an empty in-process memo. Tests that compile
 are skipped where no C compiler exists (or TOGRAPH_NO_COMPILER=1)."""
 import ctypes
-import hashlib
 import json
 import os
 import platform
@@ -13,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from runtime.kernels import compiler
+from runtime.kernels import cache_dirs, compiler
 from runtime.kernels.compiler import KernelBuildError, build, compiler_available
 from runtime.options import options
 
@@ -124,8 +123,9 @@ def _truncated(data):
 
 def _garbage_with_forged_trailer(data):
     """Passes the trailer check: only dlopen can refuse it (OSError, not a crash)."""
+    key = data[-compiler._TRAILER + 32:-len(compiler._MAGIC)].decode("ascii")
     body = b"garbage, not an ELF file" * 50
-    return body + hashlib.sha256(body).digest() + compiler._MAGIC
+    return body + compiler._trailer(body, key)
 
 
 @needs_cc
@@ -136,7 +136,7 @@ def test_corrupted_entry_is_rebuilt(cache, monkeypatch, damage):
     # library in place would fault its pages; the cache itself only ever renames files).
     argv, flags, key = compiler._locate(ADD, "add")
     path = cache / (key + ".so")
-    assert compiler._kernel_dir() == str(cache)
+    assert cache_dirs.places(options.cache_dir).write == str(cache)
     compiler._compile(argv, flags, ADD, str(path), "add")
     path.write_bytes(damage(path.read_bytes()))
     compiled = []
@@ -178,11 +178,15 @@ def test_syntax_error_names_the_compiler_message(cache):
 @needs_cc
 def test_unwritable_cache_dir_falls_back_to_a_temp_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(compiler, "_loaded", {})
+    monkeypatch.setattr(cache_dirs, "FALLBACK_BASE", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     with options.override(cache_dir=str(blocker / "cache")):
-        lib = build(ADD, "add")
-        assert compiler._kernel_dir() == compiler._fallback_dir()
+        with pytest.warns(RuntimeWarning, match="cannot be used"):
+            lib = build(ADD, "add")
+        assert cache_dirs.places(options.cache_dir).write == cache_dirs._fallback()
+        assert cache_dirs._fallback().startswith(str(tmp_path / "tmp"))
     a, b = torch.randn(10), torch.randn(10)
     torch.testing.assert_close(_add(lib, a, b), a + b)
 
