@@ -42,7 +42,7 @@ from runtime import views
 from runtime.symbolic import tracing, wrap_node
 from runtime.tensor_list import take_converted
 
-from . import conversion
+from . import conversion, trace_log
 from .errors import ConversionError
 from .run_eagerly import _EAGERLY
 from .side_effects import Snapshot
@@ -81,6 +81,7 @@ def convert_function(fn, probed=()):
         return hit
     converted = conversion.convert(fn, {"tg": tg}, probed)
     register_source_map(converted.filename, converted.line_map)
+    trace_log.converted(fn, converted)
     inner = converted.fn
 
     @functools.wraps(inner)
@@ -274,6 +275,7 @@ class _Traced:
         self.fn = executable.fn
         self.argument_refs = any(isinstance(v, ArgRef) for v in _walk_structure(outputs))
         self.holds = guard.compile_check()
+        self.explain_guard = guard.explainer()     # which check failed: tograph.guards
         self.arguments_hold = guard.arguments_check()    # None: no object arguments
 
     def __call__(self, flat):
@@ -390,6 +392,7 @@ class GraphFunction:
         entry = self._entries.get(key)
         if entry is not None and not isinstance(entry, _Fallback) and not (
                 entry.holds() and (entry.arguments_hold is None or entry.arguments_hold(flat))):
+            trace_log.guard_failed(self, entry, flat)
             entry = None              # a global, closure value or attribute it read changed
         if entry is None:
             if not self._binds(args, kwargs):
@@ -438,8 +441,10 @@ class GraphFunction:
         from runtime.source_info import user_location
         file, line = user_location() or (None, None)
         if self._strict:
+            trace_log.fell_back(self, self._no_source, file, line, True)
             raise ConversionError(self._no_source, file, line)
         if not self._entries:
+            trace_log.fell_back(self, self._no_source, file, line, False)
             self._entries[None] = _Fallback(self._no_source, file, line)
             warnings.warn(FallbackWarning(f"{file}:{line}: {self._no_source} -- running it "
                                           f"as it is"), stacklevel=4)
@@ -477,6 +482,7 @@ class GraphFunction:
     def _build(self, key, args, kwargs, flat, spec, fallback_ok=True, dynamic=None):
         """Trace, optimize and lower a signature's entry (a ``_Fallback`` when that fails;
         with ``dynamic`` dims ({flat leaf index: dims}), None instead: no fallback)."""
+        trace_log.tracing(self, key, self._history, self._entries.get(key), flat, dynamic)
         self._note_retrace(key)
         collecting = gc.isenabled()
         if collecting:              # building makes many objects, few cycles: collecting
@@ -485,11 +491,13 @@ class GraphFunction:
             entry = self._trace(args, kwargs, flat, spec, dynamic)
         except Exception as e:
             if dynamic:
+                trace_log.dynamic_refused(self, e)
                 return None             # the call is traced static instead (dynamic_shapes)
             if getattr(e, "_tograph_user_error", False):
                 raise                   # checked: eager fails the same way (shape inference)
             reason = _reason(e, self._fn)
             file, line = _location(e, self._fn)
+            trace_log.fell_back(self, reason, file, line, self._strict or not fallback_ok)
             if self._strict or not fallback_ok:
                 if isinstance(e, ConversionError):
                     raise
@@ -503,6 +511,8 @@ class GraphFunction:
         finally:
             if collecting:
                 gc.enable()
+        if not isinstance(entry, _Fallback):
+            trace_log.traced(self, entry)
         self._entries[key] = entry
         return entry
 
@@ -550,6 +560,7 @@ class GraphFunction:
         guard.watch_reads(getattr(graph, "tensor_reads", None),
                           [n.attrs["value"] for n in graph.walk() if n.op == "constant"
                            and isinstance(n.attrs.get("value"), torch.Tensor)])
+        trace_log.guard_built(target, guard)
         return _Traced(graph, optimized, executable, guard, inputs, outputs)
 
     def _trace_graph(self, args, kwargs, flat, spec, dynamic, sized_examples=False):

@@ -187,6 +187,16 @@ def test_kernels_topic_miss_then_disk_hit(caplog, tmp_path):
     assert any("loaded already" in m for m in kernels)
 
 
+def test_dynamic_topic(caplog):
+    f = to_graph(lambda x: x * 2, dynamic=True)
+    with caplog.at_level(logging.INFO, logger="tograph"):
+        for n in (2, 3):
+            torch.testing.assert_close(f(torch.ones(n, 3)), torch.full((n, 3), 2.0))
+    dynamic = _records(caplog, "dynamic")
+    assert dynamic and dynamic[0].startswith("tracing <lambda> with dynamic dimensions "
+                                             "input #0 dim [0"), dynamic
+
+
 def test_topic_loggers():
     assert logs.dynamic is logging.getLogger("tograph.dynamic")
     assert [logs.get(t).name for t in logs.TOPICS] == [f"tograph.{t}" for t in logs.TOPICS]
