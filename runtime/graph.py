@@ -18,7 +18,7 @@ import re
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .source_info import Location
-from .threads import PerThreadList
+from .threads import TRACE_LOCK, PerThreadList
 
 _IDENT = re.compile(r"[^0-9a-zA-Z_]")
 _NODES_ADDED = PerThreadList([0])      # per thread: see runtime.threads
@@ -358,9 +358,11 @@ class Graph:
 
     # ---------------------------------------------------------------- use
     def optimize(self) -> "Graph":
-        """The optimized graph that calls execute (passes come with the optimizer)."""
+        """The optimized graph that calls execute (passes come with the optimizer); one
+        thread at a time (``runtime.threads.TRACE_LOCK``)."""
         from .passes import optimize
-        return optimize(self)
+        with TRACE_LOCK:
+            return optimize(self)
 
     def executor_source(self) -> str:
         """The generated Python that runs this graph (an optimized graph: what executes)."""

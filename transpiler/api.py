@@ -41,6 +41,7 @@ from runtime.source_info import location_of_traceback, reentered_call_site, regi
 from runtime import views
 from runtime.symbolic import tracing, wrap_node
 from runtime.tensor_list import take_converted
+from runtime.threads import TRACE_LOCK
 
 from . import conversion, trace_log
 from .errors import ConversionError
@@ -285,6 +286,12 @@ class _Traced:
             raise located(e) from e
 
 
+def _holds(entry, flat) -> bool:
+    """Whether ``entry`` is a graph whose guards hold for a call on ``flat``."""
+    return isinstance(entry, _Traced) and entry.holds() and \
+        (entry.arguments_hold is None or entry.arguments_hold(flat))
+
+
 class _Fallback:
     """A signature whose trace failed: calls run the Python function."""
 
@@ -339,7 +346,7 @@ class GraphFunction:
             if bound is None:
                 bound = GraphFunction(self._fn.__get__(None, owner), self._strict, self._probed,
                                       self._dynamic.option)
-                self._bound[owner] = bound
+                bound = self._bound.setdefault(owner, bound)     # (one per object: threads)
             return bound
         if obj is None or self._static:
             return self
@@ -347,7 +354,7 @@ class GraphFunction:
         if bound is None:
             bound = GraphFunction(self._fn.__get__(obj, objtype), self._strict, self._probed,
                                   self._dynamic.option)
-            self._bound[obj] = bound
+            bound = self._bound.setdefault(obj, bound)     # (one per object: threads)
         return bound
 
     @property
@@ -479,7 +486,17 @@ class GraphFunction:
         return self._entries[self._signature(args, kwargs)[0]]
 
     # -- tracing
-    def _build(self, key, args, kwargs, flat, spec, fallback_ok=True, dynamic=None):
+    def _build(self, key, args, kwargs, flat, spec, *more, **options):
+        """``_build_entry`` holding the trace lock (``runtime.threads``): traces run one at
+        a time, and a thread that waited while another traced this signature takes its
+        entry instead of tracing it again (cached calls take no lock)."""
+        with TRACE_LOCK:
+            entry = self._entries.get(key)
+            if isinstance(entry, _Fallback) or _holds(entry, flat):
+                return entry
+            return self._build_entry(key, args, kwargs, flat, spec, *more, **options)
+
+    def _build_entry(self, key, args, kwargs, flat, spec, fallback_ok=True, dynamic=None):
         """Trace, optimize and lower a signature's entry (a ``_Fallback`` when that fails;
         with ``dynamic`` dims ({flat leaf index: dims}), None instead: no fallback)."""
         trace_log.tracing(self, key, self._history, self._entries.get(key), flat, dynamic)
@@ -506,7 +523,7 @@ class GraphFunction:
                 raise ConversionError(reason, file, line) from e
             warnings.warn(FallbackWarning(f"{file}:{line}: {reason} -- running "
                                           f"{getattr(self, '__name__', 'the function')} "
-                                          f"eagerly"), stacklevel=4)
+                                          f"eagerly"), stacklevel=5)
             entry = _Fallback(reason, file, line)
         finally:
             if collecting:
@@ -523,7 +540,7 @@ class GraphFunction:
             warnings.warn(RetracingWarning(
                 f"{getattr(self, '__name__', 'function')} was traced {len(self._history)} times; "
                 f"this time because {change}. Python values and tensor shapes are part of the "
-                f"trace: pass changing numbers as tensors to reuse one graph"), stacklevel=4)
+                f"trace: pass changing numbers as tensors to reuse one graph"), stacklevel=5)
 
     def trace_graph(self, args, kwargs=None, dynamic=None):
         """A fresh graph traced for these arguments (not cached, not optimized), with
@@ -532,7 +549,8 @@ class GraphFunction:
         serves every size (what export needs). Returns (graph, output structure)."""
         kwargs = kwargs or {}
         key, flat, spec = self._signature(args, kwargs)
-        graph, structure, _ = self._trace_graph(args, kwargs, flat, spec, dynamic or {})
+        with TRACE_LOCK:
+            graph, structure, _ = self._trace_graph(args, kwargs, flat, spec, dynamic or {})
         return graph, structure
 
     def _trace(self, args, kwargs, flat, spec, dynamic=None) -> _Traced:
