@@ -61,6 +61,14 @@ def dynamic_refused(function, error) -> None:
                       "sizes as they are", _name(function), type(error).__name__, error)
 
 
+def evicted(function, count: int, cache) -> None:
+    """``tograph.cache``: entries dropped for the signature cache's limit (least recently
+    used first)."""
+    logs.cache.info("%s: evicted %d least recently used signature(s) for the limit of %d "
+                    "(%d evictions so far)", _name(function), count, cache.limit,
+                    cache.evictions)
+
+
 def traced(function, entry) -> None:
     """``tograph.graph``: a trace's graph, node counts at INFO, printed at DEBUG."""
     if not logs.graph.isEnabledFor(INFO):
