@@ -37,9 +37,10 @@ _STRICT = threading.local()
 @contextlib.contextmanager
 def strict_dims():
     """Within: an output dimension is marked static only when the op, run again with the
-    run-time input dimensions one bigger and doubled, gives it the same size each time;
-    when no other size fits, ``GraphError`` (the op needs the sizes it was traced with),
-    where outside the dimensions equal to an example size are guessed dynamic."""
+    run-time input dimensions (and the sizes taken from them) doubled, gives it the same
+    size; when the op fails there, ``GraphError`` (it holds only at the sizes it was
+    traced with), where outside a failing probe leaves a guess: the dimensions equal to
+    an example size are dynamic."""
     before = getattr(_STRICT, "on", False)
     _STRICT.on = True
     try:
@@ -50,16 +51,6 @@ def strict_dims():
 
 def _strict() -> bool:
     return getattr(_STRICT, "on", False)
-
-
-@contextlib.contextmanager
-def _lenient():
-    before = getattr(_STRICT, "on", False)
-    _STRICT.on = False
-    try:
-        yield
-    finally:
-        _STRICT.on = before
 
 
 class Inferred(NamedTuple):
@@ -244,13 +235,15 @@ def _generalize(first: Inferred, func, args, kwargs, dynamic) -> Inferred:
         resize[id(t)] = [s + 1 if d is None else s for s, d in zip(t.shape, dims)]
     hints = {s for t in dynamic for s, d in zip(t.shape, _symbolic_meta(t).shape or
                                                   (None,) * t.dim()) if d is None}
-    try:
-        margs, mkwargs = _to_meta_args(args, kwargs, resize)
-        second = _run_any(func, margs, mkwargs).meta
-    except Exception:
-        second = None
     if _strict() and not unknown_rank:
-        second = _proven(second, func, args, kwargs, dynamic)
+        second = _proven(func, args, kwargs, dynamic)
+        _same_count(first.meta, second, func)
+    else:
+        try:
+            margs, mkwargs = _to_meta_args(args, kwargs, resize)
+            second = _run_any(func, margs, mkwargs).meta
+        except Exception:
+            second = None
 
     def join(m1: TensorMeta, m2: Optional[TensorMeta]) -> TensorMeta:
         if unknown_rank:
@@ -267,38 +260,34 @@ def _generalize(first: Inferred, func, args, kwargs, dynamic) -> Inferred:
     return Inferred(meta, first.example)
 
 
-def _proven(second, func, args, kwargs, dynamic):
-    """``second`` (the meta with the run-time dims one bigger, or None) joined with the
-    meta for them doubled: a dim that is the same at all sizes tried is static (a strided
-    conv's ``(n - 1) // 2 + 1`` is 2 at 3 and 4, not at 6). ``GraphError`` when neither
-    other size fits: the op holds only at the traced sizes."""
+def _proven(func, args, kwargs, dynamic):
+    """The output meta with the run-time input dims doubled (``strict_dims``): doubling
+    keeps the sizes derived from one another consistent (a batch of 3 flattened with 16
+    positions is 48 rows; doubled, 96 rows for a batch of 6, where one bigger would
+    give 49 and 4), and moves what follows a size (a stride-2 conv's ``(n - 1) // 2 + 1``
+    is 2 at 3 and 4, 3 at 6). ``GraphError`` when the op does not hold there: it holds
+    only at the sizes it was traced with."""
     resize = {}
     for t in dynamic:
         dims = _symbolic_meta(t).shape
         resize[id(t)] = [2 * s if d is None else s for s, d in zip(t.shape, dims)]
     try:
         margs, mkwargs = _to_meta_args(args, kwargs, resize)
-        third = _run_any(func, margs, mkwargs).meta
-    except Exception:  # noqa: BLE001 - that size does not fit: the other one decides
-        third = None
-    if second is None and third is None:
+        return _run_any(func, margs, mkwargs).meta
+    except Exception as e:
         raise GraphError(f"{getattr(func, '__name__', func)} holds only at the sizes it was "
-                         f"traced with: it cannot serve other sizes of a dynamic dimension")
-    return third if second is None else _joined(second, third)
+                         f"traced with: it cannot serve other sizes of a dynamic dimension "
+                         f"({type(e).__name__}: {e})") from None
 
 
-def _joined(a, b):
-    """Two metas of one op's output (a tuple of them for several outputs, or None) at
-    different sizes: dims that differ are dynamic."""
-    if a is None or b is None:
-        return a if b is None else b
-    if isinstance(a, TensorMeta) and isinstance(b, TensorMeta):
-        if a.shape is not None and b.shape is not None and len(a.shape) == len(b.shape):
-            return a.join(TensorMeta(b.shape, a.dtype))
-        return TensorMeta(None, a.dtype)
-    if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
-        return tuple(_joined(x, y) for x, y in zip(a, b))
-    return a
+def _same_count(first, second, func) -> None:
+    """``strict_dims``: an op whose number of outputs follows a dynamic size
+    (``unbind``, ``split`` along it) cannot serve other sizes: its results are Python
+    values (a tuple of that many tensors) the graph would bake in."""
+    if isinstance(first, tuple) != isinstance(second, tuple) or \
+            isinstance(first, tuple) and len(first) != len(second):
+        raise GraphError(f"{getattr(func, '__name__', func)} gives a number of results that "
+                         f"depends on the size of a dynamic dimension")
 
 
 _INDEXING = {torch.Tensor.__getitem__, torch.Tensor.__setitem__, graph_ops.setitem}
@@ -436,18 +425,24 @@ def _infer_sized(func, args, kwargs, sizes, error) -> Inferred:
     if any(h is None for h in hints.values()):
         raise error
     try:
-        with _lenient():    # (the sizes given as numbers: what follows them is found below)
+        if _strict() and not is_inplace(func, kwargs):
+            # the example sizes as they are: a guess generalized from them (a probe with
+            # the sizes held as numbers) would mark dims that follow nothing dynamic
+            first = _run_any(func, *_to_meta_args(with_hints(args, hints),
+                                                  with_hints(kwargs, hints)))
+        else:
             first = _infer(func, with_hints(args, hints), with_hints(kwargs, hints))
     except Exception:   # noqa: BLE001 - the failure with the symbolic sizes is the one to report
         raise error from None
     dynamic = _dynamic_inputs(args, kwargs)
 
-    def grown_by(grow: int):
-        """The meta with the run-time dims and the sizes taken from them ``grow`` bigger."""
-        grown = {id(s): hint(s._node, grow=grow) for s in sizes}
-        if not dynamic or any(h is None for h in grown.values()):
+    def grown_by(grow: int, scale: int = 1):
+        """The meta with the run-time dims and the sizes taken from them ``scale`` times
+        as big and ``grow`` bigger (None if the op fails there)."""
+        grown = {id(s): hint(s._node, grow=grow, scale=scale) for s in sizes}
+        if (not dynamic and scale == 1) or any(h is None for h in grown.values()):
             return None
-        resize = {id(t): [s + grow if d is None else s for s, d in
+        resize = {id(t): [s * scale + grow if d is None else s for s, d in
                           zip(t.shape, _symbolic_meta(t).shape or (None,) * t.dim())]
                   for t in dynamic}
         try:
@@ -456,17 +451,21 @@ def _infer_sized(func, args, kwargs, sizes, error) -> Inferred:
             return _run_any(func, margs, mkwargs).meta
         except Exception:  # noqa: BLE001 - then other values for the sizes alone
             return None
-    second = grown_by(1)
-    if _strict():       # more sizes: a dim the same at two sizes may still follow them
-        for other in (grown_by(2), grown_by(6)):
-            second = other if second is None else _joined(second, other)
+    if _strict():       # doubled, as _proven does; no guess when that does not hold
+        second = grown_by(0, scale=2)
+        if second is None:
+            raise GraphError(f"{getattr(func, '__name__', func)} holds only at the sizes it "
+                             f"was traced with: it cannot serve other sizes of a dynamic "
+                             f"dimension")
+        _same_count(first.meta, second, func)
+    else:
+        second = grown_by(1)
     for change in (lambda h: h + 1, lambda h: 2 * h + 1):
         if second is not None:
             break
         other = {k: change(h) for k, h in hints.items()}
         try:
-            with _lenient():
-                second = _infer(func, with_hints(args, other), with_hints(kwargs, other)).meta
+            second = _infer(func, with_hints(args, other), with_hints(kwargs, other)).meta
         except Exception:  # noqa: PERF203,BLE001 - trying values until one fits
             continue
     values = set(hints.values())
@@ -478,10 +477,6 @@ def _infer_sized(func, args, kwargs, sizes, error) -> Inferred:
                 len(m2.shape) == len(m1.shape):
             return m1.join(TensorMeta(m2.shape, m1.dtype))
         # no other value fits: the dimensions equal to a size's example value follow it
-        if _strict():
-            raise GraphError(f"{getattr(func, '__name__', func)} holds only at the sizes it "
-                             f"was traced with: it cannot serve other sizes of a dynamic "
-                             f"dimension")
         return TensorMeta(tuple(None if d in values else d for d in m1.shape), m1.dtype)
     meta = first.meta
     if isinstance(meta, tuple):

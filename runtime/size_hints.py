@@ -23,8 +23,9 @@ from .graph import Node, find_leaves
 _MAX_DEPTH = 64
 
 
-def _example_shape(node: Node, grow: int):
-    """The example shape of a tensor node, its run-time dimensions ``grow`` bigger."""
+def _example_shape(node: Node, grow: int, scale: int = 1):
+    """The example shape of a tensor node, its run-time dimensions ``scale`` times as big
+    and then ``grow`` bigger."""
     example = node.attrs.get("_example")
     meta_shape = getattr(node.meta, "shape", None)
     if isinstance(example, torch.Tensor):
@@ -32,29 +33,30 @@ def _example_shape(node: Node, grow: int):
     elif node.op == "placeholder" and node.attrs.get("captured"):
         for outer, inner in node.graph.captures:
             if inner is node:
-                return _example_shape(outer, grow)
+                return _example_shape(outer, grow, scale)
         return None
     elif meta_shape is not None:
         shape = tuple(2 if d is None else d for d in meta_shape)
     else:
         return None
     if meta_shape is None or len(meta_shape) != len(shape):
-        return shape if not grow else None
-    return tuple(s + grow if d is None else s for s, d in zip(shape, meta_shape))
+        return shape if not grow and scale == 1 else None
+    return tuple(s * scale + grow if d is None else s for s, d in zip(shape, meta_shape))
 
 
-def hint(node: Node, grow: int = 0, depth: int = 0) -> Optional[int]:
+def hint(node: Node, grow: int = 0, depth: int = 0, scale: int = 1) -> Optional[int]:
     """The value of a ``python_int`` node for the example tensors (their run-time
-    dimensions ``grow`` bigger, as ``shape_inference`` resizes them); None if unknown."""
+    dimensions ``scale`` times as big and ``grow`` bigger, as ``shape_inference`` resizes
+    them); None if unknown."""
     if depth > _MAX_DEPTH or not isinstance(node, Node):
         return None
     if node.op == "placeholder" and node.attrs.get("captured"):
         for outer, inner in node.graph.captures:
             if inner is node:
-                return hint(outer, grow, depth + 1)
+                return hint(outer, grow, depth + 1, scale)
         return None
     if node.op in ("dim_size", "numel") and node.args and isinstance(node.args[0], Node):
-        shape = _example_shape(node.args[0], grow)
+        shape = _example_shape(node.args[0], grow, scale)
         if shape is None:
             return None
         if node.op == "numel":
@@ -62,6 +64,8 @@ def hint(node: Node, grow: int = 0, depth: int = 0) -> Optional[int]:
         dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
         return shape[dim] if isinstance(dim, int) and -len(shape) <= dim < len(shape) else None
     if node.op == "placeholder" and OPERAND_HINTS in node.attrs:
+        if scale != 1:
+            return None             # (known at two sizes one apart only)
         at_zero, at_one = node.attrs[OPERAND_HINTS]
         return at_zero + grow * (at_one - at_zero)
     if not node.attrs.get("python_int") or node.target is None:
@@ -69,7 +73,7 @@ def hint(node: Node, grow: int = 0, depth: int = 0) -> Optional[int]:
     values = []
     for a in node.args:             # integer arithmetic on sizes: on the hints
         if isinstance(a, Node):
-            h = hint(a, grow, depth + 1)
+            h = hint(a, grow, depth + 1, scale)
             if h is None:
                 return None
             values.append(torch.tensor(h))

@@ -429,7 +429,12 @@ class GraphFunction:
             return entry
         entry = self._build(plan.key, args, kwargs, flat, spec, dynamic=plan.dims)
         if entry is None:
-            self._dynamic.refuse(plan, key, flat)
+            plan = self._dynamic.refuse(plan, key, flat)    # (the batch dims alone, or None)
+            entry = self._entries.get(plan.key) if plan is not None else None
+            if plan is not None and not _holds(entry, flat):
+                entry = self._build(plan.key, args, kwargs, flat, spec, dynamic=plan.dims)
+                if entry is None:
+                    self._dynamic.refuse(plan, key, flat)
         return entry
 
     def _binds(self, args, kwargs) -> bool:

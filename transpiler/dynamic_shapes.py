@@ -117,6 +117,7 @@ class _Group:
         self.first = shapes                          # the group's first call's shapes
         self.wanted: Dict[int, Set[int]] = {}         # dims seen with a second size
         self.refused: Set[tuple] = set()              # patterns whose trace failed
+        self.blocked: Set[Tuple[int, int]] = set()    # (leaf, dim) never dynamic again
 
 
 class DynamicShapes:
@@ -151,7 +152,7 @@ class DynamicShapes:
         else:
             for i in tensors:
                 changed = {d for d, (a, b) in enumerate(zip(group.first[i], shapes[i]))
-                           if a != b}
+                           if a != b and (i, d) not in group.blocked}
                 if changed:
                     group.wanted.setdefault(i, set()).update(changed)
         dims = {i: tuple(sorted(d for d in ds if shapes[i][d] >= 2))
@@ -164,11 +165,26 @@ class DynamicShapes:
             return None
         return Plan(pattern, dims)
 
-    def refuse(self, plan: Plan, key: tuple, flat) -> None:
-        """``plan``'s trace failed: calls of its pattern are traced static from now on."""
+    def refuse(self, plan: Plan, key: tuple, flat) -> Optional[Plan]:
+        """``plan``'s trace failed: calls of its pattern are traced static from now on.
+        When it had dims besides the first of each tensor (a feature or sequence dim the
+        code needs as traced: ``Linear``'s input width), those are never dynamic again in
+        this group, and the plan with the first dims alone (the batch) is returned to try."""
         group = self._groups.get(_erase(key, flat, _tensors(flat)))
-        if group is not None:
-            group.refused.add(plan.key)
+        if group is None:
+            return None
+        group.refused.add(plan.key)
+        others = {(i, d) for i, ds in plan.dims.items() for d in ds if d != 0}
+        if not others:
+            return None
+        group.blocked |= others
+        for i, d in others:
+            group.wanted.get(i, set()).discard(d)
+        dims = {i: (0,) for i, ds in plan.dims.items() if 0 in ds}
+        if not dims:
+            return None
+        narrower = Plan(_pattern(key, flat, dims), dims)
+        return None if narrower.key in group.refused else narrower
 
     def dims(self) -> Dict[str, Any]:
         """What is dynamic, for ``cache_info``: {leaf index: sorted dims wanted}, over

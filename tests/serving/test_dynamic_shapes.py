@@ -109,3 +109,219 @@ def test_sweep_equals_eager_and_reuses_one_graph(fn, make, strict):
     # sizes 3 (static), then 5: dynamic from then on; 0, 1 static each; 2..12 reuse
     assert _dynamic_entries(g) == 1
     assert _traces(g) == 4 - (fn is looping), _traces(g)
+
+
+# ------------------------------------------------------------------ sizes 0 and 1
+def broadcast_rows(x, y):
+    return x * y + y.sum(0), (x - y).abs().max(0).values
+
+
+def test_size_one_broadcasting_gets_its_own_graph():
+    """y's dim 0 is 1 in some calls: a graph traced for n >= 2 rows must not serve them
+    (broadcasting makes the result n rows there), nor the reverse."""
+    calls = [(3, 3), (5, 5), (1, 6), (6, 1), (7, 7), (1, 1), (4, 1), (2, 2)]
+    for strict in (False, True):
+        g = to_graph(broadcast_rows, strict=strict)
+        for a, b in calls:
+            sweep(broadcast_rows, lambda n: (torch.randn(a, 4), torch.randn(b, 4)), [0], g=g)
+        # one dynamic graph serves (5, 5), (7, 7), (2, 2); sizes with a 1 specialize
+        assert _dynamic_entries(g) >= 1
+
+
+def test_size_zero_and_one_first():
+    """A function first seen at sizes 0 and 1 (both specialized) then at others."""
+    def f(x):
+        return x.sum(0) * 2, x.shape[0] + 1, x.view(-1).cumsum(0)
+    for strict in (False, True):
+        g = sweep(f, lambda n: (torch.randn(n, 3),), [0, 1, 0, 1, 4, 6, 9], strict=strict)
+        assert _traces(g) == 3          # 0 and 1 static; 1 was a second size: dynamic from 4
+
+
+# ------------------------------------------------------------------ related dims
+def pair(x, y):
+    return x @ y.T, torch.cat([x, y]).mean(0), x.shape[0] * y.shape[0]
+
+
+def test_two_inputs_related_dims():
+    """The graph traced with x and y of equal rows serves only calls where they are
+    equal (x + y needs it); unequal rows are another pattern with its own graph."""
+    def add(x, y):
+        return x + y * 2
+    for strict in (False, True):
+        g = sweep(pair, lambda n: (torch.randn(n, 3), torch.randn(n + 1, 3)), [2, 3, 5, 8],
+                  strict=strict)
+        assert _dynamic_entries(g) == 1
+        g = to_graph(add, strict=strict)
+        sweep(add, lambda n: (torch.randn(n, 3), torch.randn(n, 3)), [2, 4, 6, 9], g=g)
+        assert _dynamic_entries(g) == 1
+        with pytest.raises(RuntimeError):            # eager's error, as eager raises it
+            g(torch.randn(5, 3), torch.randn(6, 3))
+        with pytest.raises(RuntimeError):
+            add(torch.randn(5, 3), torch.randn(6, 3))
+        sweep(add, lambda n: (torch.randn(n, 3), torch.randn(n, 3)), [7, 11], g=g)
+
+
+def test_equal_rows_traced_together_are_a_relation():
+    """x rows equal y columns when traced: that equality is part of the dynamic graph's
+    pattern; a call where they differ gets another graph, with eager's answer."""
+    def f(x, y):
+        if x.shape[0] == y.shape[1]:
+            return x @ y
+        return x.sum() + y.sum()
+    for strict in (False, True):
+        g = to_graph(f, strict=strict)
+        for n, m in [(3, 3), (4, 4), (5, 5), (5, 6), (7, 8), (9, 9)]:
+            sweep(f, lambda _: (torch.randn(n, n), torch.randn(n, m)), [0], g=g)
+
+
+# ------------------------------------------------------------------ what cannot be dynamic
+def test_size_needed_as_python_number_keeps_specializing():
+    """A number of results that follows a dynamic size (unbind, split along it) cannot
+    be one graph's (it was silently the traced size's count): the dynamic trace fails,
+    the function keeps one static graph per size (no fallback), and the failed pattern
+    is not retried on every call."""
+    def unbound(x):
+        return sum(t * i for i, t in enumerate(x.unbind(0)))
+
+    def chunks(x):
+        return [t.sum(0) for t in torch.split(x, 2)]
+    for fn in (unbound, chunks):
+        for strict in (False, True):
+            g = sweep(fn, lambda n: (torch.randn(n, 2),), [3, 5, 7, 9], strict=strict)
+            attempts = len(g._history)
+            sweep(fn, lambda n: (torch.randn(n, 2),), [11, 13], g=g)
+            assert len(g._history) - attempts == 2        # one static trace each, no retry
+            assert _dynamic_entries(g) == 0
+
+
+def test_len_and_range_of_a_dynamic_dim_are_graph_values():
+    def f(x):
+        out = x * 0
+        for i in range(len(x) // 2):
+            out[i] = x[i] * 2
+        return out, len(x)
+    for strict in (False, True):
+        g = sweep(f, lambda n: (torch.randn(n, 2),), [3, 5, 7, 9, 4], strict=strict)
+        assert _dynamic_entries(g) == 1 and _traces(g) == 2
+
+
+def test_view_with_numbers_from_sizes():
+    def f(x):
+        n, c = x.shape
+        y = x.reshape(n // 2, 2 * c) if n % 2 == 0 else x.reshape(n, c)
+        return y.sum(1), x.view(n, -1, 1).squeeze(-1), x[: n - 1]
+    for strict in (False, True):
+        sweep(f, lambda n: (torch.randn(n, 4),), [4, 6, 5, 8, 9, 10, 2], strict=strict)
+
+
+def test_strided_conv_on_dynamic_spatial_dims():
+    """Output sizes that are the same at two input sizes but not at others ((n-1)//2+1
+    is 2 at 3 and 4) must stay dynamic, not be baked in."""
+    conv = torch.nn.Conv2d(2, 3, 3, stride=2, padding=1)
+
+    def f(x):
+        y = conv(x)
+        return y.flatten(1).sum(1), y.shape[-1] * 1.0
+    with torch.no_grad():
+        g = sweep(f, lambda n: (torch.randn(2, 2, n, n),), [3, 4, 6, 9, 12, 5],
+                  dynamic={"x": [2, 3]})
+    assert _traces(g) == 1 and _dynamic_entries(g) == 1
+
+
+# ------------------------------------------------------------------ the dynamic= option
+def mlp(x, w):
+    h = torch.tanh(x @ w)
+    if h.mean() > 0:
+        h = h * 2
+    return h.sum(-1)
+
+
+def _xw(n):
+    return torch.randn(n, 5), torch.randn(5, 3)
+
+
+def test_option_forms():
+    sizes = [3, 5, 7, 2, 8]
+    # False: every size its own trace (today's behaviour)
+    g = sweep(mlp, _xw, sizes, dynamic=False)
+    assert _traces(g) == len(sizes) and _dynamic_entries(g) == 0
+    # True: every dim dynamic from the first call (x's 5 and w's 5 equal: one class;
+    # a size of n equal to another dim, 3 or 5, would be another pattern: avoided here)
+    g = sweep(mlp, _xw, [4, 6, 7, 2, 8], strict=True, dynamic=True)
+    assert _traces(g) == 1 and _dynamic_entries(g) == 1
+    # by name, by position, one dim or a list
+    for spec in ({"x": 0}, {"x": [0]}, {0: [0]}, {0: 0}):
+        g = sweep(mlp, _xw, sizes, dynamic=spec)
+        assert _traces(g) == 1, spec
+    # the decorator form
+    deco = to_graph(dynamic=True, strict=True)(mlp)
+    sweep(mlp, _xw, [4, 6, 7, 2, 8], g=deco)
+    assert _traces(deco) == 1
+    # to_graph of a to_graph function with other options is a new function
+    assert to_graph(deco, strict=True, dynamic=True) is deco
+    assert to_graph(deco, strict=True) is not deco
+
+
+def test_option_errors_name_the_arguments():
+    with pytest.raises(ValueError, match="'y' is not a tensor argument"):
+        to_graph(mlp, dynamic={"y": 0})(*_xw(3))
+    with pytest.raises(ValueError, match="no dimension 2"):
+        to_graph(mlp, dynamic={"x": 2})(*_xw(3))
+    with pytest.raises(TypeError, match="dynamic="):
+        to_graph(mlp, dynamic="batch")(*_xw(3))
+
+
+def test_module_and_method():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    wrapped = to_graph(net, strict=True)
+    sweep(net, lambda n: (torch.randn(n, 4),), [3, 5, 7, 9], g=wrapped)
+    assert _traces(wrapped) == 2 and _dynamic_entries(wrapped) == 1
+    # True: the width (4) cannot be dynamic (Linear needs it): the batch alone is
+    wrapped = to_graph(net, dynamic=True)
+    sweep(net, lambda n: (torch.randn(n, 4),), [3, 5, 6], g=wrapped)
+    assert _traces(wrapped) == 1
+    import copy
+    assert copy.deepcopy(wrapped).graph_function._dynamic.option is True
+
+    class Scale:
+        def __init__(self):
+            self.k = 3.0
+
+        @to_graph(dynamic=True)
+        def run(self, x):
+            return x * self.k if x.sum() > 0 else x - self.k
+    obj = Scale()
+    for n in (3, 6, 4):
+        x = torch.randn(n, 2)
+        assert_same(obj.run(x), Scale.run.python_function(obj, x))
+    assert _traces(Scale.run.__get__(obj)) == 1
+
+
+def test_gradients_through_the_dynamic_graph():
+    def f(x, w):
+        h = (x @ w).relu()
+        if h.sum() > 0:
+            h = h * x.shape[0]
+        return h.pow(2).mean()
+    g = to_graph(f, strict=True)
+    for n in (3, 5, 7, 4):
+        x = torch.randn(n, 4, requires_grad=True)
+        w = torch.randn(4, 3, requires_grad=True)
+        x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        f(x, w).backward()
+        g(x2, w2).backward()
+        assert_same(x2.grad, x.grad)
+        assert_same(w2.grad, w.grad)
+    assert _dynamic_entries(g) == 1 and _traces(g) == 2
+
+
+def test_static_graph_and_dynamic_graph_agree_on_layout_questions():
+    """A non-contiguous argument is never dynamic (a trace answers stride() for the
+    default layout): transposed inputs keep specializing, with eager's answers."""
+    def f(x):
+        return x.is_contiguous(), x.stride(), x * 2
+    for strict in (False, True):
+        g = sweep(f, lambda n: (torch.randn(3, n).T,), [3, 5, 7], strict=strict)
+        assert _dynamic_entries(g) == 0
+        g = sweep(f, lambda n: (torch.randn(n, 3),), [3, 5, 7], strict=strict)
