@@ -1,7 +1,8 @@
 """The runtime's switches, in one object, read from the environment once at import.
 
     TOGRAPH_NO_COMPILER=1     never build C kernels: fused groups run as torch ops
-    TOGRAPH_CACHE_DIR=PATH    where compiled kernels are kept (default: the user cache dir)
+    TOGRAPH_CACHE_DIR=PATH    where compiled kernels are kept (default: the user cache dir;
+                              read-only: used as is, new kernels in $TMPDIR/tograph-<uid>)
     CC=COMMAND                the C compiler for kernels (default: gcc, then cc)
     TOGRAPH_VERIFY_PASSES=1   run the graph verifier after every optimizer pass (tests do)
     TOGRAPH_OPTIMIZE=0        skip the optimizer: the executor runs the traced graph as is
