@@ -17,7 +17,9 @@ import collections
 import functools
 import gc
 import inspect
+import types
 import warnings
+
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -48,19 +50,21 @@ from .errors import ConversionError
 from .run_eagerly import _EAGERLY
 from .side_effects import Snapshot
 from .dynamic_shapes import DynamicShapes, argument_leaves
-
-RETRACE_WARN_AFTER = 4
+from .retracing import (_GRAD_MODE, CacheLimitWarning, RetracingWarning, Retraces,  # noqa: F401
+                        _is_call_modes, _mode, describe_change as _describe_change,
+                        warn_cache_limit)
+from .signature_cache import SignatureCache
 
 
 class FallbackWarning(UserWarning):
     """A function could not be converted or traced and ran eagerly instead."""
 
 
-class RetracingWarning(UserWarning):
-    """A converted function was traced again and again for new input signatures."""
-
-
 # --------------------------------------------------------------------------- conversion
+# (function, probed names) -> its converted function (a method's is bound to its object
+# per lookup), for the trace being made: emptied when a trace ends (``_trace_graph``), so
+# no table keeps a function, its globals or its generated code after its last trace (a
+# weak key would not do: the converted function holds the globals, which hold the key)
 _CONVERTED: Dict[Any, Any] = {}
 
 
@@ -73,17 +77,27 @@ def _origin(fn) -> Tuple[Optional[str], Optional[int]]:
 def convert_function(fn, probed=()):
     """The converted version of a user function (cached), with its source map registered.
     ``probed``: variable names whose values ``tg.probe`` records (``f.probe``)."""
-    key = (getattr(fn, "__func__", fn), getattr(fn, "__self__", None), tuple(probed))
+    func, owner = (fn.__func__, fn.__self__) if inspect.ismethod(fn) else (fn, None)
+    key = (func, tuple(probed))
     try:
-        hit = _CONVERTED.get(key)
-    except TypeError:
-        hit, key = None, None
-    if hit is not None:
-        return hit
+        run = _CONVERTED.get(key)
+    except TypeError:               # (unhashable: converted on every call)
+        run, key = None, None
+    if run is None:
+        run = _converted(func, key[1] if key else tuple(probed))
+        if key is not None:
+            _CONVERTED[key] = run
+    return run if owner is None else types.MethodType(run, owner)
+
+
+
+def _converted(fn, probed):
+    """``convert_function``'s work: convert, register the source map for as long as the
+    generated code lives, and hide ``UndefinedReturn``."""
     converted = conversion.convert(fn, {"tg": tg}, probed)
-    register_source_map(converted.filename, converted.line_map)
-    trace_log.converted(fn, converted)
     inner = converted.fn
+    register_source_map(converted.filename, converted.line_map, owner=inner.__code__)
+    trace_log.converted(fn, converted)
 
     @functools.wraps(inner)
     def run(*args, **kwargs):
@@ -91,8 +105,6 @@ def convert_function(fn, probed=()):
         return None if isinstance(result, UndefinedReturn) else result
     run.__tograph_source__ = converted.source
     run.__tograph_line_map__ = converted.line_map     # generated line -> (user file, line)
-    if key is not None:
-        _CONVERTED[key] = run
     return run
 
 
@@ -219,46 +231,8 @@ def signature_of(args, kwargs):
     return (spec,) + tuple(_leaf_key(v) for v in flat), flat, spec   # TreeSpec hashes
 
 
-def _mode(flags) -> str:
-    """A Module's train/eval flags (its own and its submodules') in words."""
-    return "train" if all(flags) else "eval" if not any(flags) else "mixed train/eval"
-
-
-_GRAD_MODE = {True: ("grad mode on",), False: ("grad mode off",)}     # a signature's last item
 _call_modes = tensor_state.call_modes
 
-
-def _is_call_modes(item) -> bool:
-    """Whether a signature item is ``_call_modes()``: (CPU autocast on, default dtype)."""
-    return isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], torch.dtype)
-
-
-def _describe_change(names: List[str], old, new) -> str:
-    if old[0] != new[0]:
-        return "the structure of the arguments changed"
-    parts = []
-    leaves = old[0].num_leaves
-    for i, (a, b) in enumerate(zip(old[1:], new[1:])):
-        if a != b and a in _GRAD_MODE.values():
-            parts.append(f"{a[0]} -> {b[0]}")
-        elif a != b and _is_call_modes(a):
-            parts.append(f"CPU autocast, default dtype: {a} -> {b}")     # _call_modes
-        elif a != b and i >= leaves:        # a Module's (and submodules') train/eval flags
-            parts.append(f"training mode: {_mode(a)} -> {_mode(b)}")
-        elif a != b:
-            name = names[i] if i < len(names) else f"argument #{i}"
-            if a[0] == "T" and b[0] == "T":
-                what = [f"{label} {x} -> {y}" for label, x, y in
-                        zip(("shape", "dtype", "requires_grad", "device", "strides and offset",
-                                         "class", "Python attributes"), a[1:], b[1:]) if x != y]
-                parts.append(f"{name}: " + ", ".join(what))
-            else:
-                parts.append(f"{name}: {a[-1]!r} -> {b[-1]!r}")
-    # the same signature traced again: a guard failed (see side_effects.Snapshot)
-    return "; ".join(parts) or ("Python state the last trace read changed (a global, a "
-                                "closure variable, a class or module attribute, a module's "
-                                "submodules, parameters, buffers or hooks, or a question "
-                                "asked of a real tensor)")
 
 
 # --------------------------------------------------------------------------- entries
@@ -303,7 +277,8 @@ class _Fallback:
 class GraphFunction:
     """A converted function: callable like the original, traced per input signature."""
 
-    def __init__(self, fn, strict: bool = False, probed: Tuple[str, ...] = (), dynamic=None):
+    def __init__(self, fn, strict: bool = False, probed: Tuple[str, ...] = (), dynamic=None,
+                 cache_limit: Optional[int] = None):
         # a partial's bound arguments become ordinary arguments of each call (tensors
         # among them are graph inputs, not constants): see _call
         self._partial = (fn.args, fn.keywords) if isinstance(fn, functools.partial) else None
@@ -315,8 +290,11 @@ class GraphFunction:
         self._fn = fn
         self._strict = strict
         self._probed = tuple(sorted(set(probed)))    # f.probe: names tg.probe records
-        self._entries: Dict[Any, Any] = {}
-        self._history: List[Any] = []
+        # signature -> entry, bounded, least recently used evicted (transpiler.signature_cache)
+        self._cache_limit = cache_limit
+        self._entries = SignatureCache(cache_limit)
+        self._retraces = Retraces()                 # why it traced: RetracingWarning
+        self._history: List[Any] = self._retraces.history
         self._bound = weakref.WeakKeyDictionary()
         target = _python_function(fn)
         try:
@@ -334,7 +312,7 @@ class GraphFunction:
         owner = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
         self._module = owner if isinstance(owner, torch.nn.Module) else None
         self._submodules = list(self._module.modules()) if self._module is not None else []
-        self._fast: Dict[Any, Any] = {}     # flat positional key -> entry
+        self._fast = self._entries.fast     # flat positional key -> entry (the same cache)
         self._dynamic = DynamicShapes(dynamic)      # to_graph(fn, dynamic=...)
         self._probing: Dict[Any, "GraphFunction"] = {}   # probed names -> probing copy
 
@@ -345,7 +323,7 @@ class GraphFunction:
             bound = self._bound.get(owner)
             if bound is None:
                 bound = GraphFunction(self._fn.__get__(None, owner), self._strict, self._probed,
-                                      self._dynamic.option)
+                                      self._dynamic.option, self._cache_limit)
                 bound = self._bound.setdefault(owner, bound)     # (one per object: threads)
             return bound
         if obj is None or self._static:
@@ -353,7 +331,7 @@ class GraphFunction:
         bound = self._bound.get(obj)
         if bound is None:
             bound = GraphFunction(self._fn.__get__(obj, objtype), self._strict, self._probed,
-                                  self._dynamic.option)
+                                  self._dynamic.option, self._cache_limit)
             bound = self._bound.setdefault(obj, bound)     # (one per object: threads)
         return bound
 
@@ -383,9 +361,12 @@ class GraphFunction:
                 fast += tuple(m.training for m in self._submodules)
             entry = self._fast.get(fast)
             if entry is not None:
+                cache = self._entries           # a hit: counted, and stamped for LRU
                 if entry.__class__ is _Fallback:
+                    entry.used = cache.hits = cache.hits + 1
                     return self._fn(*args)
                 if entry.holds():
+                    entry.used = cache.hits = cache.hits + 1
                     try:
                         return entry.fn(*args)
                     except Exception as e:
@@ -408,8 +389,10 @@ class GraphFunction:
                 return _python_function(self._fn)(*args, **kwargs)
             entry = self._dynamic_entry(key, args, kwargs, flat, spec) or \
                 self._build(key, args, kwargs, flat, spec)
+        else:
+            self._entries.hit(entry)
         if fast is not None:
-            self._fast[fast] = entry
+            self._entries.link_fast(fast, entry)
         if isinstance(entry, _Fallback):
             return self._fn(*args, **kwargs)
         if entry.argument_refs:         # a list/dict the caller passed in, returned
@@ -424,9 +407,10 @@ class GraphFunction:
         if plan is None:
             return None
         entry = self._entries.get(plan.key)
-        if isinstance(entry, _Traced) and entry.holds() and \
-                (entry.arguments_hold is None or entry.arguments_hold(flat)):
+        if _holds(entry, flat):
+            self._entries.hit(entry)
             return entry
+
         entry = self._build(plan.key, args, kwargs, flat, spec, dynamic=plan.dims)
         if entry is None:
             plan = self._dynamic.refuse(plan, key, flat)    # (the batch dims alone, or None)
@@ -457,7 +441,8 @@ class GraphFunction:
             raise ConversionError(self._no_source, file, line)
         if not self._entries:
             trace_log.fell_back(self, self._no_source, file, line, False)
-            self._entries[None] = _Fallback(self._no_source, file, line)
+            self._store(None, _Fallback(self._no_source, file, line))
+
             warnings.warn(FallbackWarning(f"{file}:{line}: {self._no_source} -- running it "
                                           f"as it is"), stacklevel=4)
         return self._fn(*args, **kwargs)
@@ -498,14 +483,17 @@ class GraphFunction:
         with TRACE_LOCK:
             entry = self._entries.get(key)
             if isinstance(entry, _Fallback) or _holds(entry, flat):
+                self._entries.hit(entry)
                 return entry
             return self._build_entry(key, args, kwargs, flat, spec, *more, **options)
 
     def _build_entry(self, key, args, kwargs, flat, spec, fallback_ok=True, dynamic=None):
         """Trace, optimize and lower a signature's entry (a ``_Fallback`` when that fails;
         with ``dynamic`` dims ({flat leaf index: dims}), None instead: no fallback)."""
-        trace_log.tracing(self, key, self._history, self._entries.get(key), flat, dynamic)
-        self._note_retrace(key)
+        cached = self._entries.get(key)
+        trace_log.tracing(self, key, self._history, cached, flat, dynamic)
+        self._entries.misses += 1
+        self._retraces.note(self, self._param_names, key, cached, flat, dynamic)
         collecting = gc.isenabled()
         if collecting:              # building makes many objects, few cycles: collecting
             gc.disable()            # them meanwhile (a full pass per few thousand) is waste
@@ -531,21 +519,36 @@ class GraphFunction:
                                           f"eagerly"), stacklevel=5)
             entry = _Fallback(reason, file, line)
         finally:
+            del _CALLED[:]              # (the guard has them: no table keeps them after)
             if collecting:
                 gc.enable()
         if not isinstance(entry, _Fallback):
             trace_log.traced(self, entry)
-        self._entries[key] = entry
+        self._store(key, entry)
         return entry
 
-    def _note_retrace(self, key) -> None:
-        self._history.append(key)
-        if len(self._history) > RETRACE_WARN_AFTER:
-            change = _describe_change(self._param_names, self._history[-2], key)
-            warnings.warn(RetracingWarning(
-                f"{getattr(self, '__name__', 'function')} was traced {len(self._history)} times; "
-                f"this time because {change}. Python values and tensor shapes are part of the "
-                f"trace: pass changing numbers as tensors to reuse one graph"), stacklevel=5)
+    def _store(self, key, entry) -> None:
+        """Cache a new entry (counted); the first eviction for the limit warns once."""
+        cache = self._entries
+        if isinstance(entry, _Fallback):
+            cache.fallbacks += 1
+        else:
+            cache.traces += 1
+        evictions = cache.evictions
+        evictions = cache.evictions
+        if cache.put(key, entry):
+            warn_cache_limit(self, cache.limit)
+        if cache.evictions != evictions:
+            trace_log.evicted(self, cache.evictions - evictions, cache)
+
+        if cache.evictions != evictions:
+            trace_log.evicted(self, cache.evictions - evictions, cache)
+
+    def cache_info(self):
+        """Counts of this function's signature cache (``transpiler.signature_cache``):
+        traces, hits, misses, evictions, fallbacks, entries, limit, dynamic_dims."""
+        return self._entries.info()
+
 
     def trace_graph(self, args, kwargs=None, dynamic=None):
         """A fresh graph traced for these arguments (not cached, not optimized), with
@@ -555,8 +558,12 @@ class GraphFunction:
         kwargs = kwargs or {}
         key, flat, spec = self._signature(args, kwargs)
         with TRACE_LOCK:
-            graph, structure, _ = self._trace_graph(args, kwargs, flat, spec, dynamic or {})
+            try:
+                graph, structure, _ = self._trace_graph(args, kwargs, flat, spec, dynamic or {})
+            finally:
+                del _CALLED[:]
         return graph, structure
+
 
     def _trace(self, args, kwargs, flat, spec, dynamic=None) -> _Traced:
         if dynamic:      # the sizes it serves: what the ops' shapes follow must be proven
@@ -670,6 +677,7 @@ class GraphFunction:
             return graph, structure, target
         finally:
             path_values.forget_identities(identities)
+            _CONVERTED.clear()          # (see _CONVERTED: kept for one trace only)
 
     def __repr__(self) -> str:
         return f"<to_graph {getattr(self, '__qualname__', self._fn)!r}>"
@@ -893,7 +901,8 @@ def _reason(e: Exception, fn) -> str:
 _DECORATOR = object()     # to_graph(strict=...) without a function: the decorator form
 
 
-def to_graph(fn=_DECORATOR, *, strict: bool = False, dynamic=None):
+def to_graph(fn=_DECORATOR, *, strict: bool = False, dynamic=None,
+             cache_limit: Optional[int] = None):
     """Convert ``fn`` (function, lambda, bound method or ``nn.Module``) to a graph function;
     for an ``nn.Module``, an ``nn.Module`` wrapping it (``transpiler.module_wrapper``).
 
@@ -901,26 +910,30 @@ def to_graph(fn=_DECORATOR, *, strict: bool = False, dynamic=None):
     ``@to_graph(strict=True)``. ``dynamic``: which input dimensions one graph serves at
     every size (``transpiler.dynamic_shapes``): None, automatic (a dimension seen with a
     second size); False, none; True, all; ``{"x": [0], 1: 0}``, by argument name or position.
+    ``cache_limit``: the most input signatures it keeps traced (least recently used
+    dropped; default ``TOGRAPH_CACHE_LIMIT`` or 64: ``transpiler.signature_cache``).
     """
     if fn is _DECORATOR:
-        return lambda f: to_graph(f, strict=strict, dynamic=dynamic)
+        return lambda f: to_graph(f, strict=strict, dynamic=dynamic, cache_limit=cache_limit)
     if isinstance(fn, GraphFunction):
-        return fn if _same_options(fn, strict, dynamic) else \
-            GraphFunction(fn.python_function, strict, dynamic=dynamic)
+        return fn if _same_options(fn, strict, dynamic, cache_limit) else \
+            GraphFunction(fn.python_function, strict, dynamic=dynamic, cache_limit=cache_limit)
     wrapper = _module_wrapper()
     if isinstance(fn, wrapper):                 # to_graph(to_graph(m)): not wrapped twice
-        return fn if _same_options(fn.graph_function, strict, dynamic) else \
-            wrapper(fn.original_module, strict, dynamic)
+        return fn if _same_options(fn.graph_function, strict, dynamic, cache_limit) else \
+            wrapper(fn.original_module, strict, dynamic, cache_limit)
     if isinstance(fn, torch.nn.Module):         # an nn.Module wrapping fn (module_wrapper)
-        return wrapper(fn, strict, dynamic)
+        return wrapper(fn, strict, dynamic, cache_limit)
     if not callable(fn) and not isinstance(fn, (staticmethod, classmethod)):
         raise TypeError(f"to_graph needs a function or nn.Module, got {type(fn).__name__}")
-    return GraphFunction(fn, strict, dynamic=dynamic)
+    return GraphFunction(fn, strict, dynamic=dynamic, cache_limit=cache_limit)
 
 
-def _same_options(fn: GraphFunction, strict: bool, dynamic) -> bool:
+def _same_options(fn: GraphFunction, strict: bool, dynamic, cache_limit=None) -> bool:
     option = fn._dynamic.option
-    return fn._strict == strict and type(option) is type(dynamic) and option == dynamic
+    return fn._strict == strict and type(option) is type(dynamic) and option == dynamic \
+        and fn._cache_limit == cache_limit
+
 
 
 def graph_function(fn) -> GraphFunction:

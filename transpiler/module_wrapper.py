@@ -36,19 +36,21 @@ from .api import GraphFunction
 _OWN = frozenset({"_orig_mod", "_graph_function"})     # the wrapper's own attributes
 
 
-def _rewrap(module: torch.nn.Module, strict: bool, dynamic=None) -> "ToGraphModule":
+def _rewrap(module: torch.nn.Module, strict: bool, dynamic=None,
+            cache_limit=None) -> "ToGraphModule":
     """Unpickling and deep copies: wrap the (copied) original again."""
-    return ToGraphModule(module, strict, dynamic)
+    return ToGraphModule(module, strict, dynamic, cache_limit)
 
 
 class ToGraphModule(torch.nn.Module):
     """``to_graph(module)``: ``module`` itself, its ``forward`` run as a graph."""
 
-    def __init__(self, module: torch.nn.Module, strict: bool = False, dynamic=None):
+    def __init__(self, module: torch.nn.Module, strict: bool = False, dynamic=None,
+                 cache_limit=None):
         # first: attribute reads and writes below go through to the original
         object.__setattr__(self, "_orig_mod", module)
-        object.__setattr__(self, "_graph_function", GraphFunction(module, strict,
-                                                                  dynamic=dynamic))
+        object.__setattr__(self, "_graph_function", GraphFunction(
+            module, strict, dynamic=dynamic, cache_limit=cache_limit))
         super().__init__()
         own = self.__dict__
         own["_parameters"], own["_buffers"] = module._parameters, module._buffers
@@ -168,9 +170,12 @@ class ToGraphModule(torch.nn.Module):
     # -- copies
     def __reduce_ex__(self, protocol):
         return _rewrap, (self._orig_mod, self._graph_function._strict,
-                         self._graph_function._dynamic.option)
+                         self._graph_function._dynamic.option,
+                         self._graph_function._cache_limit)
 
     def __deepcopy__(self, memo):
         import copy
         return ToGraphModule(copy.deepcopy(self._orig_mod, memo), self._graph_function._strict,
-                             self._graph_function._dynamic.option)
+                             self._graph_function._dynamic.option,
+                             self._graph_function._cache_limit)
+

@@ -525,8 +525,10 @@ def test_many_retraces_warn():
         for n in range(8):
             assert_same(g(POS, n), retrace_me(POS, n))
     msgs = [str(w.message) for w in rec if issubclass(w.category, RetracingWarning)]
-    assert msgs, "no RetracingWarning"
-    assert any("n" in m and "6" in m and "7" in m for m in msgs), msgs
+    # once per function and reason (tests/serving/test_retracing.py): at the 4th retrace
+    # for a Python value, naming it, with the advice for numbers
+    assert len(msgs) == 1 and "n: 3 -> 4" in msgs[0] and "as a tensor" in msgs[0], msgs
+
 
 
 def test_same_signature_no_retrace():
