@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dis
 import sys
+import weakref
 from typing import Callable
 
 import torch
@@ -295,7 +296,8 @@ def compares_values() -> bool:
     return False
 
 
-_IS_OF_VALUES: dict = {}
+_IS_OF_VALUES = weakref.WeakKeyDictionary()     # code -> bool (generated code is freed)
+
 _NAMED = ("LOAD_CONST", "LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD")
 
 

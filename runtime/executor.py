@@ -12,16 +12,18 @@ import itertools
 import keyword
 import linecache
 import math
+import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
+
 
 from . import logs
 from .graph import Graph, Node, iter_nodes, map_structure
 from .meta import TensorMeta
 from .outputs import Again, ArgRef, Existing, Rebuild
 from .passes.counted_loops import counted, kernel_loop, kernel_while
-from .source_info import format_location
+from .source_info import forget, format_location
 
 _FILE_IDS = itertools.count(1)
 _FLAT = object()      # a function returning the flat tuple of its outputs
@@ -427,14 +429,29 @@ def lower(graph: Graph, inputs: Optional[Sequence[Optional[Node]]] = None,
     return Executable(namespace[name], source, filename)
 
 
+class _Lifetime:
+    """Kept in a generated module's namespace: freed with the namespace (when its last
+    function is), it frees the file's ``linecache`` text and line table."""
+
+    __slots__ = ("__weakref__",)
+
+
+def _forget(filename: str) -> None:
+    _LINE_NODES.pop(filename, None)
+    forget(filename)
+
+
 def load_lowered(lowering: "_Lowering", kind: str):
     """Run the generated source of ``lowering`` as a module registered with ``linecache``
-    (tracebacks show it; its lines map to nodes): (namespace, source, file name)."""
+    (tracebacks show it; its lines map to nodes) for as long as its functions live:
+    (namespace, source, file name)."""
     source = "\n".join(lowering.lines) + "\n"
     filename = f"<tograph-{kind}-{next(_FILE_IDS)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     _LINE_NODES[filename] = lowering.line_nodes
     namespace = dict(lowering.globals)
+    lifetime = namespace["__tograph_lifetime__"] = _Lifetime()
+    weakref.finalize(lifetime, _forget, filename)
     exec(compile(source, filename, "exec"), namespace)
     return namespace, source, filename
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dis
 import sys
+import weakref
 from typing import Dict, List, Tuple
 
 import torch
@@ -256,7 +257,8 @@ def wrap(leaves: list, found: Dict[int, tuple]) -> list:
 
 
 # --------------------------------------------------------------------------- `is`
-_COMPARES_IDENTITY: Dict[object, bool] = {}
+_COMPARES_IDENTITY = weakref.WeakKeyDictionary()     # code -> bool (generated code is freed)
+
 
 
 def compares_identity(code) -> bool:

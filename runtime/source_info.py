@@ -7,8 +7,11 @@ code generator registers here.
 """
 from __future__ import annotations
 
+import linecache
 import os
 import sys
+import weakref
+
 from typing import Dict, Optional, Tuple
 
 Location = Tuple[str, int]
@@ -22,10 +25,24 @@ _STDLIB = os.path.dirname(os.__file__) + os.sep
 _SOURCE_MAPS: Dict[str, Dict[int, Location]] = {}
 
 
-def register_source_map(filename: str, line_map: Dict[int, Location]) -> None:
-    """Declare that lines of generated file ``filename`` come from user locations."""
+def register_source_map(filename: str, line_map: Dict[int, Location], owner=None) -> None:
+    """Declare that lines of generated file ``filename`` come from user locations.
+    ``owner``: the object the generated code lives as long as (its code object): when it
+    is freed, so are the map and the file's ``linecache`` text (``forget``)."""
+    if owner is not None and filename in _SOURCE_MAPS:
+        return                      # registered already, with its owner
     _SOURCE_MAPS[filename] = dict(line_map)
     _LIBRARY.pop(filename, None)
+    if owner is not None:
+        weakref.finalize(owner, forget, filename)
+
+
+def forget(filename: str) -> None:
+    """Drop what is kept for generated file ``filename``: its source map, its
+    ``linecache`` text, what ``_is_library`` noted of it."""
+    _SOURCE_MAPS.pop(filename, None)
+    _LIBRARY.pop(filename, None)
+    linecache.cache.pop(filename, None)
 
 
 def map_location(filename: str, lineno: int) -> Optional[Location]:

@@ -9,6 +9,8 @@ flags they must see) and before the converters that read them.
 import ast
 import dataclasses
 import inspect
+import weakref
+
 
 import gast
 
@@ -61,7 +63,9 @@ class _Compiled:
     line_map: dict
 
 
-_cache = {}
+# original code object -> {(its file, first line, extra names, probed): _Compiled}, freed
+# with the code; the generated file's linecache text is freed with the generated code
+_cache = weakref.WeakKeyDictionary()
 
 
 def _unwrap(fn):
@@ -144,8 +148,12 @@ def convert(fn, extra_globals, probed=()):
     fn, bound_self = _unwrap(fn)
     probed = tuple(sorted(set(probed)))
     code = fn.__code__                 # equal code objects may come from different files
-    key = (code, code.co_filename, code.co_firstlineno, tuple(sorted(extra_globals)), probed)
-    compiled = _cache.get(key)
+    key = (code.co_filename, code.co_firstlineno, tuple(sorted(extra_globals)), probed)
+    try:
+        compiled_for = _cache.setdefault(code, {})
+    except TypeError:                  # (not weakly referable: not cached)
+        compiled_for = {}
+    compiled = compiled_for.get(key)
     if compiled is None:
         tree = _convert_tree(fn, probed)
         source = codegen.to_source(tree)
@@ -153,7 +161,8 @@ def convert(fn, extra_globals, probed=()):
         outer = list(fn.__code__.co_freevars) + [n for n in extra_globals
                                                  if n not in fn.__code__.co_freevars]
         code = loader.compile_function(source, tree.name, outer, filename)
-        compiled = _cache[key] = _Compiled(code, source, filename, _line_map(tree, source))
+        weakref.finalize(code, loader.forget, filename)
+        compiled = compiled_for[key] = _Compiled(code, source, filename, _line_map(tree, source))
     cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
     new_fn = loader.make_function(compiled.code, fn.__globals__, cells, extra_globals, like=fn)
     if bound_self is not None:

@@ -30,6 +30,12 @@ def register(filename, source):
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
 
 
+def forget(filename):
+    """Drop a generated file's text (when its code is freed: ``conversion.convert``)."""
+    linecache.cache.pop(filename, None)
+
+
+
 def compile_function(source, name, outer_names, filename):
     """Code object of function ``name`` defined by ``source``, with ``outer_names`` free."""
     register(filename, source)
