@@ -102,13 +102,7 @@ def appends_in_loop(x):
 def _inputs(kind, shape, seed):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(shape, generator=gen)
-    if kind == "branchy":
-        return x, torch.randn(shape[-1], 3, generator=gen)
-    if kind == "looping":
-        return (x,)
-    if kind == "counting":
-        return (x,)
-    return (x,)
+    return (x, torch.randn(shape[-1], 3, generator=gen)) if kind == "branchy" else (x,)
 
 
 PROGRAMS = {"branchy": branchy, "looping": looping, "counting": counting}
@@ -206,6 +200,32 @@ def test_one_signature_is_traced_once(strict, no_compiler):
         assert len(traces) == 1, f"round {round_}: traced {len(traces)} times"
         for k in range(THREADS):
             assert_same(got[k], branchy(x[k], w))
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
+def test_gradients_from_many_threads(strict, no_compiler):
+    """Eight threads' first calls with inputs that require grad, each thread running
+    backward through its own result: every gradient equals eager's."""
+    g = to_graph(branchy, strict=strict)
+    shapes = SHAPES["branchy"]
+    cases = [_inputs("branchy", shapes[k % len(shapes)], 7 * k) for k in range(THREADS)]
+    expected = []
+    for x, w in cases:
+        x, w = x.clone().requires_grad_(), w.clone().requires_grad_()
+        (branchy(x, w) ** 2).sum().backward()
+        expected.append((x.grad, w.grad))
+    got = [None] * THREADS
+
+    def work(k):
+        x, w = (t.clone().requires_grad_() for t in cases[k])
+        (g(x, w) ** 2).sum().backward()
+        got[k] = (x.grad, w.grad)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        errors = _run_threads(work)
+    assert not errors, repr(errors[0])
+    for k in range(THREADS):
+        assert_same(got[k], expected[k], f"thread {k} gradients")
 
 
 def test_fallback_from_many_threads_warns_once_per_signature(no_compiler):
