@@ -16,6 +16,7 @@ one frozen sample.
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any, Callable, List, Optional
 
 import torch
@@ -192,7 +193,12 @@ def _target_graph(args, leaves: Optional[List["SymbolicTensor"]] = None) -> Grap
             raise GraphError("an operation mixes tensors from different graphs")
         if not owners:
             raise GraphError("no graph to record into")
-        return next(iter(owners.values()))._node.graph.root
+        t = next(iter(owners.values()))
+        if getattr(t._node.graph.root, "traced_by", None) not in (None, threading.get_ident()):
+            raise GraphError(f"tensor {t._node.name!r} belongs to a graph that another thread "
+                             f"is tracing (a Python object the traced code assigned it to, "
+                             f"read by this thread meanwhile); it has no value here")
+        return t._node.graph.root
     chain = {id(g) for g in graph.ancestors()}
     for t in leaves:
         if id(t._node.graph) not in chain:
@@ -635,8 +641,10 @@ def tracing(graph: Graph):
     """Trace Python code into ``graph``: record into it, and capture random factories.
     ``with torch.no_grad():`` in traced code records its grad-mode switches as ops."""
     grad = torch.is_grad_enabled()       # traced no_grad/enable_grad switch it for real
+    graph.traced_by = threading.get_ident()     # (its tensors are refused to other threads)
     try:
         with tensor_state.watching_modes(), building(graph), _TracingMode():
             yield graph
     finally:
+        graph.traced_by = None
         torch._C._set_grad_enabled(grad)

@@ -375,3 +375,50 @@ def test_eager_code_on_another_thread_sees_no_trace(no_compiler):
     assert_same(seen["session"], torch.tensor([3.0, 6.0]))
     assert_same(a_out[0], torch.ones(3) * 2 + 1 - 3)
     assert [n.op for n in g.graph(torch.ones(3)).nodes if n.op == "cond"] == ["cond"]
+
+
+BOX = {}
+
+
+def test_a_traced_tensor_left_in_a_shared_object_is_refused_to_other_threads():
+    """Thread A's traced code puts a graph value into a dict another thread can read, and
+    stops there. Thread B's eager arithmetic on it raises GraphError (that value has no
+    data), instead of recording into A's graph and handing B a symbolic tensor; A's call,
+    which changed the dict, falls back and equals eager."""
+    inside, resume = threading.Lock(), threading.Lock()
+    inside.acquire()
+    resume.acquire()
+
+    def pause():
+        if inside.locked():
+            inside.release()
+            resume.acquire(timeout=TIMEOUT)
+            resume.release()
+
+    def leaky(x):
+        y = x + 1
+        if y.sum() > 0:
+            y = y * 2
+        BOX["last"] = y
+        pause()
+        return y
+
+    g = to_graph(leaky)
+    out, seen = [], {}
+    ta = threading.Thread(target=lambda: out.append(g(torch.ones(2))))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ta.start()
+        assert inside.acquire(timeout=TIMEOUT)
+        try:
+            leaked = BOX["last"]
+            try:
+                seen["result"] = leaked * 3
+            except runtime.GraphError as e:
+                seen["error"] = str(e)
+        finally:
+            resume.release()
+            ta.join(TIMEOUT)
+    assert "another thread is tracing" in seen.get("error", ""), seen
+    assert_same(out[0], torch.full((2,), 4.0))
+    assert any(issubclass(w.category, FallbackWarning) for w in caught)
