@@ -358,7 +358,7 @@ def build(source: str, name: str = "kernel") -> ctypes.CDLL:
             if lib is None:
                 so_path = memo + ".so"
                 with build_lock.held(memo + ".lock", LOCK_TIMEOUT_S):
-                    lib = _load(so_path)            # built while this process waited?
+                    lib = _find((where.write,), key, name)    # built while we waited?
                     if lib is None:
                         start = time.perf_counter()
                         _compile(argv, flags, source, so_path, name)
