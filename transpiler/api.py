@@ -535,12 +535,8 @@ class GraphFunction:
         else:
             cache.traces += 1
         evictions = cache.evictions
-        evictions = cache.evictions
         if cache.put(key, entry):
             warn_cache_limit(self, cache.limit)
-        if cache.evictions != evictions:
-            trace_log.evicted(self, cache.evictions - evictions, cache)
-
         if cache.evictions != evictions:
             trace_log.evicted(self, cache.evictions - evictions, cache)
 

@@ -45,6 +45,8 @@ def tracing(function, key, history, cached, flat, dynamic=None) -> None:
         explain = getattr(cached, "explain_guard", None)
         why = "a guard failed: " + ((explain(flat) if explain is not None else "") or
                                     _describe_change(names, key, key))
+    elif key in history:
+        why = "traced before, and its graph was dropped for the cache limit"
     elif history:
         why = "new input signature: " + _describe_change(names, history[-1], key)
     else:

@@ -92,6 +92,21 @@ def test_retrace_and_cache_topics_say_why(caplog):
     assert cache[-1].endswith("2 signature(s) cached")
 
 
+def test_cache_topic_evictions(caplog):
+    f = to_graph(lambda x, n: x * n, cache_limit=2)
+    with caplog.at_level(logging.INFO, logger="tograph"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")                 # (the cache limit's own warning)
+        for n in (0, 1, 2, 3, 0):
+            torch.testing.assert_close(f(torch.ones(2), n), torch.full((2,), float(n)))
+    evicted = [m for m in _records(caplog, "cache") if "evicted" in m]
+    assert evicted == [
+        f"<lambda>: evicted 1 least recently used signature(s) for the limit of 2 ({k} "
+        f"evictions so far)" for k in (1, 2, 3)]
+    assert _records(caplog, "retrace")[-1] == (
+        "tracing <lambda> (trace #5): traced before, and its graph was dropped for the "
+        "cache limit")
+
+
 def test_guard_failure_names_the_check(caplog):
     global SCALE
     f = to_graph(_branchy)
