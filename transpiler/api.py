@@ -43,7 +43,7 @@ from runtime.source_info import location_of_traceback, reentered_call_site, regi
 from runtime import views
 from runtime.symbolic import tracing, wrap_node
 from runtime.tensor_list import take_converted
-from runtime.threads import TRACE_LOCK
+from runtime.threads import TRACE_LOCK, PerThreadList
 
 from . import conversion, trace_log
 from .errors import ConversionError
@@ -108,7 +108,7 @@ def _converted(fn, probed):
     return run
 
 
-_CALLED: List[Any] = []     # user functions converted while the current trace ran
+_CALLED = PerThreadList()     # user functions converted while this thread's trace ran
 
 
 def _made_by_converted_code(fn) -> bool:
