@@ -294,6 +294,8 @@ class GraphFunction:
         self._cache_limit = cache_limit
         self._entries = SignatureCache(cache_limit)
         self._retraces = Retraces()                 # why it traced: RetracingWarning
+        self._leaf_names: List[str] = []            # the last trace's (for cache_info)
+
         self._history: List[Any] = self._retraces.history
         self._bound = weakref.WeakKeyDictionary()
         target = _python_function(fn)
@@ -491,6 +493,7 @@ class GraphFunction:
         """Trace, optimize and lower a signature's entry (a ``_Fallback`` when that fails;
         with ``dynamic`` dims ({flat leaf index: dims}), None instead: no fallback)."""
         cached = self._entries.get(key)
+        self._leaf_names = _leaf_names(self._param_names, args, kwargs, len(flat))
         trace_log.tracing(self, key, self._history, cached, flat, dynamic)
         self._entries.misses += 1
         self._retraces.note(self, self._param_names, key, cached, flat, dynamic)
@@ -542,8 +545,11 @@ class GraphFunction:
 
     def cache_info(self):
         """Counts of this function's signature cache (``transpiler.signature_cache``):
-        traces, hits, misses, evictions, fallbacks, entries, limit, dynamic_dims."""
-        return self._entries.info()
+        traces, hits, misses, evictions, fallbacks, entries, limit, and dynamic_dims
+        ({argument name: dims traced dynamic}, ``transpiler.dynamic_shapes``)."""
+        names = self._leaf_names
+        return self._entries.info({names[i] if i < len(names) else f"input{i}": tuple(dims)
+                                   for i, dims in self._dynamic.dims().items()})
 
 
     def trace_graph(self, args, kwargs=None, dynamic=None):

@@ -107,13 +107,33 @@ def changes(names: List[str], old, new) -> List[Tuple[str, str]]:
                         zip(_TENSOR_PARTS, a[1:], b[1:]) if x != y]
                 kind = "shapes" if a[1] != b[1] else "tensors"
                 out.append((kind, f"{name}: " + ", ".join(what)))
-            elif a[0] in ("M", "O") or b[0] in ("M", "O"):
-                out.append(("objects", f"{name}: another object"
-                            if a[0] == b[0] and a[1] != b[1] else f"{name}: {a[-1]!r} -> "
-                            f"{b[-1]!r}"))
-            else:
+            elif _is_value(a) and _is_value(b):
                 out.append(("values", f"{name}: {a[-1]!r} -> {b[-1]!r}"))
+            elif a[0] in ("M", "O") and a[0] == b[0] or a[0] is b[0]:
+                # a module, an unhashable object (by identity), a hashable one (by equality)
+                kind = f"{type(b[-1]).__name__} object" if a[0] not in ("M", "O") else \
+                    "module" if a[0] == "M" else "object"
+
+                out.append(("objects", f"{name}: another {kind}"))
+            else:
+                out.append(("objects", f"{name}: {_what(a)} -> {_what(b)}"))
     return out
+
+
+_VALUES = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _is_value(leaf) -> bool:
+    """A leaf key of a Python number, string, bytes or None (``api._leaf_key``)."""
+    return leaf[0] in _VALUES
+
+
+def _what(leaf) -> str:
+    if leaf[0] == "T":
+        return "a tensor"
+    if leaf[0] in ("M", "O"):
+        return "a module" if leaf[0] == "M" else "an object"
+    return repr(leaf[-1]) if _is_value(leaf) else f"a {type(leaf[-1]).__name__}"
 
 
 def describe_change(names: List[str], old, new) -> str:
@@ -154,19 +174,21 @@ def _shape_advice(names, old, new) -> str:
 
 
 _ADVICE = {
-    "values": "Python numbers and other Python values are constants of the graph: each new "
+    "values": "Python numbers, strings and None are constants of the graph: each new "
               "value is a new trace. Pass a number that changes from call to call as a tensor "
               "(torch.tensor(n)) to reuse one graph",
-    "objects": "object arguments are checked by identity: pass the same object each call, or "
-               "its changing numbers and tensors as arguments",
-    "tensors": "each dtype, device, requires_grad setting and memory layout is its own graph: "
+    "objects": "Object arguments are part of the signature (by identity, or by equality "
+               "when hashable): pass the same object each call, and its changing numbers "
+               "and tensors as arguments",
+    "tensors": "Each dtype, device, requires_grad setting and memory layout is its own graph: "
                "pass inputs alike (one dtype, .contiguous())",
-    "structure": "the number of arguments, their keywords and the lengths and types of "
+    "structure": "The number of arguments, their keywords and the lengths and types of "
                  "containers are part of the trace: keep them fixed (a list of varying "
                  "length as one stacked tensor)",
-    "state": "a graph holds the globals, closure variables and attributes its trace read; "
+    "state": "A graph holds the globals, closure variables and attributes its trace read; "
              "when one changes it traces again: pass a value that changes between calls as "
              "an argument (numbers as tensors)",
+
 }
 
 
@@ -189,7 +211,8 @@ class Retraces:
         elif cached is not None:
             explain = getattr(cached, "explain_guard", None)
             detail = explain(flat) if explain is not None and flat is not None else ""
-            kind, change = "state", STATE_CHANGED + (f": {detail}" if detail else "")
+            kind, change = "state", (f"Python state the last trace read changed: {detail}"
+                                     if detail else STATE_CHANGED)
         elif key in history:
             kind, change = "evicted", "its graph was dropped for the cache limit"
         else:

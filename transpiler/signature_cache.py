@@ -76,7 +76,6 @@ class SignatureCache(MutableMapping):
         self.fast: Dict[Any, Any] = {}           # fast key -> entry (api's fast path)
         self.hits = self.misses = self.traces = self.fallbacks = self.evictions = 0
         self.limit_reached = False               # the limit was hit (warned once)
-        self.dynamic_dims: Dict[str, tuple] = {}
 
     # -- the mapping
     def __getitem__(self, key):
@@ -163,14 +162,10 @@ class SignatureCache(MutableMapping):
         self.fast.clear()
 
     # -- what cache_info reports
-    def info(self) -> CacheInfo:
+    def info(self, dynamic_dims: Optional[Dict[str, tuple]] = None) -> CacheInfo:
+        """The counts; ``dynamic_dims`` from ``transpiler.dynamic_shapes``."""
         return CacheInfo(traces=self.traces, hits=self.hits, misses=self.misses,
                          evictions=self.evictions, fallbacks=self.fallbacks,
                          entries=len(self._entries), limit=self.limit,
-                         dynamic_dims=dict(self.dynamic_dims))
+                         dynamic_dims=dict(dynamic_dims or {}))
 
-    def note_dynamic(self, name: str, dims) -> None:
-        """Record that argument ``name``'s dimensions ``dims`` are traced dynamic (for
-        ``cache_info().dynamic_dims``; ``transpiler.dynamic_shapes`` calls this)."""
-        self.dynamic_dims[name] = tuple(sorted(set(self.dynamic_dims.get(name, ())) |
-                                               set(dims)))
