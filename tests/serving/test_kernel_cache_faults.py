@@ -11,7 +11,10 @@
   is waited for ``LOCK_TIMEOUT_S`` and then built past, with a warning.
 
 Each test has its own cache directory, fallback directory and once-per-process warning
-memory, so nothing touches the user's cache. Kernels are tiny (each compile ~0.1 s).
+memory, so nothing touches the user's cache. Kernels are tiny (each compile ~0.1 s); the
+competing processes are forked (no second torch import). As root, whom permissions do not
+stop, the read-only and unreadable directories are simulated by patching the write probe
+and ``os.access`` for that one path.
 """
 import ctypes
 import fcntl
