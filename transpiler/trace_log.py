@@ -17,6 +17,13 @@ def _name(function) -> str:
     return str(name or "function").rpartition("<locals>.")[2]
 
 
+def _dims(function, dynamic) -> str:
+    """``{flat leaf index: dims}`` in words: ``x dims [0]`` (by the trace's leaf names)."""
+    names = getattr(function, "_leaf_names", None) or []
+    return ", ".join(f"{names[i] if i < len(names) else f'input #{i}'} dims {sorted(dims)}"
+                     for i, dims in sorted(dynamic.items()))
+
+
 def converted(fn, result) -> None:
     """``tograph.code``: a function converted (its generated source at DEBUG)."""
     if logs.code.isEnabledFor(INFO):
@@ -29,28 +36,32 @@ def converted(fn, result) -> None:
 
 def tracing(function, key, history, cached, flat, dynamic=None) -> None:
     """``tograph.retrace`` and ``tograph.cache``: a call is about to trace, and why (first
-    call; a new signature, what differs from the last one; a cached graph's guard failed,
-    which check). ``history``: the signatures traced before; ``cached``: ``key``'s entry
-    (a guard failed) or None; ``flat``: the call's flattened arguments; ``dynamic``: the
-    dims traced dynamic ({flat leaf index: dims}, ``tograph.dynamic``)."""
+    call; a new signature, what differs from the closest one traced; a cached graph's
+    guard failed, which check; a new size, traced dynamic). ``history``: the signatures
+    traced before; ``cached``: ``key``'s entry (a guard failed) or None; ``flat``: the
+    call's flattened arguments; ``dynamic``: the dims traced dynamic ({flat leaf index:
+    dims}, ``tograph.dynamic``)."""
     if dynamic and logs.dynamic.isEnabledFor(INFO):
         logs.dynamic.info("tracing %s with dynamic dimensions %s", _name(function),
-                          ", ".join(f"input #{i} dim {sorted(dims)}"
-                                    for i, dims in sorted(dynamic.items())))
+                          _dims(function, dynamic))
     if not (logs.retrace.isEnabledFor(INFO) or logs.cache.isEnabledFor(INFO)):
         return
-    from .api import _describe_change
+    from .retracing import _closest, describe_change
     names = getattr(function, "_param_names", [])
     if cached is not None:
         explain = getattr(cached, "explain_guard", None)
         why = "a guard failed: " + ((explain(flat) if explain is not None else "") or
-                                    _describe_change(names, key, key))
+                                    describe_change(names, key, key))
+    elif not history:
+        why = "first call"
+    elif dynamic:
+        why = "a new size"
     elif key in history:
         why = "traced before, and its graph was dropped for the cache limit"
-    elif history:
-        why = "new input signature: " + _describe_change(names, history[-1], key)
     else:
-        why = "first call"
+        why = "new input signature: " + describe_change(names, _closest(history, key), key)
+    if dynamic:
+        why += ": tracing dimensions " + _dims(function, dynamic) + " as dynamic"
     logs.retrace.info("tracing %s (trace #%d): %s", _name(function), len(history) + 1, why)
     logs.cache.info("%s: cache miss (%s); %d signature(s) cached", _name(function),
                     "guard failed" if cached is not None else "new signature",

@@ -83,8 +83,10 @@ def test_retrace_and_cache_topics_say_why(caplog):
         f(torch.randn(5, 3), 3)
     retrace = _records(caplog, "retrace")
     assert len(retrace) == 3 and retrace[0] == "tracing _branchy (trace #1): first call"
-    assert retrace[1].startswith("tracing _branchy (trace #2): new input signature: x: shape "
-                                 "(4, 3) -> ")               # (5, 3), or (None, 3): dynamic
+    assert retrace[1] in ("tracing _branchy (trace #2): new input signature: x: shape (4, 3) "
+                          "-> (5, 3)",
+                          "tracing _branchy (trace #2): a new size: tracing dimensions x dims "
+                          "[0] as dynamic")               # (automatic dynamic shapes)
     assert retrace[2].startswith("tracing _branchy (trace #3): new input signature: ")
     assert retrace[2].endswith("n: 2 -> 3")
     cache = _records(caplog, "cache")
@@ -209,7 +211,9 @@ def test_dynamic_topic(caplog):
             torch.testing.assert_close(f(torch.ones(n, 3)), torch.full((n, 3), 2.0))
     dynamic = _records(caplog, "dynamic")
     assert dynamic and dynamic[0].startswith("tracing <lambda> with dynamic dimensions "
-                                             "input #0 dim [0"), dynamic
+                                             "x dims [0"), dynamic
+    assert _records(caplog, "retrace")[0].startswith(
+        "tracing <lambda> (trace #1): first call: tracing dimensions x dims [0")
 
 
 def test_topic_loggers():
@@ -321,8 +325,8 @@ def test_environment_switch_at_import(tmp_path):
     err = done.stderr
     assert "TOGRAPH_LOGS: unknown topic(s) 'bogus' ignored; valid topics: graph" in err
     assert err.count("tracing f (trace #1): first call") == 1     # once: not via root too
-    assert "[tograph.retrace] INFO tracing f (trace #2): new input signature: x: shape (3,) " \
-           "-> " in err
+    assert "[tograph.retrace] INFO tracing f (trace #2): a new size: tracing dimensions x " \
+           "dims [0] as dynamic" in err
     assert "[tograph.graph] DEBUG graph of f:" in err
     assert "tograph.fusion" not in err and "tograph.code" not in err
     assert f"levels {logging.ERROR} {logging.WARNING}" in done.stdout
