@@ -25,11 +25,13 @@ A dynamic trace that fails (the code needs a size as a Python number: ``len(x)``
 whose shape cannot be proven for other sizes, ``runtime.shape_inference.strict_dims``)
 is not a fallback: the call is traced static, and its pattern is remembered as refused
 (no retry on every call). State is per ``GraphFunction``; calls that miss the exact
-signature update it (dict and set updates: two threads racing at most trace one
-pattern twice, under the trace lock one after the other).
+signature update it, one thread at a time (the object's lock: a thread reading the
+groups never sees another change them); two threads racing at most trace one pattern
+twice, under the trace lock one after the other.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Set, Tuple
 
 import torch
@@ -126,74 +128,78 @@ class DynamicShapes:
     def __init__(self, option=None):
         self.option = option
         self._groups: Dict[Any, _Group] = {}
+        self._lock = threading.RLock()      # plan, refuse, dims: one thread at a time
 
     def plan(self, key: tuple, flat, arguments) -> Optional[Plan]:
         """The dynamic entry that serves a call with no exact entry, or None: trace it
         static. Notes the call's sizes (automatic mode). ``arguments``: a callable giving
         ``argument_leaves`` (needed on the first call only)."""
-        if self.option is False:
-            return None
-        tensors = _tensors(flat)
-        if not tensors or len(key) < 1 + len(flat):
-            return None
-        group_key = _erase(key, flat, tensors)
-        shapes = {i: tuple(flat[i].shape) for i in tensors}
-        group = self._groups.get(group_key)
-        if group is None:
-            try:
-                start = normalize(self.option, arguments(), flat)[1]
-            except (TypeError, ValueError):
-                if not self._groups:
-                    raise               # the option does not fit the function's arguments
-                start = {}              # (another structure of arguments: what fits none)
-            group = self._groups[group_key] = _Group(shapes)
-            for i, dims in start.items():
-                group.wanted[i] = set(dims)
-        else:
-            for i in tensors:
-                changed = {d for d, (a, b) in enumerate(zip(group.first[i], shapes[i]))
-                           if a != b and (i, d) not in group.blocked}
-                if changed:
-                    group.wanted.setdefault(i, set()).update(changed)
-        dims = {i: tuple(sorted(d for d in ds if shapes[i][d] >= 2))
-                for i, ds in group.wanted.items() if _contiguous(flat[i])}
-        dims = {i: ds for i, ds in dims.items() if ds}
-        if not dims:
-            return None
-        pattern = _pattern(key, flat, dims)
-        if pattern in group.refused:
-            return None
-        return Plan(pattern, dims)
+        with self._lock:
+            if self.option is False:
+                return None
+            tensors = _tensors(flat)
+            if not tensors or len(key) < 1 + len(flat):
+                return None
+            group_key = _erase(key, flat, tensors)
+            shapes = {i: tuple(flat[i].shape) for i in tensors}
+            group = self._groups.get(group_key)
+            if group is None:
+                try:
+                    start = normalize(self.option, arguments(), flat)[1]
+                except (TypeError, ValueError):
+                    if not self._groups:
+                        raise               # the option does not fit the function's arguments
+                    start = {}              # (another structure of arguments: what fits none)
+                group = self._groups[group_key] = _Group(shapes)
+                for i, dims in start.items():
+                    group.wanted[i] = set(dims)
+            else:
+                for i in tensors:
+                    changed = {d for d, (a, b) in enumerate(zip(group.first[i], shapes[i]))
+                               if a != b and (i, d) not in group.blocked}
+                    if changed:
+                        group.wanted.setdefault(i, set()).update(changed)
+            dims = {i: tuple(sorted(d for d in ds if shapes[i][d] >= 2))
+                    for i, ds in group.wanted.items() if _contiguous(flat[i])}
+            dims = {i: ds for i, ds in dims.items() if ds}
+            if not dims:
+                return None
+            pattern = _pattern(key, flat, dims)
+            if pattern in group.refused:
+                return None
+            return Plan(pattern, dims)
 
     def refuse(self, plan: Plan, key: tuple, flat) -> Optional[Plan]:
         """``plan``'s trace failed: calls of its pattern are traced static from now on.
         When it had dims besides the first of each tensor (a feature or sequence dim the
         code needs as traced: ``Linear``'s input width), those are never dynamic again in
         this group, and the plan with the first dims alone (the batch) is returned to try."""
-        group = self._groups.get(_erase(key, flat, _tensors(flat)))
-        if group is None:
-            return None
-        group.refused.add(plan.key)
-        others = {(i, d) for i, ds in plan.dims.items() for d in ds if d != 0}
-        if not others:
-            return None
-        group.blocked |= others
-        for i, d in others:
-            group.wanted.get(i, set()).discard(d)
-        dims = {i: (0,) for i, ds in plan.dims.items() if 0 in ds}
-        if not dims:
-            return None
-        narrower = Plan(_pattern(key, flat, dims), dims)
-        return None if narrower.key in group.refused else narrower
+        with self._lock:
+            group = self._groups.get(_erase(key, flat, _tensors(flat)))
+            if group is None:
+                return None
+            group.refused.add(plan.key)
+            others = {(i, d) for i, ds in plan.dims.items() for d in ds if d != 0}
+            if not others:
+                return None
+            group.blocked |= others
+            for i, d in others:
+                group.wanted.get(i, set()).discard(d)
+            dims = {i: (0,) for i, ds in plan.dims.items() if 0 in ds}
+            if not dims:
+                return None
+            narrower = Plan(_pattern(key, flat, dims), dims)
+            return None if narrower.key in group.refused else narrower
 
     def dims(self) -> Dict[str, Any]:
         """What is dynamic, for ``cache_info``: {leaf index: sorted dims wanted}, over
         the groups (a leaf's dims in any of them)."""
-        out: Dict[int, Set[int]] = {}
-        for group in self._groups.values():
-            for i, ds in group.wanted.items():
-                out.setdefault(i, set()).update(ds)
-        return {i: sorted(ds) for i, ds in sorted(out.items())}
+        with self._lock:
+            out: Dict[int, Set[int]] = {}
+            for group in self._groups.values():
+                for i, ds in group.wanted.items():
+                    out.setdefault(i, set()).update(ds)
+            return {i: sorted(ds) for i, ds in sorted(out.items())}
 
 
 def _erase(key: tuple, flat, tensors: List[int]) -> tuple:

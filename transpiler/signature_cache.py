@@ -17,11 +17,15 @@ per size seen), kept to ``FAST_PER_ENTRY`` times the limit, oldest dropped first
 The limit: ``to_graph(fn, cache_limit=N)``, else the environment's ``TOGRAPH_CACHE_LIMIT``
 (read when the function is made), else ``DEFAULT_LIMIT``. Counts are plain attributes,
 updated without a lock: under threads they may miss a few increments (never an entry).
+Changes to the maps (put, link_fast, del, clear) hold the cache's own lock: threads that
+link fast keys while another evicts never see a map change under them (the fast path
+only reads ``fast``).
 """
 from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 from collections.abc import MutableMapping
 from typing import Any, Dict, Iterator, Optional
 
@@ -76,6 +80,7 @@ class SignatureCache(MutableMapping):
         self.fast: Dict[Any, Any] = {}           # fast key -> entry (api's fast path)
         self.hits = self.misses = self.traces = self.fallbacks = self.evictions = 0
         self.limit_reached = False               # the limit was hit (warned once)
+        self._lock = threading.RLock()           # the maps' changes, one thread at a time
 
     # -- the mapping
     def __getitem__(self, key):
@@ -85,8 +90,9 @@ class SignatureCache(MutableMapping):
         self.put(key, entry)
 
     def __delitem__(self, key) -> None:
-        entry = self._entries.pop(key)
-        self._forget(key, entry)
+        with self._lock:
+            entry = self._entries.pop(key)
+            self._forget(key, entry)
 
     def __iter__(self) -> Iterator:
         return iter(list(self._entries))
@@ -103,17 +109,18 @@ class SignatureCache(MutableMapping):
     def put(self, key, entry) -> bool:
         """Cache ``entry`` under ``key`` (replacing the key's old entry and its fast keys);
         when full, evict the least recently used first. True: this put first hit the limit."""
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self._forget(key, old)
-        first = False
-        while len(self._entries) >= self.limit:
-            self._evict()
-            first, self.limit_reached = not self.limit_reached, True
-        entry.used = self.hits
-        self._entries[key] = entry
-        self._keys[id(entry)] = key
-        return first
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._forget(key, old)
+            first = False
+            while len(self._entries) >= self.limit:
+                self._evict()
+                first, self.limit_reached = not self.limit_reached, True
+            entry.used = self.hits
+            self._entries[key] = entry
+            self._keys[id(entry)] = key
+            return first
 
     def _evict(self) -> None:
         key = min(self._entries, key=lambda k: self._entries[k].used)   # earliest among equals
@@ -136,17 +143,18 @@ class SignatureCache(MutableMapping):
 
     def link_fast(self, fast, entry) -> None:
         """``fast`` (a flat key) serves ``entry`` from now on, while ``entry`` is cached."""
-        key = self._keys.get(id(entry))
-        if key is None or self._entries.get(key) is not entry:
-            return                                   # not (or no longer) cached
-        if self.fast.get(fast) is entry:
-            return
-        self.fast.pop(fast, None)                    # (a stale entry's key: moved to the end)
-        self.fast[fast] = entry
-        self._fast_of.setdefault(key, []).append(fast)
-        while len(self.fast) > FAST_PER_ENTRY * self.limit:
-            oldest = next(iter(self.fast))
-            self._unlink(oldest)
+        with self._lock:
+            key = self._keys.get(id(entry))
+            if key is None or self._entries.get(key) is not entry:
+                return                                   # not (or no longer) cached
+            if self.fast.get(fast) is entry:
+                return
+            self.fast.pop(fast, None)                    # (a stale entry's key: moved to the end)
+            self.fast[fast] = entry
+            self._fast_of.setdefault(key, []).append(fast)
+            while len(self.fast) > FAST_PER_ENTRY * self.limit:
+                oldest = next(iter(self.fast))
+                self._unlink(oldest)
 
     def _unlink(self, fast) -> None:
         entry = self.fast.pop(fast)
@@ -156,10 +164,11 @@ class SignatureCache(MutableMapping):
             keys.remove(fast)
 
     def clear(self) -> None:
-        self._entries.clear()
-        self._keys.clear()
-        self._fast_of.clear()
-        self.fast.clear()
+        with self._lock:
+            self._entries.clear()
+            self._keys.clear()
+            self._fast_of.clear()
+            self.fast.clear()
 
     # -- what cache_info reports
     def info(self, dynamic_dims: Optional[Dict[str, tuple]] = None) -> CacheInfo:

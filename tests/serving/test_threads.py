@@ -12,6 +12,7 @@ equal to eager and unchanged by the other threads' calls. While one thread is st
 the middle of a trace, another runs eager torch code, a cached graph and a hand-built
 graph, and sees none of the trace.
 """
+import sys
 import threading
 import warnings
 
@@ -422,3 +423,51 @@ def test_a_traced_tensor_left_in_a_shared_object_is_refused_to_other_threads():
     assert "another thread is tracing" in seen.get("error", ""), seen
     assert_same(out[0], torch.full((2,), 4.0))
     assert any(issubclass(w.category, FallbackWarning) for w in caught)
+
+
+def test_many_sizes_from_many_threads_with_a_small_cache(no_compiler):
+    """Eight threads call with many batch sizes (dynamic shapes planned per new size, a
+    cache limit of 2 evicting, fast keys linked and dropped) at once: every result equals
+    eager and no call raises, in default and strict mode."""
+    for strict in (False, True):
+        g = to_graph(branchy, strict=strict, cache_limit=2)
+        w = torch.randn(4, 3)
+        sizes = [[1 + (5 * k + 3 * j) % 23 for j in range(12)] for k in range(THREADS)]
+        cases = [[torch.randn(n, 4) for n in row] for row in sizes]
+        got = [[None] * 12 for _ in range(THREADS)]
+
+        def work(k):
+            for j, x in enumerate(cases[k]):
+                got[k][j] = g(x, w)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")         # (retracing, the cache limit)
+            errors = _run_threads(work)
+        assert not errors, repr(errors[0])
+        for k in range(THREADS):
+            for j, x in enumerate(cases[k]):
+                assert_same(got[k][j], branchy(x, w), f"thread {k} size {x.shape[0]}")
+
+
+def test_signature_cache_changes_from_many_threads():
+    """Fast keys linked by eight threads at once into a cache at its bound (each link
+    drops the oldest): no KeyError or 'dictionary changed size' from a race, and the
+    bound holds. (Threads switch every microsecond here, to make races likely.)"""
+    from transpiler.signature_cache import FAST_PER_ENTRY, SignatureCache
+
+    class Entry:
+        pass
+    cache = SignatureCache(limit=2)
+    entries = [Entry(), Entry()]
+    cache["a"], cache["b"] = entries
+
+    def work(k):
+        for j in range(5000):
+            cache.link_fast((k, j), entries[j % 2])
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        errors = _run_threads(work)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, repr(errors[0])
+    assert len(cache.fast) == FAST_PER_ENTRY * cache.limit
