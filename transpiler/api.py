@@ -421,6 +421,8 @@ class GraphFunction:
                 entry = self._build(plan.key, args, kwargs, flat, spec, dynamic=plan.dims)
                 if entry is None:
                     self._dynamic.refuse(plan, key, flat)
+        if entry is not None:
+            self._dynamic.traced(plan)
         return entry
 
     def _binds(self, args, kwargs) -> bool:

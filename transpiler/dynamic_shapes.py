@@ -129,6 +129,7 @@ class DynamicShapes:
         self.option = option
         self._groups: Dict[Any, _Group] = {}
         self._lock = threading.RLock()      # plan, refuse, dims: one thread at a time
+        self._traced: Dict[int, Set[int]] = {}      # leaf -> dims of dynamic graphs traced
 
     def plan(self, key: tuple, flat, arguments) -> Optional[Plan]:
         """The dynamic entry that serves a call with no exact entry, or None: trace it
@@ -191,15 +192,17 @@ class DynamicShapes:
             narrower = Plan(_pattern(key, flat, dims), dims)
             return None if narrower.key in group.refused else narrower
 
-    def dims(self) -> Dict[str, Any]:
-        """What is dynamic, for ``cache_info``: {leaf index: sorted dims wanted}, over
-        the groups (a leaf's dims in any of them)."""
+    def traced(self, plan: Plan) -> None:
+        """``plan``'s graph was traced: its dims are dynamic."""
         with self._lock:
-            out: Dict[int, Set[int]] = {}
-            for group in self._groups.values():
-                for i, ds in group.wanted.items():
-                    out.setdefault(i, set()).update(ds)
-            return {i: sorted(ds) for i, ds in sorted(out.items())}
+            for i, ds in plan.dims.items():
+                self._traced.setdefault(i, set()).update(ds)
+
+    def dims(self) -> Dict[int, List[int]]:
+        """What is dynamic, for ``cache_info``: {flat leaf index: dims} of the graphs
+        traced with dynamic dims (a leaf's dims in any of them)."""
+        with self._lock:
+            return {i: sorted(ds) for i, ds in sorted(self._traced.items())}
 
 
 def _erase(key: tuple, flat, tensors: List[int]) -> tuple:

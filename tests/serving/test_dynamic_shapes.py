@@ -325,3 +325,20 @@ def test_static_graph_and_dynamic_graph_agree_on_layout_questions():
         g = sweep(f, lambda n: (torch.randn(3, n).T,), [3, 5, 7], strict=strict)
         assert _dynamic_entries(g) == 0
         g = sweep(f, lambda n: (torch.randn(n, 3),), [3, 5, 7], strict=strict)
+
+
+def test_thirty_new_sizes_cost_one_more_trace():
+    """Issue 14's measure: after the first two sizes, 30 new batch sizes reuse the
+    dynamic graph (cache_info counts the traces and names the dynamic dims)."""
+    def f(x, w):
+        h = torch.tanh(x @ w)
+        if h.mean() > 0:
+            h = h * 2 + 1
+        return h.sum(-1), x.shape[0]
+    w = torch.randn(6, 4)
+    g = sweep(f, lambda n: (torch.randn(n, 6), w), [4, 5] + list(range(6, 36)), strict=True)
+    info = g.cache_info()
+    assert info.traces == 2 and info.dynamic_dims == {"x": (0,)}, info
+    assert info.fallbacks == 0
+    g = sweep(f, lambda n: (torch.randn(n, 6), w), [4, 5, 6, 7], dynamic=False)
+    assert g.cache_info().traces == 4 and g.cache_info().dynamic_dims == {}
