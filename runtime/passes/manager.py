@@ -21,6 +21,7 @@ from ..graph import Graph
 from ..options import options
 from ..verifier import verify
 from .attention import open_attention
+from .attention_arguments import attention_arguments
 from .batch_matmul import batch_matmul
 from .conv_epilogue import conv_epilogue
 from .counted_loops import counted_loops
@@ -30,6 +31,7 @@ from .drop_identity import drop_identity
 from .fold import fold
 from .fold_batchnorm import fold_batchnorm
 from .fold_cond import fold_cond
+from .fold_parameters import fold_parameters
 from .fuse_elementwise import fuse_elementwise
 from .licm import licm
 from .patch_conv import patch_conv
@@ -45,9 +47,10 @@ MAX_ROUNDS = 4
 CLEANUP: List[Pass] = [fold, fold_cond, simplify, drop_identity, cse, dce, licm]
 CONV: List[Pass] = [fold_batchnorm, conv_epilogue]      # eval batch norms, conv epilogues
 FINAL: List[Pass] = [unbind_rows, fuse_elementwise, plan_memory]
-PASSES: List[Pass] = CLEANUP + CONV + [counted_loops, open_attention, patch_conv,
+PASSES: List[Pass] = CLEANUP + CONV + [counted_loops, open_attention, attention_arguments,
+                                     patch_conv,
                                      batch_matmul,
-                                     fuse_patterns] + FINAL  # all run
+                                     fuse_patterns, fold_parameters] + FINAL  # all run
 
 
 def run_pass(graph: Graph, pass_: Pass) -> Graph:
@@ -120,11 +123,13 @@ def optimize(graph: Graph, passes: Optional[Sequence[Pass]] = None) -> Graph:
     before = EDITS[0]
     result = run_pass(result, counted_loops)
     result = run_pass(result, open_attention)
+    result = run_pass(result, attention_arguments)
     result = run_pass(result, patch_conv)
     result = run_pass(result, batch_matmul)
     result = run_pass(result, fuse_patterns)
     if EDITS[0] != before:                  # fused nodes may repeat; intermediates died
         result = run_pass(run_pass(result, cse), dce)
+    result = run_pass(result, fold_parameters)     # after the patterns that read weights
     for pass_ in FINAL:
         result = run_pass(result, pass_)
     return result

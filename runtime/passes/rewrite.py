@@ -228,6 +228,10 @@ class Facts:
                     self.union(node, value)
 
     # queries ------------------------------------------------------------------------------
+    def group(self, node: Node) -> int:
+        """The storage group of a value: a key shared by the values that may alias it."""
+        return self._find(id(node))
+
     def mutated(self, node: Node) -> bool:
         return self.any_mutation and self._has(node, _MUTATED)
 
