@@ -75,8 +75,8 @@ class FusedKernel:
         return self._c is not None
 
     def _launchable(self) -> bool:
-        """Compiled, over static shapes, one output: a generated launcher can serve it."""
-        return self._c is not None and self._out_shape is not None and self._single and \
+        """Compiled, over static shapes: a generated launcher can serve it."""
+        return self._c is not None and self._out_shape is not None and \
             None not in self._in_shapes
 
     @property
@@ -95,7 +95,7 @@ class FusedKernel:
         """For a launchable kernel whose one output is a single bool (a loop test): a
         generated function returning it as a Python bool (no tensor made, no ``bool()``
         of one); None otherwise. Its slow path is ``bool()`` of the general call."""
-        if not self._launchable() or self._test_c is None:
+        if not self._launchable() or self._test_c is None or not self._single:
             return None
         shape = self._row_shape if self._row_outputs[0] else self._out_shape
         if math.prod(shape) != 1:
@@ -219,6 +219,8 @@ def _generate_launcher(kernel: FusedKernel, predicate: bool = False) -> Callable
     grads = " or ".join(f"{x}.requires_grad" for x in xs) or "False"
     ptrs = "".join(f"{x}.data_ptr(), " for x in xs)
     guard = f"    if ({grads}) and _grad() or {' or '.join(checks) or 'False'}:"
+    if not kernel._single:
+        return _generate_multi_launcher(kernel, env, xs, guard, ptrs, outer, inner)
     if predicate:
         source = "\n".join([
             f"def test({', '.join(xs)}):", guard,
@@ -236,6 +238,28 @@ def _generate_launcher(kernel: FusedKernel, predicate: bool = False) -> Callable
         else "        out = _empty(_oshape, dtype=_dtype)",
         f"    _c({ptrs}out.data_ptr(), {outer}, {inner}, _nt(), {kernel._parallel_min})",
         "    return out",
+    ])
+    exec(compile(source, f"<tograph-launch-{kernel.name}>", "exec"), env)  # noqa: S102
+    return env["launch"]
+
+
+def _generate_multi_launcher(kernel: FusedKernel, env: dict, xs, guard: str, ptrs: str,
+                             outer: int, inner: int) -> Callable:
+    """The launcher of a kernel with several outputs (a residual add and the norm of its
+    sum): each output allocated, one C call, the tuple returned."""
+    outs = []
+    for k, (row, dtype) in enumerate(zip(kernel._row_outputs, kernel._out_dtypes)):
+        env[f"_oshape{k}"] = kernel._row_shape if row else tuple(kernel._out_shape)
+        env[f"_dtype{k}"] = dtype
+        outs.append(f"o{k}")
+    source = "\n".join([
+        f"def launch({', '.join(xs)}):",
+        guard,
+        f"        return _slow({', '.join(xs)})",
+        *[f"    o{k} = _empty(_oshape{k}, dtype=_dtype{k})" for k in range(len(outs))],
+        f"    _c({ptrs}{''.join(o + '.data_ptr(), ' for o in outs)}{outer}, {inner}, _nt(), "
+        f"{kernel._parallel_min})",
+        f"    return ({', '.join(outs)},)",
     ])
     exec(compile(source, f"<tograph-launch-{kernel.name}>", "exec"), env)  # noqa: S102
     return env["launch"]

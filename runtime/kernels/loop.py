@@ -124,7 +124,7 @@ def _accepts(kernel, var, caps) -> bool:
     """Whether direct calls of ``kernel`` may compute the loop variable ``var``: compiled
     for static shapes, one output of ``var``'s shape and dtype, ``var`` contiguous on the
     CPU, autograd recording nothing."""
-    if not kernel._launchable() or kernel._row_outputs[0]:
+    if not kernel._launchable() or not kernel._single or kernel._row_outputs[0]:
         return False
     tensors = [var] + list(caps)
     if any(not isinstance(t, torch.Tensor) for t in tensors):
