@@ -221,6 +221,15 @@ def _flat_key(args):
     return key
 
 
+def _flat_call_key(args, kwargs):
+    """``_flat_key`` of a call with keyword arguments, which flatten after the positional
+    ones in the order given (the names are part of the key): None when the full
+    signature is needed."""
+    key = _flat_key(args)
+    rest = _flat_key(kwargs.values()) if key is not None else None
+    return None if rest is None else key + (tuple(kwargs),) + rest
+
+
 def _fn_name(fn) -> str:
     name = getattr(fn, "__name__", "graph")
     return name if name.isidentifier() else "graph"
@@ -356,8 +365,8 @@ class GraphFunction:
             args, kwargs = self._partial[0] + args, {**self._partial[1], **kwargs}
         if _EAGERLY[0]:                         # run_eagerly(True): the original Python
             return self._fn(*args, **kwargs)
-        fast = None if kwargs else _flat_key(args)
-        if fast is not None:                   # the fast path: flat positional arguments
+        fast = _flat_key(args) if not kwargs else _flat_call_key(args, kwargs)
+        if fast is not None:                   # the fast path: flat arguments
             fast += (torch.is_grad_enabled(), _call_modes())
             if self._module is not None:
                 fast += tuple(m.training for m in self._submodules)
@@ -366,11 +375,12 @@ class GraphFunction:
                 cache = self._entries           # a hit: counted, and stamped for LRU
                 if entry.__class__ is _Fallback:
                     entry.used = cache.hits = cache.hits + 1
-                    return self._fn(*args)
+                    return self._fn(*args, **kwargs)
                 if entry.holds():
                     entry.used = cache.hits = cache.hits + 1
                     try:
-                        return entry.fn(*args)
+                        return entry.fn(*args, *kwargs.values()) if kwargs else \
+                            entry.fn(*args)
                     except Exception as e:
                         raise located(e) from e
         return self._call(args, kwargs, fast)
