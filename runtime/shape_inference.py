@@ -238,6 +238,8 @@ def _generalize(first: Inferred, func, args, kwargs, dynamic) -> Inferred:
     if _strict() and not unknown_rank:
         second = _proven(func, args, kwargs, dynamic)
         _same_count(first.meta, second, func)
+        if func in _CLAMPING:
+            second = _clamped(second, func, args, kwargs, dynamic)
     else:
         try:
             margs, mkwargs = _to_meta_args(args, kwargs, resize)
@@ -278,6 +280,31 @@ def _proven(func, args, kwargs, dynamic):
         raise GraphError(f"{getattr(func, '__name__', func)} holds only at the sizes it was "
                          f"traced with: it cannot serve other sizes of a dynamic dimension "
                          f"({type(e).__name__}: {e})") from None
+
+
+# ops whose output size is the least of an input size and a bound: ``x[:4]`` has 4 rows
+# at 5 rows and at 10, but 3 at 3 (also the diagonal of an n x 4 matrix)
+_CLAMPING = frozenset({torch.Tensor.__getitem__, torch.diagonal, torch.Tensor.diagonal,
+                       torch.diag, torch.Tensor.diag})
+
+
+def _clamped(second, func, args, kwargs, dynamic):
+    """``second`` joined with the meta for the run-time dims at size 1 (when the op holds
+    there): a dim cut to a bound (``x[:4]``) follows the size below the bound."""
+    resize = {}
+    for t in dynamic:
+        dims = _symbolic_meta(t).shape
+        resize[id(t)] = [1 if d is None else s for s, d in zip(t.shape, dims)]
+    try:
+        margs, mkwargs = _to_meta_args(args, kwargs, resize)
+        low = _run_any(func, margs, mkwargs).meta
+    except Exception:  # noqa: BLE001 - (an index past size 1 fails there, as eager would)
+        return second
+    if isinstance(second, TensorMeta) and isinstance(low, TensorMeta) and \
+            second.shape is not None and low.shape is not None and \
+            len(second.shape) == len(low.shape):
+        return second.join(TensorMeta(low.shape, second.dtype))
+    return second
 
 
 def _same_count(first, second, func) -> None:

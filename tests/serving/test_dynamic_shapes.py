@@ -342,3 +342,13 @@ def test_thirty_new_sizes_cost_one_more_trace():
     assert info.fallbacks == 0
     g = sweep(f, lambda n: (torch.randn(n, 6), w), [4, 5, 6, 7], dynamic=False)
     assert g.cache_info().traces == 4 and g.cache_info().dynamic_dims == {}
+
+
+def test_a_bound_on_a_dynamic_dim_follows_sizes_below_it():
+    """x[:4] has 4 rows at 5 rows and at 10 (the sizes a dynamic trace tries), but 3 at
+    3: the dim stays dynamic (was baked in as 4: y.shape[0] said 4 for 3 rows)."""
+    def f(x):
+        y = x[:4]
+        return y.sum(0), y.shape[0] * 1.0, x.diagonal().shape[0] * 1.0, x[-2:].mean(0)
+    g = sweep(f, lambda n: (torch.randn(n, 5),), [6, 8, 3, 2, 5, 9], strict=True)
+    assert _dynamic_entries(g) == 1
