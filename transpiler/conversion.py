@@ -40,6 +40,7 @@ from transpiler.pyct import loader
 from transpiler.pyct import naming
 from transpiler.pyct import origin
 from transpiler.pyct import parser
+from transpiler.pyct import traversal
 
 BEFORE_ANALYSIS = (unsupported, walrus_tests, comprehensions, functions, call_trees,
                    formatted_strings, asserts,
@@ -97,7 +98,7 @@ def _convert_tree(fn, probed=()):
         node = converter.transform(node, ctx)
         if converter is call_trees:         # probes are operator calls, not user calls
             node = probes.transform(node, ctx, probed)
-    for fn_node in [n for n in gast.walk(node) if isinstance(n, gast.FunctionDef)]:
+    for fn_node in [n for n in traversal.walk(node) if isinstance(n, gast.FunctionDef)]:
         activity.analyze(fn_node)
         liveness.analyze(fn_node)
         state.analyze(fn_node)
@@ -123,9 +124,10 @@ def _generated_nodes(node, is_node):
                 yield from _generated_nodes(child, is_node)
 
 
-def _line_map(tree, source):
+def _line_map(tree, parsed):
+    """{generated line: (user file, line)}; ``parsed``: the generated source's ast.Module."""
     out = {}
-    gen_nodes = _generated_nodes(ast.parse(source), lambda n: isinstance(n, ast.AST))
+    gen_nodes = _generated_nodes(parsed, lambda n: isinstance(n, ast.AST))
     conv_nodes = _generated_nodes(gast.Module(body=[tree], type_ignores=[]),
                                   lambda n: isinstance(n, gast.AST))
     for g, c in zip(gen_nodes, conv_nodes):
@@ -156,13 +158,14 @@ def convert(fn, extra_globals, probed=()):
     compiled = compiled_for.get(key)
     if compiled is None:
         tree = _convert_tree(fn, probed)
-        source = codegen.to_source(tree)
+        source, parsed = codegen.to_source_and_ast(tree)
+        line_map = _line_map(tree, parsed)
         filename = loader.fake_filename(fn.__qualname__)
         outer = list(fn.__code__.co_freevars) + [n for n in extra_globals
                                                  if n not in fn.__code__.co_freevars]
-        code = loader.compile_function(source, tree.name, outer, filename)
+        code = loader.compile_function(source, tree.name, outer, filename, parsed)
         weakref.finalize(code, loader.forget, filename)
-        compiled = compiled_for[key] = _Compiled(code, source, filename, _line_map(tree, source))
+        compiled = compiled_for[key] = _Compiled(code, source, filename, line_map)
     cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
     new_fn = loader.make_function(compiled.code, fn.__globals__, cells, extra_globals, like=fn)
     if bound_self is not None:

@@ -15,6 +15,7 @@ import gast
 
 from transpiler.pyct import anno
 from transpiler.pyct import codegen
+from transpiler.pyct import traversal
 
 _FUNCS = (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda)
 _COMPS = (gast.ListComp, gast.SetComp, gast.DictComp, gast.GeneratorExp)
@@ -92,7 +93,7 @@ class Effects:
             if isinstance(base, gast.Name):
                 self.reads.add(base.id)
                 self.mutated.add(base.id)
-            self.composites.add(codegen.to_source(gast.Expr(value=node)).strip())
+            self.composites.add(codegen.expr_source(node))
             self.expr(node.value)
             if isinstance(node, gast.Subscript):
                 self.expr(node.slice)
@@ -101,7 +102,7 @@ class Effects:
 def free_names(node):
     """Names read inside a nested function/lambda/comprehension and not bound there."""
     bound, read = set(), set()
-    for n in gast.walk(node):
+    for n in traversal.walk(node):
         if isinstance(n, gast.Name):
             (read if isinstance(n.ctx, gast.Load) else bound).add(n.id)
         elif isinstance(n, (gast.Global, gast.Nonlocal)):
@@ -247,7 +248,7 @@ def _scope(fn):
     locals_ = (set(params) | block_bound(fn.body)) - declared_g - declared_nl
     captured = set()
     for stmt in fn.body:
-        for node in gast.walk(stmt):
+        for node in traversal.walk(stmt):
             if isinstance(node, _FUNCS + _COMPS):
                 captured |= free_names(node)
     return Scope(frozenset(params), frozenset(locals_), frozenset(declared_g), frozenset(declared_nl),

@@ -9,6 +9,7 @@ from transpiler.errors import ConversionError
 from transpiler.pyct import anno
 from transpiler.pyct import naming
 from transpiler.pyct import templates
+from transpiler.pyct import traversal
 
 _COMPS = (gast.ListComp, gast.SetComp, gast.DictComp, gast.GeneratorExp)
 
@@ -19,7 +20,7 @@ class Context:
     filename: str
 
 
-class Transformer(gast.NodeTransformer):
+class Transformer(traversal.Transformer):
     """Leaves comprehensions alone and tracks the Scope of the user function being visited
     (generated body functions share the scope of the function they sit in)."""
 
@@ -67,7 +68,7 @@ def declarations(block, scope):
 
 def check_no_del(block, state, construct):
     for stmt in block:
-        for node in gast.walk(stmt):
+        for node in traversal.walk(stmt):
             if isinstance(node, gast.Delete):
                 for t in node.targets:
                     if isinstance(t, gast.Name) and t.id in state:

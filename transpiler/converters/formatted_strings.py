@@ -12,6 +12,7 @@ handles them.)
 import gast
 
 from transpiler.converters import base
+from transpiler.pyct import traversal
 
 _CONVERSIONS = {-1: '', 115: 's', 114: 'r', 97: 'a'}
 
@@ -27,7 +28,7 @@ def _spec(spec):
     return spec
 
 
-class FormattedStringTransformer(gast.NodeTransformer):
+class FormattedStringTransformer(traversal.Transformer):
 
     def visit_JoinedStr(self, node):
         node = self.generic_visit(node)

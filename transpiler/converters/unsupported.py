@@ -3,6 +3,7 @@ and the name ``tg`` (reserved for the operator module the generated code calls).
 import gast
 
 from transpiler.errors import ConversionError
+from transpiler.pyct import traversal
 
 _REFUSED = {
     gast.Yield: 'generator functions (yield) are not supported',
@@ -16,10 +17,11 @@ _REFUSED = {
 
 
 def transform(node, ctx):
-    for n in gast.walk(node):
-        for kind, reason in _REFUSED.items():
-            if kind and isinstance(n, kind):
-                raise ConversionError.at(n, reason)
+    refused = tuple(kind for kind in _REFUSED if kind)
+    for n in traversal.walk(node):
+        if isinstance(n, refused):
+            reason = next(r for kind, r in _REFUSED.items() if kind and isinstance(n, kind))
+            raise ConversionError.at(n, reason)
         if isinstance(n, gast.Name) and n.id == 'tg':
             raise ConversionError.at(n, "the name 'tg' is reserved for the converted code's operators")
     return node

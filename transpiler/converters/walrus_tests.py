@@ -20,6 +20,7 @@ import copy
 import gast
 
 from transpiler.converters import base
+from transpiler.pyct import traversal
 
 
 def _leftmost(test):
@@ -45,7 +46,7 @@ def _assign(named):
                                           type_comment=None), named)
 
 
-class _Continues(gast.NodeTransformer):
+class _Continues(traversal.Transformer):
     """``continue`` of one loop -> the re-binding, then ``continue``."""
 
     def __init__(self, named):
@@ -80,7 +81,7 @@ def _as_list(result):
     return result if isinstance(result, list) else [result]
 
 
-class _Swap(gast.NodeTransformer):
+class _Swap(traversal.Transformer):
     """``named`` -> ``load`` wherever it stands."""
 
     def __init__(self, named, load):

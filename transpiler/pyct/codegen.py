@@ -15,18 +15,34 @@ def to_ast(node):
                                      else ast.Module(body=[tree], type_ignores=[]))
 
 
+def expr_source(node):
+    """An expression's source on one line (``self.h``, ``d['k']``), unchecked: for names."""
+    return ast.unparse(gast.gast_to_ast(node))
+
+
 def to_source(node):
+    return to_source_and_ast(node)[0]
+
+
+def to_source_and_ast(node):
+    """(source, the ``ast.Module`` parsed from it): the parse that checks astunparse's text
+    is the one the loader compiles and the line map reads (one parse, not three)."""
     tree = to_ast(node)
     try:
-        source = astunparse.unparse(tree)
-        ast.parse(source)
+        source = _without_blank_lines(astunparse.unparse(tree).strip('\n') + '\n')
+        return source, ast.parse(source)
     except Exception:  # noqa: BLE001 - astunparse fails on constructs newer than it
-        source = ast.unparse(tree)
-    return _without_blank_lines(source.strip('\n') + '\n')
+        source = _without_blank_lines(ast.unparse(tree).strip('\n') + '\n')
+        return source, ast.parse(source)
 
 
 def _without_blank_lines(source):
     compact = ''.join(line for line in source.splitlines(True) if line.strip())
+    if not any(mark in source for mark in ("'''", '"""', '\\\n')):
+        # a blank line is more than layout only inside a string spanning lines, which
+        # needs triple quotes or a backslash-newline: without them, skip the two parses
+        # and dumps below (a fifth of generating the source of a function)
+        return compact
     try:
         if ast.dump(ast.parse(compact)) == ast.dump(ast.parse(source)):
             return compact

@@ -36,10 +36,11 @@ def forget(filename):
 
 
 
-def compile_function(source, name, outer_names, filename):
-    """Code object of function ``name`` defined by ``source``, with ``outer_names`` free."""
+def compile_function(source, name, outer_names, filename, parsed=None):
+    """Code object of function ``name`` defined by ``source``, with ``outer_names`` free.
+    ``parsed``: ``ast.parse(source)`` if the caller has it (it is consumed)."""
     register(filename, source)
-    module = ast.parse(source, filename)
+    module = parsed if parsed is not None else ast.parse(source, filename)
     if name not in outer_names:
         # the function's own name stays a global, as in the original (recursion by name);
         # without this, the factory's local binding would turn it into a free variable

@@ -4,6 +4,8 @@ import builtins
 
 import gast
 
+from transpiler.pyct import traversal
+
 RESERVED = frozenset({'tg'})   # the operator module the generated code calls
 
 
@@ -14,7 +16,7 @@ class Namer:
     @classmethod
     def for_tree(cls, tree, extra=()):
         used = set(extra)
-        for node in gast.walk(tree):
+        for node in traversal.walk(tree):
             if isinstance(node, gast.Name):
                 used.add(node.id)
             elif isinstance(node, (gast.FunctionDef, gast.ClassDef, gast.AsyncFunctionDef)):

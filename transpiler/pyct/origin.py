@@ -8,13 +8,14 @@ import collections
 import gast
 
 from transpiler.pyct import anno
+from transpiler.pyct import traversal
 
 Location = collections.namedtuple('Location', 'filename lineno col_offset')
 
 
 def annotate(tree, filename, line_offset, col_offset):
     """Set ORIGIN on every node with a position: parsed line 1 is user line 1 + line_offset."""
-    for node in gast.walk(tree):
+    for node in traversal.walk(tree):
         if getattr(node, 'lineno', None) is not None:
             loc = Location(filename, node.lineno + line_offset, node.col_offset + col_offset)
             anno.setanno(node, anno.Key.ORIGIN, loc)
@@ -30,7 +31,7 @@ def inherit(nodes, source):
     if loc is None:
         return
     for top in (nodes if isinstance(nodes, list) else [nodes]):
-        for node in gast.walk(top):
+        for node in traversal.walk(top):
             if not anno.hasanno(node, anno.Key.ORIGIN):
                 anno.setanno(node, anno.Key.ORIGIN, loc)
 
@@ -41,6 +42,6 @@ def fill_from_parents(tree):
         loc = of(node) or loc
         if loc is not None and not anno.hasanno(node, anno.Key.ORIGIN):
             anno.setanno(node, anno.Key.ORIGIN, loc)
-        for child in gast.iter_child_nodes(node):
+        for child in traversal.iter_child_nodes(node):
             visit(child, loc)
     visit(tree, None)

@@ -13,12 +13,14 @@ A placeholder is a Name in the template. Its replacement may be
   per element; in expression position, a tuple of the elements.
 Nodes created by the template get the ``origin`` of the construct they come from.
 """
-import copy
+import functools
 import textwrap
 
 import gast
 
+from transpiler.pyct import clone
 from transpiler.pyct import origin as origin_lib
+from transpiler.pyct import traversal
 
 
 def _set_ctx(node, ctx):
@@ -38,17 +40,17 @@ def _to_expr(value, ctx):
         return gast.Name(id=value, ctx=ctx(), annotation=None, type_comment=None)
     if isinstance(value, (list, tuple)):
         return gast.Tuple(elts=[_to_expr(v, ctx) for v in value], ctx=ctx())
-    node = copy.deepcopy(value)
+    node = clone.copy(value)
     return _set_ctx(node, ctx) if ctx is not gast.Load else node
 
 
-class _Replacer(gast.NodeTransformer):
+class _Replacer(traversal.Transformer):
     def __init__(self, replacements):
         self.repl = replacements
 
     def visit_Expr(self, node):
         if isinstance(node.value, gast.Name) and isinstance(self.repl.get(node.value.id), list):
-            return [copy.deepcopy(s) for s in self.repl[node.value.id]]
+            return [clone.copy(s) for s in self.repl[node.value.id]]
         return self.generic_visit(node)
 
     def visit_Name(self, node):
@@ -71,9 +73,15 @@ class _Replacer(gast.NodeTransformer):
         return node
 
 
+@functools.lru_cache(maxsize=1024)
+def _parsed(template):
+    """The template's parsed module (read-only: ``replace`` fills a copy of it)."""
+    return gast.parse(textwrap.dedent(template))
+
+
 def replace(template, origin=None, **replacements):
     """Statements of ``template`` with placeholders replaced (see module docstring)."""
-    module = gast.parse(textwrap.dedent(template))
+    module = clone.copy(_parsed(template))
     stmts = _Replacer(replacements).visit(module).body
     if origin is not None:
         origin_lib.inherit(stmts, origin)
