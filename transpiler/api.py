@@ -98,7 +98,6 @@ def _converted(fn, probed):
     converted = conversion.convert(fn, {"tg": tg}, probed)
     inner = converted.fn
     register_source_map(converted.filename, converted.line_map, owner=inner.__code__)
-    trace_log.converted(fn, converted)
 
     @functools.wraps(inner)
     def run(*args, **kwargs):
@@ -592,6 +591,7 @@ class GraphFunction:
     def _trace_with(self, args, kwargs, flat, spec, dynamic) -> _Traced:
         graph, structure, target = self._trace_graph(args, kwargs, flat, spec, dynamic or {},
                                                      sized_examples=True)
+        trace_log.traced_graph(target, graph)
         optimized = graph.optimize()
         env = {id(a): b for a, b in zip(iter_nodes(graph.outputs),
                                         iter_nodes(optimized.outputs))}

@@ -9,6 +9,7 @@ flags they must see) and before the converters that read them.
 import ast
 import dataclasses
 import inspect
+import logging
 import weakref
 
 
@@ -144,6 +145,19 @@ def to_source(fn, probed=()):
     return codegen.to_source(_convert_tree(_unwrap(fn)[0], tuple(probed)))
 
 
+_CODE_LOG = logging.getLogger("tograph.code")     # runtime.logs' topic (plain logging here)
+
+
+def _log_conversion(fn, source: str) -> None:
+    """``tograph.code``: a function converted (its generated source at DEBUG)."""
+    if _CODE_LOG.isEnabledFor(logging.INFO):
+        name = fn.__qualname__.rpartition("<locals>.")[2]
+        where = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
+        _CODE_LOG.info("converted %s (%s): %d generated lines", name, where,
+                       source.count("\n") + 1)
+        _CODE_LOG.debug("generated source of %s:\n%s", name, source)
+
+
 def convert(fn, extra_globals, probed=()):
     """Convert ``fn``; the result's function calls ``extra_globals`` names (e.g. ``tg``).
     ``probed``: variable names whose values ``tg.probe`` records (see converters.probes)."""
@@ -166,6 +180,7 @@ def convert(fn, extra_globals, probed=()):
         code = loader.compile_function(source, tree.name, outer, filename, parsed)
         weakref.finalize(code, loader.forget, filename)
         compiled = compiled_for[key] = _Compiled(code, source, filename, line_map)
+        _log_conversion(fn, source)
     cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
     new_fn = loader.make_function(compiled.code, fn.__globals__, cells, extra_globals, like=fn)
     if bound_self is not None:

@@ -1,4 +1,4 @@
-"""What the front door logs (``runtime.logs``' topics): conversions, why a call traced,
+"""What the front door logs (``runtime.logs``' topics): why a call traced,
 the graphs traced, the guards built and which check failed, fallbacks.
 
 Each function is called by ``api.GraphFunction`` on a path that converts or traces (never
@@ -22,16 +22,6 @@ def _dims(function, dynamic) -> str:
     names = getattr(function, "_leaf_names", None) or []
     return ", ".join(f"{names[i] if i < len(names) else f'input #{i}'} dims {sorted(dims)}"
                      for i, dims in sorted(dynamic.items()))
-
-
-def converted(fn, result) -> None:
-    """``tograph.code``: a function converted (its generated source at DEBUG)."""
-    if logs.code.isEnabledFor(INFO):
-        code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-        where = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else "?"
-        logs.code.info("converted %s (%s): %d generated lines", _name(fn), where,
-                       result.source.count("\n") + 1)
-        logs.code.debug("generated source of %s:\n%s", _name(fn), result.source)
 
 
 def tracing(function, key, history, cached, flat, dynamic=None) -> None:
@@ -82,16 +72,22 @@ def evicted(function, count: int, cache) -> None:
                     cache.evictions)
 
 
+def traced_graph(target, graph) -> None:
+    """``tograph.graph``: a trace's graph, printed at DEBUG as soon as it is traced (before
+    the optimizer and the executor, which may still fail on it)."""
+    if logs.graph.isEnabledFor(DEBUG):
+        logs.graph.debug("graph of %s:\n%s", _name(target), graph)
+
+
 def traced(function, entry) -> None:
-    """``tograph.graph``: a trace's graph, node counts at INFO, printed at DEBUG."""
+    """``tograph.graph``: a compiled entry's node counts at INFO, its optimized graph
+    printed at DEBUG."""
     if not logs.graph.isEnabledFor(INFO):
         return
     name = _name(function)
     logs.graph.info("traced %s: %d nodes, %d after optimization", name,
                     sum(1 for _ in entry.graph.walk()), sum(1 for _ in entry.optimized.walk()))
-    if logs.graph.isEnabledFor(DEBUG):
-        logs.graph.debug("graph of %s:\n%s", name, entry.graph)
-        logs.graph.debug("optimized graph of %s:\n%s", name, entry.optimized)
+    logs.graph.debug("optimized graph of %s:\n%s", name, entry.optimized)
 
 
 def guard_built(target, guard) -> None:

@@ -14,6 +14,7 @@ import functools
 import warnings
 from typing import List
 
+from .. import logs
 from . import codegen, compiler
 from .launch import FusedKernel
 from .notices import KernelWarning, warn_once
@@ -55,6 +56,8 @@ def build_kernels(kernels: List[FusedKernel]) -> bool:
         return False
     if not compiler.compiler_available():
         compiler.warn_if_unavailable()
+        logs.kernels.info("%d fused group(s) run as torch ops: no C compiler (or "
+                          "options.compiler is off)", len(kernels))
         return False
     names = {}
     for k in kernels:
@@ -63,6 +66,7 @@ def build_kernels(kernels: List[FusedKernel]) -> bool:
     try:
         library = compiler.build(source, name="graph")
     except compiler.KernelBuildError as e:
+        logs.kernels.info("%d fused group(s) run as torch ops: %s", len(kernels), e)
         message = f"tograph: could not compile fused kernels, running them as torch ops: {e}"
         if e.subject is None:
             warnings.warn(message, KernelWarning, stacklevel=2)

@@ -67,11 +67,14 @@ def test_graph_code_and_fusion_topics(caplog):
     assert any(m.startswith("pass fuse_elementwise on _branchy: ") and "+" in m
                for m in fusion), fusion
     assert any(" = fused of " in m and "relu" in m for m in fusion)   # a group, at DEBUG
+    assert any("fused group(s) run as torch ops: no C compiler" in m for m in
+               _records(caplog, "kernels"))                     # (the compiler is off here)
     with caplog.at_level(logging.INFO, logger="tograph"):       # INFO: no printed graph
         caplog.clear()
         f(torch.randn(6, 3), 1)
         assert not [m for m in _records(caplog, "graph") if m.startswith("graph of")]
         assert _records(caplog, "graph")
+        assert not _records(caplog, "code")                     # converted once, not per trace
 
 
 def test_retrace_and_cache_topics_say_why(caplog):
