@@ -238,8 +238,9 @@ def _generalize(first: Inferred, func, args, kwargs, dynamic) -> Inferred:
     if _strict() and not unknown_rank:
         second = _proven(func, args, kwargs, dynamic)
         _same_count(first.meta, second, func)
-        if func in _CLAMPING:
-            second = _clamped(second, func, args, kwargs, dynamic)
+        if func in _CLAMPING or func in _COUNTED:
+            second = _at_one(first.meta, second, _run_at_one(func, args, kwargs, dynamic),
+                             func)
     else:
         try:
             margs, mkwargs = _to_meta_args(args, kwargs, resize)
@@ -283,23 +284,40 @@ def _proven(func, args, kwargs, dynamic):
 
 
 # ops whose output size is the least of an input size and a bound: ``x[:4]`` has 4 rows
-# at 5 rows and at 10, but 3 at 3 (also the diagonal of an n x 4 matrix)
+# at 5 rows and at 10 (the sizes a dynamic trace tries), but 3 at 3 (also the diagonal of
+# an n x 4 matrix): they are also run at size 1
 _CLAMPING = frozenset({torch.Tensor.__getitem__, torch.diagonal, torch.Tensor.diagonal,
                        torch.diag, torch.Tensor.diag})
 
 
-def _clamped(second, func, args, kwargs, dynamic):
-    """``second`` joined with the meta for the run-time dims at size 1 (when the op holds
-    there): a dim cut to a bound (``x[:4]``) follows the size below the bound."""
+# ops whose number of results may change below the sizes a dynamic trace tries
+# (``x.split(n // 2 + 1)`` makes 2 pieces from 3 rows up, 1 at 2)
+_COUNTED = frozenset({torch.split, torch.Tensor.split, torch.tensor_split,
+                      torch.Tensor.tensor_split, torch.chunk, torch.Tensor.chunk})
+
+
+def _run_at_one(func, args, kwargs, dynamic):
+    """The op's output meta with the run-time dims at size 1; None if it fails there
+    (an index past size 1 fails, as eager would at that size)."""
     resize = {}
     for t in dynamic:
         dims = _symbolic_meta(t).shape
         resize[id(t)] = [1 if d is None else s for s, d in zip(t.shape, dims)]
     try:
         margs, mkwargs = _to_meta_args(args, kwargs, resize)
-        low = _run_any(func, margs, mkwargs).meta
-    except Exception:  # noqa: BLE001 - (an index past size 1 fails there, as eager would)
+        return _run_any(func, margs, mkwargs).meta
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _at_one(first, second, low, func):
+    """``second`` joined with ``low``, the meta at size 1: a dim cut to a bound
+    (``x[:4]``) follows the sizes below it; a number of results that differs there
+    refuses the dynamic trace (``_same_count``)."""
+    if low is None:
         return second
+    if func in _COUNTED:
+        _same_count(first, low, func)
     if isinstance(second, TensorMeta) and isinstance(low, TensorMeta) and \
             second.shape is not None and low.shape is not None and \
             len(second.shape) == len(low.shape):
@@ -485,6 +503,8 @@ def _infer_sized(func, args, kwargs, sizes, error) -> Inferred:
                              f"was traced with: it cannot serve other sizes of a dynamic "
                              f"dimension")
         _same_count(first.meta, second, func)
+        if func in _CLAMPING or func in _COUNTED:
+            second = _at_one(first.meta, second, grown_by(1, scale=0), func)
     else:
         second = grown_by(1)
     for change in (lambda h: h + 1, lambda h: 2 * h + 1):

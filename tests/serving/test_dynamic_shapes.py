@@ -352,3 +352,45 @@ def test_a_bound_on_a_dynamic_dim_follows_sizes_below_it():
         return y.sum(0), y.shape[0] * 1.0, x.diagonal().shape[0] * 1.0, x[-2:].mean(0)
     g = sweep(f, lambda n: (torch.randn(n, 5),), [6, 8, 3, 2, 5, 9], strict=True)
     assert _dynamic_entries(g) == 1
+
+
+# ------------------------------------------------------------------ a battery of size uses
+def _pieces(x):
+    return torch.split(x, [1, x.shape[0] - 1]), x.split(x.shape[0] // 2 + 1), x.chunk(2)
+
+
+def _square(x):
+    n = x.shape[0]
+    m = torch.tril(torch.ones(n, n))
+    return m @ x, (x[:, None, :] - x[None, :, :]).sum(-1), torch.eye(n)[: n // 2]
+
+
+def _pools(x):
+    return (F.avg_pool1d(x.T[None], 2).squeeze(0), F.max_pool1d(x.T[None], 3, ceil_mode=True),
+            x.unfold(0, 2, 1).sum(-1), F.pad(x, (0, 0, 0, 8 - x.shape[0] % 8)))
+
+
+def _sorts(x):
+    return (x.max(0), x.topk(2, 0).values, torch.sort(x, 0).values, x.roll(1, 0).cumsum(0),
+            x.narrow(0, 1, 2), x[x.shape[0] // 2:], torch.full((x.shape[0],), x.shape[0]))
+
+
+def _loops(x):
+    acc = torch.zeros(x.shape[1])
+    for i in range(x.shape[0]):
+        acc = acc + x[i] * i
+    i, s = 0, x[0] * 0
+    while i < x.shape[0] and s.sum() < 3:
+        s = s + x[i].abs()
+        i += 1
+    return acc, s, i
+
+
+@pytest.mark.parametrize("fn, sizes", [
+    (_pieces, [3, 5, 2, 8, 7, 1]), (_square, [3, 5, 2, 8, 7, 1]), (_pools, [3, 5, 2, 8, 7]),
+    (_sorts, [3, 5, 8, 7, 4]), (_loops, [3, 5, 2, 8, 7, 1])], ids=lambda v: getattr(v, "__name__", ""))
+def test_battery_of_size_uses(fn, sizes):
+    """Each of these equals eager at every size (where eager runs) in strict mode, from
+    one dynamic graph or (``_pieces``: how many pieces split makes changes at size 2)
+    static ones."""
+    sweep(fn, lambda n: (torch.randn(n, 4),), sizes, strict=True)
