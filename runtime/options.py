@@ -9,6 +9,9 @@
     TOGRAPH_FOLD_BATCHNORM=0  keep eval-mode batch norms after convolutions as they are
                               (folding misses parameter writes through ``p.data``)
 
+Not here: ``TOGRAPH_LOGS=+graph,retrace`` (logging topics: ``runtime.logs``) and
+``TOGRAPH_CACHE_LIMIT=N`` (signatures kept per function: ``transpiler.signature_cache``).
+
 Code reads ``options.<name>``; tests change it with ``options.override(...)``.
 """
 from __future__ import annotations
