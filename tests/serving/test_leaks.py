@@ -63,7 +63,9 @@ def tables():
 
 
 def collect():
-    gc.collect()
+    gc.collect()        # (the generated code's finalizers free line tables, whose graphs
+    gc.collect()        # are cycles: collected by the next pass)
+
 
 
 
