@@ -23,6 +23,7 @@ from transpiler import ConversionError, FallbackWarning, to_graph
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCALE = 2.0
+INFO = logging.INFO
 
 
 @pytest.fixture(autouse=True)
@@ -155,9 +156,6 @@ def test_guard_failure_on_closure_and_argument_attributes(caplog):
         torch.testing.assert_close(f(x, cfg), g(x, cfg))
         failed = _records(caplog, "guards", INFO)
         assert failed and "argument #1 (Cfg)" in failed[0], failed
-
-
-INFO = logging.INFO
 
 
 def _to_list(x):
