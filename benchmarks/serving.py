@@ -294,12 +294,14 @@ def bench_memory(args, problems: List[str]) -> dict:
         _drop_functions(args.functions - half)
         gc.collect()
         rss1, lines1 = _rss_mb(), len(linecache.cache)
+        from transpiler.api import GraphFunction
+        alive = sum(1 for o in gc.get_objects() if isinstance(o, GraphFunction))
     problems += [f"memory: {m}" for m in _fallbacks(caught)][:3]
     return {"functions": args.functions, "rss_before_mb": rss0, "rss_half_mb": rss_half,
             "rss_after_mb": rss1, "rss_growth_mb": rss1 - rss0,
             "kb_per_function": (rss1 - rss0) * 1024 / args.functions,
             "second_half_growth_mb": rss1 - rss_half,
-            "linecache_growth": lines1 - lines0}
+            "linecache_growth": lines1 - lines0, "graph_functions_alive": alive}
 
 
 # --------------------------------------------------------------------------- first calls
@@ -420,11 +422,12 @@ def tables(results: dict) -> List[str]:
     m = results["memory"]
     out += ["", "## Memory after dropping converted functions", "",
             "| functions | RSS before MB | RSS after MB | growth MB | KB per function | "
-            "second half's growth MB | linecache entries left |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "second half's growth MB | linecache entries left | GraphFunctions alive |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
             f"| {m['functions']} | {m['rss_before_mb']:.1f} | {m['rss_after_mb']:.1f} | "
             f"{m['rss_growth_mb']:+.1f} | {m['kb_per_function']:.1f} | "
-            f"{m['second_half_growth_mb']:+.1f} | {m['linecache_growth']:+d} |"]
+            f"{m['second_half_growth_mb']:+.1f} | {m['linecache_growth']:+d} | "
+            f"{m['graph_functions_alive']} |"]
     out += ["", "## First calls from threads at once", "",
             "| workload | threads | batches | latency ms (median / max) | wall ms | traces "
             "| fallbacks | errors |",

@@ -36,6 +36,7 @@ def test_serving_quick_run(tmp_path):
         assert 1 <= auto["traces"] < auto["sizes"]
     memory = results["memory"]
     assert memory["functions"] == 40 and memory["rss_after_mb"] > 0
+    assert memory["graph_functions_alive"] == 0          # dropped functions are freed
     assert {(r["workload"], r["threads"]) for r in results["first_calls"]} == \
         {(w, t) for w in workloads for t in (1, 2)}
     for r in results["first_calls"]:
