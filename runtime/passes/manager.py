@@ -37,6 +37,7 @@ from .licm import licm
 from .patch_conv import patch_conv
 from .patterns import fuse_patterns
 from .plan_memory import plan_memory
+from .rotary import rotary
 from .rewrite import EDITS
 from .simplify import simplify
 from .unbind_rows import unbind_rows
@@ -50,7 +51,7 @@ FINAL: List[Pass] = [unbind_rows, fuse_elementwise, plan_memory]
 PASSES: List[Pass] = CLEANUP + CONV + [counted_loops, open_attention, attention_arguments,
                                      patch_conv,
                                      batch_matmul,
-                                     fuse_patterns, fold_parameters] + FINAL  # all run
+                                     fuse_patterns, fold_parameters, rotary] + FINAL  # all run
 
 
 def run_pass(graph: Graph, pass_: Pass) -> Graph:
@@ -68,15 +69,16 @@ def run_pass(graph: Graph, pass_: Pass) -> Graph:
     return result
 
 
-def _census(graph: Graph) -> collections.Counter:
-    """How many nodes of each op ``graph`` holds, subgraphs included."""
-    return collections.Counter(node.op for node in graph.walk())
+def _census(graph: Graph) -> tuple:
+    """(how many nodes of each op ``graph`` holds, subgraphs included; its nodes)."""
+    nodes = list(graph.walk())
+    return collections.Counter(node.op for node in nodes), nodes
 
 
-def _log_rewrite(pass_: Pass, before: collections.Counter, result: Graph) -> None:
-    """``tograph.fusion``: the ops a pass added and removed (INFO); the nodes of the ops
-    it added, with the ops fused into them (DEBUG)."""
-    after = _census(result)
+def _log_rewrite(pass_: Pass, census: tuple, result: Graph) -> None:
+    """``tograph.fusion``: the ops a pass added and removed (INFO); the nodes it made,
+    with the ops fused into each (DEBUG)."""
+    (before, old), (after, nodes) = census, _census(result)
     if after == before:
         return
     added, removed = after - before, before - after
@@ -85,8 +87,9 @@ def _log_rewrite(pass_: Pass, before: collections.Counter, result: Graph) -> Non
     logs.fusion.info("pass %s on %s: %d -> %d nodes (%s)", pass_.__name__, result.name,
                      sum(before.values()), sum(after.values()), ", ".join(change))
     if logs.fusion.isEnabledFor(DEBUG):
-        for node in result.walk():
-            if node.op in added:
+        seen = {id(node) for node in old}       # (``old`` keeps them alive: ids stay theirs)
+        for node in nodes:
+            if id(node) not in seen and node.op in added:
                 ops = node.attrs.get("ops")
                 logs.fusion.debug("  %s = %s%s", node.name, node.op,
                                   f" of {' '.join(map(str, ops))}" if ops else "")
@@ -130,6 +133,7 @@ def optimize(graph: Graph, passes: Optional[Sequence[Pass]] = None) -> Graph:
     if EDITS[0] != before:                  # fused nodes may repeat; intermediates died
         result = run_pass(run_pass(result, cse), dce)
     result = run_pass(result, fold_parameters)     # after the patterns that read weights
+    result = run_pass(result, rotary)
     for pass_ in FINAL:
         result = run_pass(result, pass_)
     return result
