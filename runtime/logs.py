@@ -35,7 +35,8 @@ ENV = "TOGRAPH_LOGS"
 FORMAT = "[%(name)s] %(levelname)s %(message)s"
 
 root = logging.getLogger(ROOT)
-root.addHandler(logging.NullHandler())       # library etiquette: silent unless configured
+if not any(isinstance(h, logging.NullHandler) for h in root.handlers):    # (once: reloads)
+    root.addHandler(logging.NullHandler())   # library etiquette: silent unless configured
 
 
 def get(topic: str) -> logging.Logger:
