@@ -462,6 +462,33 @@ def _as_python_numbers(func, args):
     return args, all(isinstance(a, int) and not isinstance(a, bool) for a in others)
 
 
+# binary ops in which torch promotes a Python number by its kind, a 0-d tensor by its dtype
+_PROMOTING = _INT_ARITHMETIC | {"pow", "rpow", "lt", "le", "gt", "ge", "eq", "ne",
+                                "floor_divide", "remainder"}
+_SAMPLE_NUMBERS = {"int": 3, "float": 3.0, "bool": True}
+
+
+def _numbers_as_scalars(args):
+    """A number stand-in (a run-time size, ``float(n)`` of one) beside a tensor acts as
+    the Python number it stands for: torch promotes a 0-d tensor by its dtype but a Python
+    number by its kind only (``x.sum() / float(n)`` is float32 eagerly, float64 with the
+    stand-in's double). The stand-in is cast to the dtype the tensor and such a number
+    give (what torch does with the number)."""
+    kinds = [kind_of(a) for a in args]
+    for i in (0, 1):
+        number, other = args[i], args[1 - i]
+        if isinstance(number, SymbolicTensor) and kinds[i] in _SAMPLE_NUMBERS and \
+                isinstance(other, torch.Tensor) and kinds[1 - i] is None:
+            with torch._C.DisableTorchFunction():
+                dtype = torch.result_type(torch.empty((), dtype=other.dtype),
+                                          _SAMPLE_NUMBERS[kinds[i]])
+            if number.dtype == dtype:
+                return args
+            cast = dispatch_record(torch.Tensor.to, (number,), {"dtype": dtype})
+            return (cast, other) if i == 0 else (other, cast)
+    return args
+
+
 def _tensor_of_python_int(args, kwargs):
     """``torch.tensor(i)`` of a stand-in for a Python int (a size, a staged range index):
     eager builds a new int64 (or ``dtype``) tensor from the int, without torch's warning
@@ -482,6 +509,8 @@ def dispatch_record(func, args, kwargs, concrete: bool = False):
             return made
     number = arithmetic_kind(op_name(func), args) if not kwargs else None
     args, python_int = _as_python_numbers(func, args) if not kwargs else (args, False)
+    if not kwargs and len(args) == 2 and op_name(func) in _PROMOTING:
+        args = _numbers_as_scalars(args)
     try:
         result = _dispatch_record(func, args, kwargs, concrete)
     except (GraphError, TypeError) as e:

@@ -394,3 +394,15 @@ def test_battery_of_size_uses(fn, sizes):
     one dynamic graph or (``_pieces``: how many pieces split makes changes at size 2)
     static ones."""
     sweep(fn, lambda n: (torch.randn(n, 4),), sizes, strict=True)
+
+
+def test_numbers_from_sizes_promote_as_python_numbers():
+    """A size (or float() of one) beside a 0-d tensor acts as the Python number it stands
+    for: x.sum() / float(x.numel()) is float32 as eagerly (was float64: the stand-in is a
+    0-d double, and torch promotes 0-d tensors by dtype)."""
+    def f(x):
+        return (x.sum() / float(x.numel()), x.sum() < x.shape[0] * 0.1,
+                x.long().sum() // x.shape[0], x.int().sum() + x.shape[0], x / x.shape[0])
+    for strict in (False, True):
+        g = sweep(f, lambda n: (torch.randn(n, 3),), [2, 3, 5, 7, 4], strict=strict)
+        assert _dynamic_entries(g) == 1
