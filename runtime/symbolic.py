@@ -92,6 +92,10 @@ class SymbolicTensor(torch.Tensor):
         return self._node.graph
 
     def __hash__(self):
+        if kind_of(self) is not None:
+            # a stand-in for a Python number (a run-time size, a loop index) hashes as
+            # that number eagerly: by identity, a dict or set would miss it silently
+            raise _needs_conversion("hash() (as a dict key or set member)")
         return id(self)
 
     @property

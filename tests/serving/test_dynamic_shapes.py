@@ -406,3 +406,13 @@ def test_numbers_from_sizes_promote_as_python_numbers():
     for strict in (False, True):
         g = sweep(f, lambda n: (torch.randn(n, 3),), [2, 3, 5, 7, 4], strict=strict)
         assert _dynamic_entries(g) == 1
+
+
+def test_a_size_as_a_dict_key_is_the_number():
+    """{x.shape[0]: ...}.get(5) finds the key at 5 rows eagerly; a run-time size hashed
+    by identity would miss it silently: hashing a size refuses the dynamic trace."""
+    def f(x):
+        return {x.shape[0]: x}.get(5, x * 0), x.shape[0] in {3, 5}
+    for strict in (False, True):
+        g = sweep(f, lambda n: (torch.randn(n, 2),), [3, 5, 4, 5, 7], strict=strict)
+        assert _dynamic_entries(g) == 0
