@@ -46,7 +46,7 @@ from runtime.symbolic import tracing, wrap_node
 from runtime.tensor_list import take_converted
 from runtime.threads import TRACE_LOCK, PerThreadList
 
-from . import conversion, trace_log
+from . import conversion, method_binding, trace_log
 from .errors import ConversionError
 from .run_eagerly import _EAGERLY
 from .side_effects import Snapshot
@@ -309,7 +309,7 @@ class GraphFunction:
         self._leaf_names: List[str] = []            # the last trace's (for cache_info)
 
         self._history: List[Any] = self._retraces.history
-        self._bound = weakref.WeakKeyDictionary()
+        self._bound = weakref.WeakKeyDictionary()     # __slots__ objects, classes (method_binding)
         target = _python_function(fn)
         try:
             functools.update_wrapper(self, target)
@@ -333,21 +333,14 @@ class GraphFunction:
     # -- descriptor: @to_graph on a method in a class body
     def __get__(self, obj, objtype=None):
         if isinstance(self._fn, classmethod):       # bound to the class, as eagerly
-            owner = objtype if objtype is not None else type(obj)
-            bound = self._bound.get(owner)
-            if bound is None:
-                bound = GraphFunction(self._fn.__get__(None, owner), self._strict, self._probed,
-                                      self._dynamic.option, self._cache_limit)
-                bound = self._bound.setdefault(owner, bound)     # (one per object: threads)
-            return bound
-        if obj is None or self._static:
+            obj, objtype = None, objtype if objtype is not None else type(obj)
+        elif obj is None or self._static:
             return self
-        bound = self._bound.get(obj)
-        if bound is None:
-            bound = GraphFunction(self._fn.__get__(obj, objtype), self._strict, self._probed,
-                                  self._dynamic.option, self._cache_limit)
-            bound = self._bound.setdefault(obj, bound)     # (one per object: threads)
-        return bound
+        # kept in the object, freed with it (transpiler.method_binding)
+        return method_binding.bound(self, objtype if obj is None else obj, self._bound,
+                                    lambda: GraphFunction(
+                                        self._fn.__get__(obj, objtype), self._strict,
+                                        self._probed, self._dynamic.option, self._cache_limit))
 
     @property
     def python_function(self):

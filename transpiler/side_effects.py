@@ -27,7 +27,7 @@ import inspect
 import types
 from typing import Any, List, Tuple
 
-from runtime.builtin_state import state_of
+from runtime.builtin_state import slot_names, state_of
 from runtime.errors import GraphError
 from runtime.guard_tags import EMPTY, Bindings, ShallowState, Tags, TaggedPrint
 from runtime.python_state import (DEPTH, difference, fingerprint, is_tensor, restore,
@@ -470,6 +470,8 @@ def _plain_holder(v) -> bool:
     if isinstance(v, (list, tuple, dict, set)):
         return True
     attrs = getattr(v, "__dict__", None)
+    if attrs is None and slot_names(type(v)):    # a __slots__ object: ``self.k`` read
+        attrs = {}
     return isinstance(attrs, dict) and "_modules" not in attrs and \
         type(v).__module__.split(".")[0] not in ("runtime", "transpiler", "torch")
 
