@@ -85,8 +85,79 @@ def _is_call_modes(item) -> bool:
     return isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], torch.dtype)
 
 
+def dynamic_mark(key):
+    """(``key`` without the mark of a dynamic trace's key, the mark or None): a dynamic
+    trace's key (``dynamic_shapes``) has its dynamic sizes None, their layouts
+    "contiguous" and a last item ("dynamic", which of those sizes were equal)."""
+    last = key[-1] if key else None
+    if isinstance(last, tuple) and len(last) == 2 and last[0] == "dynamic":
+        return key[:-1], last
+    return key, None
+
+
+def _contiguous_layout(shape, layout) -> bool:
+    """Whether a static key's (strides, offset) is the contiguous one of ``shape``."""
+    if not (isinstance(layout, tuple) and len(layout) == 2 and layout[1] == 0):
+        return False
+    stride = 1
+    for size, step in reversed(list(zip(shape, layout[0]))):
+        if size != 1 and step != stride:
+            return False
+        stride *= size
+    return True
+
+
+def _same_layout(a, b) -> bool:
+    """A dynamic key's "contiguous" and a static key's contiguous strides are one layout."""
+    return a[5] == b[5] or ("contiguous" in (a[5], b[5]) and all(
+        leaf[5] == "contiguous" or _contiguous_layout(leaf[1], leaf[5]) for leaf in (a, b)))
+
+
+def _shape_text(shape) -> str:
+    sizes = ["*" if s is None else str(s) for s in shape]
+    return "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
+
+
+def serves(traced, key) -> bool:
+    """Whether the graph traced for signature ``traced`` serves calls of ``key``: the
+    same signature, or a dynamic trace's key whose dynamic sizes ``key`` fills in (with
+    the same sizes equal)."""
+    if traced == key:
+        return True
+    pattern, mark = dynamic_mark(traced)
+    if mark is None or len(pattern) != len(key) or pattern[0] != key[0]:
+        return False
+    sizes: List[int] = []
+    for a, b in zip(pattern[1:], key[1:]):
+        if a == b:
+            continue
+        if not (isinstance(a, tuple) and isinstance(b, tuple) and a[:1] == b[:1] == ("T",)
+                and len(a) == len(b) and len(a[1]) == len(b[1]) and a[2:5] == b[2:5]
+                and a[6:] == b[6:] and _same_layout(a, b)
+                and all(x is None or x == y for x, y in zip(a[1], b[1]))):
+            return False
+        sizes += [y for x, y in zip(a[1], b[1]) if x is None]
+    first: Dict[int, int] = {}
+    return tuple(first.setdefault(s, len(first)) for s in sizes) == mark[1] or not sizes
+
+
 def changes(names: List[str], old, new) -> List[Tuple[str, str]]:
-    """(kind, text) for each item of signature ``new`` that differs from ``old``."""
+    """(kind, text) for each item of signature ``new`` that differs from ``old``; a
+    dynamic trace's key (``dynamic_mark``) says which dims it traced dynamic."""
+    old, _ = dynamic_mark(old)
+    new, mark = dynamic_mark(new)
+    out = _changes(names, old, new)
+    if mark is not None:
+        dims = [f"{names[i] if i < len(names) else f'argument #{i}'}{[d]}"
+                for i, leaf in enumerate(new[1:new[0].num_leaves + 1])
+                if isinstance(leaf, tuple) and leaf[:1] == ("T",)
+                for d, size in enumerate(leaf[1]) if size is None]
+        out.append(("shapes", f"traced with dynamic dims {', '.join(dims)} (one graph for "
+                              f"their sizes)"))
+    return out
+
+
+def _changes(names: List[str], old, new) -> List[Tuple[str, str]]:
     if old[0] != new[0]:
         return [("structure", "the structure of the arguments changed")]
     out = []
@@ -103,8 +174,12 @@ def changes(names: List[str], old, new) -> List[Tuple[str, str]]:
         else:
             name = names[i] if i < len(names) else f"argument #{i}"
             if a[0] == "T" and b[0] == "T":
-                what = [f"{label} {x} -> {y}" for label, x, y in
-                        zip(_TENSOR_PARTS, a[1:], b[1:]) if x != y]
+                what = [f"shape {_shape_text(x)} -> {_shape_text(y)}" if label == "shape"
+                        else f"{label} {x} -> {y}" for label, x, y in
+                        zip(_TENSOR_PARTS, a[1:], b[1:]) if x != y and not (
+                            label == "strides and offset" and _same_layout(a, b))]
+                if not what:
+                    continue
                 kind = "shapes" if a[1] != b[1] else "tensors"
                 out.append((kind, f"{name}: " + ", ".join(what)))
             elif _is_value(a) and _is_value(b):

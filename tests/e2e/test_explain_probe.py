@@ -193,6 +193,35 @@ def test_explain_retrace_history_says_what_changed():
     assert "retrace history:" in str(new) and "trace 2: x: shape (3,) -> (4,)" in str(new)
 
 
+def test_explain_retrace_history_names_dynamic_dims():
+    # automatic dynamic shapes: a second size traces the dim dynamic, and the history says
+    # so in words (it printed the key's internals: "strides and offset ((1,), 0) ->
+    # contiguous", "training mode: train -> train"); sizes a dynamic graph serves are traced
+    def scale(x, n):
+        return x * n
+
+    g = to_graph(scale)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for shape in ((3,), (3,), (4,), (5,), (7, 2), (8, 2), (9, 3)):
+            assert torch.equal(g(torch.ones(shape), 2), torch.ones(shape) * 2)
+    e = g.explain(torch.ones(6), 2)                        # served by trace 2
+    assert e.retraces == [
+        "trace 1: x: float32[3], n=2",
+        "trace 2: x: shape (3,) -> (*,); traced with dynamic dims x[0] (one graph for "
+        "their sizes)",
+        "trace 3: x: shape (*,) -> (7, 2)",
+        "trace 4: x: shape (7, 2) -> (*, 2); traced with dynamic dims x[0] (one graph for "
+        "their sizes)",
+        "trace 5: x: shape (*, 2) -> (*, *); traced with dynamic dims x[0], x[1] (one "
+        "graph for their sizes)",
+    ], e.retraces
+    assert g.explain(torch.ones(10, 4), 2).retraces == e.retraces
+    new = g.explain(torch.ones(6, dtype=torch.float64), 2)
+    assert "not traced yet" in new.retraces[-1] and "dtype" in new.retraces[-1]
+    assert "not traced yet" in g.explain(torch.ones(2, 3, 4), 2).retraces[-1]
+
+
 def test_explain_does_not_change_the_cache_or_results():
     g = to_graph(acceptance)
     x = T([5.0, 4.0])

@@ -173,13 +173,14 @@ def _describe_signature(names: List[str], key) -> str:
 
 def _retraces(fn, key) -> List[str]:
     from ..api import _describe_change
+    from ..retracing import serves
     names, history, out = fn._param_names, fn._history, []
     for i, old in enumerate(history):
         if i == 0:
             out.append(f"trace 1: {_describe_signature(names, old)}")
         else:
             out.append(f"trace {i + 1}: {_describe_change(names, history[i - 1], old)}")
-    if key not in history:
+    if not any(serves(old, key) for old in history):     # (a dynamic graph serves sizes)
         change = _describe_change(names, history[-1], key) if history else \
             _describe_signature(names, key)
         out.append(f"(these arguments are not traced yet; a call would trace: {change})")
