@@ -144,10 +144,11 @@ def serves(traced, key) -> bool:
 def changes(names: List[str], old, new) -> List[Tuple[str, str]]:
     """(kind, text) for each item of signature ``new`` that differs from ``old``; a
     dynamic trace's key (``dynamic_mark``) says which dims it traced dynamic."""
+    same = old == new           # (a guard failed: describe_change says so)
     old, _ = dynamic_mark(old)
     new, mark = dynamic_mark(new)
     out = _changes(names, old, new)
-    if mark is not None:
+    if mark is not None and not same:
         dims = [f"{names[i] if i < len(names) else f'argument #{i}'}{[d]}"
                 for i, leaf in enumerate(new[1:new[0].num_leaves + 1])
                 if isinstance(leaf, tuple) and leaf[:1] == ("T",)

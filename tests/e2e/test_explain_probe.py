@@ -221,6 +221,18 @@ def test_explain_retrace_history_names_dynamic_dims():
     assert "not traced yet" in new.retraces[-1] and "dtype" in new.retraces[-1]
     assert "not traced yet" in g.explain(torch.ones(2, 3, 4), 2).retraces[-1]
 
+    factor = [2.0]
+
+    def scaled(x):
+        return x * factor[0]
+
+    g = to_graph(scaled)
+    g(torch.ones(3)), g(torch.ones(4))
+    factor[0] = 3.0                                        # a guard of the dynamic graph
+    assert torch.equal(g(torch.ones(5)), torch.full((5,), 3.0))
+    assert g.explain(torch.ones(6)).retraces[2].startswith(
+        "trace 3: Python state the last trace read changed")
+
 
 def test_explain_does_not_change_the_cache_or_results():
     g = to_graph(acceptance)
