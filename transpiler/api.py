@@ -18,6 +18,7 @@ import functools
 import gc
 import inspect
 import operator
+import os
 import types
 import warnings
 
@@ -31,6 +32,7 @@ import runtime
 from runtime import operators as tg
 from runtime import control_flow, path_values, region_state, subgraphs, tensor_state, trace_reads
 from runtime.errors import GraphError
+from runtime.options import options
 from runtime.executor import Unstack, located, lower
 from runtime.graph import Node, iter_nodes, map_structure
 from runtime.meta import TensorMeta, meta_empty
@@ -95,7 +97,8 @@ def convert_function(fn, probed=()):
 def _converted(fn, probed):
     """``convert_function``'s work: convert, register the source map for as long as the
     generated code lives, and hide ``UndefinedReturn``."""
-    converted = conversion.convert(fn, {"tg": tg}, probed)
+    converted = conversion.convert(fn, {"tg": tg}, probed, cache_dir=options.cache_dir and
+                                   os.path.join(options.cache_dir, "converted"))
     inner = converted.fn
     register_source_map(converted.filename, converted.line_map, owner=inner.__code__)
 

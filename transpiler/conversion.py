@@ -15,6 +15,7 @@ import weakref
 
 import gast
 
+from transpiler import conversion_cache
 from transpiler.analysis import activity
 from transpiler.analysis import liveness
 from transpiler.analysis import reaching_defs
@@ -158,9 +159,10 @@ def _log_conversion(fn, source: str) -> None:
         _CODE_LOG.debug("generated source of %s:\n%s", name, source)
 
 
-def convert(fn, extra_globals, probed=()):
+def convert(fn, extra_globals, probed=(), cache_dir=None):
     """Convert ``fn``; the result's function calls ``extra_globals`` names (e.g. ``tg``).
-    ``probed``: variable names whose values ``tg.probe`` records (see converters.probes)."""
+    ``probed``: variable names whose values ``tg.probe`` records (see converters.probes).
+    ``cache_dir``: a directory of converted code kept across processes (conversion_cache)."""
     fn, bound_self = _unwrap(fn)
     probed = tuple(sorted(set(probed)))
     code = fn.__code__                 # equal code objects may come from different files
@@ -171,13 +173,21 @@ def convert(fn, extra_globals, probed=()):
         compiled_for = {}
     compiled = compiled_for.get(key)
     if compiled is None:
-        tree = _convert_tree(fn, probed)
-        source, parsed = codegen.to_source_and_ast(tree)
-        line_map = _line_map(tree, parsed)
         filename = loader.fake_filename(fn.__qualname__)
-        outer = list(fn.__code__.co_freevars) + [n for n in extra_globals
-                                                 if n not in fn.__code__.co_freevars]
-        code = loader.compile_function(source, tree.name, outer, filename, parsed)
+        disk_key = conversion_cache.key(fn, extra_globals, probed) if cache_dir else None
+        found = conversion_cache.load(cache_dir, disk_key)
+        if found is not None:
+            code, source, line_map = found
+            code = conversion_cache.renamed(code, filename)
+            loader.register(filename, source)
+        else:
+            tree = _convert_tree(fn, probed)
+            source, parsed = codegen.to_source_and_ast(tree)
+            line_map = _line_map(tree, parsed)
+            outer = list(fn.__code__.co_freevars) + [n for n in extra_globals
+                                                     if n not in fn.__code__.co_freevars]
+            code = loader.compile_function(source, tree.name, outer, filename, parsed)
+            conversion_cache.store(cache_dir, disk_key, code, source, line_map)
         weakref.finalize(code, loader.forget, filename)
         compiled = compiled_for[key] = _Compiled(code, source, filename, line_map)
         _log_conversion(fn, source)

@@ -1,0 +1,285 @@
+"""The conversion's speed mechanisms give what the plain ones gave (issue 13, first call):
+pyct.clone (deepcopy's result), pyct.traversal (ast's walks and NodeTransformer), and the
+on-disk conversion cache (transpiler.conversion_cache): a hit is the same function, an
+edited source or a damaged or foreign entry is a miss, an unsafe directory is not used."""
+import ast
+import copy
+import importlib.util
+import os
+import stat
+import sys
+import textwrap
+import warnings
+
+import gast
+import pytest
+import torch
+
+from runtime.options import options
+from tests.e2e.e2e_helpers import assert_same
+from transpiler import api, conversion, to_graph
+from transpiler.pyct import anno, clone, origin, parser, traversal
+
+SAMPLE = '''
+def f(x, n, d):
+    """doc"""
+    total = 0
+    for i in range(n):
+        if x.sum() > i:
+            x = x * 2
+        elif d.get("k", 0):
+            x = x - 1
+        else:
+            total += i
+    while x.sum() < 100 and n:
+        x = x + 1
+        n -= 1
+    d["k"] = [v for v in range(3) if v] + [lambda: x, (yield_ := 1)]
+    return x, total, f"{n:3d}", d
+'''
+
+
+def _tree():
+    node = gast.parse(textwrap.dedent(SAMPLE)).body[0]
+    origin.annotate(node, "sample.py", 10, 4)
+    anno.setanno(node.body[1], anno.Key.READ, frozenset({"x", "n"}))
+    anno.setanno(node.body[2], anno.Key.EXTRA_LOOP_TEST, [node.body[2].iter])  # shared node
+    return node
+
+
+def _annos(tree):
+    return [(type(n).__name__, sorted((k.name, repr(v)) for k, v in
+                                      getattr(n, anno._ATTR, {}).items()
+                                      if k is not anno.Key.EXTRA_LOOP_TEST))
+            for n in ast.walk(tree)]
+
+
+def test_clone_is_deepcopy():
+    tree = _tree()
+    mine, theirs = clone.copy(tree), copy.deepcopy(tree)
+    assert ast.dump(mine, include_attributes=True) == ast.dump(theirs, include_attributes=True)
+    assert _annos(mine) == _annos(theirs) == _annos(tree)
+    originals = {id(n) for n in ast.walk(tree)}
+    assert not originals & {id(n) for n in ast.walk(mine)}          # a new node per node
+    loop = mine.body[2]       # the annotation's node is the copied tree's node, as deepcopy's
+    assert anno.getanno(loop, anno.Key.EXTRA_LOOP_TEST)[0] is loop.iter
+    assert anno.getanno(tree.body[2], anno.Key.EXTRA_LOOP_TEST)[0] is tree.body[2].iter
+    shared = gast.Name(id="s", ctx=gast.Load(), annotation=None, type_comment=None)
+    pair = clone.copy([shared, shared])
+    assert pair[0] is pair[1] and pair[0] is not shared
+
+
+def test_walk_and_children_are_ast_s():
+    tree = _tree()
+    assert [id(n) for n in traversal.walk(tree)] == [id(n) for n in ast.walk(tree)]
+    for node in ast.walk(tree):
+        assert [id(c) for c in traversal.iter_child_nodes(node)] == \
+            [id(c) for c in ast.iter_child_nodes(node)]
+
+
+class _Edits:
+    """Deletes ``pass``-like expression statements, splices two statements for an
+    AugAssign, renames names, replaces constants: every kind of visitor result."""
+
+    def visit_Expr(self, node):
+        return None if isinstance(node.value, gast.Constant) else self.generic_visit(node)
+
+    def visit_AugAssign(self, node):
+        node = self.generic_visit(node)
+        return [node, gast.Expr(value=gast.Name(id="after", ctx=gast.Load(), annotation=None,
+                                                type_comment=None))]
+
+    def visit_Name(self, node):
+        node.id = node.id.upper()
+        return self.generic_visit(node)
+
+    def visit_Constant(self, node):
+        return gast.Constant(value=repr(node.value), kind=None) \
+            if isinstance(node.value, int) else node
+
+
+class _Plain(_Edits, gast.NodeTransformer):
+    pass
+
+
+class _Fast(_Edits, traversal.Transformer):
+    pass
+
+
+def test_transformer_is_node_transformer():
+    a, b = _tree(), _tree()
+    assert ast.dump(_Fast().visit(a)) == ast.dump(_Plain().visit(b))
+    # no visit_ methods: nothing changes, the same nodes stay
+    c = _tree()
+    before = [id(n) for n in ast.walk(c)]
+    traversal.Transformer().visit(c)
+    assert [id(n) for n in ast.walk(c)] == before
+
+
+# --------------------------------------------------------------------------- disk cache
+MODULE = '''
+import torch
+
+SCALE = 3.0
+
+def step(x, k):
+    if x.sum() > 0:
+        y = x * SCALE + k
+    else:
+        y = x - k
+    for i in range(k):
+        y = y + i
+    return y, k + 1
+
+def fails(x):
+    if x.sum() > 0:
+        y = x.nonexistent_attribute
+    else:
+        y = x
+    return y
+'''
+
+
+def _load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def fresh(tmp_path):
+    """A cache root, and conversions forgotten in memory (as in a new process)."""
+    root = tmp_path / "cache"
+
+    def forget():
+        api._CONVERTED.clear()
+        conversion._cache.clear()
+    forget()
+    with options.override(cache_dir=str(root), compiler=False):   # (no kernel builds)
+        yield root, forget
+    forget()
+
+
+def _entries(root):
+    d = root / "converted"
+    return sorted(p.name for p in d.iterdir()) if d.exists() else []
+
+
+def _check(fn, strict):
+    g = to_graph(fn, strict=strict)
+    for x, k in ((torch.tensor([1.0, 2.0]), 2), (torch.tensor([-5.0, 1.0]), 3)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert_same(g(x, k), fn(x, k))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_disk_hit_is_the_same_function(tmp_path, fresh, strict):
+    root, forget = fresh
+    (tmp_path / "m1.py").write_text(MODULE)
+    mod = _load(tmp_path / "m1.py", "m1")
+    _check(mod.step, strict)
+    made = _entries(root)
+    assert len(made) == 1 and made[0].endswith(".conv")
+    source = api.convert_function(mod.step).__tograph_source__
+    line_map = api.convert_function(mod.step).__tograph_line_map__
+    forget()
+    loaded = api.convert_function(mod.step)          # from disk this time
+    assert loaded.__tograph_source__ == source and loaded.__tograph_line_map__ == line_map
+    assert _entries(root) == made
+    forget()
+    _check(mod.step, strict)
+
+
+def test_disk_hit_keeps_user_lines_in_errors(tmp_path, fresh):
+    root, forget = fresh
+    (tmp_path / "m2.py").write_text(MODULE)
+    mod = _load(tmp_path / "m2.py", "m2")
+    for _ in range(2):                    # converted, then loaded from disk
+        forget()
+        with pytest.raises(AttributeError) as info, warnings.catch_warnings():
+            warnings.simplefilter("ignore")          # (the FallbackWarning: it runs eagerly)
+            to_graph(mod.fails)(torch.ones(2))
+        frames = [(f.filename, f.lineno) for f in
+                  __import__("traceback").extract_tb(info.value.__traceback__)]
+        assert (str(tmp_path / "m2.py"), MODULE.splitlines().index(
+            "        y = x.nonexistent_attribute") + 1) in frames
+    assert len(_entries(root)) == 1
+
+
+def test_edited_source_is_a_new_conversion(tmp_path, fresh):
+    root, forget = fresh
+    path = tmp_path / "m3.py"
+    path.write_text(MODULE)
+    mod = _load(path, "m3")
+    _check(mod.step, False)
+    path.write_text(MODULE.replace("x * SCALE + k", "x * SCALE - k"))
+    os.utime(path, (1, 1))                # (linecache notices the change by size/mtime)
+    forget()
+    mod = _load(path, "m3")
+    x = torch.tensor([1.0, 2.0])
+    assert_same(to_graph(mod.step)(x, 2), mod.step(x, 2))
+    assert torch.equal(to_graph(mod.step)(x, 2)[0], x * 3.0 - 2 + 1)
+    assert len(_entries(root)) == 2
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "foreign"])
+def test_damaged_or_foreign_entry_is_a_miss(tmp_path, fresh, damage):
+    root, forget = fresh
+    (tmp_path / "m4.py").write_text(MODULE)
+    mod = _load(tmp_path / "m4.py", "m4")
+    _check(mod.step, True)
+    (entry,) = (root / "converted").iterdir()
+    data = entry.read_bytes()
+    if damage == "flip":
+        data = data[:40] + bytes([data[40] ^ 0xFF]) + data[41:]
+    elif damage == "truncate":
+        data = data[: len(data) // 2]
+    else:                 # another function's intact entry under this key
+        other = tmp_path / "m5.py"
+        other.write_text(MODULE.replace("y = x - k", "y = x - 2 * k"))
+        mod5 = _load(other, "m5")
+        forget()
+        to_graph(mod5.step)(torch.ones(2), 1)
+        data = next(p for p in (root / "converted").iterdir() if p != entry).read_bytes()
+    entry.write_bytes(data)
+    forget()
+    _check(mod.step, True)
+    x = torch.tensor([-5.0, 1.0])
+    assert torch.equal(to_graph(mod.step)(x, 1)[0], x - 1)
+
+
+def test_unsafe_or_no_directory_is_not_used(tmp_path, fresh):
+    root, forget = fresh
+    (tmp_path / "m6.py").write_text(MODULE)
+    mod = _load(tmp_path / "m6.py", "m6")
+    shared = tmp_path / "shared"
+    (shared / "converted").mkdir(parents=True)
+    os.chmod(shared / "converted", 0o777)
+    with options.override(cache_dir=str(shared)):
+        _check(mod.step, True)
+    assert not os.listdir(shared / "converted")
+    forget()
+    with options.override(cache_dir=""):
+        _check(mod.step, True)
+    assert not os.path.exists(root / "converted") or not _entries(root)
+    assert stat.S_IMODE(os.stat(shared / "converted").st_mode) == 0o777
+
+
+def test_parsed_source_unchanged_by_fast_walks():
+    """The generated source of a function using every converter (the golden tests hold
+    the text; this checks the walks kept origins on every generated line)."""
+    (node, _) = parser.parse_function(test_parsed_source_unchanged_by_fast_walks)
+    assert all(origin.of(n) is not None for n in traversal.walk(node)
+               if getattr(n, "lineno", None) is not None)
+    converted = conversion.convert(_sample_fn, {"tg": object()})
+    assert converted.line_map and all(f == __file__ for f, _ in converted.line_map.values())
+
+
+def _sample_fn(x, n):
+    while n > 0 and x:
+        if x > n:
+            x -= 1
+        n -= 1
+    return [x for _ in range(n)], f"{x}"
