@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
 
 from . import graph_ops, views
-from . import flag_arguments, grad_flags, tensor_state, trace_reads
+from . import flag_arguments, grad_flags, index_lists, tensor_state, trace_reads
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
 from .graph import Graph, Node, find_leaves, map_structure
@@ -57,7 +57,7 @@ _DEVICE_QUERIES = {torch.Tensor.device.__get__: torch.device("cpu"),
                    torch.Tensor.is_cuda.__get__: False, torch.Tensor.is_meta.__get__: False,
                    torch.Tensor.is_cpu.__get__: True}
 _SIZE_QUERIES = {torch.Tensor.shape.__get__, torch.Tensor.size, torch.Tensor.numel,
-                 torch.Tensor.__len__, torch.Tensor.nelement}
+                 torch.Tensor.__len__, torch.Tensor.nelement, torch.Tensor.nbytes.__get__}
 _SUBSTITUTES = {torch._C._set_grad_enabled: graph_ops.set_grad_enabled}
 _REQUIRES_GRAD = torch.Tensor.requires_grad.__get__
 _DATA_DEPENDENT_SCALARS = {"equal", "allclose", "is_nonzero", "item", "tolist",
@@ -296,6 +296,8 @@ def _size(t: SymbolicTensor, func, args):
                 raise TypeError("len() of a 0-d tensor")
             raise _needs_conversion("len() of a dimension known only at run time")
         return meta.shape[0]
+    if func == torch.Tensor.nbytes.__get__:     # (a method-wrapper: equal, not identical)
+        return _size(t, torch.Tensor.numel, args) * t.element_size()
     if func in (torch.Tensor.numel, torch.Tensor.nelement):
         if not meta.is_static:
             return dispatch_record(graph_ops.numel, (t,), {})
@@ -496,21 +498,30 @@ def _numbers_as_scalars(args):
 def _tensor_of_python_int(args, kwargs):
     """``torch.tensor(i)`` of a stand-in for a Python int (a size, a staged range index):
     eager builds a new int64 (or ``dtype``) tensor from the int, without torch's warning
-    about copy-constructing from a tensor; so does a copying ``to``. None otherwise."""
-    if len(args) != 1 or not (_python_int(args[0]) or _python_index(args[0])) or \
-            set(kwargs) - {"dtype"}:
+    about copy-constructing from a tensor; so does a copying ``to``. None otherwise.
+    Also for a float or bool stand-in (``torch.tensor(n / 2)``): the default dtype or bool,
+    as eager's number gives (the stand-in itself is a float64)."""
+    if len(args) != 1 or not isinstance(args[0], SymbolicTensor) or \
+            set(kwargs) - {"dtype", "device"}:
         return None
-    dtype = kwargs.get("dtype") or torch.int64
-    return dispatch_record(torch.Tensor.to, (args[0],), {"dtype": dtype, "copy": True})
+    kind = "int" if _python_int(args[0]) or _python_index(args[0]) else kind_of(args[0])
+    if kind not in ("int", "float", "bool"):
+        return None
+    dtype = kwargs.get("dtype") or {"int": torch.int64, "float": torch.get_default_dtype(),
+                                    "bool": torch.bool}[kind]
+    extra = {"device": kwargs["device"]} if kwargs.get("device") is not None else {}
+    return dispatch_record(torch.Tensor.to, (args[0],), {"dtype": dtype, "copy": True, **extra})
 
 
 def dispatch_record(func, args, kwargs, concrete: bool = False):
     """Add a node calling ``func``; ``concrete``: no symbolic argument (run it for real if
     it yields a Python value rather than tensors)."""
-    if func is torch.tensor:
+    if func is torch.tensor or func is torch.as_tensor:
         made = _tensor_of_python_int(args, kwargs)
         if made is not None:
             return made
+    if func in index_lists.INDEXING and len(args) >= 2:
+        args = (args[0], index_lists.as_index_tensor(args[1])) + tuple(args[2:])
     number = arithmetic_kind(op_name(func), args) if not kwargs else None
     args, python_int = _as_python_numbers(func, args) if not kwargs else (args, False)
     if not kwargs and len(args) == 2 and op_name(func) in _PROMOTING:
