@@ -495,6 +495,44 @@ def _numbers_as_scalars(args):
     return args
 
 
+# operands (position, keyword) that take a Python number as a scalar beside a tensor
+# (``where``'s other value, ``clamp``'s input): ``torch.where(c, n / 2, t)``, ``t.clamp(max=n / 2)``
+_SCALAR_OPERANDS = {"where": ((1, None), (2, None)),
+                    "clamp": ((1, "min"), (2, "max")), "clip": ((1, "min"), (2, "max")),
+                    "clamp_min": ((1, "min"),), "clamp_max": ((1, "max"),)}
+
+
+def _operands_as_scalars(func, args, kwargs):
+    """``_numbers_as_scalars`` for the operands of ``where`` and ``clamp``: a number
+    stand-in beside a tensor is cast to the dtype that tensor and such a number give."""
+    where = op_name(func) == "where"
+    args, kwargs = list(args), dict(kwargs)
+    for position, keyword in _SCALAR_OPERANDS[op_name(func)]:
+        if position < len(args):
+            number = args[position]
+        elif keyword in kwargs:
+            number = kwargs[keyword]
+        else:
+            continue
+        other = (args[3 - position] if len(args) == 3 else None) if where else args[0]
+        if where and isinstance(number, SymbolicTensor) and kind_of(number) is not None and \
+                kind_of(other) is not None:     # two numbers: the default dtype's kinds
+            kinds = {kind_of(number), kind_of(other)}
+            dtype = torch.get_default_dtype() if "float" in kinds else \
+                torch.int64 if "int" in kinds else torch.bool
+            if number.dtype != dtype and kinds <= {"int", "float", "bool"}:
+                args[position] = dispatch_record(torch.Tensor.to, (number,), {"dtype": dtype})
+            continue
+        if not isinstance(other, torch.Tensor) or kind_of(other) is not None:
+            continue
+        cast = _numbers_as_scalars((number, other))[0]
+        if position < len(args):
+            args[position] = cast
+        else:
+            kwargs[keyword] = cast
+    return tuple(args), kwargs
+
+
 def _tensor_of_python_int(args, kwargs):
     """``torch.tensor(i)`` of a stand-in for a Python int (a size, a staged range index):
     eager builds a new int64 (or ``dtype``) tensor from the int, without torch's warning
@@ -526,6 +564,8 @@ def dispatch_record(func, args, kwargs, concrete: bool = False):
     args, python_int = _as_python_numbers(func, args) if not kwargs else (args, False)
     if not kwargs and len(args) == 2 and op_name(func) in _PROMOTING:
         args = _numbers_as_scalars(args)
+    elif op_name(func) in _SCALAR_OPERANDS:
+        args, kwargs = _operands_as_scalars(func, args, kwargs)
     try:
         result = _dispatch_record(func, args, kwargs, concrete)
     except (GraphError, TypeError) as e:

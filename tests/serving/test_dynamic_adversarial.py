@@ -953,11 +953,13 @@ def llama_rotary(x, position_ids):
     return emb.cos().to(dtype=x.dtype), emb.sin().to(dtype=x.dtype)
 
 
-@case(lambda n: (rand(n, 3),), sizes=(2, 3, 5, 4),
-      xfail="a float stand-in of a dynamic size in where/clamp promotes to float64")
+@case(lambda n: (rand(n, 3),), sizes=(2, 3, 5, 4))
 def float_size_in_where_clamp(x):
     n = x.shape[0]
-    return torch.where(x[0, 0] > 0, n / 2, x.sum()), torch.clamp(x.sum(), max=n / 2)
+    return (torch.where(x[0, 0] > 0, n / 2, x.sum()), torch.clamp(x.sum(), max=n / 2),
+            torch.where(x[0, 0] > 0, n / 2, 0.5), torch.where(x[:, 0] > 0, x[:, 1], n / 4),
+            x.long().sum().clamp(max=n / 2), torch.clip(x.sum(), n / 4, n / 2),
+            torch.where(x[0, 0] > 0, n, 0), x.sum().half().clamp_max(n / 2))
 
 
 @case(lambda n: (rand(n, 3),), sizes=(2, 3, 5, 7))
