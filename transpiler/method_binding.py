@@ -44,6 +44,14 @@ class _Methods(dict):
 def bound(descriptor, obj, weak: weakref.WeakKeyDictionary, make: Callable[[], Any]):
     """``descriptor`` (a converted method) bound to ``obj``: made once per object by
     ``make`` and kept for as long as the object lives (not longer)."""
+    try:                                # the usual case, on each access: ~0.4 us
+        table = obj.__dict__[NAME]
+        if table.owner is obj:
+            method = table.get(descriptor)
+            if method is not None:
+                return method
+    except (AttributeError, KeyError, TypeError):
+        pass
     attrs = None if isinstance(obj, type) else getattr(obj, "__dict__", None)
     if type(attrs) is dict:
         table = attrs.get(NAME)
