@@ -120,6 +120,7 @@ class _Group:
         self.wanted: Dict[int, Set[int]] = {}         # dims seen with a second size
         self.refused: Set[tuple] = set()              # patterns whose trace failed
         self.blocked: Set[Tuple[int, int]] = set()    # (leaf, dim) never dynamic again
+        self.asked: Set[Tuple[int, int]] = set()      # wanted by dynamic=, not seen to change
 
 
 class DynamicShapes:
@@ -154,12 +155,14 @@ class DynamicShapes:
                 group = self._groups[group_key] = _Group(shapes)
                 for i, dims in start.items():
                     group.wanted[i] = set(dims)
+                    group.asked |= {(i, d) for d in dims}
             else:
                 for i in tensors:
                     changed = {d for d, (a, b) in enumerate(zip(group.first[i], shapes[i]))
                                if a != b and (i, d) not in group.blocked}
                     if changed:
                         group.wanted.setdefault(i, set()).update(changed)
+                        group.asked -= {(i, d) for d in changed}
             dims = {i: tuple(sorted(d for d in ds if shapes[i][d] >= 2))
                     for i, ds in group.wanted.items() if _contiguous(flat[i])}
             dims = {i: ds for i, ds in dims.items() if ds}
@@ -183,6 +186,13 @@ class DynamicShapes:
             others = {(i, d) for i, ds in plan.dims.items() for d in ds if d != 0}
             if not others:
                 return None
+            # dims only dynamic= asked for (dynamic=True: a conv's channels beside its H/W)
+            # are not blocked: dropped, they come back as in automatic mode when they change
+            untried = others & group.asked
+            group.asked -= untried
+            for i, d in untried:
+                group.wanted.get(i, set()).discard(d)
+            others -= untried
             group.blocked |= others
             for i, d in others:
                 group.wanted.get(i, set()).discard(d)

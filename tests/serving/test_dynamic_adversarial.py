@@ -489,9 +489,7 @@ class _ConvNet(nn.Module):
 
 
 @case(lambda hw: (rand(2, 3, hw[0], hw[1]),), module=True,
-      sizes=((8, 8), (9, 9), (12, 7), (5, 6), (16, 16), (3, 3), (8, 8)),
-      xfail={"dynamic": "dynamic=True: a failed all-dims plan blocks every dim but the "
-                         "first (H/W, sequence)"})
+      sizes=((8, 8), (9, 9), (12, 7), (5, 6), (16, 16), (3, 3), (8, 8)))
 def conv_hw():
     return _ConvNet()
 
@@ -507,9 +505,7 @@ def batchnorm_eval():
 
 
 @case(lambda bt: (rand(bt[0], bt[1], 6),), module=True, grad=True,
-      sizes=((2, 4), (3, 4), (2, 6), (5, 9), (1, 1), (4, 3)),
-      xfail={"dynamic": "dynamic=True: a failed all-dims plan blocks every dim but the "
-                         "first (H/W, sequence)"})
+      sizes=((2, 4), (3, 4), (2, 6), (5, 9), (1, 1), (4, 3)))
 def layernorm_seq():
     return nn.LayerNorm(6)
 
@@ -530,9 +526,7 @@ class _MHA(nn.Module):
 
 
 @case(lambda bt: (rand(bt[0], bt[1], 8),), module=True,
-      sizes=((2, 4), (3, 4), (2, 6), (5, 9), (1, 1), (4, 3)),
-      xfail={"dynamic": "dynamic=True: a failed all-dims plan blocks every dim but the "
-                         "first (H/W, sequence)"})
+      sizes=((2, 4), (3, 4), (2, 6), (5, 9), (1, 1), (4, 3)))
 def multihead_attention():
     return _MHA().eval()
 
@@ -585,9 +579,7 @@ class _Block(nn.Module):
 
 
 @case(lambda bt: (rand(bt[0], bt[1], 8),), module=True, grad=True,
-      sizes=((2, 4), (3, 4), (2, 6), (5, 9), (1, 1), (4, 3), (2, 2)), traces=4,
-      xfail={"dynamic": "dynamic=True: a failed all-dims plan blocks every dim but the "
-                         "first (H/W, sequence)"})
+      sizes=((2, 4), (3, 4), (2, 6), (5, 9), (1, 1), (4, 3), (2, 2)), traces=4)
 def causal_block():
     return _Block()
 
@@ -875,9 +867,7 @@ class _Seq1d(nn.Module):
 
 
 @case(lambda bl: (rand(bl[0], 3, bl[1]),), module=True,
-      sizes=((2, 4), (3, 4), (2, 7), (5, 9), (4, 3), (2, 2)), traces=4,
-      xfail={"dynamic": "dynamic=True: a failed all-dims plan blocks every dim but the "
-                         "first (H/W, sequence)"})
+      sizes=((2, 4), (3, 4), (2, 7), (5, 9), (4, 3), (2, 2)), traces=4)
 def conv1d_bn_gn_seq():
     return _Seq1d()
 
