@@ -971,3 +971,17 @@ def list_index_in_staged_loop(x, k):
 @case(lambda n: (rand(n, 3),), sizes=(2, 3, 5, 7))
 def nbytes_of_input(x):
     return x.nbytes, x.itemsize * x.numel()
+
+
+@case(lambda n: (rand(n, 3), rand(3, 2)), sizes=(2, 3, 5, 4, 7, 1, 9), grad=True)
+def cond_and_while_on_sizes_with_grad(x, w):
+    h = x @ w
+    if h.sum() > 0:
+        h = h * x.shape[0]
+    else:
+        h = h.flip(0) / x.shape[0]
+    i = torch.tensor(0)
+    while i < x.shape[0] // 2:
+        h = h + h[i]
+        i = i + 1
+    return h.softmax(0).sum(1), h.shape[0]
