@@ -63,7 +63,9 @@ def test_eval_matches_eager(name):
         args, kwargs = make(batch, seed)
         with torch.no_grad():
             close(w(*args, **kwargs), model(*args, **kwargs), f"{name} batch {batch} seed {seed}")
-    assert len(w.graph_function._history) == 2         # one graph per batch size
+    # one graph per batch size (a second size may first try a dynamic graph: ViT's
+    # assert message formats its shape, so that try fails and the size is traced static)
+    assert sum(hasattr(e, "optimized") for e in w.graph_function._entries.values()) == 2
 
 
 @pytest.mark.parametrize("name", NAMES)
