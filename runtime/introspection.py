@@ -137,6 +137,15 @@ class RunTimeSize(tuple):
             return torch.Size([int(i) for i in items])
         return super().__new__(cls, items)
 
+    def __repr__(self):
+        from .size_text import native_text      # (an f-string in code not converted)
+        from .symbolic import current_graph
+        graph = current_graph()
+        text = native_text(self, graph) if graph is not None else None
+        return text if text is not None else tuple.__repr__(self)
+
+    __str__ = __repr__
+
 
 def legacy_type(dtype: torch.dtype, args, kwargs, where: str):
     """``x.type(...)`` of a CPU tensor of ``dtype``: the type name (no argument), or the

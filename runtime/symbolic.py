@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
 
 from . import graph_ops, views
-from . import flag_arguments, grad_flags, index_lists, tensor_state, trace_reads
+from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
 from .graph import Graph, Node, find_leaves, map_structure
@@ -701,6 +701,8 @@ class _TracingMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func is torch._assert and size_text.assert_call(args, kwargs):
+            return None
         if contains_symbolic(args) or contains_symbolic(kwargs):
             return dispatch(func, args, kwargs)
         if func in _PASSTHROUGH or current_graph() is None:
@@ -729,6 +731,7 @@ def tracing(graph: Graph):
     try:
         with tensor_state.watching_modes(), building(graph), _TracingMode():
             yield graph
+        size_text.check_consumed(graph)
     finally:
         graph.traced_by = None
         torch._C._set_grad_enabled(grad)

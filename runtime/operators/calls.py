@@ -25,7 +25,7 @@ from ..path_values import check_call
 from ..region_effects import refuse_unseen_call
 from ..source_info import format_location, user_location
 from ..symbolic import contains_symbolic, current_graph, is_symbolic
-from .effects import print_
+from .effects import print_, torch_assert
 from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicReversed, SymbolicZip,
                         TensorList, is_symbolic_iterable, length_of)
 from .logical import ifexp
@@ -281,6 +281,8 @@ def call(f, *args, **kwargs):
                          f"every call; a graph would freeze the value seen while tracing")
     if f is builtins.print:
         return print_(*args, **kwargs)
+    if f is torch._assert and current_graph() is not None:
+        return torch_assert(*args, **kwargs)
     said = staged_message(f, args, kwargs)      # sys.stdout.write, warnings.warn
     if said is not NOT_STAGED:
         return said

@@ -50,7 +50,11 @@ def assert_stmt(test, msg_fn=None):
     """``assert test, msg``: a graph node checking ``test`` on every run when symbolic."""
     if not is_symbolic(test):
         if not test:
-            raise AssertionError(msg_fn()) if msg_fn is not None else AssertionError()
+            message = msg_fn() if msg_fn is not None else None
+            if isinstance(message, DeferredText):   # eager's message is a str: let it say
+                raise GraphError(f"{format_location(user_location())}: a failing assert "
+                                 f"whose message is text made from a traced value")
+            raise AssertionError(message) if msg_fn is not None else AssertionError()
         return None
     try:
         message = msg_fn() if msg_fn is not None else None
@@ -64,6 +68,13 @@ def assert_stmt(test, msg_fn=None):
         return None
     dispatch_record(graph_ops.assert_true, (test, where, message), {})
     return None
+
+
+def torch_assert(condition, message):
+    """``torch._assert(condition, message)`` while tracing: eager runs ``assert condition,
+    message``, so the same staged assert (a message made from a size known only when the
+    graph runs, ``f"got {x.shape}"``, is rendered only if the check fails)."""
+    return assert_stmt(condition, lambda: message)
 
 
 # Errors the graph's own operations may raise when it runs (index out of range, a failed
