@@ -417,6 +417,11 @@ class GraphFunction:
                                                                      args, kwargs))
         if plan is None:
             return None
+        for wider in plan.reuse:
+            entry = self._entries.get(wider)
+            if _holds(entry, flat):
+                self._entries.hit(entry)
+                return entry
         entry = self._entries.get(plan.key)
         if _holds(entry, flat):
             self._entries.hit(entry)

@@ -43,6 +43,7 @@ class Plan(NamedTuple):
     ``dims`` ({flat leaf index: dims}) to leave dynamic."""
     key: tuple
     dims: Dict[int, Tuple[int, ...]]
+    reuse: tuple = ()       # wider patterns whose graph, traced before, serves it too
 
 
 def _contiguous(t: torch.Tensor) -> bool:
@@ -169,6 +170,20 @@ class DynamicShapes:
             if not dims:
                 return None
             pattern = _pattern(key, flat, dims)
+            # dims dynamic= asked for but never seen to change (heads, head_dim) may
+            # coincide with a changing size (batch 2 = heads 2) on one call and not the
+            # next: a new relation, a new pattern each time. Once some dim has changed, a
+            # new trace leaves those dims static (they are out of the relation); a graph
+            # traced with them dynamic (the first call's) still serves its pattern.
+            narrow = {i: tuple(d for d in ds if (i, d) not in group.asked)
+                      for i, ds in dims.items()}
+            narrow = {i: ds for i, ds in narrow.items() if ds}
+            if narrow and narrow != dims:
+                reuse = () if pattern in group.refused else (pattern,)
+                dims, pattern = narrow, _pattern(key, flat, narrow)
+                if pattern in group.refused:
+                    return None
+                return Plan(pattern, dims, reuse)
             if pattern in group.refused:
                 return None
             return Plan(pattern, dims)

@@ -596,9 +596,7 @@ def rotate_half(x):
 
 
 # transformers/models/llama/modeling_llama.py: repeat_kv
-@case(lambda bt: (rand(bt[0], 2, bt[1], 4), 3), sizes=((2, 4), (3, 4), (2, 6), (5, 9), (1, 1)),
-      xfail={"dynamic": "dynamic=True: sizes that coincide with static-valued dims (heads, "
-                         "head_dim) make a new pattern per call"})
+@case(lambda bt: (rand(bt[0], 2, bt[1], 4), 3), sizes=((2, 4), (3, 4), (2, 6), (5, 9), (1, 1)))
 def repeat_kv(hidden_states, n_rep):
     batch, num_key_value_heads, slen, head_dim = hidden_states.shape
     if n_rep == 1:
@@ -887,9 +885,7 @@ def gru_last_step():
     return _GRU()
 
 
-@case(lambda bt: (rand(bt[0], 2, bt[1], 4),) * 3, sizes=((2, 4), (3, 4), (2, 6), (5, 9), (1, 1)),
-      xfail={"dynamic": "dynamic=True: sizes that coincide with static-valued dims (heads, "
-                         "head_dim) make a new pattern per call"})
+@case(lambda bt: (rand(bt[0], 2, bt[1], 4),) * 3, sizes=((2, 4), (3, 4), (2, 6), (5, 9), (1, 1)))
 def sdpa_causal(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
