@@ -23,9 +23,10 @@ from typing import Dict, List
 import torch
 
 from ..folded_values import MAX_SOURCE_ELEMENTS, FoldedValues
-from ..graph import Graph, Node, map_nodes
+from ..graph import Graph, Node
 from ..meta import TensorMeta
 from .fold import FACTORIES, NEVER
+from .lazy_subgraph import LazySubgraph
 from .rewrite import (FRESH, Uses, facts_for, graphs_post_order, has_effect, inputs_of,
                       mutates)
 
@@ -103,7 +104,7 @@ def _fold_graph(graph: Graph, root: Graph) -> None:
             if id(v) in sources and not v.attrs.get("folded") and \
                     all(v is not s for s in used_sources):
                 used_sources.append(v)
-    target = FoldedValues(_Lowered(members, used_sources, outputs), [m.op for m in members])
+    target = FoldedValues(LazySubgraph(members, used_sources, outputs, "folded"), [m.op for m in members])
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     readers = [index[id(r)] for o in outputs for r in uses.readers(o) if id(r) not in derived]
     anchor = graph.nodes[min(readers)] if readers else None
@@ -160,33 +161,3 @@ def _worth(members: List[Node]) -> bool:
     return len(members) >= 2 or any(m.op in FRESH for m in members)
 
 
-class _Lowered:
-    """The folded nodes as a small graph of their own, lowered by the executor when first
-    called: ``(*sources) -> tuple of outputs``."""
-
-    def __init__(self, members: List[Node], sources: List[Node], outputs: List[Node]):
-        self._parts = (list(members), list(sources), list(outputs))
-        self._fn = None
-
-    def __call__(self, *args):
-        if self._fn is None:
-            self._fn = self._lower()
-        return self._fn(*args)
-
-    def _lower(self):
-        from ..executor import lower
-        members, sources, outputs = self._parts
-        sub = Graph(name="folded")
-        env: Dict[int, Node] = {}
-        for k, v in enumerate(sources):
-            env[id(v)] = sub.placeholder(v.meta, name=f"source{k}")
-        for m in members:
-            for v in inputs_of(m):
-                if id(v) not in env:          # a folded constant: fixed
-                    env[id(v)] = sub.constant(v.attrs["value"], name=v.name)
-            env[id(m)] = sub.add_node(m.op, m.target, map_nodes(m.args, lambda n: env[id(n)]),
-                                      map_nodes(m.kwargs, lambda n: env[id(n)]), m.meta,
-                                      name=m.name, attrs=dict(m.attrs), location=m.location)
-        sub.outputs = tuple(env[id(o)] for o in outputs)
-        exe = lower(sub)
-        return lambda *args: tuple(exe(*args))

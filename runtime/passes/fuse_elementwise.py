@@ -34,6 +34,7 @@ from ..kernels.launch import FusedKernel
 from ..kernels.pointwise import Expr, match
 from ..meta import TensorMeta
 from .gemm_epilogue import absorb_products
+from .lazy_subgraph import LazySubgraph
 
 _FLOATS = {torch.float32: "float32", torch.float64: "float64"}
 _READABLE = {torch.float32: "float32", torch.float64: "float64", torch.bool: "bool",
@@ -392,7 +393,7 @@ def _replace(graph: Graph, group: _Group, replacements: Dict[int, Node], index: 
         inputs=tuple((_READABLE[v.meta.dtype], mode) for v, mode in zip(inputs, modes)),
         steps=tuple(steps),
         outputs=tuple((value_index[id(o)], _READABLE[o.meta.dtype]) for o in outputs))
-    kernel = FusedKernel(spec, f"tg_kernel_{index}", _LazyTorchFn(group.members, inputs, outputs),
+    kernel = FusedKernel(spec, f"tg_kernel_{index}", LazySubgraph(group.members, inputs, outputs, "fused_torch"),
                          in_shapes, tuple(shape) if static else None, split,
                          [m.op for m in group.members],
                          _row_shape(shape, group.row_kind) if rows else None)
@@ -450,34 +451,6 @@ def _layout(shape, in_shapes):
 
 def _dynamic_mode(s) -> str:
     return "scalar" if s is not None and all(d == 1 for d in s) else "expand"
-
-
-class _LazyTorchFn:
-    """The group as plain torch ops (a small graph lowered by the executor), built the
-    first time it is needed: most kernels never need it."""
-
-    def __init__(self, members: List[Node], inputs: List[Node], outputs: List[Node]):
-        self._parts = (list(members), list(inputs), list(outputs))
-        self._fn = None
-
-    def __call__(self, *args):
-        if self._fn is None:
-            self._fn = self._lower()
-        return self._fn(*args)
-
-    def _lower(self):
-        from ..executor import lower
-        members, inputs, outputs = self._parts
-        sub = Graph(name="fused_torch")
-        env: Dict[int, Node] = {}
-        for k, v in enumerate(inputs):
-            env[id(v)] = sub.placeholder(v.meta, name=f"in{k}")
-        for m in members:
-            env[id(m)] = sub.add_node(m.op, m.target, map_nodes(m.args, lambda n: env[id(n)]),
-                                      map_nodes(m.kwargs, lambda n: env[id(n)]), m.meta,
-                                      name=m.name, location=m.location)
-        sub.outputs = tuple(env[id(o)] for o in outputs)
-        return lower(sub)
 
 
 def _rewire(graph: Graph, nodes: List[Node], replacements: Dict[int, Node]) -> None:

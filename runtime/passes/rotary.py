@@ -17,7 +17,7 @@ import torch
 from ..graph import Graph, Node
 from ..kernels.rotary import Rotary
 from ..meta import TensorMeta
-from .fold_parameters import _Lowered
+from .lazy_subgraph import LazySubgraph
 from .rewrite import Uses, graphs_post_order, has_effect
 
 
@@ -33,7 +33,7 @@ def rotary(graph: Graph) -> Graph:
             if match is None:
                 continue
             x, cos, sin, members = match
-            fn = _Lowered(members, [x, cos, sin], [node])
+            fn = LazySubgraph(members, [x, cos, sin], [node], "rotary")
             new = uses.insert_before(node, "rotary", Rotary(lambda *a, fn=fn: fn(*a)[0]),
                                      (x, cos, sin), meta=node.meta, like=node)
             uses.replace(node, new)
