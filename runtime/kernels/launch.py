@@ -2,9 +2,11 @@
 
 ``FusedKernel(*tensors)`` returns the group's output (a tuple when it has several). It runs
 the same group as plain torch ops (``torch_fn``, lowered from the group's own nodes) when no
-compiled kernel is bound (no compiler, ``TOGRAPH_NO_COMPILER``, a failed build) or when
-autograd needs the graph (grad mode on and an input requires grad), so gradients stay
-exactly eager's. Tensors on another device (a graph traced for CUDA inputs) take the torch
+compiled kernel is bound (no compiler, ``TOGRAPH_NO_COMPILER``, a failed build). When
+autograd needs the graph (grad mode on and an input requires grad) the group runs as one
+autograd node (``autograd_node``): the same C kernel forward, a generated C backward
+(``pointwise_backward``); groups whose backward cannot be generated (an op without a
+derivative rule, a row or gemm kernel) run as torch ops. Tensors on another device (a graph traced for CUDA inputs) take the torch
 path too: the C kernels read CPU memory only.
 
 The C path checks each input's shape against the one the kernel was specialized for and
@@ -121,7 +123,14 @@ class FusedKernel:
         if self._c is None or not all(x.is_cpu and x.is_contiguous() for x in xs) or \
                 (torch.is_grad_enabled() and any(x.requires_grad for x in xs)):
             # no kernel, another device, autograd, or an input whose layout eager's result
-            # would follow (a transposed view): torch ops give eager's strides
+            # would follow (a transposed view): torch ops give eager's strides; under
+            # autograd, one node with a generated backward kernel where it can be written
+            if self._c is not None and torch.is_grad_enabled() and \
+                    all(x.is_cpu and x.is_contiguous() for x in xs):
+                from .autograd_node import elementwise_call
+                result = elementwise_call(self, xs)
+                if result is not None:
+                    return result
             result = self.torch_fn(*xs)
             return result[0] if self._single else result
         shape = self._out_shape

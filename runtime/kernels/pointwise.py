@@ -10,6 +10,15 @@ then runs as the torch op it always was).
 Templates follow torch's float semantics, NaN and Inf included: ``relu(nan)`` is nan,
 ``maximum``/``minimum``/``clamp`` propagate nan, ``x ** 0.5`` is ``sqrt`` (as torch
 special-cases it). Each ``m_*`` name is a C helper defined in ``codegen.PRELUDE``.
+
+Derivatives sit beside each op (``d=``): per operand, a C template of that operand's share
+of the gradient, over the operands ``{0}``, ``{1}``..., the op's result ``{out}`` (cheaper
+than recomputing: exp, tanh, sigmoid) and the incoming gradient ``{g}``, written as torch's
+``derivatives.yaml`` writes it (so NaN/Inf and ties behave as eager's backward); ``None``
+for an operand no gradient flows to (a condition, a mask). ``derivative(template)`` looks a
+template's rule up: ``NONDIFF`` for ops whose result carries no gradient (comparisons, bool
+logic), None for ops without a rule (their group keeps the torch ops under autograd).
+``kernels/pointwise_backward.py`` turns a fused group's rules into its backward kernel.
 """
 from __future__ import annotations
 
@@ -27,13 +36,31 @@ class Expr:
 
 Rule = Callable[[tuple, dict], Optional[Expr]]
 RULES: Dict[str, Rule] = {}
+# template -> per operand: the C template of its gradient share, or None (no gradient)
+DERIVATIVES: Dict[str, Tuple[Optional[str], ...]] = {}
+NONDIFF: Tuple[Optional[str], ...] = ()      # a result no gradient flows through
+
+
+def grad_rule(template: str, *d: Optional[str]) -> str:
+    """Record ``template``'s derivative (``d``: one entry per operand; none: NONDIFF)."""
+    DERIVATIVES[template] = tuple(d)
+    return template
+
+
+def derivative(template: str) -> Optional[Tuple[Optional[str], ...]]:
+    """The rule of ``template``: per operand its gradient template or None; ``NONDIFF``;
+    or None when the template has no rule."""
+    return DERIVATIVES.get(template)
 
 
 def _no_kwargs(kwargs, allowed=()) -> bool:
     return all(k in allowed for k in kwargs)
 
 
-def unary(template: str, *names: str, kind: str = "f", allowed=()):
+def unary(template: str, *names: str, kind: str = "f", allowed=(), d: Optional[str] = None):
+    if kind == "b" or d is not None:
+        grad_rule(template, *(() if kind == "b" else (d,)))
+
     def rule(args, kwargs):
         if len(args) != 1 or not _no_kwargs(kwargs, allowed):
             return None
@@ -44,7 +71,10 @@ def unary(template: str, *names: str, kind: str = "f", allowed=()):
         RULES[name] = rule
 
 
-def binary(template: str, *names: str, kind: str = "f", swap: bool = False):
+def binary(template: str, *names: str, kind: str = "f", swap: bool = False, d=None):
+    if kind == "b" or d is not None:
+        grad_rule(template, *(() if kind == "b" else d))
+
     def rule(args, kwargs):
         if len(args) != 2 or kwargs:
             return None
@@ -55,51 +85,65 @@ def binary(template: str, *names: str, kind: str = "f", swap: bool = False):
 
 
 # ---------------------------------------------------------------------------- the table
-unary("(-{0})", "neg", "negative")                                   # -x
-unary("m_abs({0})", "abs", "absolute")                               # |x|
-unary("m_exp({0})", "exp")                                           # e**x
-unary("m_exp2({0})", "exp2")
-unary("m_expm1({0})", "expm1")
-unary("m_log({0})", "log")
-unary("m_log2({0})", "log2")
-unary("m_log10({0})", "log10")
-unary("m_log1p({0})", "log1p")
-unary("m_sqrt({0})", "sqrt")
-unary("((T)1 / m_sqrt({0}))", "rsqrt")
-unary("((T)1 / {0})", "reciprocal")
-unary("({0} * {0})", "square")
-unary("m_sin({0})", "sin")
-unary("m_cos({0})", "cos")
-unary("m_tan({0})", "tan")
-unary("m_asin({0})", "asin")
-unary("m_acos({0})", "acos")
-unary("m_atan({0})", "atan")
-unary("m_sinh({0})", "sinh")
-unary("m_cosh({0})", "cosh")
-unary("m_tanh({0})", "tanh", allowed=("inplace",))                  # F.tanh
-unary("m_erf({0})", "erf")
-unary("m_floor({0})", "floor")
-unary("m_ceil({0})", "ceil")
-unary("m_trunc({0})", "trunc")
-unary("m_round({0})", "round")                                       # half to even
-unary("m_sigmoid({0})", "sigmoid", allowed=("inplace",))
-unary("m_relu({0})", "relu", allowed=("inplace",))                   # nan stays nan
-unary("m_silu({0})", "silu", allowed=("inplace",))                   # x * sigmoid(x)
-unary("m_mish({0})", "mish", allowed=("inplace",))                   # x * tanh(softplus(x))
-unary("m_clamp({0}, (T)0, (T)6)", "relu6", allowed=("inplace",))
-unary("m_hardsigmoid({0})", "hardsigmoid", allowed=("inplace",))
+# d=: the gradient share of the operand(s) (see the module docstring); the forms of
+# torch's derivatives.yaml (``abs``: grad * sgn(x), sgn(nan) = 0)
+unary("(-{0})", "neg", "negative", d="(-{g})")                             # -x
+unary("m_abs({0})", "abs", "absolute", d="{g} * (T)(({0} > 0) - ({0} < 0))")   # |x|
+unary("m_exp({0})", "exp", d="{g} * {out}")                                 # e**x
+unary("m_exp2({0})", "exp2", d="{g} * {out} * (T)0.693147180559945309417")
+unary("m_expm1({0})", "expm1", d="{g} * ({out} + (T)1)")
+unary("m_log({0})", "log", d="{g} / {0}")
+unary("m_log2({0})", "log2", d="{g} / ({0} * (T)0.693147180559945309417)")
+unary("m_log10({0})", "log10", d="{g} / ({0} * (T)2.302585092994045684018)")
+unary("m_log1p({0})", "log1p", d="{g} / ({0} + (T)1)")
+unary("m_sqrt({0})", "sqrt", d="{g} / ((T)2 * {out})")
+unary("((T)1 / m_sqrt({0}))", "rsqrt", d="(T)-0.5 * {g} * ({out} * {out} * {out})")
+unary("((T)1 / {0})", "reciprocal", d="-{g} * ({out} * {out})")
+unary("({0} * {0})", "square", d="{g} * ((T)2 * {0})")
+unary("m_sin({0})", "sin", d="{g} * m_cos({0})")
+unary("m_cos({0})", "cos", d="{g} * -m_sin({0})")
+unary("m_tan({0})", "tan", d="{g} * ((T)1 + {out} * {out})")
+unary("m_asin({0})", "asin", d="{g} * ((T)1 / m_sqrt(-{0} * {0} + (T)1))")
+unary("m_acos({0})", "acos", d="{g} * -((T)1 / m_sqrt(-{0} * {0} + (T)1))")
+unary("m_atan({0})", "atan", d="{g} / ({0} * {0} + (T)1)")
+unary("m_sinh({0})", "sinh", d="{g} * m_cosh({0})")
+unary("m_cosh({0})", "cosh", d="{g} * m_sinh({0})")
+unary("m_tanh({0})", "tanh", allowed=("inplace",), d="{g} * ((T)1 - {out} * {out})")  # F.tanh
+unary("m_erf({0})", "erf", d="(T)1.12837916709551257390 * m_exp(-({0} * {0})) * {g}")
+unary("m_floor({0})", "floor", d="(T)0")
+unary("m_ceil({0})", "ceil", d="(T)0")
+unary("m_trunc({0})", "trunc", d="(T)0")
+unary("m_round({0})", "round", d="(T)0")                                     # half to even
+unary("m_sigmoid({0})", "sigmoid", allowed=("inplace",), d="{g} * ((T)1 - {out}) * {out}")
+unary("m_relu({0})", "relu", allowed=("inplace",),                   # nan stays nan
+      d="({out} <= 0 ? (T)0 : {g})")
+unary("m_silu({0})", "silu", allowed=("inplace",), d="{g} * m_silu_grad({0})")  # x*sigmoid(x)
+unary("m_mish({0})", "mish", allowed=("inplace",),                 # x * tanh(softplus(x))
+      d="{g} * m_mish_grad({0})")
+unary("m_clamp({0}, (T)0, (T)6)", "relu6", allowed=("inplace",),    # hardtanh(x, 0, 6)
+      d="(({0} <= 0 || {0} >= 6) ? (T)0 : {g})")
+unary("m_hardsigmoid({0})", "hardsigmoid", allowed=("inplace",),
+      d="(({0} > -3 && {0} < 3) ? {g} / (T)6 : (T)0)")
 unary("({0} * m_clamp({0} + (T)3, (T)0, (T)6) / (T)6)", "hardswish",   # x*c/6, as torch
-      allowed=("inplace",))
+      allowed=("inplace",), d="({0} <= -3 ? (T)0 : {0} < 3 ? {g} * ({0} / (T)3 + (T)0.5) : {g})")
 unary("(!{0})", "logical_not", kind="b")
-binary("({0} + {1})", "radd")                                       # s + x
-binary("({0} - {1})", "subtract")
-binary("({1} - {0})", "rsub")                                        # s - x, recorded as rsub(x, s)
-binary("({0} * {1})", "mul", "rmul", "multiply")
-binary("({0} / {1})", "truediv", "true_divide")
-binary("({1} / {0})", "rdiv", "rtruediv")                            # s / x
-binary("m_maximum({0}, {1})", "maximum")                             # nan-propagating
-binary("m_minimum({0}, {1})", "minimum")
-binary("m_pow({0}, {1})", "rpow", swap=True)                         # s ** x
+binary("({0} + {1})", "radd", d=("{g}", "{g}"))                     # s + x
+binary("({0} - {1})", "subtract", d=("{g}", "(-{g})"))
+binary("({1} - {0})", "rsub", d=("(-{g})", "{g}"))                  # s - x, as rsub(x, s)
+binary("({0} * {1})", "mul", "rmul", "multiply", d=("{g} * {1}", "{g} * {0}"))
+binary("({0} / {1})", "truediv", "true_divide",
+       d=("{g} / {1}", "-{g} * (({0} / {1}) / {1})"))
+binary("({1} / {0})", "rdiv", "rtruediv",                            # s / x
+       d=("-{g} * (({1} / {0}) / {0})", "{g} / {0}"))
+binary("m_maximum({0}, {1})", "maximum",                             # nan-propagating
+       d=("({0} < {1} ? (T)0 : {0} == {1} ? {g} / (T)2 : {g})",     # ties split the grad
+          "({0} > {1} ? (T)0 : {0} == {1} ? {g} / (T)2 : {g})"))
+binary("m_minimum({0}, {1})", "minimum",
+       d=("({0} > {1} ? (T)0 : {0} == {1} ? {g} / (T)2 : {g})",
+          "({0} < {1} ? (T)0 : {0} == {1} ? {g} / (T)2 : {g})"))
+binary("m_pow({0}, {1})", "rpow", swap=True, d=(                      # s ** x (and x ** y)
+    "({1} == 0 ? (T)0 : {g} * ({1} * m_pow({0}, {1} - (T)1)))",
+    "(({0} == 0 && {1} >= 0) ? (T)0 : {g} * ({out} * m_log({0})))"))
 binary("({0} > {1})", "gt", "greater", kind="b")
 binary("({0} < {1})", "lt", "less", kind="b")
 binary("({0} >= {1})", "ge", "greater_equal", kind="b")
@@ -126,6 +170,8 @@ def _alpha_rule(op: str, sign: str) -> Rule:
         if not _is_number(alpha):
             return None
         return Expr(f"{FMA}({{1}}, {sign}(T){{2}}, {{0}})", (args[0], args[1], alpha))
+    grad_rule(f"({{0}} {op} {{1}})", "{g}", "{g}" if op == "+" else "(-{g})")
+    grad_rule(f"{FMA}({{1}}, {sign}(T){{2}}, {{0}})", "{g}", f"{{g}} * {sign}(T){{2}}", None)
     return rule
 
 
@@ -148,14 +194,17 @@ def _pow(args, kwargs):                                              # torch's s
         return None
     base, exp = args
     if _is_number(exp) and not isinstance(exp, bool):
-        special = {2: "({0} * {0})", 3: "({0} * {0} * {0})", 0.5: "m_sqrt({0})",
+        special = {2: "({0} * {0})", 3: _CUBE, 0.5: "m_sqrt({0})",
                    -0.5: "((T)1 / m_sqrt({0}))", 1: "({0})", -1: "((T)1 / {0})",
-                   -2: "((T)1 / ({0} * {0}))"}
+                   -2: _INV_SQUARE}
         if exp in special:
             return Expr(special[exp], (base,))
     return Expr("m_pow({0}, {1})", (base, exp))
 
 
+_CUBE = grad_rule("({0} * {0} * {0})", "{g} * ((T)3 * ({0} * {0}))")
+_INV_SQUARE = grad_rule("((T)1 / ({0} * {0}))", "{g} * ((T)-2 / ({0} * {0} * {0}))")
+grad_rule("({0})", "{g}")
 RULES["pow"] = _pow
 
 
@@ -163,6 +212,12 @@ RULES["pow"] = _pow
 # in torch (``clamp(x, min=nan)`` is all nan); a tie keeps x (and so the sign of a zero)
 _NAN_MIN = "(({0} < {1} || {1} != {1}) ? (T){1} : {0})"
 _NAN_MAX = "(({0} > {1} || {1} != {1}) ? (T){1} : {0})"
+
+
+# torch's clamp_backward: the grad passes where lo <= x <= hi (a nan x gets none)
+grad_rule("m_clamp_max({0}, {1})", "({0} <= {1} ? {g} : (T)0)", None)
+grad_rule("m_clamp_min({0}, {1})", "({0} >= {1} ? {g} : (T)0)", None)
+grad_rule("m_clamp({0}, {1}, {2})", "(({0} >= {1} && {0} <= {2}) ? {g} : (T)0)", None, None)
 
 
 def _plain(bound) -> bool:
@@ -208,6 +263,8 @@ def _masked_fill(args, kwargs):                                      # x.masked_
     return Expr("({1} ? {2} : {0})", (x, mask, value))
 
 
+grad_rule("({0} ? {1} : {2})", None, "({0} ? {g} : (T)0)", "({0} ? (T)0 : {g})")
+grad_rule("({1} ? {2} : {0})", "({1} ? (T)0 : {g})", None, "({1} ? {g} : (T)0)")
 RULES["where"] = _where
 RULES["masked_fill"] = _masked_fill
 
@@ -230,6 +287,10 @@ def _addcdiv(args, kwargs):                                          # a + (valu
     return Expr("({0} + (T){3} * {1} / {2})", tuple(args) + (value,))
 
 
+grad_rule(FMA + "((T){3} * {1}, {2}, {0})",
+          "{g}", "{g} * {2} * (T){3}", "{g} * {1} * (T){3}", None)
+grad_rule("({0} + (T){3} * {1} / {2})",
+          "{g}", "{g} * (T){3} / {2}", "-{g} * (T){3} * {1} / ({2} * {2})", None)
 RULES["addcmul"] = _addcmul
 RULES["addcdiv"] = _addcdiv
 
@@ -279,9 +340,22 @@ def _hardtanh(args, kwargs):                                         # clamp(x, 
     hi = args[2] if len(args) > 2 else kwargs.get("max_val", 1.0)
     if not (_is_number(lo) and _is_number(hi)):
         return None
+    if _plain(lo) and _plain(hi):
+        return Expr(_HARDTANH, (args[0], lo, hi))
     return clamp_expr(args[0], lo, hi)
 
 
+# m_clamp spelled out: hardtanh's backward passes no grad at the bounds (clamp's does)
+_HARDTANH = grad_rule("m_clamp_max(m_clamp_min({0}, {1}), {2})",
+                      "(({0} <= {1} || {0} >= {2}) ? (T)0 : {g})", None, None)
+
+
+grad_rule("({0} > 0 ? {0} : {0} * {1})", "({0} > 0 ? {g} : {g} * {1})", None)
+grad_rule("({0} > 0 ? {0} : {1} * m_expm1({0}))",
+          "({0} <= 0 ? {g} * {1} * m_exp({0}) : {g})", None)
+grad_rule("m_gelu({0})", "{g} * m_gelu_grad({0})")
+grad_rule("m_gelu_tanh({0})", "{g} * m_gelu_tanh_grad({0})")
+grad_rule("m_softplus({0}, {1}, {2})", "{g} * m_softplus_grad({0}, {1}, {2})", None, None)
 RULES["leaky_relu"] = _leaky_relu
 RULES["elu"] = _elu
 RULES["gelu"] = _gelu
@@ -305,6 +379,8 @@ def _cast(target: Optional[str]) -> Rule:
     return rule
 
 
+grad_rule("((T){0})", "{g}")
+grad_rule("({0} != 0)")
 RULES["float"] = _cast("float32")
 RULES["double"] = _cast("float64")
 RULES["bool"] = _cast("bool")
@@ -314,6 +390,8 @@ RULES["to"] = _cast(None)
 BOOL_ONLY = {"invert": "(!{0})", "and": "({0} && {1})", "or": "({0} || {1})",
              "bitwise_not": "(!{0})", "bitwise_and": "({0} && {1})",
              "bitwise_or": "({0} || {1})", "xor": "({0} != {1})", "bitwise_xor": "({0} != {1})"}
+for _t in BOOL_ONLY.values():
+    grad_rule(_t)
 
 
 def _is_number(value) -> bool:
