@@ -7,8 +7,16 @@ projection, which a fused elementwise kernel would have to copy or leave to torc
 writes each element as ``rotated * sin + x * cos`` in that order of operations (float32,
 no contraction into FMA: what the graph's ``addcmul`` computes). The result's strides are
 the ones eager's ops give for these input strides (found once per stride pattern on meta
-tensors). Anything else (another dtype or device, autograd recording, a last dimension
-that is not contiguous, no compiler) runs the original ops (``torch_fn``).
+tensors). float64 runs the same loop in double.
+
+Under autograd (grad mode on, ``x`` requiring grad) the call is one autograd node
+(``_RotaryGrad``) saving ``cos`` and ``sin`` only (eager's two products save the same): its
+backward is the rotation transposed, ``dx[j] = dy[j]*cos[j] + dy[j+h]*sin[j+h]`` (first
+half) and ``dy[j]*cos[j] - dy[j-h]*sin[j-h]`` (second half), one C loop whose two
+products and one sum round as eager's accumulated gradient does. ``cos``/``sin`` that
+require grad, and a backward that is itself recorded (``create_graph=True``), run torch
+ops. Anything else (another dtype or device, a last dimension that is not contiguous, no
+compiler) runs the original ops (``torch_fn``).
 """
 from __future__ import annotations
 
@@ -20,48 +28,65 @@ import torch
 
 SOURCE = r"""
 #include <stdint.h>
-void tg_rotary_f32(const float *x, const float *c, const float *s, float *o,
-                   int64_t B, int64_t H, int64_t L, int64_t D,
-                   int64_t xb, int64_t xh, int64_t xl, int64_t cb, int64_t ch, int64_t cl,
-                   int64_t sb, int64_t sh, int64_t sl, int64_t ob, int64_t oh, int64_t ol) {
-  const int64_t h = D / 2;
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t i = 0; i < H; i++)
-      for (int64_t l = 0; l < L; l++) {
-        const float *xr = x + b * xb + i * xh + l * xl;
-        const float *cr = c + b * cb + i * ch + l * cl;
-        const float *sr = s + b * sb + i * sh + l * sl;
-        float *orow = o + b * ob + i * oh + l * ol;
-        for (int64_t j = 0; j < h; j++) {
-          float m = (-xr[j + h]) * sr[j];
-          orow[j] = m + xr[j] * cr[j];
-        }
-        for (int64_t j = h; j < D; j++) {
-          float m = xr[j - h] * sr[j];
-          orow[j] = m + xr[j] * cr[j];
-        }
+#define STRIDES int64_t B, int64_t H, int64_t L, int64_t D, \
+    int64_t xb, int64_t xh, int64_t xl, int64_t cb, int64_t ch, int64_t cl, \
+    int64_t sb, int64_t sh, int64_t sl, int64_t ob, int64_t oh, int64_t ol
+#define ROWS(BODY) \
+  const int64_t h = D / 2; \
+  for (int64_t b = 0; b < B; b++) \
+    for (int64_t i = 0; i < H; i++) \
+      for (int64_t l = 0; l < L; l++) { \
+        const T *xr = x + b * xb + i * xh + l * xl; \
+        const T *cr = c + b * cb + i * ch + l * cl; \
+        const T *sr = s + b * sb + i * sh + l * sl; \
+        T *orow = o + b * ob + i * oh + l * ol; \
+        BODY \
       }
-}
+/* forward: o = rotate_half(x) * sin + x * cos */
+#define FORWARD \
+  for (int64_t j = 0; j < h; j++) { T m = (-xr[j + h]) * sr[j]; orow[j] = m + xr[j] * cr[j]; } \
+  for (int64_t j = h; j < D; j++) { T m = xr[j - h] * sr[j]; orow[j] = m + xr[j] * cr[j]; }
+/* backward (x holds dy): dx = dy * cos + rotate_half^T(dy * sin) */
+#define BACKWARD \
+  for (int64_t j = 0; j < h; j++) { T a = xr[j] * cr[j]; T m = xr[j + h] * sr[j + h]; \
+                                    orow[j] = a + m; } \
+  for (int64_t j = h; j < D; j++) { T a = xr[j] * cr[j]; T m = xr[j - h] * sr[j - h]; \
+                                    orow[j] = a - m; }
+#define T float
+void tg_rotary_f32(const T *x, const T *c, const T *s, T *o, STRIDES) { ROWS(FORWARD) }
+void tg_rotary_bwd_f32(const T *x, const T *c, const T *s, T *o, STRIDES) { ROWS(BACKWARD) }
+#undef T
+#define T double
+void tg_rotary_f64(const T *x, const T *c, const T *s, T *o, STRIDES) { ROWS(FORWARD) }
+void tg_rotary_bwd_f64(const T *x, const T *c, const T *s, T *o, STRIDES) { ROWS(BACKWARD) }
+#undef T
 """
 
-_LIB: list = []             # [function or None], built on first use
+_LIB: list = []             # [{(dtype, backward): function}] or [None], built on first use
 _BUILD_LOCK = threading.Lock()
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
 
-def _function() -> Optional[Callable]:
+def _functions() -> Optional[Dict[tuple, Callable]]:
     if not _LIB:
         with _BUILD_LOCK:
             if not _LIB:
-                fn = None
+                fns = None
                 try:
                     from .compiler import build, compiler_available
                     if compiler_available():
-                        fn = build(SOURCE, name="tg_rotary").tg_rotary_f32
-                        fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 16
-                        fn.restype = None
+                        lib = build(SOURCE, name="tg_rotary")
+                        fns = {}
+                        for dtype, suffix in _SUFFIX.items():
+                            for backward in (False, True):
+                                fn = getattr(lib, f"tg_rotary{'_bwd' if backward else ''}_"
+                                                  f"{suffix}")
+                                fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 16
+                                fn.restype = None
+                                fns[dtype, backward] = fn
                 except Exception:           # no compiler, a failed build: torch ops
-                    fn = None
-                _LIB.append(fn)
+                    fns = None
+                _LIB.append(fns)
     return _LIB[0]
 
 
@@ -72,6 +97,43 @@ def _strides4(t: torch.Tensor):
     return tuple(0 if n == 1 else st for n, st in zip(sizes[:3], strides[:3]))
 
 
+def _run(fn: Callable, x, c, s, strides) -> torch.Tensor:
+    """``fn`` over ``x``, ``cos``, ``sin`` into a new tensor of ``strides``."""
+    out = torch.empty_strided(x.shape, strides, dtype=x.dtype)
+    B, H, L, D = x.shape
+    fn(x.data_ptr(), c.data_ptr(), s.data_ptr(), out.data_ptr(), B, H, L, D,
+       *_strides4(x), *_strides4(c), *_strides4(s), *strides[:3])
+    return out
+
+
+def rotate_back(dy, c, s) -> torch.Tensor:
+    """The gradient of ``x`` in torch ops: ``dy * cos + rotate_half^T(dy * sin)``."""
+    h = dy.shape[-1] // 2
+    u = dy * s
+    return dy * c + torch.cat((u[..., h:], -u[..., :h]), dim=-1)
+
+
+class _RotaryGrad(torch.autograd.Function):
+    """One autograd node for a rotary call whose ``x`` requires grad (not cos/sin)."""
+
+    @staticmethod
+    def forward(ctx, x, c, s, fn, strides):
+        ctx.save_for_backward(c, s)
+        return _run(fn, x, c, s, strides)
+
+    @staticmethod
+    def backward(ctx, dy):
+        c, s = ctx.saved_tensors
+        fns = _functions()
+        if torch.is_grad_enabled() or dy.dtype != c.dtype or not dy.is_cpu:
+            return rotate_back(dy, c, s), None, None, None, None   # (create_graph: recorded)
+        if dy.stride(-1) != 1:
+            dy = dy.contiguous()
+        D = dy.shape[-1]
+        dense = (dy.shape[1] * dy.shape[2] * D, dy.shape[2] * D, D, 1)
+        return _run(fns[dy.dtype, True], dy, c, s, dense), None, None, None, None
+
+
 class Rotary:
     """Callable on (x, cos, sin); see the module docstring."""
 
@@ -80,13 +142,17 @@ class Rotary:
         self._layouts: Dict[tuple, tuple] = {}     # input strides -> eager's result strides
 
     def __call__(self, x, c, s):
-        fn = _function()
-        if fn is None or x.dtype != torch.float32 or c.dtype != torch.float32 or \
-                s.dtype != torch.float32 or not (x.is_cpu and c.is_cpu and s.is_cpu) or \
+        fns = _functions()
+        dtype = x.dtype
+        if fns is None or dtype not in _SUFFIX or c.dtype != dtype or s.dtype != dtype or \
+                not (x.is_cpu and c.is_cpu and s.is_cpu) or \
                 x.dim() != 4 or c.shape[-1] != x.shape[-1] or s.shape[-1] != x.shape[-1] or \
-                x.stride(-1) != 1 or c.stride(-1) != 1 or s.stride(-1) != 1 or \
-                (torch.is_grad_enabled() and (x.requires_grad or c.requires_grad or
-                                              s.requires_grad)):
+                x.shape[-1] % 2 or \
+                x.stride(-1) != 1 or c.stride(-1) != 1 or s.stride(-1) != 1:
+            return self.torch_fn(x, c, s)
+        recording = torch.is_grad_enabled() and (x.requires_grad or c.requires_grad or
+                                                 s.requires_grad)
+        if recording and (c.requires_grad or s.requires_grad):
             return self.torch_fn(x, c, s)
         key = (x.stride(), c.shape, c.stride(), s.shape, s.stride())
         strides = self._layouts.get(key)
@@ -96,11 +162,9 @@ class Rotary:
                   for t in (x, c, s))).stride())
         if strides[-1] != 1:
             return self.torch_fn(x, c, s)
-        out = torch.empty_strided(x.shape, strides, dtype=torch.float32)
-        B, H, L, D = x.shape
-        fn(x.data_ptr(), c.data_ptr(), s.data_ptr(), out.data_ptr(), B, H, L, D,
-           *_strides4(x), *_strides4(c), *_strides4(s), *strides[:3])
-        return out
+        if recording:
+            return _RotaryGrad.apply(x, c, s, fns[dtype, False], strides)
+        return _run(fns[dtype, False], x, c, s, strides)
 
     def __repr__(self) -> str:
         return "<rotary: x * cos + rotate_half(x) * sin>"
