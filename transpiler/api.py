@@ -31,6 +31,7 @@ import torch.utils._pytree as pytree
 import runtime
 from runtime import operators as tg
 from runtime import control_flow, path_values, region_state, subgraphs, tensor_state, trace_reads
+from runtime import autograd_effects
 from runtime.errors import GraphError
 from runtime.options import options
 from runtime.executor import Unstack, located, lower
@@ -49,6 +50,7 @@ from runtime.tensor_list import take_converted
 from runtime.threads import TRACE_LOCK, PerThreadList
 
 from . import conversion, method_binding, trace_log
+from .data_parallel import convert_wrapped_module, is_distributed_data_parallel
 from .errors import ConversionError
 from .run_eagerly import _EAGERLY
 from .side_effects import Snapshot
@@ -609,6 +611,7 @@ class GraphFunction:
         guard.watch_reads(getattr(graph, "tensor_reads", None),
                           [n.attrs["value"] for n in graph.walk() if n.op == "constant"
                            and isinstance(n.attrs.get("value"), torch.Tensor)])
+        guard.release(autograd_effects.owners(graph))   # (opt, sched: read when it runs)
         trace_log.guard_built(target, guard)
         return _Traced(graph, optimized, executable, guard, inputs, outputs)
 
@@ -941,6 +944,9 @@ def to_graph(fn=_DECORATOR, *, strict: bool = False, dynamic=None,
     if isinstance(fn, wrapper):                 # to_graph(to_graph(m)): not wrapped twice
         return fn if _same_options(fn.graph_function, strict, dynamic, cache_limit) else \
             wrapper(fn.original_module, strict, dynamic, cache_limit)
+    if is_distributed_data_parallel(fn):    # DDP's forward stays eager, its module a graph
+        return convert_wrapped_module(fn, lambda m: to_graph(
+            m, strict=strict, dynamic=dynamic, cache_limit=cache_limit))
     if isinstance(fn, torch.nn.Module):         # an nn.Module wrapping fn (module_wrapper)
         return wrapper(fn, strict, dynamic, cache_limit)
     if not callable(fn) and not isinstance(fn, (staticmethod, classmethod)):
