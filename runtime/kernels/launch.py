@@ -6,8 +6,8 @@ compiled kernel is bound (no compiler, ``TOGRAPH_NO_COMPILER``, a failed build).
 autograd needs the graph (grad mode on and an input requires grad) the group runs as one
 autograd node (``autograd_node``): the same C kernel forward, a generated C backward
 (``pointwise_backward``); groups whose backward cannot be generated (an op without a
-derivative rule, a row or gemm kernel) run as torch ops. Tensors on another device (a graph traced for CUDA inputs) take the torch
-path too: the C kernels read CPU memory only.
+derivative rule, a row or gemm kernel) run as torch ops. Tensors on another device (a
+graph traced for CUDA inputs) take the torch path too: the C kernels read CPU memory only.
 
 The C path checks each input's shape against the one the kernel was specialized for and
 takes contiguous inputs only (a non-contiguous one, such as a transposed view, runs the

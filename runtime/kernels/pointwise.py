@@ -123,7 +123,7 @@ unary("m_mish({0})", "mish", allowed=("inplace",),                 # x * tanh(so
 unary("m_clamp({0}, (T)0, (T)6)", "relu6", allowed=("inplace",),    # hardtanh(x, 0, 6)
       d="(({0} <= 0 || {0} >= 6) ? (T)0 : {g})")
 unary("m_hardsigmoid({0})", "hardsigmoid", allowed=("inplace",),
-      d="(({0} > -3 && {0} < 3) ? {g} / (T)6 : (T)0)")
+      d="(({0} > -3 && {0} < 3) ? {g} * (T)(1.0f / 6.0f) : (T)0)")  # as torch
 unary("({0} * m_clamp({0} + (T)3, (T)0, (T)6) / (T)6)", "hardswish",   # x*c/6, as torch
       allowed=("inplace",), d="({0} <= -3 ? (T)0 : {0} < 3 ? {g} * ({0} / (T)3 + (T)0.5) : {g})")
 unary("(!{0})", "logical_not", kind="b")
@@ -245,6 +245,13 @@ def _clamp(args, kwargs):                                            # clamp(x, 
     return clamp_expr(args[0], lo, hi)
 
 
+# a tensor (or nan) bound: torch's clamp_backward_min_max (a bound gets the grad where it
+# is the result; with lo > hi the result is hi)
+grad_rule(_NAN_MIN, "({0} >= {1} ? {g} : (T)0)", "({0} < {1} ? {g} : (T)0)")
+grad_rule(_NAN_MAX, "({0} <= {1} ? {g} : (T)0)", "({0} > {1} ? {g} : (T)0)")
+grad_rule(_NAN_MAX.replace("{1}", "{2}").replace("{0}", _NAN_MIN),
+          "(({0} >= {1} && {0} <= {2}) ? {g} : (T)0)", "(({0} < {1} && {1} < {2}) ? {g} : (T)0)",
+          "(({0} > {2} || {2} < {1}) ? {g} : (T)0)")
 RULES["clamp"] = RULES["clip"] = _clamp
 RULES["clamp_min"] = lambda a, k: None if k or len(a) != 2 else clamp_expr(a[0], a[1], None)
 RULES["clamp_max"] = lambda a, k: None if k or len(a) != 2 else clamp_expr(a[0], None, a[1])

@@ -23,6 +23,7 @@ Torch-free: plans are pure functions of the spec, cached by ``(spec, needs)``.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -111,9 +112,7 @@ def plan(spec: KernelSpec, needs: Tuple[bool, ...]) -> Optional[BackwardPlan]:
             if d.strip() == "{g}":
                 share = g
             else:
-                n = len(operands)
-                template = d.replace("{out}", "{%d}" % n).replace("{g}", "{%d}" % (n + 1))
-                steps.append(Step(template, operands + (Operand("v", k), g)))
+                steps.append(_rule_step(d, operands + (Operand("v", k), g)))
                 share = Operand("v", len(steps) - 1)
             (to_value if op.kind == "v" else to_input).setdefault(op.value, []).append(share)
 
@@ -134,6 +133,16 @@ def plan(spec: KernelSpec, needs: Tuple[bool, ...]) -> Optional[BackwardPlan]:
         return BackwardPlan(None, (), (), tuple(sources), differentiable)
     kernel, saved, grads = _prune(spec, steps, outputs, grad_in)
     return BackwardPlan(kernel, saved, grads, tuple(sources), differentiable)
+
+
+def _rule_step(rule: str, operands: Tuple[Operand, ...]) -> Step:
+    """A step of ``rule`` over ``operands`` (then the op's result ``{out}`` and the incoming
+    gradient ``{g}``), reading only the operands the rule names."""
+    n = len(operands) - 2
+    template = rule.replace("{out}", "{%d}" % n).replace("{g}", "{%d}" % (n + 1))
+    used = sorted({int(m) for m in re.findall(r"\{(\d+)\}", template)})
+    template = re.sub(r"\{(\d+)\}", lambda m: "{%d}" % used.index(int(m.group(1))), template)
+    return Step(template, tuple(operands[i] for i in used))
 
 
 def _depends(op: Operand, needs, dep) -> bool:
