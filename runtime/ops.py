@@ -66,7 +66,8 @@ def is_impure(func, kwargs, args=()) -> bool:
     if is_inplace(func, kwargs):
         return True
     name = op_name(func)
-    if name in RANDOM or name in GLOBAL_STATE or getattr(func, "_tograph_effect", False):
+    if name in RANDOM or name in GLOBAL_STATE or getattr(func, "_tograph_effect", False) or \
+            getattr(func, "_tograph_impure", False):     # (autograd_effects' reads)
         return True
     if name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout"):
         return bool(kwargs.get("training", True))

@@ -24,6 +24,7 @@ import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
 
 from . import graph_ops, views
+from . import autograd_effects, item_values
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
@@ -320,6 +321,9 @@ def dispatch(func, args, kwargs):
         if current_graph() is not None:   # text made while tracing would be frozen
             raise _text_refusal()
         return describe(t)
+    if func is torch.Tensor.item and len(args) == 1 and not kwargs and \
+            isinstance(args[0], SymbolicTensor):     # loss.item() for logging
+        return item_values.item_of(args[0], _needs_conversion)
     if func in _CONCRETE:
         raise _needs_conversion(_CONCRETE[func])
     if func == _REQUIRES_GRAD and isinstance(args[0], SymbolicTensor):
@@ -332,6 +336,8 @@ def dispatch(func, args, kwargs):
             return func(*args, **kwargs)
     if func in _ALIASES and isinstance(args[0], SymbolicTensor):
         return _ALIASES[func](*args, **kwargs)
+    if func in _TRAINING_CALLS:             # loss.backward(): an effect node
+        return autograd_effects.backward(func, args, kwargs)
     if func in tensor_state.QUESTIONS:       # layout, autograd state, version, storage
         traced = _symbolic_leaves((args, kwargs))
         if traced:
@@ -705,6 +711,8 @@ class _TracingMode(TorchFunctionMode):
             return None
         if contains_symbolic(args) or contains_symbolic(kwargs):
             return dispatch(func, args, kwargs)
+        if func == _GRAD and current_graph() is not None and autograd_effects.staged():
+            return autograd_effects.read(args[0])   # p.grad after loss.backward()
         if func in _PASSTHROUGH or current_graph() is None:
             # a question about a real tensor (a parameter's flag, a buffer's shape or
             # values): its answer decides Python code once, so it is guarded
@@ -712,6 +720,8 @@ class _TracingMode(TorchFunctionMode):
         return dispatch_record(func, args, kwargs, concrete=True)
 
 
+_GRAD = torch.Tensor.grad.__get__
+_TRAINING_CALLS = {torch.Tensor.backward, torch.autograd.backward}
 _PASSTHROUGH = set(_CONCRETE) | _GETTERS | set(_DEVICE_QUERIES) | _SIZE_QUERIES | _TEXT | {
     torch.Tensor.__hash__, torch.Tensor.data_ptr,
     torch.Tensor.__deepcopy__, torch.Tensor.__reduce_ex__, torch.Tensor.__setstate__,

@@ -49,7 +49,7 @@ from typing import Optional
 
 import torch
 
-from . import grad_flags
+from . import autograd_effects, grad_flags
 from .errors import GraphError
 from .source_info import format_location, user_location
 from .threads import PerThreadList
@@ -130,6 +130,8 @@ def _autograd_answer(func, t):
     flag = grad_flags.grad_of(t)
     name = {torch.Tensor.is_leaf.__get__: "is_leaf", torch.Tensor.grad_fn.__get__: "grad_fn",
             torch.Tensor._grad_fn.__get__: "grad_fn"}.get(func, "grad")
+    if name == "grad" and autograd_effects.staged():    # after loss.backward()
+        return autograd_effects.read(t)
     if node.op == "placeholder" and (flag or name == "grad"):
         raise refusal(f".{name}", "an argument's autograd state is the caller's")
     if flag is None:

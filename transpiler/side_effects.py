@@ -231,6 +231,16 @@ class Snapshot:
             self._modules.update(id(m) for m in state.modules)
             self._checks.append(state.check(prints=self._module_prints))
 
+    def release(self, objects) -> None:
+        """Stop guarding the contents of ``objects`` (an optimizer, an lr scheduler whose
+        methods the graph calls when it runs: ``runtime.autograd_effects``), which change
+        on every call; their bindings stay guarded. One whose public data attribute the
+        code names (``sched.last_epoch``) keeps its guard: the trace may have read it."""
+        drop = {id(o) for o in objects if not self._names & {
+            k for k, v in vars(o).items() if not k.startswith("_") and not callable(v)}}
+        self._objects = [entry for entry in self._objects if id(entry[1]) not in drop]
+        self._deep = [entry for entry in self._deep if id(entry[1]) not in drop]
+
     def watch_reads(self, reads, constants=()) -> None:
         """Guard what the trace asked of real tensors (``runtime.trace_reads``);
         ``constants``: the real tensors the graph holds."""

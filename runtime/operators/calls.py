@@ -18,7 +18,8 @@ from typing import Callable, Optional
 
 import torch
 
-from .. import flag_arguments
+from .. import autograd_effects, flag_arguments
+from ..distributed_modules import refuse_distributed_module
 from ..errors import GraphError
 from ..introspection import RunTimeSize, mark, python_class
 from ..path_values import check_call
@@ -291,12 +292,16 @@ def call(f, *args, **kwargs):
         if text is not None:
             return text
     if current_graph() is not None:
+        refuse_distributed_module(f)    # DDP/FSDP: per-call machinery, not a graph
         result = numpy_call(f, args, kwargs)
         if result is not NOT_NUMPY:
             return result
         result = rng_call(f, args, kwargs)
         if result is not NOT_RNG:
             return result
+        staged = autograd_effects.staged_call(f, args, kwargs)    # opt.step(), ...
+        if staged is not autograd_effects.NOT_STAGED:
+            return staged
         refuse_unseen_call(f, args)     # a C object's method the effect watch cannot see
     special = _SYMBOLIC_BUILTINS.get(f) if _hashable(f) else None
     if special is not None:

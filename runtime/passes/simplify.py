@@ -53,6 +53,8 @@ def _unit(value, unit) -> bool:
     factory or a folded constant (the caller still checks dtype and shape)."""
     if not isinstance(value, Node):
         return _lit(value, unit)
+    if value.kwargs.get("requires_grad"):   # a leaf the backward gives a gradient to
+        return False
     if value.op in _FILLS and not has_effect(value) and not inputs_of(value):
         return _FILLS[value.op] == unit
     if value.op == "full" and len(value.args) == 2 and not inputs_of(value):

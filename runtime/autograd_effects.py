@@ -1,0 +1,395 @@
+"""A training step inside a traced function: autograd and optimizer calls as effect nodes.
+
+The forward is traced into graph ops as usual; the calls that make a training step are
+recorded as effect nodes that call autograd or the optimizer *when the graph runs*, in
+their place among the other nodes ("the backward runs as autograd's"):
+
+- ``loss.backward(...)`` and ``torch.autograd.backward(...)``: ``run_backward``;
+- ``opt.step()`` and ``opt.zero_grad(set_to_none=...)`` of a ``torch.optim`` optimizer,
+  ``model.zero_grad(...)`` of an ``nn.Module``, ``scheduler.step()`` of an lr scheduler:
+  ``call_method`` (the object's own method, its hooks included, on every run);
+- ``torch.nn.utils.clip_grad_norm_`` / ``clip_grad_value_``: ``clip_grad_norm`` /
+  ``clip_grad_value`` (the norm is a graph value);
+- ``p.grad`` of a parameter after one of these in the same trace: ``read_grad``, the
+  tensor ``p.grad`` holds on that run (before any of them, the trace's read is guarded as
+  before, ``trace_reads``).
+
+The nodes name the parameters they may change among their inputs, so the passes see
+those tensors as mutated (``passes.rewrite.Facts``): nothing reading them is merged,
+folded or moved across a step, and a forward after ``opt.step()`` reads the new values.
+
+Whether ``p.grad`` is None after these calls is decided at trace time (Python code may
+branch on it): after ``zero_grad()`` (set_to_none) it is None; after a backward it is a
+tensor for each parameter that requires grad and that the differentiated values were
+computed from; else as before the call. The read checks the prediction when it runs
+and raises if autograd disagrees (a parameter reached only on a path not taken), never
+returning another value. Calls in a branch or loop body leave the state unknown: a later
+``p.grad`` read is refused (the call falls back to eager). So are ``create_graph=True``,
+``opt.step(closure)``, any other method of an optimizer or scheduler, and optimizers
+whose ``step`` is not torch's own.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from . import grad_flags
+from .errors import GraphError
+from .graph_ops import effect
+from .source_info import format_location, user_location
+
+NOT_STAGED = object()
+
+NONE, TENSOR, UNKNOWN = "none", "tensor", "unknown"
+
+
+# ------------------------------------------------------------------------- graph targets
+@effect
+def run_backward(tensors, grad_tensors, retain_graph, create_graph, inputs) -> None:
+    """``torch.autograd.backward`` when the graph runs."""
+    torch.autograd.backward(list(tensors), grad_tensors=grad_tensors,
+                            retain_graph=retain_graph, create_graph=create_graph,
+                            inputs=inputs)
+
+
+class Held:
+    """An object a node calls (an optimizer): shared by every copy of the graph, printed
+    by its class (an optimizer's own repr lists its parameter groups)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __repr__(self) -> str:
+        return f"<{type(self.obj).__name__}>"
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+@effect
+def call_method(owner: Held, name: str, params, kwargs) -> None:
+    """``owner.obj.name(**kwargs)`` when the graph runs (``params``: the tensors it may
+    change, named for the passes)."""
+    getattr(owner.obj, name)(**kwargs)
+
+
+def _impure(fn):
+    fn._tograph_impure = True           # (ops.is_impure: never merged, dropped or moved)
+    return fn
+
+
+@_impure
+def read_grad(t: torch.Tensor, where: str) -> torch.Tensor:
+    """``t.grad`` when the graph runs; the trace predicted a tensor."""
+    if t.is_meta:
+        return torch.empty_like(t)
+    grad = t.grad
+    if grad is None:
+        raise RuntimeError(f"{where}: the graph read .grad of a parameter that autograd "
+                           f"left None on this run (the trace expected a gradient)")
+    return grad
+
+
+@effect
+def expect_no_grad(t: torch.Tensor, where: str) -> None:
+    """Check, when the graph runs, that ``t.grad`` is None as the trace predicted."""
+    if t.grad is not None:
+        raise RuntimeError(f"{where}: the graph read .grad of a parameter as None, but "
+                           f"autograd gave it a gradient on this run")
+
+
+@_impure
+def clip_grad_norm(params, max_norm, norm_type=2.0, error_if_nonfinite=False,
+                   foreach=None) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` when the graph runs: the total norm."""
+    if params and params[0].is_meta:
+        return torch.empty((), dtype=params[0].dtype, device="meta")
+    return torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type,
+                                          error_if_nonfinite=error_if_nonfinite,
+                                          foreach=foreach)
+
+
+@effect
+def clip_grad_value(params, clip_value, foreach=None) -> None:
+    """``torch.nn.utils.clip_grad_value_`` when the graph runs."""
+    torch.nn.utils.clip_grad_value_(params, clip_value, foreach=foreach)
+
+
+# ------------------------------------------------------------------------- trace state
+def _states() -> Optional[Dict[int, tuple]]:
+    """id(tensor) -> (tensor, NONE/TENSOR/UNKNOWN) for the trace being built (its root
+    graph), or None outside a trace."""
+    from .symbolic import current_graph
+    graph = current_graph()
+    if graph is None:
+        return None
+    root = graph.root
+    states = getattr(root, "_grad_states", None)
+    if states is None:
+        states = root._grad_states = {}
+    return states
+
+
+def staged() -> bool:
+    """Whether the trace being built has recorded a call that changes gradients."""
+    from .symbolic import current_graph
+    graph = current_graph()
+    return graph is not None and getattr(graph.root, "_grad_states", None) is not None
+
+
+def _set(tensors, state: str, in_branch: bool) -> None:
+    """Record the state of ``tensors``' gradients after a training call (which makes
+    ``staged()`` true for the rest of the trace)."""
+    states = _states()
+    for t in tensors:
+        states[_key(t) if isinstance(t, torch.Tensor) else id(t)] = \
+            (t, UNKNOWN if in_branch else state)
+
+
+def _in_branch() -> bool:
+    from .symbolic import current_graph
+    return current_graph().parent is not None
+
+
+def _where() -> str:
+    return format_location(user_location())
+
+
+def _refuse(what: str) -> GraphError:
+    location = user_location()
+    error = GraphError(f"{format_location(location)}: {what} inside a converted function "
+                       f"cannot be part of a graph")
+    error.location = location
+    return error
+
+
+# ------------------------------------------------------------------------- .grad reads
+def grad_is_none(t: torch.Tensor) -> bool:
+    """Whether ``t.grad`` is None (a guarded question, see ``trace_reads``)."""
+    with torch._C.DisableTorchFunction():
+        return t.grad is None
+
+
+def _key(t) -> int:
+    """A tensor's key in the states: a real one's id, a traced one's node's."""
+    node = getattr(t, "_node", None)
+    return id(t) if node is None else id(node)
+
+
+def read(t: torch.Tensor):
+    """``t.grad`` in a trace that recorded a training call: of a real tensor (a
+    parameter), or of a traced leaf (``torch.ones(3, requires_grad=True)``, an argument
+    that requires grad) after a backward reached it."""
+    from .symbolic import dispatch_record
+    states = _states()
+    entry = states.get(_key(t))
+    state = entry[1] if entry is not None else _initial(t)
+    if state == UNKNOWN:
+        raise _refuse(".grad read after a backward or zero_grad in a branch or loop body "
+                      "(whether it is None depends on the path taken at run time);")
+    if state == NONE:
+        dispatch_record(expect_no_grad, (t, _where()), {})
+        return None
+    out = dispatch_record(read_grad, (t, _where()), {})
+    out._node.attrs[grad_flags.KEY] = False
+    return out
+
+
+def _initial(t: torch.Tensor) -> str:
+    from . import trace_reads
+    node = getattr(t, "_node", None)
+    if node is not None:        # made in the function: no gradient yet; else the caller's
+        if node.op == "placeholder":
+            raise _refuse(".grad of an argument not reached by the backward (the caller's "
+                          "gradient)")
+        return NONE
+    none = trace_reads.note(grad_is_none, (t,), {}, grad_is_none(t), any_call=True)
+    return NONE if none else TENSOR
+
+
+# ------------------------------------------------------------------------- backward
+def _reached(roots) -> List[torch.Tensor]:
+    """The real tensors (graph constants) that require grad and that ``roots`` were
+    computed from along values that require grad (or may)."""
+    found: Dict[int, torch.Tensor] = {}
+    seen = set()
+    stack = [r._node for r in roots if hasattr(r, "_node")]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.op == "constant":
+            value = node.attrs.get("value")
+            if isinstance(value, torch.Tensor) and value.requires_grad:
+                found[id(value)] = value
+            continue
+        if node.attrs.get(grad_flags.KEY, True) is False:
+            continue
+        if node.op == "placeholder" and not node.attrs.get("captured") or \
+                node.op == "requires_grad_" or node.kwargs.get("requires_grad") is True:
+            found[id(node)] = node          # a traced leaf (keyed as ``_key`` keys it)
+        stack.extend(node.inputs)
+        for sub in node.subgraphs:
+            stack.extend(sub.nodes)
+    return list(found.values())
+
+
+def backward(func, args, kwargs):
+    """``t.backward(...)`` / ``torch.autograd.backward(...)`` with a traced tensor."""
+    from .symbolic import dispatch_record
+    if func is torch.Tensor.backward:
+        names = ("self", "gradient", "retain_graph", "create_graph", "inputs")
+        bound = dict(zip(names, args), **kwargs)
+        tensors, grads = [bound["self"]], bound.get("gradient")
+        grads = None if grads is None else [grads]
+    else:
+        names = ("tensors", "grad_tensors", "retain_graph", "create_graph", "grad_variables",
+                 "inputs")
+        bound = dict(zip(names, args), **kwargs)
+        tensors = bound["tensors"]
+        tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+        grads = bound.get("grad_tensors", bound.get("grad_variables"))
+        if isinstance(grads, torch.Tensor):
+            grads = [grads]
+        grads = None if grads is None else list(grads)
+    if bound.get("create_graph"):
+        raise _refuse("backward(create_graph=True) (double backward)")
+    inputs = bound.get("inputs")
+    if isinstance(inputs, torch.Tensor):
+        inputs = [inputs]
+    dispatch_record(run_backward, (tuple(tensors), grads, bound.get("retain_graph"),
+                                   False, None if inputs is None else list(inputs)), {})
+    reached = _reached(tensors)
+    if inputs is not None:
+        wanted = {_key(t) for t in inputs}
+        reached = [t for t in reached if id(t) in wanted]
+    _set(reached, TENSOR, _in_branch())
+    return None
+
+
+# ------------------------------------------------------------------------- library calls
+def _owner_params(owner) -> List[torch.Tensor]:
+    if isinstance(owner, torch.optim.Optimizer):
+        return [p for group in owner.param_groups for p in group["params"]]
+    return list(owner.parameters())
+
+
+def _record_method(owner, name: str, kwargs) -> None:
+    from .symbolic import dispatch_record
+    params = _owner_params(owner) if not _is_scheduler(owner) else \
+        _owner_params(owner.optimizer)
+    dispatch_record(call_method, (Held(owner), name, params, kwargs), {})
+    _set([], TENSOR, False)
+    _owners().append(owner)
+
+
+def _owners() -> list:
+    from .symbolic import current_graph
+    root = current_graph().root
+    if getattr(root, "_staged_owners", None) is None:
+        root._staged_owners = []
+    return root._staged_owners
+
+
+def owners(graph) -> list:
+    """The objects whose methods the traced ``graph`` calls when it runs (optimizers,
+    lr schedulers, modules' zero_grad): their state is not the trace's to guard."""
+    return list(getattr(graph, "_staged_owners", None) or ())
+
+
+def _is_scheduler(owner) -> bool:
+    scheduler = getattr(torch.optim.lr_scheduler, "LRScheduler", None) or \
+        torch.optim.lr_scheduler._LRScheduler
+    return isinstance(owner, scheduler) and isinstance(getattr(owner, "optimizer", None),
+                                                       torch.optim.Optimizer)
+
+
+def _torch_own(cls, name: str) -> bool:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return (klass.__module__ or "").startswith("torch.")
+    return False
+
+
+def _zero_grad(owner, args, kwargs) -> None:
+    set_to_none = kwargs.get("set_to_none", args[0] if args else True)
+    if not isinstance(set_to_none, bool):
+        raise _refuse("zero_grad(set_to_none=<a traced value>)")
+    _record_method(owner, "zero_grad", {"set_to_none": set_to_none})
+    if set_to_none:
+        _set(_owner_params(owner), NONE, _in_branch())
+
+
+def staged_call(f, args, kwargs) -> Any:
+    """The result of calling ``f`` while tracing when it is a training call (recorded as
+    an effect node), else ``NOT_STAGED``."""
+    owner = getattr(f, "__self__", None)
+    if owner is None:
+        owner = _step_wrapped_by_scheduler(f)
+    name = getattr(f, "__name__", None)
+    if isinstance(owner, torch.optim.Optimizer):
+        if name not in ("step", "zero_grad") or not _torch_own(type(owner), name) or \
+                name == "step" and f is not getattr(owner, "step"):
+            raise _refuse(f"{type(owner).__name__}.{name}() (only step() and zero_grad() of "
+                          f"torch.optim's optimizers are staged)")
+        if name == "zero_grad":
+            _zero_grad(owner, args, kwargs)
+            return None
+        if args or kwargs:
+            raise _refuse(f"{type(owner).__name__}.step(closure)")
+        _record_method(owner, "step", {})
+        return None
+    if _is_scheduler(owner):
+        if name != "step" or args or kwargs or not _torch_own(type(owner), name):
+            raise _refuse(f"{type(owner).__name__}.{name}(...) of an lr scheduler (only "
+                          f"step() with no argument is staged)")
+        _record_method(owner, "step", {})
+        return None
+    if isinstance(owner, torch.nn.Module) and name == "zero_grad" and \
+            _torch_own(type(owner), "zero_grad"):
+        _zero_grad(owner, args, kwargs)
+        return None
+    if f is torch.nn.utils.clip_grad_norm_ or f is torch.nn.utils.clip_grad_value_:
+        return _clip(f, args, kwargs)
+    return NOT_STAGED
+
+
+def _step_wrapped_by_scheduler(f):
+    """The optimizer whose ``step`` an lr scheduler replaced by ``f`` (a plain function
+    in the optimizer's ``__dict__`` that marks the step as called), else None."""
+    if not getattr(f, "_wrapped_by_lr_sched", False) or f.__closure__ is None:
+        return None
+    for name, cell in zip(f.__code__.co_freevars, f.__closure__):
+        if name == "opt_ref":
+            owner = cell.cell_contents()
+            return owner if isinstance(owner, torch.optim.Optimizer) else None
+    return None
+
+
+def _clip(f, args, kwargs):
+    from .symbolic import contains_symbolic, dispatch_record
+    params = args[0] if args else kwargs.pop("parameters")
+    params = [params] if isinstance(params, torch.Tensor) else list(params)
+    rest = dict(zip(("max_norm", "norm_type", "error_if_nonfinite", "foreach")
+                    if f is torch.nn.utils.clip_grad_norm_ else ("clip_value", "foreach"),
+                    args[1:]), **kwargs)
+    if contains_symbolic(params) or contains_symbolic(tuple(rest.values())):
+        raise _refuse(f"{f.__name__} of traced tensors")
+    states = _states()
+    if any(states.get(id(p), (p, TENSOR))[1] == UNKNOWN for p in params):
+        raise _refuse(f"{f.__name__} after a backward or zero_grad in a branch or loop body")
+    if f is torch.nn.utils.clip_grad_value_:
+        dispatch_record(clip_grad_value, (params,), rest)
+        _set([], TENSOR, False)         # (no state changes; later reads are nodes)
+        return None
+    out = dispatch_record(clip_grad_norm, (params,), rest)
+    _set([], TENSOR, False)
+    out._node.attrs[grad_flags.KEY] = False
+    return out
