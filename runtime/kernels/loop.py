@@ -13,6 +13,8 @@ before the loop; then each step is one call of the C function on precomputed add
 written, which nothing else holds (as the launcher's fresh output). When a check fails
 (autograd records, a layout or shape the kernel was not built for, no compiled kernel) the
 steps run through the launcher, one call each, exactly as the generated Python loop would.
+The direct calls themselves run in a C loop (``loop_driver``: no ctypes call and no Python
+per step) when its library is built, else in a Python loop of ctypes calls.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ import math
 from typing import Optional, Sequence, Tuple
 
 import torch
+
+from . import loop_driver
 
 
 class KernelLoop:
@@ -45,6 +49,9 @@ class KernelLoop:
         c, ptrs, rows, slots, tail, shape, dtype = fast
         buffers = (torch.empty(shape, dtype=dtype), torch.empty(shape, dtype=dtype))
         addresses = (buffers[0].data_ptr(), buffers[1].data_ptr())
+        if loop_driver.available(len(ptrs) + 1):      # the steps in C
+            return buffers[loop_driver.counted(loop_driver.address(c), ptrs + [0], rows,
+                                               slots, steps, addresses, tail)]
         turn = 0
         for i in steps:
             for k, base, stride in rows:
@@ -103,6 +110,11 @@ class KernelWhile:
         shape, dtype = tuple(body._out_shape), body._out_dtypes[0]
         buffers = (torch.empty(shape, dtype=dtype), torch.empty(shape, dtype=dtype))
         addresses = (buffers[0].data_ptr(), buffers[1].data_ptr())
+        if loop_driver.available(max(len(tptrs), len(bptrs) + 1)):     # the steps in C
+            last = loop_driver.while_(loop_driver.address(tc), tptrs, tslots, ttail,
+                                      loop_driver.address(bc), bptrs + [0], bslots, btail,
+                                      addresses)
+            return var if last is None else buffers[last]
         turn = 0
         while tc(*tptrs, *ttail):
             bc(*bptrs, addresses[turn], *btail)

@@ -1,0 +1,184 @@
+"""Loops whose steps run in C (kernels/loop_driver.py) at many sizes, against eager.
+
+The RNN ``for xt in xs`` (a counted loop whose body is one kernel: ``KernelLoop``) and
+Newton's ``while`` (test and body one kernel each: ``KernelWhile``) at sizes the benchmark
+suite does not use: batch 1, hidden 1, 0 and 1 steps, non-contiguous inputs, float64, in
+strict and default mode, on two input sets (a value baked at trace time would show). A spy
+on the driver checks the C loop really ran where it should; the same loops with the driver
+off (the Python loop of direct calls) and in small chunks give bit-identical results.
+"""
+import warnings
+
+import pytest
+import torch
+
+from runtime.kernels import compiler, loop_driver
+from transpiler import to_graph
+
+HAS_CC = compiler.compiler_available()
+
+pytestmark = pytest.mark.usefixtures("module_kernel_cache")
+
+
+def rnn(xs, h, W, U, b):
+    for xt in xs:
+        h = torch.tanh(xt @ W + h @ U + b)
+    return h
+
+
+def rnn_relu_range(xs, h, W, U, b):
+    for t in range(xs.shape[0]):
+        h = torch.relu(xs[t] @ W + h @ U + b) * 0.5
+    return h
+
+
+def newton(x):
+    y = 0.5 * (x + 1.0)
+    while torch.max(torch.abs(y * y - x) / x) > 1e-5:
+        y = 0.5 * (y + x / y)
+    return y
+
+
+def rnn_inputs(T, B, F, H, seed, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(T, B, F, generator=g, dtype=dtype),
+            torch.randn(B, H, generator=g, dtype=dtype) * 0.1,
+            torch.randn(F, H, generator=g, dtype=dtype) * F ** -0.5,
+            torch.randn(H, H, generator=g, dtype=dtype) * H ** -0.5,
+            torch.randn(H, generator=g, dtype=dtype) * 0.1)
+
+
+def positives(n, seed, high=100.0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(n, generator=g, dtype=dtype) * (high - 0.5) + 0.5,)
+
+
+class Spy:
+    """Counts the C loops run through ``loop_driver.counted`` / ``while_``."""
+
+    def __init__(self, monkeypatch):
+        self.calls = {"counted": 0, "while_": 0}
+        for name in self.calls:
+            real = getattr(loop_driver, name)
+
+            def wrapped(*a, _real=real, _name=name, **k):
+                self.calls[_name] += 1
+                return _real(*a, **k)
+            monkeypatch.setattr(loop_driver, name, wrapped)
+
+
+def compare(fn, arg_sets, strict=True, g=None, tol=1e-5):
+    g = g or to_graph(fn, strict=strict)
+    for args in arg_sets:
+        exp = fn(*[a.clone() for a in args])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = g(*args)
+        assert got.dtype == exp.dtype and got.shape == exp.shape
+        torch.testing.assert_close(got, exp, rtol=tol, atol=tol, equal_nan=True)
+    return g
+
+
+RNN_SIZES = [(50, 32, 64, 64), (50, 1, 16, 16), (50, 64, 64, 64), (6, 1, 64, 256),
+             (9, 3, 5, 72), (5, 4, 8, 1), (1, 4, 8, 16), (2, 4, 8, 16), (0, 4, 8, 16),
+             (13, 7, 3, 24)]
+
+
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize("shapes", RNN_SIZES)
+def test_rnn_for_sizes(shapes, strict):
+    compare(rnn, [rnn_inputs(*shapes, seed) for seed in (1, 2)], strict=strict)
+
+
+@pytest.mark.parametrize("shapes", [(50, 32, 64, 64), (7, 1, 16, 16), (1, 2, 8, 8),
+                                    (0, 2, 8, 8), (5, 3, 4, 1)])
+def test_rnn_float64_and_relu_range(shapes):
+    compare(rnn, [rnn_inputs(*shapes, seed, torch.float64) for seed in (1, 2)])
+    compare(rnn_relu_range, [rnn_inputs(*shapes, seed) for seed in (3, 4)])
+
+
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler")
+@pytest.mark.parametrize("shapes", [(50, 32, 64, 64), (50, 1, 16, 16), (3, 2, 8, 8)])
+def test_rnn_steps_run_in_c(shapes, monkeypatch):
+    spy = Spy(monkeypatch)
+    compare(rnn, [rnn_inputs(*shapes, seed) for seed in (1, 2)])
+    assert spy.calls["counted"] >= 2
+
+
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler")
+def test_rnn_non_contiguous_inputs():
+    g = to_graph(rnn, strict=True)
+    for seed in (1, 2):
+        xs, h, W, U, b = rnn_inputs(50, 32, 64, 64, seed)
+        xs_t = xs.transpose(0, 1).contiguous().transpose(0, 1)      # same values, strided
+        compare(rnn, [(xs_t, h, W, U, b)], g=g)
+        compare(rnn, [(xs, h.t().contiguous().t(), W, U.t().contiguous().t(), b)], g=g)
+        compare(rnn, [(xs[::2], h, W, U, b[:64])], g=g)
+
+
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler")
+@pytest.mark.parametrize("shapes", [(20, 32, 64, 64), (11, 1, 16, 16)])
+def test_c_steps_equal_python_steps_bitwise(shapes, monkeypatch):
+    args = rnn_inputs(*shapes, seed=5)
+    with_c = to_graph(rnn, strict=True)(*args)
+    monkeypatch.setattr(loop_driver, "CHUNK", 3)            # steps in chunks of 3
+    chunked = to_graph(rnn, strict=True)(*args)
+    monkeypatch.setattr(loop_driver, "available", lambda pointers: False)
+    python = to_graph(rnn, strict=True)(*args)
+    assert torch.equal(with_c, python) and torch.equal(chunked, python)
+
+
+def test_rnn_gradients_match_eager():
+    g = to_graph(rnn, strict=True)
+    for seed in (1, 2):
+        args = [a.requires_grad_() for a in rnn_inputs(9, 4, 8, 16, seed)]
+        got = g(*args)
+        grads = torch.autograd.grad(got.sum(), args)
+        exp = rnn(*args)
+        expected = torch.autograd.grad(exp.sum(), args)
+        torch.testing.assert_close(got, exp, rtol=1e-5, atol=1e-5)
+        for x, y in zip(grads, expected):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- while
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize("n", [1, 7, 1000, 10_000, 100_000])
+def test_newton_sizes(n, strict):
+    compare(newton, [positives(n, 1), positives(n, 2, high=1e6), positives(n, 3, high=2.0)],
+            strict=strict)
+
+
+@pytest.mark.parametrize("n", [1, 999, 20_000])
+def test_newton_float64_and_strided(n):
+    compare(newton, [positives(n, 1, dtype=torch.float64), positives(n, 2, dtype=torch.float64)])
+    g = to_graph(newton, strict=True)
+    compare(newton, [(positives(2 * n, 4)[0][::2],), positives(n, 5)], g=g)
+
+
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler")
+def test_newton_zero_and_one_iterations(monkeypatch):
+    spy = Spy(monkeypatch)
+    g = to_graph(newton, strict=True)
+    ones = (torch.ones(100),)                   # converged before the first step
+    near = (torch.full((100,), 1.0 + 1e-6),)    # one step
+    compare(newton, [ones, near, positives(100, 1)], g=g)
+    assert spy.calls["while_"] == 3
+    assert torch.equal(g(*ones), torch.ones(100))
+
+
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler")
+def test_newton_c_steps_equal_python_steps_bitwise(monkeypatch):
+    args = positives(5000, 7, high=1e6)
+    with_c = to_graph(newton, strict=True)(*args)
+    monkeypatch.setattr(loop_driver, "CHUNK", 2)
+    chunked = to_graph(newton, strict=True)(*args)
+    monkeypatch.setattr(loop_driver, "available", lambda pointers: False)
+    python = to_graph(newton, strict=True)(*args)
+    assert torch.equal(with_c, python) and torch.equal(chunked, python)
+
+
+def test_newton_nan_input_stops_as_eager():
+    x = positives(64, 9)[0]
+    x[3] = float("nan")                 # max is nan: the test is False at once
+    compare(newton, [(x,), positives(64, 10)])
