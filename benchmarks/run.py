@@ -69,20 +69,27 @@ def _check(refs, outs, workload) -> str:
     return "ok"
 
 
+def compile_caches(on: bool):
+    """A context in which inductor's FX graph cache and AOTAutograd's cache are on or off
+    (off: a function compiled before in this process really compiles again)."""
+    import contextlib
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+    stack = contextlib.ExitStack()
+    if not on:
+        stack.enter_context(inductor_config.patch(fx_graph_cache=False))
+        stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
+    return stack
+
+
 def compile_cold(fn, args: tuple, caches: bool = False, kwargs: Optional[dict] = None):
     """(seconds, compiled): ``torch._dynamo.reset()``, ``torch.compile(fn)`` and its first
     call on ``args`` (and ``kwargs``). Inductor's FX graph and autograd caches are off unless ``caches``, so a
     function compiled before in this process (the one-off measured apart, with them on)
     really compiles again."""
-    import contextlib
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
     from timing import first_call
     torch._dynamo.reset()
-    with contextlib.ExitStack() as stack:
-        if not caches:
-            stack.enter_context(inductor_config.patch(fx_graph_cache=False))
-            stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
+    with compile_caches(caches):
         made = []
 
         def make():
