@@ -336,7 +336,7 @@ def staged_call(f, args, kwargs) -> Any:
     name = getattr(f, "__name__", None)
     if isinstance(owner, torch.optim.Optimizer):
         if name not in ("step", "zero_grad") or not _torch_own(type(owner), name) or \
-                name == "step" and f is not getattr(owner, "step"):
+                name == "step" and f != getattr(owner, "step"):
             raise _refuse(f"{type(owner).__name__}.{name}() (only step() and zero_grad() of "
                           f"torch.optim's optimizers are staged)")
         if name == "zero_grad":
