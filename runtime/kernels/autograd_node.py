@@ -36,7 +36,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from .. import logs
-from . import codegen, compiler
+from . import codegen, compiler, rows
 from .pointwise_backward import MACROS, BackwardPlan, plan as backward_plan
 
 
@@ -127,7 +127,11 @@ def elementwise_call(kernel, xs: Sequence[torch.Tensor]):
 
 
 def _elementwise_recipe(kernel, needs) -> Optional[Recipe]:
-    plan = backward_plan(kernel.spec, needs)
+    if kernel.spec.rows:                  # a row program: rows_backward (row kernels)
+        from .rows_backward import plan as rows_plan
+        plan = rows_plan(kernel.spec, needs, kernel._row_shape == ())
+    else:
+        plan = backward_plan(kernel.spec, needs)
     if plan is None:
         return None
     if plan.kernel is not None:
@@ -159,7 +163,8 @@ class _ElementwiseBackward:
                     x = x.expand(shape)
                 keep.append(x.contiguous())
             keep += [saved.grads[o].contiguous() for o in plan.grads]
-            outs = [torch.empty(shape, dtype=self.dtype) for _ in plan.kernel.outputs]
+            outs = [torch.empty(kernel._row_shape if row else shape, dtype=self.dtype)
+                    for row in plan.kernel.output_rows]      # (row: a per-row input's)
             outer, inner = _sizes(shape, kernel._split)
             fn(*[t.data_ptr() for t in keep], *[o.data_ptr() for o in outs], outer, inner,
                torch.get_num_threads(), self.parallel_min)
@@ -223,7 +228,8 @@ def _build(specs: List[codegen.KernelSpec]) -> List[Optional[Callable]]:
     names = [f"tg_backward_{k}" for k in range(len(specs))]
     head = "#include <omp.h>\n" if compiler.OPENMP else ""
     source = head + codegen.prelude(vector_math()) + MACROS + "\n" + "\n".join(
-        codegen.function(spec, name, compiler.OPENMP) for spec, name in zip(specs, names))
+        (rows.function if spec.rows else codegen.function)(spec, name, compiler.OPENMP)
+        for spec, name in zip(specs, names))
     try:
         library = compiler.build(source, name="graph_backward")
     except compiler.KernelBuildError as e:

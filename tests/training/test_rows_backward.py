@@ -16,6 +16,18 @@ needs_compiler = pytest.mark.skipif(rotary_kernel._functions() is None,
                                     reason="no C compiler")
 
 
+@pytest.fixture(autouse=True)
+def _kernels_before_first_call():
+    """Kernels compiled before a graph's first call (a cold first call may otherwise run
+    torch ops while they build), so each call below is the kernel's."""
+    from runtime.options import options
+    if not hasattr(options, "kernel_build"):
+        yield
+        return
+    with options.override(kernel_build="sync"):
+        yield
+
+
 def _close(got, expected):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6, equal_nan=True)
 
@@ -112,3 +124,190 @@ def test_rotary_tables_requiring_grad_take_torch_ops():
     assert "Rotary" not in type(out.grad_fn).__name__
     got = torch.autograd.grad(out.square().sum(), (x, cos))
     _close(got, torch.autograd.grad(rope(x, cos, sin).square().sum(), (x, cos)))
+
+
+# ------------------------------------------------------------------------- row programs
+# Groups that reduce along the last dim (kernels/rows.py) run under autograd as one node
+# whose backward is a generated row program (kernels/rows_backward.py).
+def softmax(x):
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
+def log_softmax(x):
+    z = x - x.amax(-1, keepdim=True)
+    return z - torch.log(torch.exp(z).sum(-1, keepdim=True))
+
+
+def masked_softmax(x, mask):
+    x = x.masked_fill(mask, float("-inf"))
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
+def rmsnorm(x, w):                                   # LLaMA's
+    v = x.pow(2).mean(-1, keepdim=True)
+    return w * (x * torch.rsqrt(v + 1e-6))
+
+
+def layernorm(x, w, b):
+    m = x.mean(-1, keepdim=True)
+    d = x - m
+    v = (d * d).mean(-1, keepdim=True)
+    return d * torch.rsqrt(v + 1e-5) * w + b
+
+
+def layernorm_no_bias(x, w):
+    m = x.mean(-1, keepdim=True)
+    v = ((x - m) ** 2).mean(-1, keepdim=True)
+    return (x - m) / torch.sqrt(v + 1e-5) * w
+
+
+def residual_norm(x, r, w):                          # two outputs: the sum and its norm
+    h = x + r
+    return h, rmsnorm(h, w)
+
+
+def row_stats(x, y, s):                              # a per-row input, row outputs
+    d = (x * y).sum(-1, keepdim=True) * s
+    return d, torch.tanh(x).mean(-1, keepdim=True) - d, x.amin(-1, keepdim=True) * 2
+
+
+def whole(x, y):                                     # reduced over the whole tensor
+    return (x * y).sum() + torch.sigmoid(x).mean() * 3
+
+
+def _rows(n, seed, shapes, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(s(n) if callable(s) else s, generator=gen, dtype=dtype)
+            for s in shapes]
+
+
+ROW_CASES = {
+    "softmax": (softmax, [lambda n: (3, 4, n)]),
+    "log_softmax": (log_softmax, [lambda n: (5, n)]),
+    "rmsnorm": (rmsnorm, [lambda n: (2, 3, n), lambda n: (n,)]),
+    "layernorm": (layernorm, [lambda n: (4, n), lambda n: (n,), lambda n: (n,)]),
+    "layernorm_no_bias": (layernorm_no_bias, [lambda n: (2, 2, n), lambda n: (n,)]),
+    "residual_norm": (residual_norm, [lambda n: (3, n), lambda n: (3, n), lambda n: (n,)]),
+    "row_stats": (row_stats, [lambda n: (4, n), lambda n: (4, n), lambda n: (4, 1)]),
+    "whole": (whole, [lambda n: (3, n), lambda n: (3, n)]),
+}
+
+
+def _fused_nodes(out):
+    outs = out if isinstance(out, tuple) else (out,)
+    return [type(o.grad_fn).__name__ for o in outs if o.grad_fn is not None]
+
+
+@needs_compiler
+@pytest.mark.parametrize("n", [1, 7, 64, 1000])
+@pytest.mark.parametrize("case", sorted(ROW_CASES))
+def test_row_gradients_equal_eager(case, n):
+    fn, shapes = ROW_CASES[case]
+    g = to_graph(fn, strict=n == 64)     # strict mode at one width (CI time)
+    for seed in (0, 1):                  # two calls: nothing baked at trace time
+        args = [a.requires_grad_() for a in _rows(n, seed, shapes)]
+        out, expected = g(*args), fn(*args)
+        assert_same(out, expected)
+        if n > 1:                        # (a width-1 row does not fuse: torch ops)
+            assert "_FusedNodeBackward" in _fused_nodes(out)
+        outs = out if isinstance(out, tuple) else (out,)
+        exps = expected if isinstance(expected, tuple) else (expected,)
+        gen = torch.Generator().manual_seed(seed + 10)
+        dys = [torch.randn(e.shape, generator=gen) for e in exps]
+        got = torch.autograd.grad(outs, args, dys)
+        want = torch.autograd.grad(exps, args, dys)
+        for a, b in zip(got, want):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            # within 1e-5 of the gradient's scale (an argmax's share of a softmax is
+            # summation noise, ~1e-6 of the row's, in eager's float sum as in ours)
+            assert (a - b).abs().max() <= 1e-5 * b.abs().max() + 1e-7, (a, b)
+
+
+@needs_compiler
+@pytest.mark.parametrize("case", sorted(ROW_CASES))
+def test_row_gradcheck_float64(case):
+    fn, shapes = ROW_CASES[case]
+    g = to_graph(fn)
+    args = [a.requires_grad_() for a in _rows(5, 3, shapes, torch.float64)]
+    g(*args)
+    assert "_FusedNodeBackward" in _fused_nodes(g(*args))
+    assert torch.autograd.gradcheck(g, tuple(args))
+
+
+@needs_compiler
+def test_masked_softmax_all_masked_rows():
+    g = to_graph(masked_softmax, strict=True)
+    for seed in (0, 1):
+        x = torch.randn(4, 6, generator=torch.Generator().manual_seed(seed),
+                        requires_grad=True)
+        mask = torch.rand(4, 6, generator=torch.Generator().manual_seed(seed)) > 0.5
+        mask[1] = True                    # a row all -inf: NaN out, as eager
+        mask[2] = False
+        out, expected = g(x, mask), masked_softmax(x, mask)
+        assert "_FusedNodeBackward" in _fused_nodes(out)
+        assert torch.equal(out.isnan(), expected.isnan()) and out[1].isnan().all()
+        dy = torch.randn(4, 6)
+        got, = torch.autograd.grad(out, x, dy)
+        want, = torch.autograd.grad(expected, x, dy)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@needs_compiler
+def test_row_max_ties_and_nan_as_eager():
+    """amax's gradient: shared among ties, NaN over a row holding a NaN (torch's
+    scale_grad_by_count)."""
+    def f(x):
+        return x.amax(-1, keepdim=True) * torch.exp(x).sum(-1, keepdim=True)
+    g = to_graph(f, strict=True)
+    for call in range(2):
+        x = torch.tensor([[1.0, 3.0, 3.0, 2.0], [0.5, float("nan"), 1.0, 2.0],
+                          [4.0, 4.0, 4.0, 4.0 + call]], requires_grad=True)
+        out = g(x)
+        assert "_FusedNodeBackward" in _fused_nodes(out)
+        got, = torch.autograd.grad(out.sum(), x)
+        want, = torch.autograd.grad(f(x).sum(), x)
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=0, equal_nan=True)
+        assert torch.equal(got.isnan(), want.isnan())
+
+
+@needs_compiler
+def test_non_contiguous_and_whole_max_take_torch_ops():
+    g = to_graph(layernorm)
+    w, b = torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)
+    x = torch.randn(8, 5).t().requires_grad_()                # non-contiguous: torch ops
+    got = torch.autograd.grad(g(x, w, b).square().sum(), (x, w, b))
+    want = torch.autograd.grad(layernorm(x, w, b).square().sum(), (x, w, b))
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-6)
+
+    def peak(x):                                  # torch.max(x): NaN rule not amax's
+        return torch.max(x) * torch.exp(x).sum()
+    g = to_graph(peak)
+    for call in range(2):
+        x = torch.tensor([1.0, float("nan"), 2.0, float("nan")], requires_grad=True)
+        got, = torch.autograd.grad(g(x), x)
+        want, = torch.autograd.grad(peak(x), x)
+        assert torch.equal(got.isnan(), want.isnan())
+
+
+@needs_compiler
+def test_saved_memory_at_most_eagers():
+    """Bytes autograd keeps for backward (saved-tensor hooks): the node saves the group's
+    inputs only (x, w, b), eager its intermediates too."""
+    def saved_bytes(fn, *args):
+        total = []
+
+        def pack(t):
+            total.append(t.numel() * t.element_size())
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            fn(*args)
+        return sum(total)
+    g = to_graph(layernorm)
+    x = torch.randn(16, 64, requires_grad=True)
+    w, b = torch.randn(64, requires_grad=True), torch.randn(64, requires_grad=True)
+    g(x, w, b)
+    assert "_FusedNodeBackward" in _fused_nodes(g(x, w, b))
+    assert saved_bytes(g, x, w, b) <= saved_bytes(layernorm, x, w, b)
