@@ -9,10 +9,11 @@ branch skips a submodule, hence ``find_unused_parameters=True``) trains for some
     to_graph(DDP(m))  to_graph(DistributedDataParallel(model)): converts ddp.module in
                       place, DDP's own forward (buffers, reducer, hooks) stays eager
 
-and prints that every step's loss and the final parameters of the converted runs equal
-the eager run's (the max difference), that the gradients' buckets were all-reduced while
-the backward still ran (as in eager DDP), and the steps per second of each. Exit code 1
-when they differ.
+and prints that every step's loss and the final parameters and buffers of the converted
+runs equal the eager run's (the max difference), that the gradients' buckets were
+all-reduced while the backward still ran (as in eager DDP), and the steps per second of
+each. Exit code 1 when they differ. (DDP's own warning that find_unused_parameters found
+no unused parameters comes from eager DDP too: step 1 takes the branch using them all.)
 
 Run:  torchrun --nproc_per_node 2 examples/train_ddp.py
       python examples/train_ddp.py [--steps N]       (starts the 2 processes itself)
@@ -41,12 +42,13 @@ RTOL = 1e-5                     # the project's float32 agreement with eager
 
 
 class Gated(torch.nn.Module):
-    """Embed, normalize; a wide residual block only for batches that lean positive."""
+    """Embed, batch-normalize (buffers: DDP broadcasts rank 0's before each forward); a
+    wide residual block only for batches that lean positive."""
 
     def __init__(self, features=16, hidden=32, classes=4):
         super().__init__()
         self.embed = torch.nn.Linear(features, hidden)
-        self.norm = torch.nn.LayerNorm(hidden)
+        self.norm = torch.nn.BatchNorm1d(hidden)
         self.wide = torch.nn.Sequential(torch.nn.Linear(hidden, 4 * hidden), torch.nn.GELU(),
                                         torch.nn.Linear(4 * hidden, hidden))
         self.head = torch.nn.Linear(hidden, classes)
@@ -92,7 +94,7 @@ class BucketLog:
 
 
 def train(spelling, rank, steps, strict=True):
-    """Train a fresh model ``steps`` steps: (losses, final parameters, buckets, step times)."""
+    """Train a fresh model ``steps`` steps: (losses, final state, buckets, step times)."""
     torch.manual_seed(0)
     model = Gated()
     options = dict(find_unused_parameters=True, bucket_cap_mb=0.01)   # several buckets
@@ -115,12 +117,13 @@ def train(spelling, rank, steps, strict=True):
         opt.step()
         seconds.append(time.perf_counter() - started)
         losses.append(loss.detach())
-    return torch.stack(losses), [p.detach().clone() for p in model.parameters()], log, seconds
+    state = [t.detach().clone() for t in model.state_dict().values()]   # params, buffers
+    return torch.stack(losses), state, log, seconds
 
 
 def max_difference(a, b):
     """The largest |a - b| and whether every element is within RTOL (relative) of b."""
-    diff = max((x - y).abs().max().item() for x, y in zip(a, b))
+    diff = max((x - y).abs().max().item() for x, y in zip(a, b) if x.numel())
     close = all(torch.allclose(x, y, rtol=RTOL, atol=RTOL) for x, y in zip(a, b))
     return diff, close
 
@@ -144,7 +147,7 @@ def worker(rank=None, world=None, port=None, steps=8) -> bool:
 
 def _compare(rank, world, steps) -> bool:
     runs = {s: train(s, rank, steps) for s in ("eager", "DDP(to_graph(m))", "to_graph(DDP(m))")}
-    eager_losses, eager_params, _, _ = runs["eager"]
+    eager_losses, eager_state, _, _ = runs["eager"]
     say = print if rank == 0 else (lambda *a, **k: None)
     say(f"{world} processes (gloo), {steps} steps; branch taken (rank: steps):")
     for r in range(world):
@@ -154,11 +157,11 @@ def _compare(rank, world, steps) -> bool:
     for step in range(steps):
         say(f"{step:>4} " + " ".join(f"{runs[n][0][step].item():>18.7f}" for n in runs))
     all_equal = True
-    for name, (losses, params, log, seconds) in runs.items():
+    for name, (losses, state, log, seconds) in runs.items():
         loss_diff, loss_close = max_difference([losses], [eager_losses])
-        param_diff, param_close = max_difference(params, eager_params)
+        state_diff, state_close = max_difference(state, eager_state)
         # every rank must agree (its own losses, DDP's synchronized parameters)
-        verdict = torch.tensor([loss_diff, param_diff, float(not (loss_close and param_close))])
+        verdict = torch.tensor([loss_diff, state_diff, float(not (loss_close and state_close))])
         dist.all_reduce(verdict, op=dist.ReduceOp.MAX)
         same = verdict[2].item() == 0
         all_equal &= same
@@ -166,9 +169,9 @@ def _compare(rank, world, steps) -> bool:
         say(f"{name:>18}: first step {seconds[0]:.2f} s, then {rate:5.0f} steps/s (median); "
             f"buckets all-reduced {log.buckets} "
             f"({log.during_backward} launched during backward); max |loss - eager| = "
-            f"{verdict[0].item():.2e}, max |param - eager| = {verdict[1].item():.2e} "
+            f"{verdict[0].item():.2e}, max |state - eager| = {verdict[1].item():.2e} "
             f"-> {'equal' if same else 'DIFFERS'}")
-    say("losses and final parameters equal eager DDP's" if all_equal else
+    say("losses, final parameters and buffers equal eager DDP's" if all_equal else
         "converted DDP training DIFFERS from eager DDP")
     return all_equal
 

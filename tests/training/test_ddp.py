@@ -147,6 +147,46 @@ def test_every_parameter_used_needs_no_unused_search(spelling):
     assert_close(got[2], want[2])
 
 
+class Normalized(torch.nn.Module):
+    """BatchNorm's buffers (DDP broadcasts them before each forward) and a tensor ``if``."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(6, 12)
+        self.bn = torch.nn.BatchNorm1d(12)
+        self.b = torch.nn.Linear(12, 3)
+
+    def forward(self, x):
+        h = self.bn(self.a(x))
+        if x.mean() > 0:        # (not on h: a batch-normalized mean is 0 up to rounding)
+            h = torch.relu(h)
+        else:
+            h = torch.tanh(h)
+        return self.b(h)
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_buffers_train_and_evaluate_like_eager_ddp(spelling):
+    results = {}
+    for name in ("eager", spelling):
+        model, ddp = make(name, Normalized)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        losses = []
+        for step in range(4):
+            x, y = batch(step, step % 2 == 1)
+            if step == 3:
+                ddp.eval()          # running statistics: the graph for eval mode
+            loss = F.cross_entropy(ddp(x * (step + 1)), y)
+            if step < 3:
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            losses.append(loss.detach())
+        results[name] = losses, [t.clone() for t in model.state_dict().values()]
+    assert_close(results[spelling][0], results["eager"][0])
+    assert_close(results[spelling][1], results["eager"][1])
+
+
 def test_to_graph_of_ddp_converts_its_module_in_place():
     torch.manual_seed(0)
     model = Skipping()
@@ -269,7 +309,7 @@ def test_example_trains_on_two_processes_like_eager_ddp():
     assert done.returncode == 0, (out + done.stderr)[-4000:]
     assert out.count("-> equal") == 3, out
     assert "DIFFERS" not in out
-    assert "losses and final parameters equal eager DDP's" in out
+    assert "losses, final parameters and buffers equal eager DDP's" in out
     for line in out.splitlines():
         if "buckets all-reduced" in line:      # every bucket launched inside backward
             count = line.split("buckets all-reduced ")[1].split()[0]
