@@ -136,7 +136,9 @@ def _elementwise_recipe(kernel, needs) -> Optional[Recipe]:
         return None
     if plan.kernel is not None:
         _Built.want(plan.kernel)
-    return Recipe(kernel.launcher, plan.saved, plan.differentiable,
+    # the general call, not the launcher: a large launcher output is recycled once no
+    # Python reference holds it, which would overwrite it under a later op's saved copy
+    return Recipe(kernel.__call__, plan.saved, plan.differentiable,
                   _ElementwiseBackward(kernel, plan), kernel.torch_fn)
 
 

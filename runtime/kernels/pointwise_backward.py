@@ -126,9 +126,10 @@ def plan(spec: KernelSpec, needs: Tuple[bool, ...]) -> Optional[BackwardPlan]:
         g = _sum(shares, steps)
         if g.kind == "in":                        # an incoming gradient, as is
             sources.append(("g", g.value - grad_in))
-        else:
-            sources.append(("k", len(outputs)))
-            outputs.append(g.value)
+        else:                                     # (inputs with one gradient share it)
+            if g.value not in outputs:
+                outputs.append(g.value)
+            sources.append(("k", outputs.index(g.value)))
     if not outputs:
         return BackwardPlan(None, (), (), tuple(sources), differentiable)
     kernel, saved, grads = _prune(spec, steps, outputs, grad_in)

@@ -204,17 +204,26 @@ EDGES = torch.tensor([0.0, -0.0, 6.0, -3.0, 3.0, 0.5, -0.5, float("nan"), float(
                       -float("inf"), 1.0, 25.0, -1e-30, 1e-30, 0.1])
 
 
+EDGE_CASES = ["abs", "relu", "relu6", "hardsigmoid", "hardswish", "elu", "leaky_relu",
+              "hardtanh", "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "sigmoid",
+              "tanh", "exp", "gelu", "silu", "softplus", "floor", "sqrt", "log", "pow_tensor",
+              "clamp_min_tensor", "clamp_max_tensor"]
+
+
+@pytest.fixture(scope="module")
+def edge_kernels():
+    built = {c[0]: _case_kernel(c, "float32", EDGES.shape) for c in CASES if c[0] in EDGE_CASES}
+    assert library.build_kernels([k for k, _ in built.values()])
+    for kernel, order in built.values():
+        kernel(*[EDGES.clone().requires_grad_() for _ in order])     # backward kernels wanted
+    return built
+
+
 @needs_compiler
-@pytest.mark.parametrize("name", ["abs", "relu", "relu6", "hardsigmoid", "hardswish", "elu",
-                                  "leaky_relu", "hardtanh", "clamp", "clamp_min", "clamp_max",
-                                  "maximum", "minimum", "sigmoid", "tanh", "exp", "gelu",
-                                  "silu", "softplus", "floor", "sqrt", "log", "pow_tensor",
-                                  "clamp_min_tensor", "clamp_max_tensor"])
-def test_edges_as_eager(name):
+@pytest.mark.parametrize("name", EDGE_CASES)
+def test_edges_as_eager(edge_kernels, name):
     """Ties, bounds, zeros, NaN and Inf: the backward kernel decides as eager's does."""
-    case = next(c for c in CASES if c[0] == name)
-    kernel, order = _case_kernel(case, "float32", EDGES.shape)
-    library.build_kernels([kernel])
+    kernel, order = edge_kernels[name]
     first = EDGES.clone().requires_grad_()
     second = (EDGES.flip(0) if len(order) > 1 else EDGES).clone().requires_grad_()
     xs = [first, second][:len(order)]
