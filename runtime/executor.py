@@ -22,7 +22,7 @@ from . import logs
 from .graph import Graph, Node, iter_nodes, map_structure
 from .meta import TensorMeta
 from .outputs import Again, ArgRef, Existing, Rebuild
-from .passes.counted_loops import counted, kernel_loop, kernel_while
+from .passes.counted_loops import counted, kernel_loop, kernel_while, stacked
 from .source_info import forget, format_location
 
 _FILE_IDS = itertools.count(1)
@@ -94,6 +94,7 @@ class _Lowering:
         self._global_ids: Dict[int, str] = {}
         self._counter = itertools.count(1)
         self._int_inputs = set()    # ids of counted loops' counters: Python ints, not tensors
+        self.swaps: list = []       # (kernel, global, is a test): kernels.background.swap
 
     # names ------------------------------------------------------------------------------
     def global_name(self, value, base: str) -> str:
@@ -277,10 +278,17 @@ class _Lowering:
             return lines, extra
         callee = getattr(node.target, "launcher", node.target)
         kwargs = [f"{k}={self.expr(v, names)}" for k, v in node.kwargs.items()]
-        if id(node) in self.predicates and getattr(node.target, "predicate", None) is not None:
-            callee = node.target.predicate       # the test comes back as a bool: no buffer
-            kwargs = [k for k in kwargs if not k.startswith("out=")]
-        target = self.global_for(callee, node.op)
+        building = getattr(node.target, "building", False)    # (kernels.background)
+        test = id(node) in self.predicates and (
+            building or getattr(node.target, "predicate", None) is not None)
+        if test:
+            callee = node.target if building else node.target.predicate
+            kwargs = [k for k in kwargs if not k.startswith("out=")]   # a bool: no buffer
+        if building:         # a global of its own, made its launcher or predicate when bound
+            target = self.global_name(callee, f"{_ident(node.op)}_{next(self._counter)}")
+            self.swaps.append((node.target, target, test))
+        else:
+            target = self.global_for(callee, node.op)
         if node.attrs.get("planned_out"):    # memory planning: only when autograd is off
             buffer = names[id(node.kwargs['out'])]
             kwargs = [f"out=({buffer} if _plan{self.layout_check(node, buffer, args)} "
@@ -320,17 +328,26 @@ class _Lowering:
             return [f"{state} = ({self.global_for(driver, 'kernel_loop')}({args[1 - k]}{caps}),)",
                     f"{state} = {state}[:{k}] + (None,) + {state}[{k}:]"]
         fb = self.fresh(f"{node.name}_body")
-        inputs = body.inputs
+        stacks = stacked(node, form) if self.observe is None else {}   # list appends
+        inputs = [None if j in stacks else v for j, v in enumerate(body.inputs)]
+        outputs = [stacks.get(j, v) for j, v in enumerate(body.outputs)]
         self._int_inputs.add(id(inputs[k]))
         extra.append((body, fb, [inputs[k]] + inputs[:k] + inputs[k + 1:],
-                      [v for j, v in enumerate(body.outputs) if j != k]))
+                      [v for j, v in enumerate(outputs) if j != k]))
         counter = f"_i_{state}"
         init = "".join(a + ", " for j, a in enumerate(args[:n]) if j != k)
         caps = "".join(", " + a for a in args[n:])
         lines = [f"{state} = ({init})",
                  f"for {counter} in range({start}, {stop}, {step}):",
-                 f"    {state} = {fb}({counter}, *{state}{caps})",
-                 f"{state} = {state}[:{k}] + (None,) + {state}[{k}:]"]
+                 f"    {state} = {fb}({counter}, *{state}{caps})"]
+        after = []
+        for j in stacks:        # each step's value kept, stacked once after the loop
+            at, acc = j - (j > k), f"_acc{j}_{state}"
+            lines.insert(1, f"{acc} = []")
+            lines.append(f"    {acc}.append({state}[{at}])")
+            after.append(f"{state} = {state}[:{at}] + (({self.global_for(torch.stack, 'stack')}"
+                         f"({acc}) if {acc} else {args[j]}),) + {state}[{at + 1}:]")
+        lines += after + [f"{state} = {state}[:{k}] + (None,) + {state}[{k}:]"]
         if self.observe is not None:
             lines.insert(1, f"{self.observe}.loop({node.name!r})")
             lines.insert(3, f"    {self.observe}.step({node.name!r})")
@@ -453,6 +470,10 @@ def load_lowered(lowering: "_Lowering", kind: str):
     lifetime = namespace["__tograph_lifetime__"] = _Lifetime()
     weakref.finalize(lifetime, _forget, filename)
     exec(compile(source, filename, "exec"), namespace)
+    if getattr(lowering, "swaps", None):
+        from .kernels import background
+        for kernel, name, test in lowering.swaps:
+            background.swap(kernel, namespace, name, test)
     return namespace, source, filename
 
 

@@ -182,3 +182,68 @@ def test_newton_nan_input_stops_as_eager():
     x = positives(64, 9)[0]
     x[3] = float("nan")                 # max is nan: the test is False at once
     compare(newton, [(x,), positives(64, 10)])
+
+
+# ----------------------------------------------------------------------------- stacked lists
+def rnn_outs(xs, h, W, U, b):
+    outs = []
+    for xt in xs:
+        h = torch.tanh(xt @ W + h @ U + b)
+        outs.append(h)
+    return torch.stack(outs)
+
+
+def rnn_two_lists(xs, h, W, U, b):
+    outs, doubled = [], []
+    for xt in xs:
+        h = torch.tanh(xt @ W + h @ U + b)
+        outs.append(h)
+        doubled.append(h * 2 + xt[0, 0])
+    return h, torch.stack(outs), torch.stack(doubled, 0)
+
+
+def rnn_reads_list(xs, h, W, U, b):
+    outs = [h]
+    for xt in xs:
+        h = torch.tanh(xt @ W + outs[-1] @ U + b)
+        outs.append(h)
+    return torch.stack(outs)
+
+
+def stacked_marks(g, args):
+    return g.get_concrete(*args).executable.source.count(".append(")
+
+
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize("shapes", [(50, 32, 64, 64), (1, 4, 8, 16), (7, 1, 16, 16),
+                                    (9, 3, 5, 72), (5, 4, 8, 1)])
+def test_list_of_steps_stacked_once(shapes, strict):
+    args = [rnn_inputs(*shapes, seed) for seed in (1, 2)]
+    g = compare(rnn_outs, args, strict=strict)
+    assert stacked_marks(g, args[0]) == 1       # kept per step, one stack after the loop
+    g2 = to_graph(rnn_two_lists, strict=strict)
+    for a in args:
+        for x, y in zip(g2(*a), rnn_two_lists(*a)):
+            assert x.dtype == y.dtype and x.shape == y.shape and x.is_contiguous()
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+    assert stacked_marks(g2, args[0]) == 2
+
+
+def test_list_read_in_the_loop_is_not_stacked():
+    args = [rnn_inputs(6, 3, 4, 8, seed) for seed in (1, 2)]
+    g = compare(rnn_reads_list, args)
+    assert stacked_marks(g, args[0]) == 0
+
+
+def test_stacked_list_gradients_and_result_not_aliased():
+    g = to_graph(rnn_two_lists, strict=True)
+    for seed in (1, 2):
+        args = [a.requires_grad_() for a in rnn_inputs(6, 3, 4, 8, seed)]
+        got, exp = g(*args), rnn_two_lists(*args)
+        gg = torch.autograd.grad(got[1].sum() + 3 * got[2].sum(), args)
+        ge = torch.autograd.grad(exp[1].sum() + 3 * exp[2].sum(), args)
+        for x, y in zip(gg, ge):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+    h, outs, _ = g(*rnn_inputs(6, 3, 4, 8, 3))
+    h.add_(1.0)                                 # the last state is its own tensor
+    assert not torch.equal(h, outs[-1])
