@@ -148,6 +148,8 @@ class _ElementwiseBackward:
         self.dtype = {"float32": torch.float32, "float64": torch.float64}[kernel.spec.dtype]
         self.parallel_min = max(4096, 262144 // max(1, plan.kernel.cost())) \
             if plan.kernel is not None else 0
+        self.fn: Optional[Callable] = None     # the built kernel, once found (a spec's
+        #                                        hash walks all its steps: ~30 us a call)
 
     def __call__(self, saved: Saved) -> Optional[List[Optional[torch.Tensor]]]:
         plan, kernel = self.plan, self.kernel
@@ -155,7 +157,7 @@ class _ElementwiseBackward:
             _space(saved.shapes)
         outs: List[torch.Tensor] = []
         if plan.kernel is not None:
-            fn = _Built.function(plan.kernel)
+            fn = self.fn = self.fn or _Built.function(plan.kernel)
             if fn is None:
                 return None
             keep = []
