@@ -96,6 +96,16 @@ def read_grad(t: torch.Tensor, where: str) -> torch.Tensor:
     return grad
 
 
+@_impure
+def autograd_grad(outputs, inputs, grad_outputs, retain_graph) -> tuple:
+    """``torch.autograd.grad`` when the graph runs (no None: unused inputs raise, as
+    eagerly without ``allow_unused``)."""
+    if inputs and inputs[0].is_meta:
+        return tuple(torch.empty_like(t) for t in inputs)
+    return torch.autograd.grad(list(outputs), list(inputs), grad_outputs=grad_outputs,
+                               retain_graph=retain_graph)
+
+
 @effect
 def expect_no_grad(t: torch.Tensor, where: str) -> None:
     """Check, when the graph runs, that ``t.grad`` is None as the trace predicted."""
@@ -272,6 +282,30 @@ def backward(func, args, kwargs):
         reached = [t for t in reached if id(t) in wanted]
     _set(reached, TENSOR, _in_branch())
     return None
+
+
+def grad(func, args, kwargs):
+    """``torch.autograd.grad(outputs, inputs, ...)`` with traced tensors: a node whose
+    results are the gradients (``.grad`` of nothing changes)."""
+    from .symbolic import dispatch_record
+    names = ("outputs", "inputs", "grad_outputs", "retain_graph", "create_graph",
+             "only_inputs", "allow_unused", "is_grads_batched", "materialize_grads")
+    bound = dict(zip(names, args), **kwargs)
+    if bound.get("create_graph") or bound.get("allow_unused") or \
+            bound.get("is_grads_batched") or bound.get("materialize_grads"):
+        raise _refuse("torch.autograd.grad with create_graph, allow_unused, "
+                      "is_grads_batched or materialize_grads")
+    outputs, inputs = bound["outputs"], bound["inputs"]
+    outputs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
+    single = isinstance(inputs, torch.Tensor)
+    inputs = [inputs] if single else list(inputs)
+    grads = bound.get("grad_outputs")
+    grads = [grads] if isinstance(grads, torch.Tensor) else None if grads is None else list(grads)
+    result = dispatch_record(autograd_grad, (tuple(outputs), tuple(inputs), grads,
+                                             bound.get("retain_graph")), {})
+    for t in result:
+        t._node.attrs[grad_flags.KEY] = False
+    return tuple(result)
 
 
 # ------------------------------------------------------------------------- library calls

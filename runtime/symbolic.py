@@ -338,6 +338,8 @@ def dispatch(func, args, kwargs):
         return _ALIASES[func](*args, **kwargs)
     if func in _TRAINING_CALLS:             # loss.backward(): an effect node
         return autograd_effects.backward(func, args, kwargs)
+    if func is torch.autograd.grad:
+        return autograd_effects.grad(func, args, kwargs)
     if func in tensor_state.QUESTIONS:       # layout, autograd state, version, storage
         traced = _symbolic_leaves((args, kwargs))
         if traced:

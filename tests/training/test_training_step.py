@@ -304,6 +304,33 @@ def test_converted_model_in_an_eager_loop():
             F.mse_loss(m(x), y).backward()
             o.step()
     assert_same_state(m1, o1, m2, o2)
+    # the graph has what could go wrong: a folded parameter value and a planned buffer
+    planned = gm._graph_function.graph(batches("mlp", 0)[0]).optimize()
+    ops = [n.op for n in planned.walk()]
+    assert "folded" in ops and any(k.startswith("planned") for n in planned.walk()
+                                   for k in n.attrs), planned
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_autograd_grad(strict):
+    lin = torch.nn.Linear(3, 2)
+
+    def f(x):
+        y = lin(x).tanh().sum()
+        if y > 0:
+            y = y * 3
+        gw, gx = torch.autograd.grad(y, [lin.weight, x], retain_graph=True)
+        (gb,) = torch.autograd.grad(y * 2, lin.bias)
+        return gw, gx, gb, y.detach(), lin.weight.grad
+    g = to_graph(f, strict=strict)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        for sign in (1.0, -1.0, 1.0):
+            x = (torch.randn(4, 3) * sign).requires_grad_()
+            got, exp = g(x), f(x)
+            assert_close(got, exp, "grads")
+            assert not any(t.requires_grad for t in got[:3])
+    assert g.cache_info().traces == 1
 
 
 # ------------------------------------------------------------------------- fallbacks
