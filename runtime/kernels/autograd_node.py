@@ -117,7 +117,10 @@ def _replay(recipe: Recipe, saved: Saved) -> List[Optional[torch.Tensor]]:
 def elementwise_call(kernel, xs: Sequence[torch.Tensor]):
     """``kernel(*xs)`` as one autograd node with a generated backward kernel, or None
     when its backward cannot be generated (a step without a derivative rule, a row or
-    gemm kernel)."""
+    gemm kernel) or under torch.func transforms (grad, vmap, jvp: they need an autograd
+    Function with setup_context and vmap rules; the torch ops serve them)."""
+    if torch._C._are_functorch_transforms_active():
+        return None
     needs = tuple(x.requires_grad for x in xs)
     recipes: Dict[tuple, Optional[Recipe]] = kernel.__dict__.setdefault("_recipes", {})
     recipe = recipes.get(needs, False)
@@ -127,6 +130,9 @@ def elementwise_call(kernel, xs: Sequence[torch.Tensor]):
 
 
 def _elementwise_recipe(kernel, needs) -> Optional[Recipe]:
+    if kernel.spec.gemm:                  # a product first: gemm_backward
+        from .gemm_backward import recipe
+        return recipe(kernel, needs)
     if kernel.spec.rows:                  # a row program: rows_backward (row kernels)
         from .rows_backward import plan as rows_plan
         plan = rows_plan(kernel.spec, needs, kernel._row_shape == ())

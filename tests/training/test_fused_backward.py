@@ -416,3 +416,19 @@ def test_no_rule_keeps_torch_ops():
                       (Step("m_unknown({0})", (Operand("in", 0),)),), ((0, "float32"),))
     assert plan(spec, (True,)) is None
     assert autograd_node.Recipe       # the generic API other kernels build on
+
+
+@needs_compiler
+def test_torch_func_grad_takes_the_torch_ops():
+    """torch.func transforms need a Function with setup_context: the group's torch ops
+    serve them (before, the node raised under torch.func.grad)."""
+    def loss(x, b):
+        return (bias_gelu_residual(x, b, x) * 2).sum()
+    g = to_graph(loss)
+    x, b = torch.randn(4, 8), torch.randn(8)
+    for _ in range(2):
+        got = torch.func.grad(g, argnums=(0, 1))(x, b)
+        exp = torch.func.grad(loss, argnums=(0, 1))(x, b)
+        for a, e in zip(got, exp):
+            torch.testing.assert_close(a, e)
+        x = x + 1
