@@ -234,10 +234,19 @@ class Snapshot:
     def release(self, objects) -> None:
         """Stop guarding the contents of ``objects`` (an optimizer, an lr scheduler whose
         methods the graph calls when it runs: ``runtime.autograd_effects``), which change
-        on every call; their bindings stay guarded. One whose public data attribute the
-        code names (``sched.last_epoch``) keeps its guard: the trace may have read it."""
-        drop = {id(o) for o in objects if not self._names & {
-            k for k, v in vars(o).items() if not k.startswith("_") and not callable(v)}}
+        on every call; their bindings stay guarded. Code that names one of their public
+        data attributes (``opt.param_groups[0]["lr"]``, ``sched.last_epoch``) may have
+        read a value the graph's own calls change when it runs: refused (GraphError)."""
+        for o in objects:
+            read = self._names & {k for k, v in vars(o).items()
+                                  if not k.startswith("_") and not callable(v)}
+            if read:
+                raise GraphError(f"the function reads {type(o).__name__}'s "
+                                 f"{', '.join(sorted(read))} in Python, which its step(), "
+                                 f"zero_grad() or scheduler step() (run by the graph "
+                                 f"when it runs) change: the value seen while tracing "
+                                 f"would be kept")
+        drop = {id(o) for o in objects}
         self._objects = [entry for entry in self._objects if id(entry[1]) not in drop]
         self._deep = [entry for entry in self._deep if id(entry[1]) not in drop]
 

@@ -221,6 +221,26 @@ def test_autograd_backward_retain_graph_and_forward_after_step(strict):
     run_both(functional_backward_step, "mlp", "sgd", strict)
 
 
+def until_step(m, opt, sched):
+    def fit(x, y):
+        loss = F.mse_loss(m(x), y)
+        n = 0
+        while loss > 0.5 and n < 4:             # a tensor while: steps inside the loop body
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            loss = F.mse_loss(m(x), y)          # reads the parameters the step changed
+            n += 1
+        return loss.detach(), n
+    return fit
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_train_until_a_loss_threshold_in_a_tensor_loop(strict):
+    g = run_both(until_step, "mlp", "sgd", strict)
+    assert "while" in [n.op for n in g.graph(*batches("mlp", 0)).nodes]
+
+
 def test_grad_read_after_zero_grad_is_none_and_checked():
     (m, opt, sched), (m2, opt2, sched2) = twins("mlp", "sgd")
 
@@ -376,7 +396,17 @@ def state_dict_step(m, opt, sched):
     return step
 
 
+def lr_read_step(m, opt, sched):
+    def step(x, y):
+        opt.zero_grad()
+        F.mse_loss(m(x), y).backward()
+        opt.step()
+        return opt.param_groups[0]["lr"]        # a Python read of what the step changes
+    return step
+
+
 @pytest.mark.parametrize("make_step,reason", [
+    (lr_read_step, "param_groups"),
     (custom_optimizer_step, "MySGD.step()"),
     (closure_step, "step(closure)"),
     (double_backward_step, "create_graph=True"),
