@@ -4,8 +4,9 @@ final parameters and buffers), and autograd saves no more for backward than eage
 
 The tasks (small configs of ``benchmarks/training_tasks.py``): the MLP and the ``for xt in
 xs`` RNN of ``benchmarks/workloads.py`` as modules, GPT-2 tiny, mobilenet_v3_small and
-resnet18 (BatchNorm training); SGD with momentum (why not AdamW: training_tasks' docstring). Each step takes a new batch, so a
-value baked into a graph at trace time shows up as a difference from step 2 on.
+resnet18 (BatchNorm training); SGD with momentum (why not AdamW: training_tasks' docstring).
+Each step takes a new batch, so a value baked into a graph at trace time shows up as a
+difference from step 2 on.
 """
 import importlib.util
 
