@@ -8,6 +8,10 @@
     TOGRAPH_OPTIMIZE=0        skip the optimizer: the executor runs the traced graph as is
     TOGRAPH_FOLD_BATCHNORM=0  keep eval-mode batch norms after convolutions as they are
                               (folding misses parameter writes through ``p.data``)
+    TOGRAPH_KERNEL_BUILD=sync compile a graph's kernels before its first call returns
+                              (default ``background``: a cold first call runs the fused
+                              groups as torch ops while a thread compiles them; then they
+                              swap in; ``runtime.kernels.wait()`` waits for them)
 
 Not here: ``TOGRAPH_LOGS=+graph,retrace`` (logging topics: ``runtime.logs``) and
 ``TOGRAPH_CACHE_LIMIT=N`` (signatures kept per function: ``transpiler.signature_cache``).
@@ -33,6 +37,16 @@ def _cache_dir() -> str:
     return os.path.join(base, "tograph")
 
 
+def _kernel_build() -> str:
+    value = os.environ.get("TOGRAPH_KERNEL_BUILD", "").strip().lower() or "background"
+    if value not in ("sync", "background"):
+        import warnings
+        warnings.warn(f"TOGRAPH_KERNEL_BUILD={value!r} is neither 'sync' nor 'background'; "
+                      f"kernels build in the background")
+        return "background"
+    return value
+
+
 @dataclass
 class Options:
     compiler: bool = True          # build fused groups into C kernels when a compiler exists
@@ -41,6 +55,7 @@ class Options:
     verify_passes: bool = False    # verify the graph after each optimizer pass
     optimize: bool = True          # run the optimizer at all
     fold_batchnorm: bool = True    # fold eval batch norms into the convolution before them
+    kernel_build: str = "background"   # "sync": kernels compiled before the first call runs
 
     @classmethod
     def from_environment(cls) -> "Options":
@@ -49,7 +64,8 @@ class Options:
                    cc=os.environ.get("CC", "").strip(),
                    verify_passes=_flag("TOGRAPH_VERIFY_PASSES", False),
                    optimize=_flag("TOGRAPH_OPTIMIZE", True),
-                   fold_batchnorm=_flag("TOGRAPH_FOLD_BATCHNORM", True))
+                   fold_batchnorm=_flag("TOGRAPH_FOLD_BATCHNORM", True),
+                   kernel_build=_kernel_build())
 
     @contextlib.contextmanager
     def override(self, **changes):

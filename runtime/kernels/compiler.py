@@ -46,6 +46,7 @@ run as torch ops.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -341,8 +342,32 @@ def build(source: str, name: str = "kernel") -> ctypes.CDLL:
     Raises KernelBuildError (with the compiler's message) when the compiler is disabled
     or missing, compilation fails, or the built library will not load; callers fall back
     to torch ops."""
+    return build_job(job(source, name))
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A build with what it needs from ``options`` resolved (compiler, flags, cache
+    places): ``build_job`` may run it in another thread, whatever the options are then."""
+    argv: tuple
+    flags: tuple
+    key: str
+    where: cache_dirs.Places
+    source: str
+    name: str
+
+
+def job(source: str, name: str = "kernel") -> Job:
+    """The build of ``source`` under the current options; KernelBuildError if no compiler."""
     argv, flags, key = _locate(source, name)
-    where = cache_dirs.places(options.cache_dir)
+    return Job(argv, flags, key, cache_dirs.places(options.cache_dir), source, name)
+
+
+def build_job(job: Job, cached_only: bool = False) -> ctypes.CDLL | None:
+    """``build`` of a ``Job``; with ``cached_only``, None instead of compiling (the
+    library when this process or the disk cache has it)."""
+    argv, flags, key, where, source, name = (job.argv, job.flags, job.key, job.where,
+                                             job.source, job.name)
     memo = os.path.join(where.write, key)   # per cache directory: a new one starts cold
     lib = _loaded.get(memo)
     if lib is not None:
@@ -355,6 +380,8 @@ def build(source: str, name: str = "kernel") -> ctypes.CDLL:
             return _loaded[memo]
         try:
             lib = _find(where.read, key, name)
+            if lib is None and cached_only:
+                return None
             if lib is None:
                 so_path = memo + ".so"
                 with build_lock.held(memo + ".lock", LOCK_TIMEOUT_S):

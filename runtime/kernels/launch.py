@@ -33,6 +33,8 @@ LARGE_BYTES = 4 << 20      # outputs this large are recycled between calls (``_R
 class FusedKernel:
     """One fused elementwise group, callable on its input tensors."""
 
+    building = False        # its library compiles in the background (kernels.background)
+
     def __init__(self, spec: KernelSpec, name: str, torch_fn: Callable,
                  in_shapes: Sequence[Optional[tuple]], shape: Optional[tuple],
                  split: int, ops: Sequence[str], row_shape: Optional[tuple] = None):
@@ -62,7 +64,6 @@ class FusedKernel:
         fn.argtypes = [ctypes.c_void_p] * n + [ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
                                                ctypes.c_int64]
         fn.restype = None
-        self._c = fn
         test = getattr(library, self.name + "_test", None) if self._single and \
             self._out_dtypes[0] == torch.bool else None
         if test is not None:
@@ -71,6 +72,7 @@ class FusedKernel:
         self._test_c = test
         self._library = library              # keep the shared object loaded
         self.source = source
+        self._c = fn        # last: bound by a background build while other threads call
 
     @property
     def compiled(self) -> bool:

@@ -15,6 +15,7 @@ import warnings
 from typing import List
 
 from .. import logs
+from ..options import options
 from . import codegen, compiler
 from .launch import FusedKernel
 from .notices import KernelWarning, warn_once
@@ -63,18 +64,37 @@ def build_kernels(kernels: List[FusedKernel]) -> bool:
     for k in kernels:
         k.name = k.__name__ = names.setdefault(k.spec, f"tg_kernel_{len(names)}")
     source = source_for(names.items())
+    background = options.kernel_build == "background"
     try:
-        library = compiler.build(source, name="graph")
-    except compiler.KernelBuildError as e:
-        logs.kernels.info("%d fused group(s) run as torch ops: %s", len(kernels), e)
-        message = f"tograph: could not compile fused kernels, running them as torch ops: {e}"
-        if e.subject is None:
-            warnings.warn(message, KernelWarning, stacklevel=2)
+        if background:          # the library if it is built already, else None
+            job = compiler.job(source, name="graph")
+            library = compiler.build_job(job, cached_only=True)
         else:
-            warn_once(("build", e.subject), message)
+            library = compiler.build(source, name="graph")
+    except compiler.KernelBuildError as e:
+        report_failure(e, len(kernels), stacklevel=3)
         return False
+    if library is None:         # not built yet: the first calls run torch ops meanwhile
+        from . import background as worker
+        worker.submit(job, kernels, lambda lib: _bind(kernels, lib, source))
+        return True
+    _bind(kernels, library, source)
+    return True
+
+
+def _bind(kernels: List[FusedKernel], library, source: str) -> None:
     launchers = {}
     for k in kernels:
         k.bind(library, source)
         k.share_launcher(launchers)
-    return True
+
+
+def report_failure(e: "compiler.KernelBuildError", count: int, stacklevel: int) -> None:
+    """A failed build: the log, and a KernelWarning (once per subject when it would fail
+    for every kernel)."""
+    logs.kernels.info("%d fused group(s) run as torch ops: %s", count, e)
+    message = f"tograph: could not compile fused kernels, running them as torch ops: {e}"
+    if e.subject is None:
+        warnings.warn(message, KernelWarning, stacklevel=stacklevel)
+    else:
+        warn_once(("build", e.subject), message)
