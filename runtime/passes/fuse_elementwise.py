@@ -13,8 +13,10 @@ compiled in one C translation unit (one compiler run) and cached on disk.
 
 Reductions join too: ``sum``/``mean``/``amax``/``amin`` along the last dimension with
 ``keepdim=True`` (role ``reduce``, result per row: ``S[:-1] + (1,)``) or over the whole
-tensor (``x.sum()``, ``torch.max(x)``: result ``()``); pointwise ops on such per-row values
-are ``row`` members. A group reduces one way only; its kernel is a row program
+tensor (``x.sum()``, ``torch.max(x)``: result ``()``), and ``any``/``all`` of a whole
+non-empty bool tensor (the ``amax``/``amin`` of its 0/1 values, stored as a bool: a loop
+test such as ``while (err > tol).any()`` becomes one kernel); pointwise ops on such
+per-row values are ``row`` members. A group reduces one way only; its kernel is a row program
 (``kernels/rows.py``).
 
 The replaced nodes survive inside each kernel as a torch function (``torch_fn``), which
@@ -119,7 +121,9 @@ def _node_dtype(node: Node, expr: Expr) -> Optional[str]:
     return None
 
 
-_REDUCTIONS = ("sum", "mean", "amax", "amin", "max", "min")
+_REDUCTIONS = ("sum", "mean", "amax", "amin", "max", "min", "any", "all")
+# any/all of a whole bool tensor: the amax/amin of its 0/1 values, stored as a bool
+_BOOL_REDUCTIONS = {"any": "amax", "all": "amin"}
 
 
 def _reduction(node: Node) -> Optional[Expr]:
@@ -129,6 +133,13 @@ def _reduction(node: Node) -> Optional[Expr]:
     if not args or len(args) > 3 or set(kwargs) - {"dim", "keepdim"}:
         return None
     x = args[0]
+    if node.op in _BOOL_REDUCTIONS:     # (a non-empty tensor: amax of nothing is -inf)
+        if len(args) != 1 or kwargs or not isinstance(x, Node) or \
+                not isinstance(x.meta, TensorMeta) or x.meta.dtype != torch.bool or \
+                node.meta.dtype != torch.bool or not x.meta.is_static or \
+                not x.meta.shape or not all(x.meta.shape):
+            return None
+        return Expr("", (x,), f"reduce:{_BOOL_REDUCTIONS[node.op]}:all")
     if not isinstance(x, Node) or not isinstance(x.meta, TensorMeta) or \
             x.meta.dtype not in _FLOATS or not x.meta.is_static or not x.meta.shape or \
             node.meta.dtype != x.meta.dtype:

@@ -247,3 +247,49 @@ def test_stacked_list_gradients_and_result_not_aliased():
     h, outs, _ = g(*rnn_inputs(6, 3, 4, 8, 3))
     h.add_(1.0)                                 # the last state is its own tensor
     assert not torch.equal(h, outs[-1])
+
+
+# ----------------------------------------------------------------------------- any / all
+def newton_any(x):
+    y = 0.5 * (x + 1.0)
+    while ((y * y - x).abs() > 1e-5 * x).any():
+        y = 0.5 * (y + x / y)
+    return y
+
+
+def newton_all(x):
+    y = 0.5 * (x + 1.0)
+    while not torch.all((y * y - x).abs() <= 1e-5 * x):
+        y = 0.5 * (y + x / y)
+    return y
+
+
+def any_all_values(x, m):
+    return (x > 0.5).any(), (x > -3.0).all(), torch.any(x * 2 < m), (x != x).any(), \
+        (x > 0).all() | (x < 0).any()
+
+
+@pytest.mark.parametrize("n", [1, 5, 3000, 100_000])
+def test_newton_any_all_run_as_one_kernel_each(n, monkeypatch):
+    spy = Spy(monkeypatch)
+    for fn in (newton_any, newton_all):
+        compare(fn, [positives(n, 1), positives(n, 2, high=1e6), (torch.ones(n),)])
+        compare(fn, [positives(n, 3)], strict=False)
+    assert spy.calls["while_"] == (8 if HAS_CC else 0)
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (64, 33), (3, 1, 5)])
+def test_fused_any_all_match_eager(shape):
+    g = to_graph(any_all_values, strict=True)
+    gen = torch.Generator().manual_seed(3)
+    cases = [torch.randn(shape, generator=gen), -torch.rand(shape, generator=gen) - 1,
+             torch.rand(shape, generator=gen) + 1, torch.full(shape, float("nan")),
+             torch.zeros(shape)]
+    for x in cases:
+        m = torch.randn(shape[-1:], generator=gen)
+        got, exp = g(x, m), any_all_values(x, m)
+        for a, b in zip(got, exp):
+            assert a.dtype == b.dtype == torch.bool and a.shape == b.shape and bool(a) == bool(b)
+    x = torch.randn(0, 3)                       # empty: torch's any/all, not a kernel
+    assert [bool(v) for v in to_graph(any_all_values, strict=True)(x, torch.ones(3))] == \
+        [bool(v) for v in any_all_values(x, torch.ones(3))]
