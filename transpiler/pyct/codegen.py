@@ -27,7 +27,9 @@ def to_source(node):
 def to_source_and_ast(node):
     """(source, the ``ast.Module`` parsed from it): the parse that checks astunparse's text
     is the one the loader compiles and the line map reads (one parse, not three)."""
-    tree = to_ast(node)
+    tree = gast.gast_to_ast(node)      # (no locations: only unparsed, never compiled)
+    if not isinstance(tree, ast.Module):
+        tree = ast.Module(body=[tree], type_ignores=[])
     try:
         source = _without_blank_lines(astunparse.unparse(tree).strip('\n') + '\n')
         return source, ast.parse(source)
