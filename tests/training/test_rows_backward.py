@@ -314,10 +314,9 @@ def test_saved_memory_at_most_eagers():
 
 
 # ------------------------------------------------------------- gemm epilogues (product first)
-# A small product absorbed into the kernel that reads it (passes/gemm_epilogue.py) stays
-# fused in the forward; the backward recomputes the product with eager's op, runs the
-# epilogue's generated backward, and passes the product's gradient through eager's mm/addmm
-# backward (kernels/gemm_backward.py).
+# A small product absorbed into the kernel that reads it (passes/gemm_epilogue.py) runs as
+# its torch ops under autograd (an autograd node keeping the fused forward was measured
+# slower at the sizes the pass takes in): gradients are eager's, bias/activation/residual.
 def bias_relu_residual(x, w, b, r):
     return torch.relu(torch.addmm(b, x, w)) + r
 
@@ -326,7 +325,7 @@ def gated(x, w):
     return torch.sigmoid(x @ w) * 2
 
 
-def tanh_cell(x, w, b):                       # the product's value read by the derivative
+def tanh_cell(x, w, b):
     return torch.tanh(torch.addmm(b, x, w)) * 0.5
 
 
@@ -351,26 +350,17 @@ def test_gemm_epilogue_gradients_equal_eager(case):
         args = [a.requires_grad_() for a in _rows(0, seed, shapes)]
         out, expected = g(*args), fn(*args)
         assert_same(out, expected)
-        assert "_FusedNodeBackward" in _fused_nodes(out)
         dy = torch.randn(expected.shape, generator=torch.Generator().manual_seed(seed))
         got = torch.autograd.grad(out, args, dy)
         want = torch.autograd.grad(expected, args, dy)
         for a, e in zip(got, want):
             assert a.shape == e.shape
             assert (a - e).abs().max() <= 1e-5 * e.abs().max() + 1e-7
-    assert len(_gemm_kernels(g, *args)) == 1
-    # some inputs needing no gradient (a frozen weight, data)
-    args = _rows(0, 2, shapes)
+    assert len(_gemm_kernels(g, *args)) == 1        # the product is in the kernel
+    with torch.no_grad():                           # and its C path serves inference
+        assert_same(g(*args), fn(*args))
+    args = _rows(0, 2, shapes)                      # a frozen weight, data
     args[0].requires_grad_()
     got, = torch.autograd.grad(g(*args).sum(), args[0])
     want, = torch.autograd.grad(fn(*args).sum(), args[0])
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-
-
-@needs_compiler
-def test_gemm_epilogue_gradcheck_float64():
-    g = to_graph(tanh_cell)
-    args = [a.requires_grad_() for a in _rows(0, 4, [(3, 8), (8, 64), (64,)], torch.float64)]
-    g(*args)
-    assert "_FusedNodeBackward" in _fused_nodes(g(*args))
-    assert torch.autograd.gradcheck(g, tuple(args))
