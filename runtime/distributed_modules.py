@@ -10,7 +10,9 @@ own. So calling such a module (or its ``forward``) while tracing raises ``GraphE
 converted function runs eagerly (default mode, one ``FallbackWarning``) or raises
 ``ConversionError`` (strict). What converts is the module inside:
 ``DistributedDataParallel(to_graph(m))``, or ``to_graph(ddp)``, which does that in place
-(``transpiler.data_parallel``).
+(``transpiler.data_parallel``); for FSDP2, ``fully_shard(to_graph(m))`` (its hooks run on
+the wrapper, eagerly around the graph; per-layer ``fully_shard`` of submodules inside a
+converted module is refused here).
 """
 from __future__ import annotations
 
@@ -40,9 +42,10 @@ def refuse_distributed_module(f) -> None:
         return
     location = user_location()
     error = GraphError(
-        f"{format_location(location)}: calls a {name} module while tracing: its forward "
-        f"runs per call (gradient all-reduce set-up, parameter gathering) and a graph would "
-        f"run it once; call it outside the converted function, or convert the module it "
-        f"wraps (DistributedDataParallel(to_graph(module)), or to_graph(ddp))")
+        f"{format_location(location)}: calls a data-parallel module ({name}) while "
+        f"tracing: its forward runs per call (gradient all-reduce set-up, parameter "
+        f"gathering) and a graph would run it once; call it outside the converted function, "
+        f"or convert the module it wraps (DistributedDataParallel(to_graph(module)), "
+        f"to_graph(ddp), fully_shard(to_graph(module)))")
     error.location = location
     raise error

@@ -142,6 +142,8 @@ class ToGraphModule(torch.nn.Module):
             self.__dict__["training"] = value
         elif name in _OWN or name in self.__dict__:     # nn.Module's own state (hooks...)
             super().__setattr__(name, value)
+        elif name == "__class__":       # a class swap (FSDP2's fully_shard): the wrapper's
+            object.__setattr__(self, name, value)
         else:
             setattr(self._orig_mod, name, value)
 
