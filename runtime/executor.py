@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 
-from . import logs
+from . import fast_calls, logs
 from .graph import Graph, Node, iter_nodes, map_structure
 from .meta import TensorMeta
 from .outputs import Again, ArgRef, Existing, Rebuild
@@ -261,9 +261,8 @@ class _Lowering:
                 return self.counted_loop(node, form, args, bind, extra), extra
             driver = None if self.observe is not None else kernel_while(node)
             if driver is not None:          # test and body are one compiled kernel each
-                caps = "".join(", " + a for a in args[n:])
-                return [f"{bind(node)} = "
-                        f"({self.global_for(driver, 'kernel_while')}({args[0]}{caps}),)"], extra
+                call = f"{self.global_for(driver, 'kernel_while')}({', '.join(args)})"
+                return [f"{bind(node)} = " + (call if driver.counter else f"({call},)")], extra
             self.predicates |= _loop_tests(node)
             fc, fb = self.sub_functions(node, extra)
             state = bind(node)
@@ -278,6 +277,12 @@ class _Lowering:
             return lines, extra
         callee = getattr(node.target, "launcher", node.target)
         kwargs = [f"{k}={self.expr(v, names)}" for k, v in node.kwargs.items()]
+        spelled = None if node.attrs.get("planned_out") or "planned_inplace" in node.attrs \
+            else fast_calls.spelling(callee, node.args, node.kwargs)
+        if spelled is not None:             # the same ATen op without a Python wrapper
+            callee = spelled[0]
+            args = [self.expr(a, names) for a in spelled[1]]
+            kwargs = [f"{k}={self.expr(v, names)}" for k, v in spelled[2].items()]
         building = getattr(node.target, "building", False)    # (kernels.background)
         test = id(node) in self.predicates and (
             building or getattr(node.target, "predicate", None) is not None)

@@ -101,3 +101,125 @@ def test_cached_rotary_under_autograd_gives_eagers_gradients():
     with torch.no_grad():
         args = _inputs(6)
         assert_same(g(*args), projected(*args))
+
+
+# --------------------------------------------------------------------------- fast_calls
+F = torch.nn.functional
+
+
+def views(x):
+    n = x.shape[0]
+    a = x.view((n, 4, 6)).transpose(1, 2)
+    b = x.reshape([n * 2, 12]) * 2
+    c = x.view(x.shape)
+    return a.reshape((n, 24)) + c, b.view(-1), x.view(torch.int32).view((n, 24))
+
+
+def splits(x):
+    q, k, v = x.split(8, dim=1)
+    first, rest = x.split(12)
+    a, b = x.split([10, 14], dim=-1)        # (sizes: Tensor.split's other branch)
+    return q * k + v, first.sum(0), rest, a.sum(), torch.split(b, 7, 1)
+
+
+def embeds(ids, w):
+    a = F.embedding(ids, w)
+    b = F.embedding(ids, w, padding_idx=None, max_norm=None, norm_type=2.0,
+                    scale_grad_by_freq=False, sparse=False)
+    c = F.embedding(ids, w, 1)              # a padding row: F.embedding's own call
+    d = F.embedding(ids, w, scale_grad_by_freq=True)
+    return a + b * 2 + c + d
+
+
+def _calls(g, *args):
+    return list(g.get_concrete(*args).executable.fn.__globals__.values())
+
+
+def embeds_renormed(ids, w):
+    return F.embedding(ids, w, max_norm=1.0) * 3     # renormalizes w's rows in place
+
+
+def _source(g, *args):
+    return g.get_concrete(*args).executable.source
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_view_and_reshape_with_a_size_tuple_equal_eager(strict):
+    g = to_graph(views, strict=strict)
+    for seed in (0, 1):
+        x = torch.randn(3 + seed, 24, generator=torch.Generator().manual_seed(seed))
+        assert_same(g(x), views(x))
+    source = _source(g, x)
+    assert "(x, 4, 4, 6)" in source and "(x, 8, 12)" in source    # unpacked sizes
+    xg, xe = torch.randn(2, 24, requires_grad=True), None
+    xe = xg.detach().clone().requires_grad_()
+    sum(t.float().sum() for t in g(xg)[:2]).backward()
+    sum(t.float().sum() for t in views(xe)[:2]).backward()
+    assert_same(xg.grad, xe.grad)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_split_by_size_equals_eager(strict):
+    g = to_graph(splits, strict=strict)
+    for seed in (0, 1):
+        x = torch.randn(24, 24, generator=torch.Generator().manual_seed(seed))
+        assert_same(g(x), splits(x))
+    called = g.get_concrete(x).executable.fn.__globals__.values()
+    assert any(f is torch._C._VariableFunctions.split for f in called)
+    assert any(f is torch.Tensor.split for f in called)     # the list of sizes
+    xg = torch.randn(24, 24, requires_grad=True)
+    xe = xg.detach().clone().requires_grad_()
+    out_g, out_e = g(xg), splits(xe)
+    (out_g[0].sum() + out_g[1].sum() * 3 + out_g[4][1].sum()).backward()
+    (out_e[0].sum() + out_e[1].sum() * 3 + out_e[4][1].sum()).backward()
+    assert_same(xg.grad, xe.grad)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_embedding_without_renorm_equals_eager_with_gradients(strict):
+    g = to_graph(embeds, strict=strict)
+    for seed in (0, 1):
+        gen = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, 10, (2, 7), generator=gen)
+        w = torch.randn(10, 4, generator=gen)
+        assert_same(g(ids, w), embeds(ids, w))
+    called = _calls(g, ids, w)
+    assert any(f is torch.embedding for f in called) and any(f is F.embedding for f in called)
+    wg = torch.randn(10, 4, requires_grad=True)
+    we = wg.detach().clone().requires_grad_()
+    ids = torch.tensor([[1, 2, 2, 3], [1, 1, 5, 9]])
+    g(ids, wg).pow(2).sum().backward()
+    embeds(ids, we).pow(2).sum().backward()
+    assert_same(wg.grad, we.grad)           # the padding row and the frequency scaling
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_embedding_with_max_norm_keeps_its_in_place_renorm(strict):
+    g = to_graph(embeds_renormed, strict=strict)
+    for seed in (0, 1):
+        gen = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, 6, (3, 5), generator=gen)
+        w = torch.randn(6, 4, generator=gen) * 3
+        wg, we = w.clone(), w.clone()
+        with torch.no_grad():
+            assert_same(g(ids, wg), embeds_renormed(ids, we))
+        assert_same(wg, we)                  # the argument mutated as eagerly
+        assert not torch.equal(wg, w)
+
+
+def test_spelling_rules():
+    from runtime import fast_calls
+    x = object()
+    assert fast_calls.spelling(torch.Tensor.view, (x, (2, 3)), {}) == \
+        (torch.Tensor.view, (x, 2, 3), {})
+    assert fast_calls.spelling(torch.Tensor.view, (x, ()), {}) is None
+    assert fast_calls.spelling(torch.Tensor.view, (x, torch.float16), {}) is None
+    assert fast_calls.spelling(torch.Tensor.reshape, (x, (2, 3.0)), {}) is None
+    assert fast_calls.spelling(torch.Tensor.split, (x, [1, 2]), {}) is None
+    assert fast_calls.spelling(torch.Tensor.split, (x, 2), {"dim": 1})[1] == (x, 2, 1)
+    assert fast_calls.spelling(torch.Tensor.split, (x, 2, 1), {"dim": 1}) is None
+    assert fast_calls.spelling(F.embedding, (x, x), {"max_norm": 1.0}) is None
+    assert fast_calls.spelling(F.embedding, (x, x, 0), {}) is None
+    assert fast_calls.spelling(F.embedding, (x, x), {"padding_idx": 0}) is None
+    assert fast_calls.spelling(F.embedding, (x, x), {"bogus": 0}) is None
+    assert fast_calls.spelling(F.embedding, (x,), {"weight": x})[0] is torch.embedding
