@@ -136,11 +136,13 @@ def test_branch_skipping_a_submodule_trains_like_eager_ddp(spelling, strict):
     assert_close(got[2], want[2])
 
 
+@pytest.mark.parametrize("options", [{}, {"static_graph": True},
+                                     {"gradient_as_bucket_view": True}])
 @pytest.mark.parametrize("spelling", SPELLINGS)
-def test_every_parameter_used_needs_no_unused_search(spelling):
+def test_every_parameter_used_needs_no_unused_search(spelling, options):
     branches = [True, False, True, False]
-    want = train("eager", Scaling, branches)
-    got = train(spelling, Scaling, branches)
+    want = train("eager", Scaling, branches, **options)
+    got = train(spelling, Scaling, branches, **options)
     assert_close(got[0], want[0])
     for g, w in zip(got[1], want[1]):
         assert_close(g, w)
