@@ -162,6 +162,12 @@ def _set(tensors, state: str, in_branch: bool) -> None:
             (t, UNKNOWN if in_branch else state)
 
 
+def note_set(t: torch.Tensor, value) -> None:
+    """``p.grad = value`` of a real tensor in a trace (recorded as a node that sets it
+    when the graph runs): the state of its gradient from there on."""
+    _set([t], NONE if value is None else TENSOR, _in_branch())
+
+
 def _in_branch() -> bool:
     from .symbolic import current_graph
     return current_graph().parent is not None
@@ -224,31 +230,155 @@ def _initial(t: torch.Tensor) -> str:
 
 
 # ------------------------------------------------------------------------- backward
-def _reached(roots) -> List[torch.Tensor]:
-    """The real tensors (graph constants) that require grad and that ``roots`` were
-    computed from along values that require grad (or may)."""
-    found: Dict[int, torch.Tensor] = {}
-    seen = set()
-    stack = [r._node for r in roots if hasattr(r, "_node")]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.op == "constant":
-            value = node.attrs.get("value")
-            if isinstance(value, torch.Tensor) and value.requires_grad:
-                found[id(value)] = value
-            continue
-        if node.attrs.get(grad_flags.KEY, True) is False:
-            continue
-        if node.op == "placeholder" and not node.attrs.get("captured") or \
-                node.op == "requires_grad_" or node.kwargs.get("requires_grad") is True:
-            found[id(node)] = node          # a traced leaf (keyed as ``_key`` keys it)
-        stack.extend(node.inputs)
+def _reached(roots):
+    """(sure, maybe): the leaves -- real tensors (graph constants) that require grad and
+    traced leaves (an argument that requires grad, ``requires_grad=True``) -- that
+    ``roots`` were computed from along values that require grad. *Sure*: on every path
+    (a ``cond`` output's leaf when every branch's value reaches it); *maybe*: on some
+    path only (one branch, a ``while`` body that may not run). Each maps key -> leaf."""
+    sure: Dict[int, Any] = {}
+    maybe: Dict[int, Any] = {}
+    for r in roots:
+        if hasattr(r, "_node"):
+            s, m = _reach(r._node, {})
+            sure.update(s)
+            maybe.update(m)
+    return sure, {k: v for k, v in maybe.items() if k not in sure}
+
+
+def _reach(node, memo):
+    """``_reached`` of one value: (sure, maybe) dicts."""
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = ({}, {})           # (a cycle cannot happen; a guard all the same)
+    sure: Dict[int, Any] = {}
+    maybe: Dict[int, Any] = {}
+    if node.op == "constant":
+        value = node.attrs.get("value")
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            sure[id(value)] = value
+    elif node.attrs.get(grad_flags.KEY, True) is False:
+        pass
+    elif node.op == "placeholder" or node.op == "requires_grad_" or \
+            node.kwargs.get("requires_grad") is True:
+        sure[id(node)] = node       # a traced leaf (keyed as ``_key`` keys it); in a
+        #                             branch or body, an input the caller maps outward
+    elif node.op == "get" and node.args and getattr(node.args[0], "op", None) == "cond":
+        sure, maybe = _reach_cond(node.args[0], node.attrs.get("index", 0), memo)
+    elif node.op == "get" and node.args and getattr(node.args[0], "op", None) == "while":
+        sure, maybe = _reach_while(node.args[0], node.attrs.get("index", 0), memo)
+    elif node.subgraphs:                    # a while loop (its body may not run)
+        outer_values = list(node.inputs)
         for sub in node.subgraphs:
-            stack.extend(sub.nodes)
-    return list(found.values())
+            outer_values += [outer for outer, _ in sub.captures]
+            for n in sub.walk():
+                if n.op == "constant" or n.op == "requires_grad_" or \
+                        n.kwargs.get("requires_grad") is True:
+                    maybe.update(_reach(n, memo)[0])
+        for v in outer_values:
+            s, m = _reach(v, memo)
+            maybe.update(s)
+            maybe.update(m)
+    elif node.op == "get" and node.args and getattr(node.args[0], "subgraphs", None):
+        sure, maybe = _reach(node.args[0], memo)
+    else:
+        for i in node.inputs:
+            s, m = _reach(i, memo)
+            sure.update(s)
+            maybe.update(m)
+    memo[id(node)] = (sure, maybe)
+    return sure, maybe
+
+
+def _reach_while(loop, index: int, memo):
+    """``_reached`` of loop variable ``index`` of a ``while``: all maybe (the body may
+    not run), but for a loop that surely runs once (``for xt in xs`` over a static
+    size): what the body's value reaches from outside the loop variables (constants,
+    leaves made in the body, captured values) is sure."""
+    maybe = dict(_reach(loop, memo)[1])
+    sure: Dict[int, Any] = {}
+    body = loop.subgraphs[1] if len(loop.subgraphs) > 1 else None
+    outputs = body.outputs if body is not None and isinstance(body.outputs, (tuple, list)) \
+        else ()
+    if index < len(outputs) and hasattr(outputs[index], "op") and _runs_once(loop):
+        carried = {id(p) for p in body.inputs if not p.attrs.get("captured")}
+        captured = {id(inner): outer for outer, inner in body.captures}
+        for key, leaf in _reach(outputs[index], {})[0].items():
+            if key in captured:
+                sure.update(_reach(captured[key], memo)[0])
+            elif key not in carried:
+                sure[key] = leaf
+    return sure, {k: v for k, v in maybe.items() if k not in sure}
+
+
+def _runs_once(loop) -> bool:
+    """Whether the loop's condition holds for its initial values, when those are
+    numbers or literal factories (``index < 4`` from ``tensor(0)``)."""
+    from .graph import Node, map_nodes
+    from .passes.fold import FACTORIES
+    cond = loop.subgraphs[0]
+    env: Dict[int, Any] = {}
+    try:
+        for p, init in zip(cond.inputs, loop.args):
+            if not isinstance(init, Node):
+                env[id(p)] = init
+            elif init.op in FACTORIES and not init.inputs:
+                env[id(p)] = init.target(*init.args, **init.kwargs)
+        for n in cond.nodes:
+            if n.op == "placeholder":
+                continue
+            if n.op == "constant":
+                env[id(n)] = n.attrs["value"]
+                continue
+            if n.target is None or n.impure or any(id(i) not in env for i in n.inputs):
+                return False
+            env[id(n)] = n.target(*map_nodes(n.args, lambda v: env[id(v)]),
+                                  **map_nodes(n.kwargs, lambda v: env[id(v)]))
+        out = cond.outputs[0] if isinstance(cond.outputs, (tuple, list)) else cond.outputs
+        return id(out) in env and bool(env[id(out)])
+    except Exception:       # noqa: BLE001 - not provable here: the body may not run
+        return False
+
+
+def _reach_cond(cond, index: int, memo):
+    """``_reached`` of output ``index`` of ``cond``: sure where every branch's value
+    surely reaches the leaf (an operand or capture read on that branch, or a constant)."""
+    per_branch = []
+    maybe: Dict[int, Any] = {}
+    for sub in cond.subgraphs:
+        outputs = sub.outputs if isinstance(sub.outputs, (tuple, list)) else (sub.outputs,)
+        out = outputs[index] if index < len(outputs) else None
+        if not hasattr(out, "op"):
+            per_branch.append({})
+            continue
+        s, m = _reach(out, {})
+        bound = dict(zip([id(p) for p in sub.inputs], cond.args[1:]))
+        bound.update({id(inner): outer for outer, inner in sub.captures})
+        branch: Dict[int, Any] = {}
+        for key, leaf in s.items():
+            outer = bound.get(key)
+            if outer is None:
+                branch[key] = leaf
+                continue
+            if hasattr(outer, "op"):        # the operand's own leaves, as it reaches them
+                os_, om = _reach(outer, memo)
+                branch.update(os_)
+                maybe.update(om)
+        for key, leaf in m.items():
+            outer = bound.get(key)
+            if outer is None:
+                maybe[key] = leaf
+            elif hasattr(outer, "op"):
+                os_, om = _reach(outer, memo)
+                maybe.update(os_)
+                maybe.update(om)
+        per_branch.append(branch)
+    sure = dict(per_branch[0]) if per_branch else {}
+    for branch in per_branch[1:]:
+        sure = {k: v for k, v in sure.items() if k in branch}
+    for branch in per_branch:
+        maybe.update({k: v for k, v in branch.items() if k not in sure})
+    return sure, maybe
 
 
 def backward(func, args, kwargs):
@@ -276,12 +406,24 @@ def backward(func, args, kwargs):
         inputs = [inputs]
     dispatch_record(run_backward, (tuple(tensors), grads, bound.get("retain_graph"),
                                    False, None if inputs is None else list(inputs)), {})
-    reached = _reached(tensors)
+    sure, maybe = _reached(tensors)
     if inputs is not None:
         wanted = {_key(t) for t in inputs}
-        reached = [t for t in reached if id(t) in wanted]
-    _set(reached, TENSOR, _in_branch())
+        sure = {k: v for k, v in sure.items() if k in wanted}
+        maybe = {k: v for k, v in maybe.items() if k in wanted}
+    _set(sure.values(), TENSOR, _in_branch())
+    _set([t for t in maybe.values() if _before(t) != TENSOR], UNKNOWN, True)
     return None
+
+
+def _before(t) -> str:
+    """The state of ``t``'s gradient before a call that may or may not give it one."""
+    entry = _states().get(_key(t) if isinstance(t, torch.Tensor) else id(t))
+    if entry is not None:
+        return entry[1]
+    if isinstance(t, torch.Tensor) and not hasattr(t, "_node"):
+        return _initial(t)
+    return UNKNOWN
 
 
 def grad(func, args, kwargs):
@@ -416,9 +558,6 @@ def _clip(f, args, kwargs):
                     args[1:]), **kwargs)
     if contains_symbolic(params) or contains_symbolic(tuple(rest.values())):
         raise _refuse(f"{f.__name__} of traced tensors")
-    states = _states()
-    if any(states.get(id(p), (p, TENSOR))[1] == UNKNOWN for p in params):
-        raise _refuse(f"{f.__name__} after a backward or zero_grad in a branch or loop body")
     if f is torch.nn.utils.clip_grad_value_:
         dispatch_record(clip_grad_value, (params,), rest)
         _set([], TENSOR, False)         # (no state changes; later reads are nodes)

@@ -63,8 +63,8 @@ def is_inplace(func, kwargs) -> bool:
 
 def is_impure(func, kwargs, args=()) -> bool:
     """Cannot be merged, reordered across effects, or dropped when unused."""
-    if is_inplace(func, kwargs):
-        return True
+    if is_inplace(func, kwargs) or getattr(func, "__name__", "") == "__set__":
+        return True                     # (``p.grad = None``: a descriptor's setter)
     name = op_name(func)
     if name in RANDOM or name in GLOBAL_STATE or getattr(func, "_tograph_effect", False) or \
             getattr(func, "_tograph_impure", False):     # (autograd_effects' reads)

@@ -715,6 +715,8 @@ class _TracingMode(TorchFunctionMode):
             return dispatch(func, args, kwargs)
         if func == _GRAD and current_graph() is not None and autograd_effects.staged():
             return autograd_effects.read(args[0])   # p.grad after loss.backward()
+        if func == _SET_GRAD and current_graph() is not None:
+            autograd_effects.note_set(*args)        # p.grad = None: recorded as below
         if func in _PASSTHROUGH or current_graph() is None:
             # a question about a real tensor (a parameter's flag, a buffer's shape or
             # values): its answer decides Python code once, so it is guarded
@@ -723,6 +725,7 @@ class _TracingMode(TorchFunctionMode):
 
 
 _GRAD = torch.Tensor.grad.__get__
+_SET_GRAD = torch.Tensor.grad.__set__
 _TRAINING_CALLS = {torch.Tensor.backward, torch.autograd.backward}
 _PASSTHROUGH = set(_CONCRETE) | _GETTERS | set(_DEVICE_QUERIES) | _SIZE_QUERIES | _TEXT | {
     torch.Tensor.__hash__, torch.Tensor.data_ptr,

@@ -257,6 +257,36 @@ def test_grad_read_after_zero_grad_is_none_and_checked():
         assert g(x, y) == make(m, opt)(x, y) == ([True] * 6, [False] * 6)
 
 
+def test_grad_reached_on_one_branch_only_falls_back_and_set_to_none_runs():
+    a = torch.nn.Parameter(torch.ones(2))
+    b = torch.nn.Parameter(torch.ones(2))
+
+    def f(x):
+        a.grad = None                   # a setter node: runs on every call
+        b.grad = None
+        loss = (x * a).sum()
+        if loss > 0:
+            loss = loss + (x * b).sum()     # b gets a gradient on this path only
+        loss.backward()
+        return a.grad, b.grad
+
+    def g_only(x):
+        a.grad = None
+        (x * a).sum().backward()
+        return a.grad
+    for x in (torch.ones(2), -torch.ones(2)):
+        a.grad = torch.full((2,), 5.0)
+        exp = g_only(x).clone()
+        a.grad = torch.full((2,), 5.0)
+        assert torch.equal(to_graph(g_only, strict=True)(x), exp)
+    with pytest.raises(ConversionError, match="depends on the path"):
+        to_graph(f, strict=True)(torch.ones(2))
+    g = to_graph(f)
+    with pytest.warns(FallbackWarning):
+        got = g(-torch.ones(2))
+    assert torch.equal(got[0], -torch.ones(2)) and got[1] is None
+
+
 def test_leaf_made_inside_gets_its_gradient():
     def f(x):
         w = torch.ones(3, requires_grad=True)
