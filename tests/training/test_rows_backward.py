@@ -177,6 +177,11 @@ def whole(x, y):                                     # reduced over the whole te
     return (x * y).sum() + torch.sigmoid(x).mean() * 3
 
 
+def broadcast_gain(x, gain):                         # an input copied to the full shape
+    y = x * gain
+    return softmax(y)
+
+
 def _rows(n, seed, shapes, dtype=torch.float32):
     gen = torch.Generator().manual_seed(seed)
     return [torch.randn(s(n) if callable(s) else s, generator=gen, dtype=dtype)
@@ -192,6 +197,7 @@ ROW_CASES = {
     "residual_norm": (residual_norm, [lambda n: (3, n), lambda n: (3, n), lambda n: (n,)]),
     "row_stats": (row_stats, [lambda n: (4, n), lambda n: (4, n), lambda n: (4, 1)]),
     "whole": (whole, [lambda n: (3, n), lambda n: (3, n)]),
+    "broadcast_gain": (broadcast_gain, [lambda n: (2, 3, n), lambda n: (2, 1, n)]),
 }
 
 
@@ -234,6 +240,8 @@ def test_row_gradcheck_float64(case):
     g(*args)
     assert "_FusedNodeBackward" in _fused_nodes(g(*args))
     assert torch.autograd.gradcheck(g, tuple(args))
+    if case == "rmsnorm":               # double backward: the node replays torch ops
+        assert torch.autograd.gradgradcheck(g, tuple(args))
 
 
 @needs_compiler
