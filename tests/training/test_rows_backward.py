@@ -177,6 +177,10 @@ def whole(x, y):                                     # reduced over the whole te
     return (x * y).sum() + torch.sigmoid(x).mean() * 3
 
 
+def scalar_param(x, t):                              # a 0-d tensor read per row and per element
+    return torch.tanh(x * t).sum(-1, keepdim=True) * t
+
+
 def broadcast_gain(x, gain):                         # an input copied to the full shape
     y = x * gain
     return softmax(y)
@@ -198,6 +202,7 @@ ROW_CASES = {
     "row_stats": (row_stats, [lambda n: (4, n), lambda n: (4, n), lambda n: (4, 1)]),
     "whole": (whole, [lambda n: (3, n), lambda n: (3, n)]),
     "broadcast_gain": (broadcast_gain, [lambda n: (2, 3, n), lambda n: (2, 1, n)]),
+    "scalar_param": (scalar_param, [lambda n: (3, n), ()]),
 }
 
 
