@@ -95,13 +95,14 @@ def cell_entry(params, scope, namer, origin):
 
 def body_function(name, params, block, state, scope, origin, namer, returns=None):
     """``def name(*params): <decls> <block>; return (*state,)`` (``returns``: the
-    expressions returned instead of the state names, e.g. ``tg.UNREAD``)."""
+    expressions returned instead of the state names, e.g. ``tg.UNREAD``). ``block`` is
+    moved into it, not copied: the caller's statement it came from is being replaced."""
     params, prologue = cell_entry(params, scope, namer, origin)
     return templates.replace('''
         def fn_name(params):
             body
             return state
-    ''', origin, fn_name=name, params=params,
+    ''', origin, _owned=('body',), fn_name=name, params=params,
         body=prologue + declarations(block, scope) + block,
         state=list(returns if returns is not None else state))
 

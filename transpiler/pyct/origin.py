@@ -26,14 +26,23 @@ def of(node):
 
 
 def inherit(nodes, source):
-    """Give every node under ``nodes`` without an origin the origin of ``source``."""
+    """Give the nodes under ``nodes`` without an origin the origin of ``source``.
+
+    A node that has one is not entered: it is user code (parsed, its positioned nodes
+    annotated) or was given origins when it was made, and whatever under it still has
+    none takes its nearest ancestor's (``fill_from_parents``). (Entering them made a
+    template's origins cost the size of the user statements spliced into it, once per
+    enclosing ``if``/loop.)"""
     loc = source if isinstance(source, Location) else of(source)
     if loc is None:
         return
-    for top in (nodes if isinstance(nodes, list) else [nodes]):
-        for node in traversal.walk(top):
-            if not anno.hasanno(node, anno.Key.ORIGIN):
-                anno.setanno(node, anno.Key.ORIGIN, loc)
+    stack = list(nodes) if isinstance(nodes, list) else [nodes]
+    while stack:
+        node = stack.pop()
+        if anno.hasanno(node, anno.Key.ORIGIN):
+            continue
+        anno.setanno(node, anno.Key.ORIGIN, loc)
+        stack.extend(traversal.iter_child_nodes(node))
 
 
 def fill_from_parents(tree):

@@ -45,12 +45,17 @@ def _to_expr(value, ctx):
 
 
 class _Replacer(traversal.Transformer):
-    def __init__(self, replacements):
+    def __init__(self, replacements, owned=()):
         self.repl = replacements
+        self.owned = set(owned)
 
     def visit_Expr(self, node):
         if isinstance(node.value, gast.Name) and isinstance(self.repl.get(node.value.id), list):
-            return [clone.copy(s) for s in self.repl[node.value.id]]
+            name = node.value.id
+            if name in self.owned:          # given up by the caller: spliced once, as is
+                self.owned.discard(name)
+                return list(self.repl[name])
+            return [clone.copy(s) for s in self.repl[name]]
         return self.generic_visit(node)
 
     def visit_Name(self, node):
@@ -79,10 +84,12 @@ def _parsed(template):
     return gast.parse(textwrap.dedent(template))
 
 
-def replace(template, origin=None, **replacements):
-    """Statements of ``template`` with placeholders replaced (see module docstring)."""
+def replace(template, origin=None, _owned=(), **replacements):
+    """Statements of ``template`` with placeholders replaced (see module docstring).
+    ``_owned``: placeholders of statement lists the caller gives up (used nowhere else):
+    spliced without a copy the first time (a body moved into its body function)."""
     module = clone.copy(_parsed(template))
-    stmts = _Replacer(replacements).visit(module).body
+    stmts = _Replacer(replacements, _owned).visit(module).body
     if origin is not None:
         origin_lib.inherit(stmts, origin)
     return stmts
