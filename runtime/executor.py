@@ -261,9 +261,8 @@ class _Lowering:
                 return self.counted_loop(node, form, args, bind, extra), extra
             driver = None if self.observe is not None else kernel_while(node)
             if driver is not None:          # test and body are one compiled kernel each
-                caps = "".join(", " + a for a in args[n:])
-                return [f"{bind(node)} = "
-                        f"({self.global_for(driver, 'kernel_while')}({args[0]}{caps}),)"], extra
+                call = f"{self.global_for(driver, 'kernel_while')}({', '.join(args)})"
+                return [f"{bind(node)} = " + (call if driver.counter else f"({call},)")], extra
             self.predicates |= _loop_tests(node)
             fc, fb = self.sub_functions(node, extra)
             state = bind(node)

@@ -85,38 +85,59 @@ class KernelWhile:
     one-element bool result (a loop test, ``FusedKernel.predicate``) and ``body`` one
     kernel computing the loop variable; inputs are the loop variable and captures (roles
     as in ``KernelLoop``, no rows). The test and the body run as direct C calls after one
-    round of checks, the body writing into two buffers in turn."""
+    round of checks, the body writing into two buffers in turn.
 
-    def __init__(self, test, test_roles: Sequence[Tuple], body, body_roles: Sequence[Tuple]):
+    ``counter``: ``(k, start, step, limit)`` when the loop has a second loop variable at
+    position ``k`` that counts the steps (``start + step`` per step; ``limit``: the most
+    steps its own test ``i < N`` allows, None without one). The call then takes both
+    loop variables' start values before the captures and returns both, the counter as a
+    0-d int64 tensor."""
+
+    def __init__(self, test, test_roles: Sequence[Tuple], body, body_roles: Sequence[Tuple],
+                 counter: Optional[Tuple] = None):
         self.test, self.body = test, body
         self.test_roles = [tuple(r) for r in test_roles]
         self.body_roles = [tuple(r) for r in body_roles]
+        self.counter = counter
 
-    def __call__(self, var, *caps):
+    def __call__(self, *values):
+        if self.counter is None:
+            return self._run(values[0], values[1:], None)[0]
+        k, start, step, limit = self.counter
+        var, caps = values[1 - k], values[2:]
+        var, ran = self._run(var, caps, limit)
+        count = torch.tensor(start + ran * step, dtype=torch.int64)
+        return (count, var) if k == 0 else (var, count)
+
+    def _run(self, var, caps, limit: Optional[int]):
+        """The final loop variable and the number of steps run."""
         test, body = self.test, self.body
         fast = None
         if _accepts(body, var, caps) and test.predicate is not None:
             tplan = _pointers(test, self.test_roles, var, caps, None)
             bplan = _pointers(body, self.body_roles, var, caps, None)
             fast = None if tplan is None or bplan is None else (tplan, bplan)
+        ran = 0
         if fast is None:
             predicate = test.predicate or (lambda *xs: bool(test.launcher(*xs)))
             launch = body.launcher
-            while predicate(*_inputs(self.test_roles, var, caps, None)):
+            while (limit is None or ran < limit) and \
+                    predicate(*_inputs(self.test_roles, var, caps, None)):
                 var = launch(*_inputs(self.body_roles, var, caps, None))
-            return var
+                ran += 1
+            return var, ran
         (tptrs, _, tslots, ttail), (bptrs, _, bslots, btail) = fast
         tc, bc = test._test_c, body._c
         shape, dtype = tuple(body._out_shape), body._out_dtypes[0]
         buffers = (torch.empty(shape, dtype=dtype), torch.empty(shape, dtype=dtype))
         addresses = (buffers[0].data_ptr(), buffers[1].data_ptr())
         if loop_driver.available(max(len(tptrs), len(bptrs) + 1)):     # the steps in C
-            last = loop_driver.while_(loop_driver.address(tc), tptrs, tslots, ttail,
-                                      loop_driver.address(bc), bptrs + [0], bslots, btail,
-                                      addresses)
-            return var if last is None else buffers[last]
+            last, ran = loop_driver.while_(loop_driver.address(tc), tptrs, tslots, ttail,
+                                           loop_driver.address(bc), bptrs + [0], bslots,
+                                           btail, addresses, limit)
+            return (var if last is None else buffers[last]), ran
         turn = 0
-        while tc(*tptrs, *ttail):
+        while (limit is None or ran < limit) and tc(*tptrs, *ttail):
             bc(*bptrs, addresses[turn], *btail)
             for k in tslots:
                 tptrs[k] = addresses[turn]
@@ -124,7 +145,8 @@ class KernelWhile:
                 bptrs[k] = addresses[turn]
             var = buffers[turn]
             turn ^= 1
-        return var
+            ran += 1
+        return var, ran
 
 
 def _inputs(roles, var, caps, i):

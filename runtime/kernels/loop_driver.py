@@ -168,10 +168,10 @@ def counted(fn: int, ptrs: List[int], rows: Sequence[Tuple[int, int, int]],
 
 def while_(test: int, tptrs: List[int], tslots: Sequence[int], ttail: Sequence[int],
            body: int, bptrs: List[int], bslots: Sequence[int], btail: Sequence[int],
-           buffers: Tuple[int, int]) -> Optional[int]:
-    """``while test: body`` (as ``KernelWhile``'s Python loop); ``bptrs`` has a last slot for
-    the body's output. Returns the index of the buffer written last, None when the body
-    never ran."""
+           buffers: Tuple[int, int], limit: Optional[int] = None) -> Tuple[Optional[int], int]:
+    """``while test: body`` (as ``KernelWhile``'s Python loop), at most ``limit`` steps when
+    given; ``bptrs`` has a last slot for the body's output. Returns the index of the buffer
+    written last (None when the body never ran) and the number of steps run."""
     c_while = _functions()[1]
     tp, bp = _array(_PTR, tptrs), _array(_PTR, bptrs)
     tv, bv = _array(_I64, tslots), _array(_I64, bslots)
@@ -179,9 +179,10 @@ def while_(test: int, tptrs: List[int], tslots: Sequence[int], ttail: Sequence[i
     c_bufs = _array(_PTR, buffers)
     state = _array(_I64, (0, 0))
     ran = 0
-    while True:
+    while limit is None or ran < limit:
+        most = CHUNK if limit is None else min(CHUNK, limit - ran)
         ran += c_while(test, len(tptrs), tp, tv, len(tslots), tt, body, len(bptrs), bp, bv,
-                       len(bslots), bt, c_bufs, state, CHUNK)
+                       len(bslots), bt, c_bufs, state, most)
         if state[1]:
             break
-    return None if ran == 0 else state[0] ^ 1
+    return (None if ran == 0 else state[0] ^ 1), ran

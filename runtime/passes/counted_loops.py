@@ -239,34 +239,130 @@ def kernel_loop(loop: Node, form) -> Optional[KernelLoop]:
 
 
 def kernel_while(loop: Node) -> Optional[KernelWhile]:
-    """A ``KernelWhile`` running ``loop`` when it has one loop variable, its test is one
-    fused kernel with a bool result and its body one fused kernel computing the variable,
-    both reading only the variable and captures (Newton's iteration); else None."""
-    if loop.op != "while" or loop.attrs.get("n_vars") != 1:
+    """A ``KernelWhile`` running ``loop`` when its one tensor loop variable is computed by
+    one fused kernel and its test is one fused kernel with a bool result, both reading
+    only that variable and captures (Newton's iteration); else None. A second loop
+    variable may be a step counter (a constant start, ``i + step`` in the body and read
+    by nothing else) that the test ignores or checks first (``while i < N and ...``: the
+    test's ``cond`` on ``lt(i, N)`` with the kernel in ``then`` and ``False`` in
+    ``else``); the driver counts the steps instead."""
+    if loop.op != "while" or loop.attrs.get("n_vars") not in (1, 2):
         return None
+    n_vars = loop.attrs["n_vars"]
     cond, body = loop.subgraphs
     if any(has_effect(n) for sub in (cond, body) for n in sub.walk()):
         return None
-    roles = []
-    for sub in (cond, body):
-        outputs = sub.outputs
-        if not isinstance(outputs, (tuple, list)) or len(outputs) != 1:
+    counter, k = None, None
+    if n_vars == 2:
+        for j in (0, 1):
+            counter = _step_counter(loop, j)
+            if counter is not None:
+                k = j
+                break
+        if counter is None:
             return None
-        result = outputs[0]
+    v = 0 if k is None else 1 - k
+    found = _while_test(cond, k, counter)
+    if found is None:
+        return None
+    test, test_inputs, limit = found
+    body_out = body.outputs[v] if isinstance(body.outputs, (tuple, list)) and \
+        len(body.outputs) == n_vars else None
+    roles = []
+    for result, inputs in ((test, test_inputs), (body_out, list(body.inputs))):
         if not isinstance(result, Node) or result.op != "fused" or \
                 not isinstance(result.target, FusedKernel) or set(result.kwargs) - {"out"} or \
                 "planned_inplace" in result.attrs:
             return None
-        position = {id(v): j for j, v in enumerate(sub.inputs)}
+        position = {id(x): j for j, x in enumerate(inputs) if x is not None}
         these = []
         for value in result.args:
             j = position.get(id(value)) if isinstance(value, Node) else None
-            if j is None:
+            if j is None or j == k:
                 return None
-            these.append(("var",) if j == 0 else ("capture", j - 1))
+            these.append(("var",) if j < n_vars else ("capture", j - n_vars))
         roles.append((result.target, these))
-    (test, test_roles), (step, step_roles) = roles
-    return KernelWhile(test, test_roles, step, step_roles)
+    (test_k, test_roles), (step_k, step_roles) = roles
+    steps = None if counter is None else (k,) + counter + (limit,)
+    return KernelWhile(test_k, test_roles, step_k, step_roles, steps)
+
+
+def _step_counter(loop: Node, k: int) -> Optional[Tuple[int, int]]:
+    """``(start, step)`` when loop variable ``k`` starts at a constant 0-d int64 and the body
+    only adds a positive constant to it."""
+    start = _int_constant(loop.args[k])
+    meta = loop.meta[k] if isinstance(loop.meta, tuple) else None
+    if start is None or not isinstance(meta, TensorMeta) or meta.dtype != torch.int64:
+        return None
+    body = loop.subgraphs[1]
+    outputs = list(body.outputs) if isinstance(body.outputs, (tuple, list)) else []
+    index = body.inputs[k]
+    if len(outputs) != loop.attrs["n_vars"]:
+        return None
+    add = outputs[k]
+    if not isinstance(add, Node) or add.op != "add" or add.kwargs or len(add.args) != 2 or \
+            add.args[0] is not index or type(add.args[1]) is not int or add.args[1] < 1 or \
+            add.graph is not body or sum(o is add for o in outputs) != 1:
+        return None
+    uses = Uses(body)
+    if not uses.only_reader(index, add) or uses.readers(add):
+        return None
+    return start, add.args[1]
+
+
+def _while_test(cond: Graph, k: Optional[int], counter) -> Optional[tuple]:
+    """(the test kernel node, the inputs of the graph it is in, as positions of ``cond``'s
+    inputs (None where not one), the step limit the counter sets or None)."""
+    outputs = cond.outputs
+    if not isinstance(outputs, (tuple, list)) or len(outputs) != 1 or \
+            not isinstance(outputs[0], Node):
+        return None
+    result = outputs[0]
+    if result.op == "fused":
+        if k is not None and Uses(cond).used(cond.inputs[k]):
+            return None
+        return result, list(cond.inputs), None
+    # ``i < N and test``: get(cond(lt(i, N), *operands) -> then: test / else: False, 0)
+    branch = result.args[0] if result.op == "get" and result.attrs.get("index") == 0 else None
+    if k is None or not isinstance(branch, Node) or branch.op != "cond" or \
+            branch.kwargs or len(branch.subgraphs) != 2:
+        return None
+    lt = branch.args[0]
+    if not isinstance(lt, Node) or lt.op != "lt" or lt.kwargs or len(lt.args) != 2 or \
+            lt.args[0] is not cond.inputs[k] or type(lt.args[1]) is not int:
+        return None
+    if any(n.op != "placeholder" and n not in (lt, branch, result) for n in cond.nodes):
+        return None
+    then, other = branch.subgraphs
+    if len(then.outputs) != 1 or len(other.outputs) != 1:
+        return None
+    false = other.outputs[0]
+    if not isinstance(false, Node) or not _is_false(false) or \
+            any(n.op != "placeholder" and n is not false for n in other.nodes):
+        return None
+    test = then.outputs[0]
+    if not isinstance(test, Node) or any(n.op != "placeholder" and n is not test
+                                         for n in then.nodes):
+        return None
+    position = {id(x): j for j, x in enumerate(cond.inputs)}
+    operands = branch.args[1:]
+    if len(operands) != len(then.inputs) or \
+            not all(isinstance(x, Node) and id(x) in position for x in operands):
+        return None
+    inputs = [None] * len(cond.inputs)
+    for inner, outer in zip(then.inputs, operands):
+        inputs[position[id(outer)]] = inner
+    start, step = counter
+    return test, inputs, len(range(start, lt.args[1], step))
+
+
+def _is_false(node: Node) -> bool:
+    if node.op == "tensor" and node.args == (False,) and \
+            node.kwargs.get("dtype", torch.bool) is torch.bool and set(node.kwargs) <= {"dtype"}:
+        return True
+    held = node.attrs.get("value") if node.op == "constant" else None
+    return isinstance(held, torch.Tensor) and held.dtype == torch.bool and held.dim() == 0 \
+        and not bool(held)
 
 
 # ----------------------------------------------------------------------------- stacked lists

@@ -293,3 +293,66 @@ def test_fused_any_all_match_eager(shape):
     x = torch.randn(0, 3)                       # empty: torch's any/all, not a kernel
     assert [bool(v) for v in to_graph(any_all_values, strict=True)(x, torch.ones(3))] == \
         [bool(v) for v in any_all_values(x, torch.ones(3))]
+
+
+# ----------------------------------------------------------------------------- counters
+def newton_capped(x, cap: int = 50):
+    y = 0.5 * (x + 1.0)
+    i = 0
+    while i < cap and torch.max(torch.abs(y * y - x) / x) > 1e-5:
+        y = 0.5 * (y + x / y)
+        i += 1
+    return y, i
+
+
+def newton_capped_y(x):
+    y = 0.5 * (x + 1.0)
+    i = 3
+    while i < 20 and torch.max(torch.abs(y * y - x) / x) > 1e-5:
+        y = 0.5 * (y + x / y)
+        i += 2
+    return y
+
+
+def newton_steps(x):
+    y = 0.5 * (x + 1.0)
+    steps = torch.tensor(0)
+    while torch.max(torch.abs(y * y - x) / x) > 1e-5:
+        y = 0.5 * (y + x / y)
+        steps = steps + 1
+    return y, steps
+
+
+def check_pair(g, fn, args):
+    (y, n), (ey, en) = g(*args), fn(*args)
+    torch.testing.assert_close(y, ey, rtol=1e-5, atol=1e-5)
+    assert int(n) == int(en)
+    return int(en)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize("n", [1, 1000, 50_000])
+def test_capped_and_counted_newton_in_c(n, strict, monkeypatch):
+    spy = Spy(monkeypatch)
+    for cap in (50, 3, 0):          # the test ends it / the cap ends it / no step at all
+        g = to_graph(newton_capped, strict=strict)
+        seen = {check_pair(g, newton_capped, positives(n, seed, high=1e6) + (cap,))
+                for seed in (1, 2)}
+        assert max(seen) <= cap
+    g = to_graph(newton_steps, strict=strict)
+    assert check_pair(g, newton_steps, positives(n, 3, high=1e6)) > 5
+    check_pair(g, newton_steps, (torch.ones(n),))
+    compare(newton_capped_y, [positives(n, 4, high=1e6), positives(n, 5)], strict=strict)
+    assert spy.calls["while_"] == (8 if HAS_CC else 0)     # (cap 0: no loop is traced)
+
+
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler")
+def test_capped_newton_c_steps_equal_python_steps(monkeypatch):
+    args = positives(3000, 7, high=1e6) + (9,)
+    with_c = to_graph(newton_capped, strict=True)(*args)
+    monkeypatch.setattr(loop_driver, "CHUNK", 2)
+    chunked = to_graph(newton_capped, strict=True)(*args)
+    monkeypatch.setattr(loop_driver, "available", lambda pointers: False)
+    python = to_graph(newton_capped, strict=True)(*args)
+    for a, b in ((with_c, python), (chunked, python)):
+        assert torch.equal(a[0], b[0]) and int(a[1]) == int(b[1]) == 9

@@ -281,13 +281,33 @@ def test_newton_zero_iterations_and_gradients():
                                torch.autograd.grad(exp.sum(), x)[0], rtol=1e-5, atol=1e-5)
 
 
-def test_while_with_two_loop_variables_stays_general():
+def test_while_with_a_step_counter_counts_in_the_driver():
+    # a second loop variable that only counts the steps (kernels/loop.py KernelWhile's
+    # counter) runs with the kernel loop; the count comes back as a 0-d int64 tensor
     g = to_graph(newton_counted, strict=True)
     for seed in (1, 2):
         x = positives(50, seed)
         (y, steps), (ey, esteps) = g(x), newton_counted(x)
         torch.testing.assert_close(y, ey, rtol=1e-5, atol=1e-5)
-        assert int(steps) == int(esteps)
+        assert int(steps) == int(esteps) and steps.dtype == esteps.dtype
+    assert ("_kernel_while" in source(g.get_concrete(positives(50, 1)))) == HAS_CC
+
+
+def newton_two_states(x):
+    y = 0.5 * (x + 1.0)
+    last = x
+    while torch.max(torch.abs(y * y - x) / x) > 1e-5:
+        last = y
+        y = 0.5 * (y + x / y)
+    return y, last
+
+
+def test_while_with_two_tensor_loop_variables_stays_general():
+    g = to_graph(newton_two_states, strict=True)
+    for seed in (1, 2):
+        x = positives(50, seed)
+        for a, b in zip(g(x), newton_two_states(x)):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     assert "_kernel_while" not in source(g.get_concrete(positives(50, 1)))
 
 
