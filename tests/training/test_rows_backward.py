@@ -1,6 +1,9 @@
 """Custom kernels under autograd: one autograd node each, with a generated C backward.
 
 Rotary (``kernels/rotary.py``): the node's backward is the transposed rotation in C.
+Row programs (``kernels/rows.py``: softmax, log_softmax, layernorm, RMSNorm, row sums
+written out): the backward is a generated row program (``kernels/rows_backward.py``).
+Gemm epilogues keep their torch ops under autograd: checked equal to eager only.
 Gradients are compared with eager's (float32: equal within 1e-5 relative; the rotary
 backward rounds as eager's, so exactly), ``gradcheck`` in float64, and the node is checked
 to be the one that ran (its ``grad_fn``), so a test cannot pass on the torch fallback.
