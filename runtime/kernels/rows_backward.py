@@ -123,14 +123,15 @@ def plan(spec: KernelSpec, needs: Tuple[bool, ...], whole: bool) -> Optional[Bac
         if rule == NONDIFF:
             continue
         n = len(step.operands)
-        for op, d in zip(step.operands, rule):
+        vec = not b.row[k]       # a vec step's shares are per element, even when every
+        for op, d in zip(step.operands, rule):      # operand is per row (a sum's gradient)
             if d is None or op.kind == "c" or not _depends(op, needs, dep):
                 continue
             if d.strip() == "{g}":
-                share = g
+                share = b.add("({0})", (g,), vec=True) if vec and b.is_row(g) else g
             else:
                 template = d.replace("{out}", "{%d}" % n).replace("{g}", "{%d}" % (n + 1))
-                share = b.add(template, step.operands + (Operand("v", k), g))
+                share = b.add(template, step.operands + (Operand("v", k), g), vec=vec)
             (to_value if op.kind == "v" else to_input).setdefault(op.value, []).append(share)
 
     sources: List[Optional[Tuple[str, int]]] = []

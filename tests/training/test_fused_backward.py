@@ -432,3 +432,26 @@ def test_torch_func_grad_takes_the_torch_ops():
         for a, e in zip(got, exp):
             torch.testing.assert_close(a, e)
         x = x + 1
+
+
+def whole_sums(y):
+    return y.sum() + (y.mean() + y * y).sum()
+
+
+def row_sums(y):
+    return y.sum(-1, keepdim=True) + (y.mean(-1, keepdim=True) + y * y).sum(-1, keepdim=True)
+
+
+@needs_compiler
+@pytest.mark.parametrize("fn", [whole_sums, row_sums])
+def test_row_value_read_per_element_gets_the_row_sum_of_its_shares(fn):
+    """A mean added to every element of a summed row: its gradient is the row's sum of
+    shares (a row program's backward once passed one element's share: off by ~1)."""
+    g = to_graph(fn)
+    for seed in (0, 1):
+        y = _args([(4, 50)], seed)[0]
+        out = g(y)
+        assert type(out.grad_fn).__name__ == NODE
+        got, = torch.autograd.grad(out.sum(), y)
+        exp, = torch.autograd.grad(fn(y).sum(), y)
+        torch.testing.assert_close(got, exp, rtol=1e-5, atol=1e-5)
