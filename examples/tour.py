@@ -21,6 +21,8 @@ STOPS = [
                   "without Python source or tograph"),
     ("decode.py", "a real model in a loop: GPT-2's greedy decoding, ids growing per token, "
                   "as one while node"),
+    ("train_ddp.py", "data-parallel training: DistributedDataParallel (2 processes, gloo) "
+                     "around a converted module, equal to eager DDP"),
 ]
 
 

@@ -11,7 +11,7 @@ def test_tour_runs_every_example():
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
-    assert "tour complete: 5 examples ran" in out, out[-2000:]
+    assert "tour complete: 6 examples ran" in out, out[-2000:]
     assert 'Tensor("matmul_1", shape=(2, 2), dtype=torch.float32)' in out  # static: a node
     assert "= cond " in out and "= while " in out          # dynamic_branch: the graph
     assert out.count("-> match") == 3, out[-2000:]
@@ -20,4 +20,7 @@ def test_tour_runs_every_example():
     assert out.count("in a fresh process without tograph") == 8, out[-3000:]   # deploy
     assert out.count("-> tokens equal") == 2, out[-3000:]   # decode: GPT-2's loop
     assert "= while " in out.split("examples/decode.py")[-1]
+    ddp = out.split("examples/train_ddp.py")[-1]
+    assert ddp.count("-> equal") == 3, out[-3000:]      # train_ddp: both DDP spellings
+    assert "losses, final parameters and buffers equal eager DDP's" in ddp, out[-3000:]
     assert "DIFFERS" not in out
