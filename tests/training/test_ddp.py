@@ -149,6 +149,22 @@ def test_every_parameter_used_needs_no_unused_search(spelling, options):
     assert_close(got[2], want[2])
 
 
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_no_sync_accumulation_like_eager_ddp(spelling):
+    grads = {}
+    for name in ("eager", spelling):
+        model, ddp = make(name, Skipping, find_unused_parameters=True)
+        for step, positive in enumerate([True, False, True]):
+            x, y = batch(step, positive)
+            if step < 2:                # accumulated locally, all-reduced with the last
+                with ddp.no_sync():
+                    F.cross_entropy(ddp(x), y).backward()
+            else:
+                F.cross_entropy(ddp(x), y).backward()
+        grads[name] = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    assert_close(grads[spelling], grads["eager"])
+
+
 class Normalized(torch.nn.Module):
     """BatchNorm's buffers (DDP broadcasts them before each forward) and a tensor ``if``."""
 
