@@ -17,9 +17,10 @@ no unused parameters comes from eager DDP too: step 1 takes the branch using the
 
 Run:  torchrun --nproc_per_node 2 examples/train_ddp.py
       python examples/train_ddp.py [--steps N]       (starts the 2 processes itself)
-Many machines (the same on each, node_rank 0..nnodes-1):
-      torchrun --nnodes 2 --node_rank 0 --nproc_per_node 2 \\
-               --rdzv_backend c10d --rdzv_endpoint host0:29400 examples/train_ddp.py
+Many machines (the same command on each; the c10d rendezvous on host0 assigns the ranks,
+so no --node_rank; with the static one instead: --master_addr host0 --node_rank i):
+      torchrun --nnodes 2 --nproc_per_node 2 --rdzv_backend c10d \\
+               --rdzv_endpoint host0:29400 --rdzv_id job1 examples/train_ddp.py
 """
 import argparse
 import datetime
