@@ -55,6 +55,9 @@ def parse_args(argv=None):
                    help="batch 1, 2 short rounds, no torch.compile: a smoke test, not a "
                         "measurement")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    p.add_argument("--no-cold", action="store_true",
+                   help="skip to_graph's first call in fresh processes (cold and warm caches; "
+                        "benchmarks/first_call.py)")
     p.add_argument("--out", metavar="DIR", help="where to write models.json, models.png and "
                    "(with --out) MODELS.md; default benchmarks/results")
     p.add_argument("--report", metavar="JSON", help="run nothing: rewrite MODELS.md and the "
@@ -68,6 +71,7 @@ def parse_args(argv=None):
     args.rounds = args.rounds or (2 if args.quick else 9)
     args.round_s = 0.02 if args.quick else 0.2
     args.no_compile = args.no_compile or args.quick
+    args.no_cold = args.no_cold or args.quick
     return args
 
 
@@ -165,6 +169,8 @@ class ModelBench:
         api._CONVERTED.clear()                 # a fresh conversion, not the cached one
         with options.override(cache_dir=cache_dir):
             seconds, fn, _ = first_call(lambda: _call(to_graph(model)), inputs[0])
+        import runtime.kernels
+        runtime.kernels.wait()   # kernels built in the background: checked and timed as C
         return seconds, fn
 
     def row(self, name: str, batch: int) -> dict:
@@ -236,6 +242,11 @@ class ModelBench:
                 res[TOGRAPH]["status"] = "fallback"
                 res[TOGRAPH]["note"] = "FallbackWarning: " + fallbacks[0]
         self.progress.step(f"{label}: timing")
+        if batch == self.args.batches[0] and not self.args.no_cold and TOGRAPH in callables:
+            from first_call import cold_and_warm        # a fresh process, empty caches
+            procs = cold_and_warm(name, batch, torch.get_num_threads())
+            for state, got in procs.items():
+                res[TOGRAPH][f"{state}_process"] = got
 
         with options.override(cache_dir=cache_dir), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -294,7 +305,8 @@ class ModelBench:
 
 # --------------------------------------------------------------------------- report
 HEADER = ["model", "batch", "eager ms", "tograph ms", "tograph x", "x best", "compile ms",
-          "compile x", "x best", "tograph 1st s", "compile 1st s", "tograph max diff", "compile max diff",
+          "compile x", "x best", "tograph 1st s", "cold process 1st s", "warm process 1st s",
+          "compile 1st s", "tograph max diff", "compile max diff",
           "fallbacks", "check"]
 
 
@@ -334,10 +346,22 @@ def rows_of(results: dict, markdown: bool = False) -> List[List[str]]:
         out.append([row["model"], str(row["batch"]),
                     f"{res[EAGER]['median_us'] / 1e3:.2f}" if res[EAGER].get("median_us")
                     else "-", *_ms(res[EAGER], tg, markdown), *_ms(res[EAGER], co, markdown),
-                    fmt_s(tg.get("first_call_s"), "s"), fmt_s(co.get("first_call_s"), "s"),
+                    fmt_s(tg.get("first_call_s"), "s"), *map(_process_first, (
+                        tg.get("cold_process"), tg.get("warm_process"))),
+                    fmt_s(co.get("first_call_s"), "s"),
                     *diff, str(tg.get("fallbacks", "-")),
                     f"**{check}**" if markdown and bad else check])
     return out
+
+
+def _process_first(got: Optional[dict]) -> str:
+    """A fresh process's first call (``first_call.py``): wall seconds (calling thread's CPU
+    seconds)."""
+    if not got:
+        return "-"
+    if "error" in got:
+        return "error"
+    return f"{got['wall_s']:.2f} ({got['thread_cpu_s']:.2f})"
 
 
 def text_table(results: dict) -> str:
@@ -410,7 +434,10 @@ def markdown(results: dict, png_path: Optional[str], md_path: str) -> str:
            "disturbed on a loaded machine). First calls: a fresh `to_graph(model)` (conversion cache "
            "cleared, a new kernel cache dir) or `torch.compile(model)` (after "
            "`torch._dynamo.reset()`, inductor's FX graph cache off) and its first call, at "
-           "that batch. Checks: two inputs per row, every output tensor against eager "
+           "that batch; at the first batch also in fresh processes (`benchmarks/first_call.py`: "
+           "imports and the model's construction untimed; cold: empty `TOGRAPH_CACHE_DIR`, "
+           "warm: the one the cold process filled), wall seconds with the calling thread's "
+           "CPU seconds in parentheses. Checks: two inputs per row, every output tensor against eager "
            f"(max abs diff <= {s['atol']:g}) and the output's types and structure; fallbacks: "
            "FallbackWarnings of to_graph during its first calls.", "",
            f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, transformers "
