@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from transpiler import ConversionError, FallbackWarning, to_graph
 
-STEPS = 6
+STEPS = 4
 TOL = 1e-5
 
 
