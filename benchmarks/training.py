@@ -421,7 +421,7 @@ def markdown(results: dict, png_path: Optional[str], md_path: str) -> str:
            + "- do not edit by hand, except the reasons between the markers (kept when "
            "regenerated). Tasks from `benchmarks/training_tasks.py` (train mode, dropout 0); "
            "one step = forward, loss, backward, optimizer step, on "
-           f"{s['threads']} threads. `x`: steps per second over eager's (> 1 is faster), "
+           f"{s['threads']} thread{'s' if s['threads'] != 1 else ''}. `x`: steps per second over eager's (> 1 is faster), "
            f"the median of {s['rounds']} rounds interleaved between the contenders, with the "
            "median time per step and its range over rounds; `cpu`: the same ratio of the "
            "median CPU time per step (`time.process_time`, all threads; less disturbed when "
