@@ -23,6 +23,7 @@ from . import graph_ops
 from .errors import GraphError
 from .meta import TensorMeta
 from .ops import is_inplace
+from .introspection import KEY as NUMBER_KEY
 from .tensor_state import meta_strided
 from .size_hints import hint, run_time_sizes, with_hints
 
@@ -406,8 +407,9 @@ def fails_eagerly(func, args, kwargs, error: Exception) -> bool:
             return t
         node = getattr(t, "_node", None)
         meta = TensorMeta(tuple(t.shape), t.dtype) if node is None else node.meta
-        if node is not None and (node.attrs.get("python_int") or node.attrs.get("python_index")):
-            checkable[0] = False
+        if node is not None and (node.attrs.get("python_int") or node.attrs.get("python_index")
+                                 or node.attrs.get(NUMBER_KEY) is not None):
+            checkable[0] = False        # (a number stand-in: ``t.item()``, ``int(t)``)
         if not isinstance(meta, TensorMeta) or not meta.is_static:
             checkable[0] = False
             return t
