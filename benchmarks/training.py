@@ -481,7 +481,8 @@ def plot(results: dict, path: str) -> bool:
     ax.set_xticklabels([r["model"] for r in rows], fontsize=8)
     ax.set_ylabel("training steps/s over eager's")
     m = results["machine"]
-    ax.set_title(f"Training step speed — {m['cpu']}, {m['threads']} threads, torch "
+    n = m["threads"]
+    ax.set_title(f"Training step speed — {m['cpu']}, {n} thread{'s' if n != 1 else ''}, torch "
                  f"{m['torch']}" + (" (--quick)" if results["settings"]["quick"] else ""),
                  fontsize=10)
     ax.legend(fontsize=8)
