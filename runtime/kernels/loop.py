@@ -23,7 +23,7 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 
-from . import loop_driver
+from . import loop_backward, loop_driver
 
 
 class KernelLoop:
@@ -38,6 +38,10 @@ class KernelLoop:
             return var
         call = self.kernel.launcher
         fast = self._direct(var, caps, steps)
+        if fast is None and torch.is_grad_enabled():    # autograd records: one node
+            result = loop_backward.call(self, var, caps)
+            if result is not None:
+                return result
         if fast is None:            # (a first step by the launcher gives a var it accepts)
             var = call(*self._inputs(var, caps, steps[0]))
             steps = steps[1:]
@@ -154,16 +158,17 @@ def _inputs(roles, var, caps, i):
             for r in roles]
 
 
-def _accepts(kernel, var, caps) -> bool:
+def _accepts(kernel, var, caps, autograd: bool = False) -> bool:
     """Whether direct calls of ``kernel`` may compute the loop variable ``var``: compiled
     for static shapes, one output of ``var``'s shape and dtype, ``var`` contiguous on the
-    CPU, autograd recording nothing."""
+    CPU, autograd recording nothing (``autograd``: recording allowed, for the caller's
+    own autograd node)."""
     if not kernel._launchable() or not kernel._single or kernel._row_outputs[0]:
         return False
     tensors = [var] + list(caps)
     if any(not isinstance(t, torch.Tensor) for t in tensors):
         return False
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    if not autograd and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return False
     return tuple(var.shape) == tuple(kernel._out_shape) and \
         var.dtype == kernel._out_dtypes[0] and var.is_cpu and var.is_contiguous()

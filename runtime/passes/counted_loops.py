@@ -54,6 +54,7 @@ def counted_loops(graph: Graph) -> Graph:
             if node.attrs.get(COUNTER) != k:
                 node.attrs[COUNTER] = k
                 bump()
+            _capture_constants(g, node)
             _batch_rows(graph, g, node, counted(node))
     return graph
 
@@ -153,6 +154,29 @@ def _int_constant(value) -> Optional[int]:
 
 
 # ----------------------------------------------------------------------------- row products
+def _capture_constants(graph: Graph, loop: Node) -> None:
+    """Pass the tensor constants a counted loop's body reads (a module's weights, traced
+    as ``constant`` nodes in the body) in as captures, copied before the loop: the same
+    objects, read the same way, but now operands the row products (``_batch_rows``) and a
+    ``KernelLoop`` take (``to_graph(model)`` of an RNN: ``xs[i] @ self.w_ih`` batched and
+    ``h @ self.w_hh`` absorbed into the step's kernel, as for a function given weights)."""
+    body = loop.subgraphs[1]
+    found = [n for n in body.nodes if n.op == "constant" and
+             isinstance(n.attrs.get("value"), torch.Tensor) and isinstance(n.meta, TensorMeta)]
+    if not found:
+        return
+    uses = Uses(body)
+    at = graph.nodes.index(loop)
+    for node in found:
+        copy = graph.add_node("constant", None, (), {}, node.meta, name=node.name,
+                              attrs=dict(node.attrs), location=node.location, index=at)
+        at += 1
+        body.nodes.remove(node)
+        uses.replace(node, copy)
+        _capture(loop, copy, body, uses)
+    bump(len(found))
+
+
 def _batch_rows(root: Graph, graph: Graph, loop: Node, form) -> None:
     _, start, stop, step = form
     cond, body = loop.subgraphs

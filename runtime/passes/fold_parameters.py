@@ -74,6 +74,7 @@ def _fold_graph(graph: Graph, root: Graph) -> None:
     derived: Dict[int, Node] = {}       # node id -> node: decided by constants alone
     sources: Dict[int, Node] = {}      # constants read (folded ones: fixed, not compared)
     members: List[Node] = []
+    starts = _loop_starts(graph)
     for node in graph.nodes:
         if node.op == "constant":
             if (node.attrs.get("folded") or _source(node)) and stable(node):
@@ -82,7 +83,7 @@ def _fold_graph(graph: Graph, root: Graph) -> None:
         if not (_candidate(node) or id(node) in in_place):
             continue
         inputs = inputs_of(node)
-        if not inputs and node.op not in FACTORIES:
+        if not inputs and (node.op not in FACTORIES or id(node) in starts):
             continue
         if not all(id(v) in sources or id(v) in derived for v in inputs):
             continue
@@ -154,6 +155,15 @@ def _candidate(node: Node) -> bool:
     if node.kwargs.get("requires_grad") or node.op.endswith("_"):
         return False
     return _static(node.meta) and not isinstance(node.meta, tuple)
+
+
+def _loop_starts(graph: Graph) -> set:
+    """Ids of the loop variables' start values of the ``while`` nodes of ``graph``: a
+    literal start (``tensor(0)``, a ``for`` loop's counter) stays a literal node, which
+    ``counted_loops`` and ``kernel_while`` read (folded, the loop would run as a general
+    ``while``; and there is no work to save)."""
+    return {id(v) for n in graph.nodes if n.op == "while"
+            for v in n.args[:n.attrs.get("n_vars", 0)] if isinstance(v, Node)}
 
 
 def _worth(members: List[Node]) -> bool:
