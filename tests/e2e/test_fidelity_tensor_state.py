@@ -370,8 +370,14 @@ def retain_grad_inside(x):
     return y.detach()
 
 
-@pytest.mark.parametrize("fn", [autograd_grad_inside, backward_inside, autograd_backward_inside,
-                                hook_inside, retain_grad_inside])
+@pytest.mark.parametrize("fn", [autograd_grad_inside, backward_inside, autograd_backward_inside])
+def test_autograd_inside_converts(fn):
+    """backward / autograd.grad inside converted code are effect nodes that run autograd
+    when the graph runs (runtime/autograd_effects.py): equal to eager, gradients included."""
+    differential(fn, [(POS,), (NEG,)], CONVERTS)
+
+
+@pytest.mark.parametrize("fn", [hook_inside, retain_grad_inside])
 def test_autograd_inside_falls_back(fn):
     differential(fn, [(POS,), (NEG,)], FALLS_BACK)
 
