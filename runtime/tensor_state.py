@@ -48,6 +48,7 @@ import contextlib
 from typing import Optional
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from . import autograd_effects, grad_flags
 from .errors import GraphError
@@ -307,20 +308,29 @@ _MODES = PerThreadList()     # per thread: see runtime.threads
 
 
 def call_modes() -> tuple:
-    """The caller's modes a graph is specialized for: CPU autocast and the default dtype
-    (a call's signature ends with these)."""
-    return torch._C.is_autocast_enabled("cpu"), torch._C.get_default_dtype()
+    """The caller's modes a graph is specialized for: CPU autocast, the default dtype and
+    an open forward-mode AD level (a call's signature ends with these)."""
+    return torch._C.is_autocast_enabled("cpu"), torch._C.get_default_dtype(), \
+        _forward_ad._current_level
+
+
+def _refuse(reason: str):
+    location = user_location()
+    error = GraphError(f"{format_location(location)}: the call runs under {reason}")
+    error.location = location
+    raise error
 
 
 @contextlib.contextmanager
 def watching_modes():
-    """Around a trace: refuse one made under CPU autocast, and note the modes to hold."""
+    """Around a trace: refuse one made under CPU autocast or forward-mode AD, and note the
+    modes to hold."""
     if torch._C.is_autocast_enabled("cpu"):
-        location = user_location()
-        error = GraphError(f"{format_location(location)}: the call runs under CPU autocast "
-                           f"(torch.autocast): a graph does not apply autocast's dtype rules")
-        error.location = location
-        raise error
+        _refuse("CPU autocast (torch.autocast): a graph does not apply autocast's dtype rules")
+    if _forward_ad._current_level >= 0:
+        # the fused C kernels read the primal values of dual tensors: tangents would be lost
+        _refuse("forward-mode AD (torch.autograd.forward_ad.dual_level): a graph's fused "
+                "kernels do not carry tangents")
     _MODES.append(_modes())
     try:
         yield

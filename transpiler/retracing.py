@@ -80,9 +80,9 @@ def _mode(flags) -> str:
 
 def _is_call_modes(item) -> bool:
     """Whether a signature item is ``tensor_state.call_modes()``: (CPU autocast on,
-    default dtype)."""
+    default dtype, forward-AD level)."""
     import torch
-    return isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], torch.dtype)
+    return isinstance(item, tuple) and len(item) == 3 and isinstance(item[1], torch.dtype)
 
 
 def dynamic_mark(key):
@@ -169,7 +169,7 @@ def _changes(names: List[str], old, new) -> List[Tuple[str, str]]:
         if a in _GRAD_MODE.values():
             out.append(("modes", f"{a[0]} -> {b[0]}"))
         elif _is_call_modes(a):
-            out.append(("modes", f"CPU autocast, default dtype: {a} -> {b}"))
+            out.append(("modes", f"CPU autocast, default dtype, forward-AD level: {a} -> {b}"))
         elif i >= leaves:           # a Module's (and submodules') train/eval flags
             out.append(("modes", f"training mode: {_mode(a)} -> {_mode(b)}"))
         else:
