@@ -186,7 +186,8 @@ def convert(fn, extra_globals, probed=(), cache_dir=None):
             line_map = _line_map(tree, parsed)
             outer = list(fn.__code__.co_freevars) + [n for n in extra_globals
                                                      if n not in fn.__code__.co_freevars]
-            code = loader.compile_function(source, tree.name, outer, filename, parsed)
+            code = loader.compile_function(source, tree.name, outer, filename, parsed,
+                                           like=fn.__code__)
             conversion_cache.store(cache_dir, disk_key, code, source, line_map)
         weakref.finalize(code, loader.forget, filename)
         compiled = compiled_for[key] = _Compiled(code, source, filename, line_map)

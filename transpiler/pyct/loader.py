@@ -14,6 +14,7 @@ rebuilt with ``types.FunctionType`` from that code object, the real globals, and
 made of the *user's own cells* for free variables (so reads see later rebinding and
 ``nonlocal`` writes reach the user's scope) and fresh cells for extra names.
 """
+import __future__
 import ast
 import itertools
 import linecache
@@ -36,9 +37,12 @@ def forget(filename):
 
 
 
-def compile_function(source, name, outer_names, filename, parsed=None):
+def compile_function(source, name, outer_names, filename, parsed=None, like=None):
     """Code object of function ``name`` defined by ``source``, with ``outer_names`` free.
-    ``parsed``: ``ast.parse(source)`` if the caller has it (it is consumed)."""
+    ``parsed``: ``ast.parse(source)`` if the caller has it (it is consumed); ``like``: the
+    code object of the function converted, whose ``from __future__ import annotations``
+    the new code keeps (its nested functions' annotations stay unevaluated text: a name
+    imported only under ``TYPE_CHECKING`` is no NameError)."""
     register(filename, source)
     module = parsed if parsed is not None else ast.parse(source, filename)
     if name not in outer_names:
@@ -54,7 +58,8 @@ def compile_function(source, name, outer_names, filename, parsed=None):
     module.body = [factory]
     ast.fix_missing_locations(module)
     scratch = {}
-    exec(compile(module, filename, 'exec'), scratch)
+    flags = like.co_flags & __future__.annotations.compiler_flag if like is not None else 0
+    exec(compile(module, filename, 'exec', flags=flags, dont_inherit=True), scratch)
     return scratch['__tg_factory']().__code__
 
 
