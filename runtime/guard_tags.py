@@ -179,15 +179,18 @@ def _set_record(s) -> frozenset:
 class TaggedPrint:
     """``fingerprint(value)`` (of ``make()`` where given: a view of ``value`` built anew
     each time) and what its walk looked into. ``deep``: the objects the walk did not look
-    into for depth (``guard_print``), when asked for."""
-    __slots__ = ("value", "make", "print", "seen", "deep")
+    into for depth (``guard_print``), when asked for; ``modules``: a list to receive the
+    ``nn.Module``s met, which then count by identity (``guard_print``)."""
+    __slots__ = ("value", "make", "print", "seen", "deep", "how")
 
-    def __init__(self, value, make=None, deep: bool = False, names=None):
+    def __init__(self, value, make=None, deep: bool = False, names=None, modules=None):
         self.value, self.make = value, make
         self.seen = Seen()
         target = value if make is None else make()
+        self.how = (names, modules is not None) if deep else None   # for holds_for
         if deep:
-            self.print, self.deep = guard_print(target, seen=self.seen, names=names)
+            self.print, self.deep = guard_print(target, seen=self.seen, names=names,
+                                                modules=modules)
         else:
             self.print, self.deep = fingerprint(target, seen=self.seen), None
         if make is not None and isinstance(getattr(value, "__dict__", None), dict):
@@ -211,7 +214,14 @@ class TaggedPrint:
         STATS.slow += 1
         seen = Seen()
         target = value if self.make is None else self.make()
-        if fingerprint(target, seen=seen) != self.print:
+        if self.how is None:
+            now = fingerprint(target, seen=seen)
+        else:                           # as recorded: a module by identity, no deeper
+            now, deep = guard_print(target, seen=seen, names=self.how[0],
+                                    modules=[] if self.how[1] else None)
+            if deep:
+                return False
+        if now != self.print:
             return False
         if self.make is not None and isinstance(getattr(value, "__dict__", None), dict):
             seen.dicts[id(vars(value))] = vars(value)

@@ -57,10 +57,11 @@ def _tensor_class(cls) -> bool:
 
 class _Walk:
     __slots__ = ("budget", "active", "carried", "containers", "classes", "deep", "library",
-                 "seen", "names")
+                 "seen", "names", "modules")
 
     def __init__(self, carried: Set[int], containers: Optional[list], seen=None):
         self.seen = seen                      # what was looked into (guard_tags.Seen)
+        self.modules: Optional[list] = None   # nn.Modules met, by identity (guard_print)
         self.names: Optional[frozenset] = None    # names the code can read (guard_print)
         self.deep: Optional[list] = None      # objects past the depth, when asked for
         self.library = 0                      # > 0 inside a library's object (guard_print)
@@ -80,16 +81,21 @@ def fingerprint(value, depth: int = DEPTH, carried: Set[int] = frozenset(),
     return _fp(value, depth, _Walk(carried, containers, seen))
 
 
-def guard_print(value, seen=None, names: Optional[Iterable[str]] = None) -> tuple:
+def guard_print(value, seen=None, names: Optional[Iterable[str]] = None,
+                modules: Optional[list] = None) -> tuple:
     """``(fingerprint(value), the objects it did not look into for depth)``, not counting
     those inside a library's objects (a Logger's handlers): a guard built on it cannot see
     a change past ``DEPTH`` (``cfg.a.b.c.d.e.scale``). ``names``: every name the traced
     code can use (attribute names and string constants); a class attribute named nowhere
     there (a model class's ``config_class``, whose class holds nested plans) is not read
     by the trace, so what lies past the depth beneath it does not count either (it is
-    still fingerprinted to the depth, as everything else)."""
+    still fingerprinted to the depth, as everything else). ``modules``: a list to receive
+    the ``nn.Module``s met (the value itself, or one a config object holds); each counts
+    by identity, not walked: the caller guards their trees as ``to_graph(module)`` guards
+    its own (``runtime.module_state``), at any depth."""
     walk = _Walk(frozenset(), None, seen)
     walk.deep = []
+    walk.modules = modules
     walk.names = frozenset(names) if names is not None else None
     return _fp(value, DEPTH, walk), walk.deep
 
@@ -133,6 +139,9 @@ def _fp(v, depth: int, walk: _Walk):
         return ("id", id(v))
     if kind == _LOGGER:
         return _logger_fp(v, walk)
+    if walk.modules is not None and _is_module(v):
+        walk.modules.append(v)
+        return ("module", id(v))
     key = id(v)
     walk.budget -= 1
     if depth <= 0 or walk.budget <= 0 or key in walk.active:
@@ -179,6 +188,12 @@ def _logger_fp(v, walk: _Walk):
 
 
 _DATA = (list, tuple, dict, set, frozenset, types.SimpleNamespace)
+
+
+def _is_module(v) -> bool:
+    """An ``nn.Module`` (told by its ``__dict__``: this module is torch-free)."""
+    attrs = getattr(v, "__dict__", None)
+    return type(attrs) is dict and "_modules" in attrs and "_parameters" in attrs
 
 
 def _library_object(cls) -> bool:

@@ -91,11 +91,13 @@ def _check_name(check) -> str:
     return next((text for key, text in _CHECK_NAMES if key in where), "a recorded check")
 
 
-def _guard_print(label: str, value, names=None) -> TaggedPrint:
+def _guard_print(label: str, value, names=None, modules=None) -> TaggedPrint:
     """The fingerprint a guard compares (``runtime.guard_tags``: taken again only when a
     dict it looked into changed); GraphError where it cannot look deep enough to see
-    what the trace may have read (the call falls back rather than risk a stale graph)."""
-    found = TaggedPrint(value, deep=True, names=names)
+    what the trace may have read (the call falls back rather than risk a stale graph).
+    ``modules``: a list to receive the ``nn.Module``s met, counted by identity there
+    (the caller guards their trees with ``runtime.module_state``)."""
+    found = TaggedPrint(value, deep=True, names=names, modules=modules)
     if found.deep:
         raise GraphError(f"{label} ({type(value).__name__}) holds objects nested deeper than "
                          f"{DEPTH} levels (a {type(found.deep[0]).__name__}): a change there "
@@ -183,12 +185,16 @@ class Snapshot:
         """Guard the Python values the trace could read through the (flattened)
         arguments: an object's attributes, at any depth up to ``python_state.DEPTH``
         (``cfg.sub.scale``, ``cfgs[0].scale``, a module argument's attributes); atoms
-        and tensors are in the signature already. Objects held by the globals, closure
+        and tensors are in the signature already; an ``nn.Module`` among them, or held
+        by one of them, counts by identity and its tree is guarded by ``ModuleState`` (as
+        ``to_graph(module)`` guards its own: submodules, parameters, buffers, attributes,
+        the config objects they hold), not walked to the depth. Objects held by the globals, closure
         variables and the method's object's public attributes (``self.cfg.scale``) are
         guarded to the same depth (their binding is checked one level deep already);
         a Module among them keeps the one-level check (a deep one per call costs too
         much for a model)."""
-        self._arguments = [(i, _guard_print(f"argument #{i}", v, self._names))
+        modules: list = []      # met in them: guarded as to_graph(module) guards its own
+        self._arguments = [(i, _guard_print(f"argument #{i}", v, self._names, modules))
                            for i, v in enumerate(flat) if not _is_value(v)]
         held = [value for _, _, value in self._globals] + \
             [value for _, _, value in self._cells]
@@ -201,7 +207,7 @@ class Snapshot:
             if id(value) not in seen and _plain_holder(value):
                 seen.add(id(value))
                 self._held.append(_guard_print("a value the function reads", value,
-                                               self._names))
+                                               self._names, modules))
         names = tuple(sorted(self._names))
         for value in [value for _, _, value in self._globals] + \
                 [value for _, _, value in self._cells]:
@@ -212,7 +218,7 @@ class Snapshot:
                 self._read.append(TaggedPrint(value, functools.partial(
                     _attributes, value, read)))
         self._watch_modules([self._owner] + [value for _, _, value in self._globals] +
-                            [value for _, _, value in self._cells] + list(flat))
+                            [value for _, _, value in self._cells] + list(flat) + modules)
         if "backends" in self._names:       # ``if torch.backends.mkldnn.enabled:``
             from runtime.trace_reads import backend_flags_check
             self._checks.append(backend_flags_check())
@@ -229,7 +235,18 @@ class Snapshot:
             from runtime.module_state import ModuleState
             state = ModuleState(roots)
             self._modules.update(id(m) for m in state.modules)
+            start = len(self._module_prints)
             self._checks.append(state.check(prints=self._module_prints))
+            # the config objects the modules hold are compared by fingerprint: refused
+            # where it cannot see to their bottom (``self.cfg.a.b.c.d.e.scale``); the
+            # modules they hold count by identity there and are guarded here in turn
+            held: list = []
+            for print_ in self._module_prints[start:]:
+                _guard_print("an attribute of a module",
+                             print_.value, self._names, held)
+            held = [m for m in held if id(m) not in self._modules]
+            if held:
+                self._watch_modules(held)
 
     def release(self, objects) -> None:
         """Stop guarding the contents of ``objects`` (an optimizer, an lr scheduler whose
