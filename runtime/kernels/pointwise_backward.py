@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from dataclasses import dataclass, replace
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .codegen import KernelSpec, Operand, Step
 from .pointwise import NONDIFF, derivative
@@ -83,9 +83,9 @@ def plan(spec: KernelSpec, needs: Tuple[bool, ...]) -> Optional[BackwardPlan]:
     dep: List[bool] = []
     for step, rule in zip(spec.steps, rules):
         dep.append(bool(rule) and any(
-            d is not None and _depends(op, needs, dep)
+            d is not None and depends(op, needs, dep)
             for op, d in zip(step.operands, rule)) if rule is not None else
-            any(_depends(op, needs, dep) for op in step.operands))
+            any(depends(op, needs, dep) for op in step.operands))
     differentiable = tuple(dt != "bool" and dep[v] for v, dt in spec.outputs)
 
     steps: List[Step] = list(spec.steps)           # the forward, recomputed
@@ -107,7 +107,7 @@ def plan(spec: KernelSpec, needs: Tuple[bool, ...]) -> Optional[BackwardPlan]:
         g = _sum(shares, steps)
         operands = spec.steps[k].operands
         for op, d in zip(operands, rule):
-            if d is None or op.kind == "c" or not _depends(op, needs, dep):
+            if d is None or op.kind == "c" or not depends(op, needs, dep):
                 continue
             if d.strip() == "{g}":
                 share = g
@@ -132,7 +132,7 @@ def plan(spec: KernelSpec, needs: Tuple[bool, ...]) -> Optional[BackwardPlan]:
             sources.append(("k", outputs.index(g.value)))
     if not outputs:
         return BackwardPlan(None, (), (), tuple(sources), differentiable)
-    kernel, saved, grads = _prune(spec, steps, outputs, grad_in)
+    kernel, saved, grads = prune(spec, steps, outputs, grad_in)
     return BackwardPlan(kernel, saved, grads, tuple(sources), differentiable)
 
 
@@ -146,7 +146,8 @@ def _rule_step(rule: str, operands: Tuple[Operand, ...]) -> Step:
     return Step(template, tuple(operands[i] for i in used))
 
 
-def _depends(op: Operand, needs, dep) -> bool:
+def depends(op: Operand, needs, dep) -> bool:
+    """Whether operand ``op`` depends differentiably on an input needing a gradient."""
     if op.kind == "in":
         return needs[op.value]
     return op.kind == "v" and dep[op.value]
@@ -160,8 +161,12 @@ def _sum(shares: List[Operand], steps: List[Step]) -> Operand:
     return total
 
 
-def _prune(spec: KernelSpec, steps: List[Step], outputs: List[int], grad_in: int):
-    """The kernel of the steps ``outputs`` need, reading only the inputs they read."""
+def prune(spec: KernelSpec, steps: List[Step], outputs: List[int], n_in: int,
+          grad_mode: Callable[[int], str] = lambda i: "full"):
+    """The kernel of the steps ``outputs`` need, reading only the inputs they read: inputs
+    below ``n_in`` are ``spec``'s (saved), the rest incoming gradients of mode
+    ``grad_mode(i)``. Returns (kernel, saved input indices, gradient indices); shared by the
+    row backward (rows_backward), whose steps keep their reduce/row fields."""
     live = set()
     stack = list(outputs)
     while stack:
@@ -179,11 +184,11 @@ def _prune(spec: KernelSpec, steps: List[Step], outputs: List[int], grad_in: int
                     Operand("v", new_value[op.value]) if op.kind == "v" else op
                     for op in steps[k].operands)
         new_value[k] = len(kept)
-        kept.append(Step(steps[k].template, ops))
-    inputs = tuple(spec.inputs[i] if i < grad_in else (spec.outputs[i - grad_in][1], "full")
+        kept.append(replace(steps[k], operands=ops))
+    inputs = tuple(spec.inputs[i] if i < n_in else (spec.outputs[i - n_in][1], grad_mode(i))
                    for i in read)
     kernel = KernelSpec(dtype=spec.dtype, inputs=inputs, steps=tuple(kept),
                         outputs=tuple((new_value[v], spec.dtype) for v in outputs))
-    saved = tuple(i for i in read if i < grad_in)
-    grads = tuple(i - grad_in for i in read if i >= grad_in)
+    saved = tuple(i for i in read if i < n_in)
+    grads = tuple(i - n_in for i in read if i >= n_in)
     return kernel, saved, grads

@@ -33,7 +33,7 @@ from typing import Dict, List, Optional, Tuple
 
 from .codegen import KernelSpec, Operand, Step
 from .pointwise import NONDIFF, derivative
-from .pointwise_backward import BackwardPlan
+from .pointwise_backward import BackwardPlan, depends, prune
 
 _ADD = "({0} + {1})"
 _SHARE = {"sum": None, "mean": "({0} / (T)inner)"}      # row share of the operand
@@ -83,11 +83,11 @@ def plan(spec: KernelSpec, needs: Tuple[bool, ...], whole: bool) -> Optional[Bac
     dep: List[bool] = []
     for step, rule in zip(spec.steps, rules):
         if step.reduce:
-            dep.append(_depends(step.operands[0], needs, dep))
+            dep.append(depends(step.operands[0], needs, dep))
         elif rule is None:
-            dep.append(any(_depends(op, needs, dep) for op in step.operands))
+            dep.append(any(depends(op, needs, dep) for op in step.operands))
         else:
-            dep.append(bool(rule) and any(d is not None and _depends(op, needs, dep)
+            dep.append(bool(rule) and any(d is not None and depends(op, needs, dep)
                                           for op, d in zip(step.operands, rule)))
     differentiable = tuple(dt != "bool" and dep[v] for v, dt in spec.outputs)
 
@@ -105,7 +105,7 @@ def plan(spec: KernelSpec, needs: Tuple[bool, ...], whole: bool) -> Optional[Bac
         g = b.total(shares, b.row[k])
         if step.reduce:
             x = step.operands[0]
-            if not _depends(x, needs, dep):
+            if not depends(x, needs, dep):
                 continue
             if step.reduce in _SHARE:
                 share = g if _SHARE[step.reduce] is None else b.add(_SHARE[step.reduce], (g,))
@@ -125,7 +125,7 @@ def plan(spec: KernelSpec, needs: Tuple[bool, ...], whole: bool) -> Optional[Bac
         n = len(step.operands)
         vec = not b.row[k]       # a vec step's shares are per element, even when every
         for op, d in zip(step.operands, rule):      # operand is per row (a sum's gradient)
-            if d is None or op.kind == "c" or not _depends(op, needs, dep):
+            if d is None or op.kind == "c" or not depends(op, needs, dep):
                 continue
             if d.strip() == "{g}":
                 share = b.add("({0})", (g,), vec=True) if vec and b.is_row(g) else g
@@ -152,43 +152,7 @@ def plan(spec: KernelSpec, needs: Tuple[bool, ...], whole: bool) -> Optional[Bac
         outputs.append(g.value)
     if not outputs:
         return BackwardPlan(None, (), (), tuple(sources), differentiable)
-    kernel, saved, grads = _prune(spec, b, outputs, whole)
-    return BackwardPlan(kernel, saved, grads, tuple(sources), differentiable)
-
-
-def _depends(op: Operand, needs, dep) -> bool:
-    if op.kind == "in":
-        return needs[op.value]
-    return op.kind == "v" and dep[op.value]
-
-
-def _prune(spec: KernelSpec, b: _Steps, outputs: List[int], whole: bool):
-    """The row program of the steps ``outputs`` need, reading only the inputs they read."""
-    steps, n_in = b.steps, len(spec.inputs)
-    live = set()
-    stack = list(outputs)
-    while stack:
-        k = stack.pop()
-        if k in live:
-            continue
-        live.add(k)
-        stack.extend(op.value for op in steps[k].operands if op.kind == "v")
-    read = sorted({op.value for k in live for op in steps[k].operands if op.kind == "in"})
-    new_input = {old: new for new, old in enumerate(read)}
-    new_value: Dict[int, int] = {}
-    kept: List[Step] = []
-    for k in sorted(live):
-        ops = tuple(Operand("in", new_input[op.value]) if op.kind == "in" else
-                    Operand("v", new_value[op.value]) if op.kind == "v" else op
-                    for op in steps[k].operands)
-        new_value[k] = len(kept)
-        kept.append(Step(steps[k].template, ops, steps[k].reduce, steps[k].row))
     row_mode = "scalar" if whole else "outer"
-    inputs = tuple(spec.inputs[i] if i < n_in else
-                   (spec.outputs[i - n_in][1], row_mode if b.row_input[i] else "full")
-                   for i in read)
-    kernel = KernelSpec(dtype=spec.dtype, inputs=inputs, steps=tuple(kept),
-                        outputs=tuple((new_value[v], spec.dtype) for v in outputs))
-    saved = tuple(i for i in read if i < n_in)
-    grads = tuple(i - n_in for i in read if i >= n_in)
-    return kernel, saved, grads
+    kernel, saved, grads = prune(spec, b.steps, outputs, n_in,
+                                 lambda i: row_mode if b.row_input[i] else "full")
+    return BackwardPlan(kernel, saved, grads, tuple(sources), differentiable)
