@@ -33,13 +33,13 @@ if HERE not in sys.path:
 
 import run  # noqa: E402  (sets TORCHINDUCTOR_CACHE_DIR to this run's own before torch loads)
 import report  # noqa: E402
+import suite_report  # noqa: E402
 import torch  # noqa: E402
 
 from run import COMPILE, EAGER, THREADS, TOGRAPH, _short, compile_cold  # noqa: E402
 
 CONTENDERS = [EAGER, TOGRAPH, COMPILE]
 ATOL = 1e-4
-REASONS_BEGIN, REASONS_END = "<!-- reasons: kept when regenerated -->", "<!-- /reasons -->"
 
 
 def parse_args(argv=None):
@@ -375,13 +375,8 @@ def text_table(results: dict) -> str:
 
 def summary_lines(results: dict) -> List[str]:
     """The load, the one-off costs, and per batch the range of each contender's speedup."""
-    from report import _load_lines, fmt_ratio
-    lines = list(_load_lines(results))
-    busy = [r["load"].get("others_fraction") for r in results["models"]]
-    busy = [b for b in busy if b is not None]
-    if busy:
-        lines.append(f"other processes' share of the CPUs per model row: {min(busy):.0%} to "
-                     f"{max(busy):.0%}")
+    from report import fmt_ratio
+    lines = suite_report.load_lines(results)
     o = results["one_off"]
     if o:
         lines.append("one-off per process, paid on a tiny function before the models and "
@@ -408,17 +403,6 @@ def summary_lines(results: dict) -> List[str]:
     return lines
 
 
-def _kept_reasons(md_path: str) -> str:
-    try:
-        with open(md_path) as f:
-            text = f.read()
-    except OSError:
-        return ""
-    if REASONS_BEGIN in text and REASONS_END in text:
-        return text.split(REASONS_BEGIN, 1)[1].split(REASONS_END, 1)[0].strip("\n")
-    return ""
-
-
 def markdown(results: dict, png_path: Optional[str], md_path: str) -> str:
     m, s = results["machine"], results["settings"]
     table = [HEADER] + rows_of(results, markdown=True)
@@ -440,25 +424,16 @@ def markdown(results: dict, png_path: Optional[str], md_path: str) -> str:
            "CPU seconds in parentheses. Checks: two inputs per row, every output tensor against eager "
            f"(max abs diff <= {s['atol']:g}) and the output's types and structure; fallbacks: "
            "FallbackWarnings of to_graph during its first calls.", "",
-           f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, transformers "
-           f"{m.get('transformers')}, torchvision {m.get('torchvision')}, Python "
-           f"{m['python']}, {m['date']}.", ""]
+           suite_report.machine_line(m), ""]
     if results.get("partial"):
         out += [f"**A run cut short: {len(results['models'])} rows of "
                 f"{len(s['batches'])} batch(es) x the models asked for.**", ""]
     out += [f"- {line}" for line in summary_lines(results)]
-    out += ["", "## Results", "", "| " + " | ".join(HEADER) + " |",
-            "| --- | " + " | ".join("---:" for _ in HEADER[1:]) + " |"]
-    out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in table[1:]]
-    if results["fallbacks"]:
-        out += ["", "## to_graph did not convert", ""]
-        out += [f"- {f}" for f in results["fallbacks"]]
-    if results["mismatches"]:
-        out += ["", "## RESULTS DIFFER FROM EAGER", ""]
-        out += [f"- **{x}**" for x in results["mismatches"]]
-    out += ["", "## Why tograph wins or loses", "", REASONS_BEGIN,
-            _kept_reasons(md_path) or "(not written yet)", REASONS_END, "", "## Plot", ""]
-    out += report.plot_lines(png_path, md_path, "speedup over eager per model")
+    out += suite_report.closing_sections(
+        results, HEADER, "| --- | " + " | ".join("---:" for _ in HEADER[1:]) + " |",
+        table[1:], ("to_graph did not convert", "RESULTS DIFFER FROM EAGER",
+                    "Why tograph wins or loses"), png_path, md_path,
+        "speedup over eager per model")
     return "\n".join(out) + "\n"
 
 
@@ -480,58 +455,24 @@ def plot(results: dict, path: str) -> bool:
         if r["results"][TOGRAPH]["status"] != "ok":
             ax.annotate(r["results"][TOGRAPH]["status"].upper(), (i, 1), ha="center",
                         va="bottom", color="red", fontsize=8)
-    ax.axhline(1.0, color="gray", linewidth=1, linestyle="--")
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels(labels, fontsize=7)
-    ax.set_ylabel("speedup over eager (eager time / time)")
     m = results["machine"]
-    ax.set_title(f"Models, speedup over eager — {m['cpu']}, {m['threads']} threads, "
-                 f"torch {m['torch']}" + (" (--quick)" if results["settings"]["quick"] else ""),
-                 fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return suite_report.finish_plot(
+        plt, fig, ax, path, labels, 7, "speedup over eager (eager time / time)",
+        f"Models, speedup over eager — {m['cpu']}, {m['threads']} threads, "
+        f"torch {m['torch']}" + (" (--quick)" if results["settings"]["quick"] else ""))
 
 
 def write(results: dict, out: str, md_path: str) -> None:
     """Print the table and summary; write models.json, models.png and MODELS.md."""
-    print()
-    print(text_table(results))
-    print()
-    print("\n".join(summary_lines(results)))
-    json_path = os.path.join(out, "models.json")
-    with open(json_path, "w") as f:
-        json.dump(results, f, indent=1)
-    png_path = os.path.join(out, "models.png")
-    plotted = plot(results, png_path)
-    text = markdown(results, png_path if plotted else None, md_path)
-    with open(md_path, "w") as f:
-        f.write(text)
-    print(f"\nwrote {json_path}, {md_path}" + (f", {png_path}" if plotted else
-                                               " (no plot: pip install -e .[bench])"))
+    suite_report.write(results, out, md_path, "models", text_table, summary_lines, plot,
+                       markdown)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(THREADS)
-    out = args.out or os.path.join(HERE, "results")
-    os.makedirs(out, exist_ok=True)
-    md_path = os.path.join(out if args.out else HERE, "MODELS.md")
-    partial = os.path.join(out, "models.partial.json")
-    if args.report:
-        with open(args.report) as f:
-            results = json.load(f)
-    else:
-        results = ModelBench(args, partial).run()
-    write(results, out, md_path)
-    if os.path.exists(partial) and not args.report:
-        os.remove(partial)
-    for line in results["fallbacks"]:
-        print(f"!!! to_graph fell back: {line}", file=sys.stderr)
-    return report.report_mismatches(results["mismatches"])
+    return suite_report.main(args, ModelBench, "models", "MODELS.md", HERE, write,
+                             "to_graph fell back: ")
 
 
 if __name__ == "__main__":

@@ -54,9 +54,9 @@ for _path in (HERE, ROOT):
 
 import run  # noqa: E402  (sets TORCHINDUCTOR_CACHE_DIR to this run's own before torch loads)
 import report  # noqa: E402
+import suite_report  # noqa: E402
 import torch  # noqa: E402
 
-from models import REASONS_BEGIN, REASONS_END, _kept_reasons  # noqa: E402
 from run import COMPILE, EAGER, THREADS, TOGRAPH, _short  # noqa: E402
 
 STEP = "tograph step"
@@ -374,12 +374,7 @@ def text_table(results: dict) -> str:
 
 
 def summary_lines(results: dict) -> List[str]:
-    lines = list(report._load_lines(results))
-    busy = [r["load"].get("others_fraction") for r in results["models"]]
-    busy = [b for b in busy if b is not None]
-    if busy:
-        lines.append(f"other processes' share of the CPUs per model row: {min(busy):.0%} to "
-                     f"{max(busy):.0%}")
+    lines = suite_report.load_lines(results)
     s = results["settings"]
     one_off = results.get("one_off_first_step_s")
     if one_off:
@@ -436,24 +431,14 @@ def markdown(results: dict, png_path: Optional[str], md_path: str) -> str:
            "same batches; the largest relative difference (max |a - b| / max |b| per tensor) "
            f"of the losses, every step's gradients and the final parameters and buffers, "
            f"<= {s['rtol']:g}.", "",
-           f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, transformers "
-           f"{m.get('transformers')}, torchvision {m.get('torchvision')}, Python "
-           f"{m['python']}, {m['date']}.", ""]
+           suite_report.machine_line(m), ""]
     if results.get("partial"):
         out += [f"**A run cut short: {len(results['models'])} models.**", ""]
     out += [f"- {line}" for line in summary_lines(results)]
-    out += ["", "## Results", "", "| " + " | ".join(HEADER) + " |",
-            "| --- | --- | " + " | ".join("---:" for _ in HEADER[2:-1]) + " | --- |"]
-    out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in table[1:]]
-    if results["fallbacks"]:
-        out += ["", "## Fell back, failed or skipped", ""]
-        out += [f"- {f}" for f in results["fallbacks"]]
-    if results["mismatches"]:
-        out += ["", "## TRAINING DIFFERS FROM EAGER", ""]
-        out += [f"- **{x}**" for x in results["mismatches"]]
-    out += ["", "## Why", "", REASONS_BEGIN,
-            _kept_reasons(md_path) or "(not written yet)", REASONS_END, "", "## Plot", ""]
-    out += report.plot_lines(png_path, md_path, "training steps per second over eager")
+    out += suite_report.closing_sections(
+        results, HEADER,
+        "| --- | --- | " + " | ".join("---:" for _ in HEADER[2:-1]) + " | --- |", table[1:], ("Fell back, failed or skipped", "TRAINING DIFFERS FROM EAGER", "Why"),
+        png_path, md_path, "training steps per second over eager")
     return "\n".join(out) + "\n"
 
 
@@ -476,58 +461,24 @@ def plot(results: dict, path: str) -> bool:
             if status in ("fallback", "error"):
                 ax.annotate(status.upper(), (i + (k - 1) * 0.27, 1), ha="center",
                             va="bottom", color="red", fontsize=7, rotation=90)
-    ax.axhline(1.0, color="gray", linewidth=1, linestyle="--")
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([r["model"] for r in rows], fontsize=8)
-    ax.set_ylabel("training steps/s over eager's")
     m = results["machine"]
     n = m["threads"]
-    ax.set_title(f"Training step speed — {m['cpu']}, {n} thread{'s' if n != 1 else ''}, torch "
-                 f"{m['torch']}" + (" (--quick)" if results["settings"]["quick"] else ""),
-                 fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return suite_report.finish_plot(
+        plt, fig, ax, path, [r["model"] for r in rows], 8, "training steps/s over eager's",
+        f"Training step speed — {m['cpu']}, {n} thread{'s' if n != 1 else ''}, torch "
+        f"{m['torch']}" + (" (--quick)" if results["settings"]["quick"] else ""))
 
 
 def write(results: dict, out: str, md_path: str) -> None:
-    print()
-    print(text_table(results))
-    print()
-    print("\n".join(summary_lines(results)))
-    json_path = os.path.join(out, "training.json")
-    with open(json_path, "w") as f:
-        json.dump(results, f, indent=1)
-    png_path = os.path.join(out, "training.png")
-    plotted = plot(results, png_path)
-    text = markdown(results, png_path if plotted else None, md_path)   # reads the reasons
-    with open(md_path, "w") as f:
-        f.write(text)
-    print(f"\nwrote {json_path}, {md_path}" + (f", {png_path}" if plotted else
-                                               " (no plot: pip install -e .[bench])"))
+    """Print the table and summary; write training.json, training.png and TRAINING.md."""
+    suite_report.write(results, out, md_path, "training", text_table, summary_lines, plot,
+                       markdown)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    out = args.out or os.path.join(HERE, "results")
-    os.makedirs(out, exist_ok=True)
-    md_path = os.path.join(out if args.out else HERE, "TRAINING.md")
-    partial = os.path.join(out, "training.partial.json")
-    if args.report:
-        with open(args.report) as f:
-            results = json.load(f)
-    else:
-        results = TrainingBench(args, partial).run()
-    write(results, out, md_path)
-    if os.path.exists(partial) and not args.report:
-        os.remove(partial)
-    for line in results["fallbacks"]:
-        print(f"!!! {line}", file=sys.stderr)
-    return report.report_mismatches(results["mismatches"])
+    return suite_report.main(args, TrainingBench, "training", "TRAINING.md", HERE, write, "")
 
 
 if __name__ == "__main__":
