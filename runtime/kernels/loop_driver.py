@@ -26,8 +26,9 @@ False and the callers keep their Python loops. The library is built once per pro
 from __future__ import annotations
 
 import ctypes
-import threading
 from typing import List, Optional, Sequence, Tuple
+
+from .built_once import built_once
 
 MAX_POINTERS = 24           # kernel arguments that are pointers (inputs and output)
 CHUNK = 1 << 14             # steps per C call: a long loop returns to Python in between
@@ -101,36 +102,25 @@ int64_t tg_loop_while(void *test, int tn, void **tp, const int64_t *tvars, int n
 """
 
 
-_LIB: list = []             # [(counted, while) C functions] or [None], built on first use
-_BUILD_LOCK = threading.Lock()
 _I64 = ctypes.c_int64
 _PTR = ctypes.c_void_p
 
 
-def _functions():
-    if not _LIB:
-        with _BUILD_LOCK:
-            if not _LIB:
-                fns = None
-                try:
-                    from .compiler import build, compiler_available
-                    if compiler_available():
-                        lib = build(_source(), name="tg_loop_driver")
-                        counted = lib.tg_loop_counted
-                        counted.argtypes = [_PTR, ctypes.c_int, _PTR, _PTR, ctypes.c_int, _PTR,
-                                            ctypes.c_int, _I64, _I64, _I64, _PTR, _PTR,
-                                            ctypes.c_int]
-                        counted.restype = ctypes.c_int
-                        whiles = lib.tg_loop_while
-                        whiles.argtypes = [_PTR, ctypes.c_int, _PTR, _PTR, ctypes.c_int, _PTR,
-                                           _PTR, ctypes.c_int, _PTR, _PTR, ctypes.c_int, _PTR,
-                                           _PTR, _PTR, _I64]
-                        whiles.restype = _I64
-                        fns = (counted, whiles, lib)
-                except Exception:           # no compiler, a failed build: Python loops
-                    fns = None
-                _LIB.append(fns)
-    return _LIB[0]
+def _bind(lib):
+    counted = lib.tg_loop_counted
+    counted.argtypes = [_PTR, ctypes.c_int, _PTR, _PTR, ctypes.c_int, _PTR,
+                        ctypes.c_int, _I64, _I64, _I64, _PTR, _PTR, ctypes.c_int]
+    counted.restype = ctypes.c_int
+    whiles = lib.tg_loop_while
+    whiles.argtypes = [_PTR, ctypes.c_int, _PTR, _PTR, ctypes.c_int, _PTR,
+                       _PTR, ctypes.c_int, _PTR, _PTR, ctypes.c_int, _PTR,
+                       _PTR, _PTR, _I64]
+    whiles.restype = _I64
+    return counted, whiles, lib
+
+
+# (counted, while, library) C functions, or None (Python loops), built on first use
+_functions = built_once("tg_loop_driver", _source, _bind)
 
 
 def available(pointers: int) -> bool:

@@ -21,10 +21,11 @@ compiler) runs the original ops (``torch_fn``).
 from __future__ import annotations
 
 import ctypes
-import threading
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict
 
 import torch
+
+from .built_once import built_once
 
 SOURCE = r"""
 #include <stdint.h>
@@ -71,36 +72,26 @@ void tg_rotary_dims_f64(const double *x, const double *c, const double *s, doubl
 
 _grad_enabled = torch.is_grad_enabled
 _empty_strided = torch.empty_strided
-_LIB: list = []             # [{(dtype, backward): function}] or [None], built on first use
-_BUILD_LOCK = threading.Lock()
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
 
-def _functions() -> Optional[Dict[tuple, Callable]]:
-    if not _LIB:
-        with _BUILD_LOCK:
-            if not _LIB:
-                fns = None
-                try:
-                    from .compiler import build, compiler_available
-                    if compiler_available():
-                        lib = build(SOURCE, name="tg_rotary")
-                        fns = {}
-                        for dtype, suffix in _SUFFIX.items():
-                            for backward in (False, True):
-                                fn = getattr(lib, f"tg_rotary{'_bwd' if backward else ''}_"
-                                                  f"{suffix}")
-                                fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 16
-                                fn.restype = None
-                                fns[dtype, backward] = fn
-                            fn = getattr(lib, f"tg_rotary_dims_{suffix}")
-                            fn.argtypes = [ctypes.c_void_p] * 5
-                            fn.restype = None
-                            fns[dtype, "dims"] = fn
-                except Exception:           # no compiler, a failed build: torch ops
-                    fns = None
-                _LIB.append(fns)
-    return _LIB[0]
+def _bind(lib) -> Dict[tuple, Callable]:
+    fns = {}
+    for dtype, suffix in _SUFFIX.items():
+        for backward in (False, True):
+            fn = getattr(lib, f"tg_rotary{'_bwd' if backward else ''}_{suffix}")
+            fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 16
+            fn.restype = None
+            fns[dtype, backward] = fn
+        fn = getattr(lib, f"tg_rotary_dims_{suffix}")
+        fn.argtypes = [ctypes.c_void_p] * 5
+        fn.restype = None
+        fns[dtype, "dims"] = fn
+    return fns
+
+
+# {(dtype, backward or "dims"): C function}, or None (torch ops), built on first use
+_functions = built_once("tg_rotary", lambda: SOURCE, _bind)
 
 
 def _strides4(t: torch.Tensor):
