@@ -7,22 +7,11 @@ import torch
 
 from runtime.kernels import rotary as rotary_kernel
 from tests.e2e.e2e_helpers import assert_same
+from tests.runtime.rotary_programs import projected, rotate_half
 from transpiler import to_graph
 
 
 # --------------------------------------------------------------------------- rotary's cached call
-def rotate_half(x):
-    x1 = x[..., : x.shape[-1] // 2]
-    x2 = x[..., x.shape[-1] // 2:]
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def projected(x, w, cos, sin):
-    """LLaMA's layout: a projection viewed as heads and transposed, then rotated."""
-    q = torch.nn.functional.linear(x, w).view(x.shape[0], x.shape[1], -1, 8).transpose(1, 2)
-    return q * cos + rotate_half(q) * sin
-
-
 def _rotary(g, *args):
     nodes = [n for n in g.get_concrete(*args).optimized.walk() if n.op == "rotary"]
     assert len(nodes) == 1

@@ -6,19 +6,8 @@ import pytest
 import torch
 
 from tests.e2e.e2e_helpers import assert_same
+from tests.runtime.rotary_programs import projected, rotate_half
 from transpiler import to_graph
-
-
-def rotate_half(x):
-    x1 = x[..., : x.shape[-1] // 2]
-    x2 = x[..., x.shape[-1] // 2:]
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def projected(x, w, cos, sin):
-    """LLaMA's layout: a projection viewed as heads and transposed."""
-    q = torch.nn.functional.linear(x, w).view(x.shape[0], x.shape[1], -1, 8).transpose(1, 2)
-    return q * cos + rotate_half(q) * sin
 
 
 def plain(q, cos, sin):
