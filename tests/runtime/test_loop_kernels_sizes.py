@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from runtime.kernels import compiler, loop_driver
+from tests.runtime.loop_programs import newton, newton_steps, rnn
 from transpiler import to_graph
 
 HAS_CC = compiler.compiler_available()
@@ -20,23 +21,10 @@ HAS_CC = compiler.compiler_available()
 pytestmark = pytest.mark.usefixtures("module_kernel_cache")
 
 
-def rnn(xs, h, W, U, b):
-    for xt in xs:
-        h = torch.tanh(xt @ W + h @ U + b)
-    return h
-
-
 def rnn_relu_range(xs, h, W, U, b):
     for t in range(xs.shape[0]):
         h = torch.relu(xs[t] @ W + h @ U + b) * 0.5
     return h
-
-
-def newton(x):
-    y = 0.5 * (x + 1.0)
-    while torch.max(torch.abs(y * y - x) / x) > 1e-5:
-        y = 0.5 * (y + x / y)
-    return y
 
 
 def rnn_inputs(T, B, F, H, seed, dtype=torch.float32):
@@ -312,15 +300,6 @@ def newton_capped_y(x):
         y = 0.5 * (y + x / y)
         i += 2
     return y
-
-
-def newton_steps(x):
-    y = 0.5 * (x + 1.0)
-    steps = torch.tensor(0)
-    while torch.max(torch.abs(y * y - x) / x) > 1e-5:
-        y = 0.5 * (y + x / y)
-        steps = steps + 1
-    return y, steps
 
 
 def check_pair(g, fn, args):

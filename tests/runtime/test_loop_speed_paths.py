@@ -18,17 +18,12 @@ import torch.nn.functional as F
 from runtime.kernels import compiler
 from runtime.options import options
 from runtime.passes.counted_loops import COUNTER
+from tests.runtime.loop_programs import newton, newton_steps, rnn
 from transpiler import to_graph
 
 HAS_CC = compiler.compiler_available()
 
 pytestmark = pytest.mark.usefixtures("module_kernel_cache")
-
-
-def rnn(xs, h, W, U, b):
-    for xt in xs:
-        h = torch.tanh(xt @ W + h @ U + b)
-    return h
 
 
 def rnn_linear(xs, h, W, U, b):
@@ -236,22 +231,6 @@ def test_body_writing_in_place_is_not_batched():
 
 
 # ----------------------------------------------------------------------------- kernel while
-def newton(x):
-    y = 0.5 * (x + 1.0)
-    while torch.max(torch.abs(y * y - x) / x) > 1e-5:
-        y = 0.5 * (y + x / y)
-    return y
-
-
-def newton_counted(x):
-    y = 0.5 * (x + 1.0)
-    steps = torch.tensor(0)
-    while torch.max(torch.abs(y * y - x) / x) > 1e-5:
-        y = 0.5 * (y + x / y)
-        steps = steps + 1
-    return y, steps
-
-
 def positives(n, seed):
     return torch.rand(n, generator=torch.Generator().manual_seed(seed)) * 99.5 + 0.5
 
@@ -284,10 +263,10 @@ def test_newton_zero_iterations_and_gradients():
 def test_while_with_a_step_counter_counts_in_the_driver():
     # a second loop variable that only counts the steps (kernels/loop.py KernelWhile's
     # counter) runs with the kernel loop; the count comes back as a 0-d int64 tensor
-    g = to_graph(newton_counted, strict=True)
+    g = to_graph(newton_steps, strict=True)
     for seed in (1, 2):
         x = positives(50, seed)
-        (y, steps), (ey, esteps) = g(x), newton_counted(x)
+        (y, steps), (ey, esteps) = g(x), newton_steps(x)
         torch.testing.assert_close(y, ey, rtol=1e-5, atol=1e-5)
         assert int(steps) == int(esteps) and steps.dtype == esteps.dtype
     assert ("_kernel_while" in source(g.get_concrete(positives(50, 1)))) == HAS_CC
