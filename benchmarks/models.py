@@ -20,7 +20,6 @@ a contender's result differs from eager.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -278,19 +277,14 @@ class ModelBench:
             for batch in self.args.batches:        # every model at batch 1 first
                 for name in self.args.models:
                     rows.append(self.row(name, batch))
-                    if self.partial_path:
-                        with open(self.partial_path, "w") as f:
-                            json.dump(self.results(rows, partial=True), f, indent=1)
+                    suite_report.save_partial(self.partial_path,
+                                              lambda: self.results(rows, partial=True))
         results = self.results(rows)
         self.progress.finish()
         return results
 
     def results(self, rows: List[dict], partial: bool = False) -> dict:
-        from machine import describe
-        machine = describe()
-        machine.update({lib: getattr(sys.modules.get(lib), "__version__", None)
-                        for lib in ("transformers", "torchvision")})
-        return {"machine": machine, "load": self.monitor.stop(), "partial": partial,
+        return {"machine": suite_report.described_machine(), "load": self.monitor.stop(), "partial": partial,
                 "settings": {"quick": self.args.quick, "rounds": self.args.rounds,
                              "round_s": self.args.round_s, "batches": self.args.batches,
                              "threads": torch.get_num_threads(), "atol": ATOL,

@@ -117,3 +117,19 @@ def main(args, bench: Callable, stem: str, md_name: str, here: str, write: Calla
     for line in results["fallbacks"]:
         print(f"!!! {fallback_prefix}{line}", file=sys.stderr)
     return report.report_mismatches(results["mismatches"])
+
+
+def described_machine() -> dict:
+    """machine.describe() with the versions of transformers and torchvision (if loaded)."""
+    from machine import describe
+    m = describe()
+    m.update({lib: getattr(sys.modules.get(lib), "__version__", None)
+              for lib in ("transformers", "torchvision")})
+    return m
+
+
+def save_partial(path: Optional[str], results: Callable[[], dict]) -> None:
+    """Write ``results()`` (the rows so far) to ``path``, where there is one."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(results(), f, indent=1)

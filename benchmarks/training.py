@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import statistics
@@ -293,19 +292,14 @@ class TrainingBench:
         rows = []
         for name in self.args.models:
             rows.append(self.row(name))
-            if self.partial_path:
-                with open(self.partial_path, "w") as f:
-                    json.dump(self.results(rows, partial=True), f, indent=1)
+            suite_report.save_partial(self.partial_path,
+                                      lambda: self.results(rows, partial=True))
         results = self.results(rows)
         self.progress.finish()
         return results
 
     def results(self, rows: List[dict], partial: bool = False) -> dict:
-        from machine import describe
-        machine = describe()
-        machine.update({lib: getattr(sys.modules.get(lib), "__version__", None)
-                        for lib in ("transformers", "torchvision")})
-        return {"machine": machine, "load": self.monitor.stop(), "partial": partial,
+        return {"machine": suite_report.described_machine(), "load": self.monitor.stop(), "partial": partial,
                 "settings": {"quick": self.args.quick, "rounds": self.args.rounds,
                              "round_s": self.args.round_s, "steps": self.args.steps,
                              "scale": self.args.scale, "threads": torch.get_num_threads(),
