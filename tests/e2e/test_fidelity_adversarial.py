@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from tests.e2e.autograd_programs import backward_inside
 from transpiler import ConversionError, FallbackWarning, to_graph
 
 
@@ -1691,15 +1692,6 @@ def vmap_inside(x):
     if y.sum() > 0:
         y = y + 1
     return y
-
-
-def backward_inside(x):
-    w = torch.ones(3, requires_grad=True)
-    loss = (x * w).sum()
-    if loss > 0:
-        loss = loss * 2
-    loss.backward()
-    return w.grad
 
 
 def hook_in_branch(x):

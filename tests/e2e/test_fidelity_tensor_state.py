@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from tests.e2e.autograd_programs import backward_inside
 from transpiler import ConversionError, FallbackWarning, to_graph
 
 from e2e_helpers import assert_same
@@ -339,15 +340,6 @@ def autograd_grad_inside(x):
         y = y * 2
     (g,) = torch.autograd.grad(y, x)
     return g
-
-
-def backward_inside(x):
-    w = torch.ones(3, requires_grad=True)
-    loss = (x * w).sum()
-    if loss > 0:
-        loss = loss * 2
-    loss.backward()
-    return w.grad
 
 
 def autograd_backward_inside(x):

@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.e2e.autograd_programs import backward_inside
 from transpiler import ConversionError, FallbackWarning, to_graph
 
 STEPS = 4
@@ -288,16 +289,9 @@ def test_grad_reached_on_one_branch_only_falls_back_and_set_to_none_runs():
 
 
 def test_leaf_made_inside_gets_its_gradient():
-    def f(x):
-        w = torch.ones(3, requires_grad=True)
-        loss = (x * w).sum()
-        if loss > 0:
-            loss = loss * 2
-        loss.backward()
-        return w.grad
-    g = to_graph(f, strict=True)
+    g = to_graph(backward_inside, strict=True)
     for x in (torch.tensor([1.0, 2.0, 3.0]), torch.tensor([-1.0, -2.0, 0.5])):
-        assert torch.equal(g(x), f(x))
+        assert torch.equal(g(x), backward_inside(x))
 
 
 # ------------------------------------------------------------------------- passes
