@@ -266,6 +266,8 @@ class Snapshot:
         drop = {id(o) for o in objects}
         self._objects = [entry for entry in self._objects if id(entry[1]) not in drop]
         self._deep = [entry for entry in self._deep if id(entry[1]) not in drop]
+        self._arguments = [(i, print_) for i, print_ in self._arguments  # (the signature
+                           if id(print_.value) not in drop]       # has their identity)
 
     def watch_reads(self, reads, constants=()) -> None:
         """Guard what the trace asked of real tensors (``runtime.trace_reads``);
