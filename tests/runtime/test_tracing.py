@@ -303,7 +303,7 @@ def _check_tracing_error(excinfo, line):
     assert "control flow" in msg and "conversion" in msg, msg
 
 
-@pytest.mark.parametrize("what", ["bool", "int", "float", "item", "len", "tolist", "index"])
+@pytest.mark.parametrize("what", ["bool", "int", "float", "len", "tolist", "index"])
 def test_concrete_values_raise_tracing_error(graph, what):
     x = runtime.placeholder(F32, shape=(None, 3), name="x")
     s = x.sum()
@@ -311,7 +311,6 @@ def test_concrete_values_raise_tracing_error(graph, what):
         "bool": lambda: bool(s),
         "int": lambda: int(s),
         "float": lambda: float(s),
-        "item": lambda: s.item(),
         "len": lambda: len(x),
         "tolist": lambda: s.tolist(),
         "index": lambda: [1, 2, 3][s.long()],
@@ -319,6 +318,21 @@ def test_concrete_values_raise_tracing_error(graph, what):
     with pytest.raises(TracingError) as excinfo:
         fn()
     _check_tracing_error(excinfo, fn.__code__.co_firstlineno)
+
+
+def test_item_is_a_graph_value_standing_for_the_number(graph):
+    """``s.item()`` (``loss.item()`` for logging) is the detached 0-d value as a float64
+    graph value (runtime/item_values.py); Python control flow on it still needs conversion."""
+    x = runtime.placeholder(F32, shape=(2, 3), name="x")
+    v = x.sum().item()
+    assert isinstance(v, torch.Tensor) and v.dim() == 0 and v.dtype == torch.float64
+    assert not v.requires_grad
+
+    def f():
+        return 1 if v > 0 else 0
+    with pytest.raises(TracingError) as excinfo:
+        f()
+    _check_tracing_error(excinfo, f.__code__.co_firstlineno + 1)
 
 
 def test_if_on_symbolic_tensor_raises(graph):

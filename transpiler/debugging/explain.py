@@ -149,12 +149,13 @@ def _describe_signature(names: List[str], key) -> str:
     from ..api import _GRAD_MODE, _is_call_modes, _mode
     parts = []
     leaves = key[0].num_leaves
-    # a Module's train/eval flags, then the caller's autocast and default dtype, then the
-    # grad mode
+    # a Module's train/eval flags, then the caller's autocast, default dtype and forward-AD
+    # level, then the grad mode
     extra = [e for e in key[leaves + 1:] if not _is_call_modes(e)]
     parts_mode = [f"training mode: {_mode(e)}" for e in extra if e not in _GRAD_MODE.values()]
-    for autocast, dtype in (e for e in key[leaves + 1:] if _is_call_modes(e)):
+    for autocast, dtype, dual_level in (e for e in key[leaves + 1:] if _is_call_modes(e)):
         parts_mode += ["CPU autocast"] * autocast
+        parts_mode += ["forward-mode AD"] * (dual_level >= 0)
         parts_mode += [f"default dtype {str(dtype).replace('torch.', '')}"] * \
             (str(dtype) != "torch.float32")
     parts_mode += [e[0] for e in extra if e == _GRAD_MODE[False]]
