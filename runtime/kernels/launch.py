@@ -122,13 +122,12 @@ class FusedKernel:
 
     # ---------------------------------------------------------------- calling
     def __call__(self, *xs, out=None):
-        if self._c is None or not all(x.is_cpu and x.is_contiguous() for x in xs) or \
-                (torch.is_grad_enabled() and any(x.requires_grad for x in xs)):
+        plain = self._c is not None and all(x.is_cpu and x.is_contiguous() for x in xs)
+        if not plain or (torch.is_grad_enabled() and any(x.requires_grad for x in xs)):
             # no kernel, another device, autograd, or an input whose layout eager's result
             # would follow (a transposed view): torch ops give eager's strides; under
             # autograd, one node with a generated backward kernel where it can be written
-            if self._c is not None and torch.is_grad_enabled() and \
-                    all(x.is_cpu and x.is_contiguous() for x in xs):
+            if plain:                       # (so autograd records)
                 from .autograd_node import elementwise_call
                 result = elementwise_call(self, xs)
                 if result is not None:
