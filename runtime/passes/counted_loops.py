@@ -32,6 +32,7 @@ import torch
 from ..graph import Graph, Node, iter_nodes
 from ..kernels.launch import FusedKernel
 from ..kernels.loop import KernelLoop, KernelWhile
+from ..kernels.loop_product import ProductLoop
 from ..meta import TensorMeta
 from .licm import _capture
 from .rewrite import Uses, bump, facts_for, graphs_post_order, has_effect, inputs_of
@@ -246,20 +247,53 @@ def kernel_loop(loop: Node, form) -> Optional[KernelLoop]:
             "planned_inplace" in result.attrs:
         return None
     position = {id(v): j for j, v in enumerate(inputs)}
-    roles = []
-    for value in result.args:
+
+    def role(value):
         if value is var:
-            roles.append(("var",))
-        elif isinstance(value, Node) and position.get(id(value), -1) >= n_vars:
-            roles.append(("capture", position[id(value)] - n_vars))
-        elif isinstance(value, Node) and value.op == "getitem" and value.args[1] is index \
+            return ("var",)
+        if isinstance(value, Node) and position.get(id(value), -1) >= n_vars:
+            return ("capture", position[id(value)] - n_vars)
+        if isinstance(value, Node) and value.op == "getitem" and value.args[1] is index \
                 and position.get(id(value.args[0]), -1) >= n_vars:
-            roles.append(("row", position[id(value.args[0])] - n_vars))
-        else:
-            return None
-    if any(has_effect(n) for n in body.walk()):
+            return ("row", position[id(value.args[0])] - n_vars)
         return None
+    roles = [role(value) for value in result.args]
+    product = None
+    if None in roles and roles.count(None) == 1 and ("var",) not in roles:
+        at = roles.index(None)
+        product = _step_product(body, result.args[at], result, var, role)
+        roles[at] = ("product",)
+    if None in roles or any(has_effect(n) for n in body.walk()):
+        return None
+    if product is not None:
+        return ProductLoop(result.target, roles, range(start, stop, step), product)
     return KernelLoop(result.target, roles, range(start, stop, step))
+
+
+def _step_product(body: Graph, node, reader: Node, var: Node, role) -> Optional[tuple]:
+    """``(C's role or None, W's capture index)`` when ``node`` is ``addmm(C, var, W)`` or
+    ``mm``/``matmul(var, W)`` of 2-D matrices, ``W`` a capture and ``C`` a capture or a
+    row, read only by the step's kernel ``reader`` (once), ``var`` read only by it; else None
+    (``kernels/loop_product.ProductLoop``)."""
+    if not isinstance(node, Node) or node.op not in ("addmm", "mm", "matmul") or \
+            node.kwargs or "planned_inplace" in node.attrs or node.graph is not body:
+        return None
+    args = list(node.args)
+    c = args.pop(0) if node.op == "addmm" else None
+    if len(args) != 2 or args[0] is not var or not isinstance(args[1], Node):
+        return None
+    w, c_role = role(args[1]), None if c is None else role(c)
+    if w is None or w[0] != "capture" or (c is not None and (c_role is None or
+                                                             c_role[0] == "var")):
+        return None
+    if not all(isinstance(v.meta, TensorMeta) and len(v.meta.shape) == 2
+               for v in (node, var, args[1])):
+        return None
+    uses = Uses(body)
+    if not uses.only_reader(var, node) or not uses.only_reader(node, reader) or \
+            sum(a is node for a in reader.args) != 1:
+        return None
+    return c_role, w[1]
 
 
 def kernel_while(loop: Node) -> Optional[KernelWhile]:
