@@ -28,7 +28,7 @@ import itertools
 import operator
 from typing import Any, Iterable, List, Optional
 
-from .python_state import _key, fingerprint, guard_print
+from .python_state import InputSlots, _key, fingerprint, guard_print
 
 try:                                    # CPython's dict version tag, as torch reads it
     from torch._C._dynamo.guards import dict_version as _dict_version
@@ -183,14 +183,15 @@ class TaggedPrint:
     ``nn.Module``s met, which then count by identity (``guard_print``)."""
     __slots__ = ("value", "make", "print", "seen", "deep", "how")
 
-    def __init__(self, value, make=None, deep: bool = False, names=None, modules=None):
+    def __init__(self, value, make=None, deep: bool = False, names=None, modules=None,
+                 inputs: bool = False):
         self.value, self.make = value, make
         self.seen = Seen()
         target = value if make is None else make()
-        self.how = (names, modules is not None) if deep else None   # for holds_for
+        self.how = (names, modules is not None, inputs) if deep else None  # for holds_for
         if deep:
             self.print, self.deep = guard_print(target, seen=self.seen, names=names,
-                                                modules=modules)
+                                                modules=modules, inputs=_slots(inputs))
         else:
             self.print, self.deep = fingerprint(target, seen=self.seen), None
         if make is not None and isinstance(getattr(value, "__dict__", None), dict):
@@ -218,7 +219,8 @@ class TaggedPrint:
             now = fingerprint(target, seen=seen)
         else:                           # as recorded: a module by identity, no deeper
             now, deep = guard_print(target, seen=seen, names=self.how[0],
-                                    modules=[] if self.how[1] else None)
+                                    modules=[] if self.how[1] else None,
+                                    inputs=_slots(self.how[2]))
             if deep:
                 return False
         if now != self.print:
@@ -227,6 +229,12 @@ class TaggedPrint:
             seen.dicts[id(vars(value))] = vars(value)
         self.value, self.seen = value, seen.freeze()
         return True
+
+
+def _slots(inputs: bool):
+    """Tensors in an argument object's lists, dicts and attributes print as graph inputs
+    (``runtime.argument_objects``), not by identity."""
+    return InputSlots(record=False) if inputs else None
 
 
 class Bindings:

@@ -57,7 +57,7 @@ def _tensor_class(cls) -> bool:
 
 class _Walk:
     __slots__ = ("budget", "active", "carried", "containers", "classes", "deep", "library",
-                 "seen", "names", "modules")
+                 "seen", "names", "modules", "inputs")
 
     def __init__(self, carried: Set[int], containers: Optional[list], seen=None):
         self.seen = seen                      # what was looked into (guard_tags.Seen)
@@ -70,6 +70,7 @@ class _Walk:
         self.active: Set[int] = set()
         self.carried = carried
         self.containers = containers      # (container, shallow copy) when restoring
+        self.inputs = None                # an ``InputSlots``: tensors in mutable slots
 
 
 def fingerprint(value, depth: int = DEPTH, carried: Set[int] = frozenset(),
@@ -82,7 +83,7 @@ def fingerprint(value, depth: int = DEPTH, carried: Set[int] = frozenset(),
 
 
 def guard_print(value, seen=None, names: Optional[Iterable[str]] = None,
-                modules: Optional[list] = None) -> tuple:
+                modules: Optional[list] = None, inputs: Optional["InputSlots"] = None) -> tuple:
     """``(fingerprint(value), the objects it did not look into for depth)``, not counting
     those inside a library's objects (a Logger's handlers): a guard built on it cannot see
     a change past ``DEPTH`` (``cfg.a.b.c.d.e.scale``). ``names``: every name the traced
@@ -92,12 +93,18 @@ def guard_print(value, seen=None, names: Optional[Iterable[str]] = None,
     still fingerprinted to the depth, as everything else). ``modules``: a list to receive
     the ``nn.Module``s met (the value itself, or one a config object holds); each counts
     by identity, not walked: the caller guards their trees as ``to_graph(module)`` guards
-    its own (``runtime.module_state``), at any depth."""
+    its own (``runtime.module_state``), at any depth. ``inputs``: an ``InputSlots``
+    told of each tensor held in a list, a dict or an object's ``__dict__`` of the value's
+    own data (graph inputs, printed as such, not by identity: ``runtime.argument_objects``)."""
     walk = _Walk(frozenset(), None, seen)
     walk.deep = []
     walk.modules = modules
+    walk.inputs = inputs
     walk.names = frozenset(names) if names is not None else None
-    return _fp(value, DEPTH, walk), walk.deep
+    found = _fp(value, DEPTH, walk)
+    if inputs is not None:
+        inputs.exhausted = walk.budget <= 0
+    return found, walk.deep
 
 
 _ATOM, _FLOAT, _IDENTITY, _WALK, _LOGGER = range(5)
@@ -110,11 +117,17 @@ _LOGGING = (logging.Manager, logging.PlaceHolder, logging.Handler, logging.Forma
             logging.Filter, logging.LoggerAdapter)
 
 
+# torch's immutable values compared by value (a cache layer's ``device``): torch-free here
+_VALUE_CLASSES = frozenset({("torch", "device"), ("torch", "dtype"), ("torch", "layout"),
+                            ("torch", "memory_format")})
+
+
 def _kind(cls) -> int:
     kind = _KINDS.get(cls)
     if kind is None:
         library = not user_classes(cls)
-        kind = _FLOAT if issubclass(cls, float) else _ATOM if issubclass(cls, _ATOMS) else \
+        kind = _FLOAT if issubclass(cls, float) else _ATOM if issubclass(cls, _ATOMS) or \
+            (cls.__module__, cls.__qualname__) in _VALUE_CLASSES else \
             _IDENTITY if (issubclass(cls, _CODE) or _tensor_class(cls) or
                           cls.__module__.split(".")[0] in ("runtime", "transpiler")) else \
             _LOGGER if library and issubclass(cls, logging.Logger) else \
@@ -152,11 +165,15 @@ def _fp(v, depth: int, walk: _Walk):
     walk.active.add(key)
     library = walk.deep is not None and _library_object(cls)
     walk.library += library
+    inputs = walk.inputs              # (no slots inside torch's objects: an optimizer)
+    if inputs is not None and cls.__module__.split(".")[0] == "torch":
+        walk.inputs = None
     try:
         return _fp_inner(v, cls, depth - 1, walk)
     finally:
         walk.active.discard(key)
         walk.library -= library
+        walk.inputs = inputs
 
 
 def _logger_fp(v, walk: _Walk):
@@ -210,12 +227,15 @@ def _fp_inner(v, cls, depth: int, walk: _Walk):
     if isinstance(v, (list, tuple)):
         if walk.containers is not None and isinstance(v, list):
             walk.containers.append((v, list(v)))
+        if walk.inputs is not None and isinstance(v, list):
+            return (cls, len(v), walk.inputs.holder(v, "list", depth, walk))
         return (cls, len(v), tuple(_fp(x, depth, walk) for x in v))
     if isinstance(v, dict):
         if walk.containers is not None:
             walk.containers.append((v, dict(v)))
         items = tuple((_key(k), _fp(x, depth, walk)) for k, x in v.items()
-                      if not (carried and _carried_leaf(x)))
+                      if not (carried and _carried_leaf(x))) if walk.inputs is None else \
+            walk.inputs.holder(v, "dict", depth, walk)
         attrs = getattr(v, "__dict__", None)
         if isinstance(attrs, dict) and attrs:       # a dict subclass's own attributes
             items += (("__dict__", _attrs(v, attrs, carried, depth, walk)),)
@@ -246,8 +266,42 @@ def _fp_inner(v, cls, depth: int, walk: _Walk):
 def _attrs(v, attrs: dict, carried: bool, depth: int, walk: _Walk, record=True) -> tuple:
     if walk.containers is not None and record:
         walk.containers.append((v, dict(attrs)))
+    if walk.inputs is not None and record and attrs is getattr(v, "__dict__", None):
+        return walk.inputs.holder(v, "attrs", depth, walk)
     return tuple((k, _fp(x, depth, walk)) for k, x in attrs.items()
                  if not k.startswith("_tograph") and not (carried and _carried_leaf(x)))
+
+
+class InputSlots:
+    """Told by a ``guard_print`` walk of the lists, dicts and objects' ``__dict__``s it
+    looks into (``holders``, in walk order) and of the tensors they hold (``slots``:
+    (holder index, key, tensor); an ``nn.Parameter`` is not one): those tensors print as
+    graph inputs, by their slot's place, not by identity. ``record=False``: print only."""
+
+    def __init__(self, record: bool = True):
+        self.record = record
+        self.exhausted = False      # the walk ran out of budget: not every slot was seen
+        self.holders: List[Tuple[Any, str]] = []
+        self.slots: List[Tuple[int, Any, Any]] = []
+
+    def holder(self, v, kind: str, depth: int, walk: "_Walk") -> tuple:
+        """The fingerprint of the items of ``v`` (a list, a dict, an object's attributes)."""
+        index = len(self.holders)
+        if self.record:
+            self.holders.append((v, kind))
+        items = enumerate(v) if kind == "list" else \
+            dict.items(v) if kind == "dict" else vars(v).items()
+        out = []
+        for k, x in items:
+            if kind == "attrs" and k.startswith("_tograph"):
+                continue
+            if is_tensor(x) and "Parameter" not in type(x).__name__:
+                if self.record:
+                    self.slots.append((index, k, x))
+                out.append((_key(k), "input"))
+            else:
+                out.append((_key(k), _fp(x, depth, walk)))
+        return tuple(out)
 
 
 def _carried_leaf(x) -> bool:
@@ -284,21 +338,30 @@ def _class_fp(cls, depth: int, walk: _Walk):
     dunders): methods by identity, values as anywhere else. Once per class per walk."""
     found = walk.classes.get(id(cls))
     if found is None:
-        walk.classes[id(cls)] = ()            # (a class attribute holding an instance)
-        found = tuple((c.__qualname__, tuple(
-            (k, _unread_fp(x, depth, walk) if walk.names is not None and
-             k not in walk.names and k not in _implicit_names(cls)
-             else _fp(x, depth, walk))
-            for k, x in c.__dict__.items()
-            if not (k.startswith("__") and k.endswith("__"))))
-            for c in user_classes(cls))
-        walk.classes[id(cls)] = found
-        if walk.seen is not None:
-            for c in user_classes(cls):
-                walk.seen.walked_class(c)
-        if walk.containers is not None:
-            for c in user_classes(cls):
-                walk.containers.append((c, _PutBack(_class_restorer(c))))
+        inputs, walk.inputs = walk.inputs, None     # (a class's tensors: by identity)
+        try:
+            return _class_fp_walk(cls, depth, walk)
+        finally:
+            walk.inputs = inputs
+    return found
+
+
+def _class_fp_walk(cls, depth: int, walk: _Walk):
+    walk.classes[id(cls)] = ()            # (a class attribute holding an instance)
+    found = tuple((c.__qualname__, tuple(
+        (k, _unread_fp(x, depth, walk) if walk.names is not None and
+         k not in walk.names and k not in _implicit_names(cls)
+         else _fp(x, depth, walk))
+        for k, x in c.__dict__.items()
+        if not (k.startswith("__") and k.endswith("__"))))
+        for c in user_classes(cls))
+    walk.classes[id(cls)] = found
+    if walk.seen is not None:
+        for c in user_classes(cls):
+            walk.seen.walked_class(c)
+    if walk.containers is not None:
+        for c in user_classes(cls):
+            walk.containers.append((c, _PutBack(_class_restorer(c))))
     return found
 
 

@@ -31,7 +31,7 @@ import torch.utils._pytree as pytree
 import runtime
 from runtime import operators as tg
 from runtime import control_flow, path_values, region_state, subgraphs, tensor_state, trace_reads
-from runtime import autograd_effects
+from runtime import argument_objects, autograd_effects
 from runtime.errors import GraphError
 from runtime.options import options
 from runtime.executor import Unstack, located, lower
@@ -43,6 +43,7 @@ from runtime.operators.iterables import TensorList
 from runtime.operators.special_values import Undefined, UndefinedReturn
 from runtime.operators.text import DeferredText
 from runtime.outputs import ArgRef, reachable, resolve_arguments, template
+from runtime.python_state import is_tensor
 from runtime.source_info import location_of_traceback, reentered_call_site, register_source_map
 from runtime import views
 from runtime.symbolic import tracing, wrap_node
@@ -245,7 +246,10 @@ def _fn_name(fn) -> str:
 
 def signature_of(args, kwargs):
     flat, spec = pytree.tree_flatten((args, kwargs))
-    return (spec,) + tuple(_leaf_key(v) for v in flat), flat, spec   # TreeSpec hashes
+    flat = argument_objects.extend(flat)   # (+ the tensors argument objects hold)
+    key = (spec,) + tuple(_leaf_key(v) for v in flat)   # TreeSpec hashes
+    found = getattr(flat, "found", None)
+    return (key if found is None else key + (found.key,)), flat, spec
 
 
 _call_modes = tensor_state.call_modes
@@ -265,7 +269,10 @@ class _Traced:
         self.executable = executable
         self.inputs, self.outputs = inputs, outputs    # how ``optimized`` was lowered
         self.fn = executable.fn
-        self.argument_refs = any(isinstance(v, ArgRef) for v in _walk_structure(outputs))
+        # (result, writes to argument objects: runtime.argument_objects) when it writes
+        self.writes = bool(getattr(graph, "argument_writes", 0))
+        self.argument_refs = any(isinstance(v, ArgRef) for v in _walk_structure(
+            outputs[0] if self.writes else outputs))
         self.holds = guard.compile_check()
         self.explain_guard = guard.explainer()     # which check failed: tograph.guards
         self.arguments_hold = guard.arguments_check()    # None: no object arguments
@@ -408,6 +415,10 @@ class GraphFunction:
             self._entries.link_fast(fast, entry)
         if isinstance(entry, _Fallback):
             return self._fn(*args, **kwargs)
+        if entry.writes:                # to argument objects (a KV cache grown)
+            out, writes = entry(flat)
+            argument_objects.write_back(flat.found, writes)
+            return resolve_arguments(out, args, kwargs) if entry.argument_refs else out
         if entry.argument_refs:         # a list/dict the caller passed in, returned
             return resolve_arguments(entry(flat), args, kwargs)
         return entry(flat)
@@ -608,6 +619,8 @@ class GraphFunction:
         for fn in list(_CALLED):
             guard.include(fn)
         guard.watch_arguments(flat)
+        if getattr(flat, "found", None) is not None:
+            guard.argument_holders([c for c, _ in flat.found.holders])
         guard.watch_reads(getattr(graph, "tensor_reads", None),
                           [n.attrs["value"] for n in graph.walk() if n.op == "constant"
                            and isinstance(n.attrs.get("value"), torch.Tensor)])
@@ -643,8 +656,10 @@ class GraphFunction:
                 tensor_state.note_argument(node, value)
             else:
                 sym.append(value)
-        sargs, skwargs = pytree.tree_unflatten(sym, spec)
+        sargs, skwargs = pytree.tree_unflatten(sym[:spec.num_leaves], spec)
         snapshot = Snapshot.take(target, sargs, skwargs)   # what the trace really receives
+        found = getattr(flat, "found", None)     # argument objects: placeholders installed
+        installed = argument_objects.Installed(found, sym) if found is not None else None
         take_converted()
         del _CALLED[:]
         touched = len(region_state.TOUCHED)
@@ -658,10 +673,18 @@ class GraphFunction:
                     graph.tensor_reads = reads      # what it asked of real tensors: guarded
                     out = converted(*sargs, **skwargs)
             except BaseException:
+                if installed is not None:
+                    installed.restore()
                 control_flow.copies_changed(copies)
                 region_state.untouch(touched)
                 snapshot.restore()
                 raise
+            writes = installed.writes() if installed is not None else ()
+            counted = installed.refused(writes) if writes else None
+            if counted is not None:
+                raise GraphError(f"the function mutates argument {names[counted[0]]!r} (its "
+                                 f"{counted[1]}: a number or text the graph would set to the "
+                                 f"value of its trace on every call)")
             caught = subgraphs.escaped_since(raised)
             refused = control_flow.copies_changed(copies)     # (asked always: it forgets them)
             if caught is not None:
@@ -694,10 +717,16 @@ class GraphFunction:
                                     zip(sym, names) if isinstance(v, torch.Tensor) and
                                     views.storage(v) is not None and views.storage(v).written]
             structure = _output_structure(graph, out, existed, _argument_paths(sargs, skwargs))
+            if writes:
+                structure = (structure, _write_structure(graph, out, writes, existed,
+                                                         installed.references()))
+                graph.argument_writes = len(writes)
             graph.outputs = map_structure(structure, lambda v: isinstance(v, Unstack),
                                           lambda v: v.node)
             return graph, structure, target
         finally:
+            if installed is not None:
+                installed.restore()
             path_values.forget_identities(identities)
             _CONVERTED.clear()          # (see _CONVERTED: kept for one trace only)
 
@@ -794,6 +823,22 @@ def _output_structure(graph, out, existed=lambda obj: False, arguments=None):
     paths = arguments or {}
     return template(out, lambda v: isinstance(v, special), leaf, existed,
                     lambda v: paths.get(id(v)))
+
+
+def _write_structure(graph, out, writes, existed, holders):
+    """The output structure of what the call wrote to argument objects (``writes``:
+    (holder index, kind, new items), ``runtime.argument_objects``): the holders referred
+    to by place (``holders``: their ids -> ``ArgRef`` paths). An object the call made that
+    the result holds too would come back as two objects: refused."""
+    made = {id(v) for v in reachable([w[2] for w in writes]) if not existed(v) and
+            not isinstance(v, _ATOM_TYPES) and not is_tensor(v)}
+    if made and any(id(v) in made for v in reachable([out])):
+        raise GraphError("an object the call makes is both returned and stored in an "
+                         "argument object; it cannot be rebuilt as one object on each call")
+    return _output_structure(graph, tuple(writes), existed, holders)
+
+
+_ATOM_TYPES = (int, float, complex, str, bytes, bool, type(None))
 
 
 def _param_names(fn) -> List[str]:

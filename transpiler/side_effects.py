@@ -91,13 +91,14 @@ def _check_name(check) -> str:
     return next((text for key, text in _CHECK_NAMES if key in where), "a recorded check")
 
 
-def _guard_print(label: str, value, names=None, modules=None) -> TaggedPrint:
+def _guard_print(label: str, value, names=None, modules=None, inputs=False) -> TaggedPrint:
     """The fingerprint a guard compares (``runtime.guard_tags``: taken again only when a
     dict it looked into changed); GraphError where it cannot look deep enough to see
     what the trace may have read (the call falls back rather than risk a stale graph).
     ``modules``: a list to receive the ``nn.Module``s met, counted by identity there
-    (the caller guards their trees with ``runtime.module_state``)."""
-    found = TaggedPrint(value, deep=True, names=names, modules=modules)
+    (the caller guards their trees with ``runtime.module_state``). ``inputs``: the tensors
+    its lists, dicts and attributes hold are graph inputs (``runtime.argument_objects``)."""
+    found = TaggedPrint(value, deep=True, names=names, modules=modules, inputs=inputs)
     if found.deep:
         raise GraphError(f"{label} ({type(value).__name__}) holds objects nested deeper than "
                          f"{DEPTH} levels (a {type(found.deep[0]).__name__}): a change there "
@@ -194,7 +195,9 @@ class Snapshot:
         a Module among them keeps the one-level check (a deep one per call costs too
         much for a model)."""
         modules: list = []      # met in them: guarded as to_graph(module) guards its own
-        self._arguments = [(i, _guard_print(f"argument #{i}", v, self._names, modules))
+        walked = getattr(getattr(flat, "found", None), "leaves", ())   # (argument_objects)
+        self._arguments = [(i, _guard_print(f"argument #{i}", v, self._names, modules,
+                                            i in walked))
                            for i, v in enumerate(flat) if not _is_value(v)]
         held = [value for _, _, value in self._globals] + \
             [value for _, _, value in self._cells]
@@ -268,6 +271,17 @@ class Snapshot:
         self._deep = [entry for entry in self._deep if id(entry[1]) not in drop]
         self._arguments = [(i, print_) for i, print_ in self._arguments  # (the signature
                            if id(print_.value) not in drop]       # has their identity)
+
+    def argument_holders(self, objects) -> None:
+        """Stop watching ``objects`` by identity of what they hold (one level deep: a
+        method of theirs the trace called, ``cache.layers[0].update``; deep: a value a
+        called function's closure holds): they are argument objects whose tensors
+        are graph inputs and whose attributes the argument's print guards by place
+        (``runtime.argument_objects``): the call's writes replace their tensors."""
+        drop = {id(o) for o in objects}
+        self._objects = [entry for entry in self._objects if id(entry[1]) not in drop]
+        self._deep = [entry for entry in self._deep if id(entry[1]) not in drop]
+        self._held = [p for p in self._held if id(p.value) not in drop]   # (a closure's)
 
     def watch_reads(self, reads, constants=()) -> None:
         """Guard what the trace asked of real tensors (``runtime.trace_reads``);

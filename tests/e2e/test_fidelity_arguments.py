@@ -6,6 +6,7 @@ import warnings
 import pytest
 import torch
 
+from e2e_helpers import assert_same
 from fidelity_checks import converts, falls_back
 from transpiler import ConversionError, FallbackWarning, to_graph
 
@@ -64,9 +65,15 @@ def mutates_object_argument(a, box):
     return a + 1
 
 
-def test_a_mutated_object_argument_still_falls_back():
-    box = Box()
-    falls_back(mutates_object_argument, (torch.ones(3), box), (torch.zeros(3), box))
+def test_a_mutated_object_argument_converts_and_is_written_back():
+    """A tensor the call stores in an argument object is a graph output written back to
+    the caller's object (runtime.argument_objects), call after call."""
+    g = to_graph(mutates_object_argument, strict=True)
+    box_e, box_g = Box(), Box()
+    for a in (torch.ones(3), torch.zeros(3), torch.arange(3.)):
+        assert_same(g(a, box_g), mutates_object_argument(a, box_e))
+        assert type(box_g.v) is torch.Tensor
+        assert_same(box_g.v, box_e.v)
 
 
 # ----------------------------------------------------------------- containers returned as themselves

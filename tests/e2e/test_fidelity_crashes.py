@@ -264,9 +264,10 @@ def test_nested_object_gradients():
     assert_same(gx2, gx1)
 
 
-def test_argument_objects_mutated_in_a_branch_fall_back_and_keep_real_tensors():
+def test_argument_objects_mutated_in_a_branch_convert_and_keep_real_tensors():
     """The caller's object (reached through an argument, one or two levels down) mutated
-    in a tensor branch: the call falls back, and the object holds real tensors, as eager."""
+    in a tensor branch: the cond's output is written back (runtime.argument_objects), and
+    the object holds real tensors, as eager."""
     def one_level(a, x):
         if x.sum() > 1:
             a.t = a.t - x
@@ -283,7 +284,7 @@ def test_argument_objects_mutated_in_a_branch_fall_back_and_keep_real_tensors():
             a1.t, a2.t = torch.ones(3), torch.ones(3)
             fn(a1, x)
             got, ws = run_default(fn, a2, x)
-            assert len(ws) == 1 and "mutates argument" in str(ws[0].message)
+            assert not ws, [str(w.message) for w in ws]
             assert_same(a2.t, a1.t)
             assert_same(a2.b.t, a1.b.t)
             assert type(a2.b.c.t) is torch.Tensor
