@@ -55,6 +55,7 @@ class Options:
     verify_passes: bool = False    # verify the graph after each optimizer pass
     optimize: bool = True          # run the optimizer at all
     fold_batchnorm: bool = True    # fold eval batch norms into the convolution before them
+    channels_last: bool = True     # run eval conv_bn chains channels-last (NHWC)
     kernel_build: str = "background"   # "sync": kernels compiled before the first call runs
 
     @classmethod
@@ -65,6 +66,7 @@ class Options:
                    verify_passes=_flag("TOGRAPH_VERIFY_PASSES", False),
                    optimize=_flag("TOGRAPH_OPTIMIZE", True),
                    fold_batchnorm=_flag("TOGRAPH_FOLD_BATCHNORM", True),
+                   channels_last=_flag("TOGRAPH_CHANNELS_LAST", True),
                    kernel_build=_kernel_build())
 
     @contextlib.contextmanager

@@ -31,6 +31,11 @@ bias run there: oneDNN's fused relu/hardsigmoid turn NaN into 0, so the activati
 and residual add stay torch's, in place. Contiguous, non-empty inputs only; the result
 gets eager's strides.
 
+With ``channels_last`` (set by ``passes/channels_last.py`` on chains of these nodes) the
+folded path converts its input to channels-last (nothing to do when it is already) and
+keeps its folded weight channels-last; its result is channels-last, which the pass turns
+back to eager's layout where the chain ends.
+
 The folded path is taken only when it means the same as eager: float32/float64 tensors
 of one dtype and device, every source value finite and the folded ones too (a scale of
 Inf would turn ``0 * Inf`` into NaN where eager's ``x * Inf`` is not), shapes as a
@@ -88,11 +93,15 @@ class FoldedConv:
     stride, padding, dilation, groups, eps[, other])``; ``b``, ``weight``, ``bias`` may
     be None."""
 
-    def __init__(self, act: Optional[str] = None, residual: bool = False):
+    def __init__(self, act: Optional[str] = None, residual: bool = False,
+                 channels_last: bool = False):
         if act is not None and act not in ACTIVATIONS:
             raise ValueError(f"unknown activation {act!r}")
         self.act = act
         self.residual = residual
+        # ``passes/channels_last.py``: run the folded convolution on a channels-last input
+        # with channels-last weights (its result channels-last too)
+        self.channels_last = channels_last
         self.__name__ = "conv_bn" + (("_add" if residual else "") +
                                      (f"_{act}" if act else ""))
         # (key, (weight, bias) or None where not foldable, the weight in oneDNN's layout
@@ -100,10 +109,14 @@ class FoldedConv:
         self._state = (None, None, None, ())
 
     def with_epilogue(self, act: Optional[str], residual: bool) -> "FoldedConv":
-        return FoldedConv(act, residual)
+        return FoldedConv(act, residual, self.channels_last)
+
+    def in_channels_last(self) -> "FoldedConv":
+        return FoldedConv(self.act, self.residual, True)
 
     def __repr__(self) -> str:
-        return f"FoldedConv({self.act!r}, residual={self.residual})"
+        return f"FoldedConv({self.act!r}, residual={self.residual}" + \
+            (", channels_last=True)" if self.channels_last else ")")
 
     def __call__(self, x, w, b, rm, rv, g, beta, stride, padding, dilation, groups, eps,
                  other=None):
@@ -116,6 +129,8 @@ class FoldedConv:
         state = self._state             # one tuple: threads sharing the graph see one fold
         if state[0] != key:
             folded = _fold(w, b, rm, rv, g, beta, eps)
+            if folded is not None and self.channels_last and w.is_contiguous():
+                folded = (folded[0].contiguous(memory_format=torch.channels_last), folded[1])
             packed = None if folded is None else \
                 _pack(folded[0], x, stride, padding, dilation, groups)
             state = self._state = (key, folded, packed,
@@ -124,8 +139,12 @@ class FoldedConv:
         if folded is None or x.dtype != folded[0].dtype or x.device != folded[0].device:
             return self.eager(x, w, b, rm, rv, g, beta, stride, padding, dilation, groups,
                               eps, other)
-        if packed is not None and x.is_contiguous() and w.is_contiguous() and x.numel():
-            y = _packed_conv(x, packed, folded[1], stride, padding, dilation, groups)
+        cl = self.channels_last and x.dim() == 4 and w.is_contiguous()
+        if cl:
+            x = x.contiguous(memory_format=torch.channels_last)    # itself when it is
+        if packed is not None and (cl or x.is_contiguous()) and w.is_contiguous() and \
+                x.numel():
+            y = _packed_conv(x, packed, folded[1], stride, padding, dilation, groups, cl)
         else:
             y = torch.conv2d(x, folded[0], folded[1], stride, padding, dilation, groups)
         if other is not None:
@@ -190,7 +209,9 @@ def _pack(weight, x, stride, padding, dilation, groups):
     params = [_pair(stride), _pair(padding), _pair(dilation)]
     if weight.dtype != torch.float32 or weight.device.type != "cpu" or None in params or \
             type(groups) is not int or weight.numel() < MIN_PACKED or \
-            not torch.backends.mkldnn.is_available() or not weight.is_contiguous():
+            not torch.backends.mkldnn.is_available() or not (
+                weight.is_contiguous() or
+                weight.is_contiguous(memory_format=torch.channels_last)):
         return None
     stride, padding, dilation = params
     try:
@@ -200,12 +221,15 @@ def _pack(weight, x, stride, padding, dilation, groups):
         return None
 
 
-def _packed_conv(x, packed, bias, stride, padding, dilation, groups):
+def _packed_conv(x, packed, bias, stride, padding, dilation, groups, channels_last=False):
     """oneDNN's convolution with the packed weight; its result (which oneDNN lays out
-    channels last) copied to the strides eager's ``conv2d`` gives a contiguous input."""
+    channels last) copied to the strides eager's ``conv2d`` gives a contiguous input,
+    unless ``channels_last``."""
     y = torch.ops.mkldnn._convolution_pointwise(
         x, packed, bias, _pair(padding), _pair(stride), _pair(dilation), groups,
         "none", [], "")
+    if channels_last:
+        return y
     n, c, h, w = y.shape
     if y.stride() != (c * h * w, h * w, w, 1):
         y = y.clone(memory_format=torch.contiguous_format)

@@ -23,6 +23,7 @@ from ..verifier import verify
 from .attention import open_attention
 from .attention_arguments import attention_arguments
 from .batch_matmul import batch_matmul
+from .channels_last import channels_last
 from .conv_epilogue import conv_epilogue
 from .counted_loops import counted_loops
 from .cse import cse
@@ -51,7 +52,8 @@ FINAL: List[Pass] = [unbind_rows, fuse_elementwise, plan_memory]
 PASSES: List[Pass] = CLEANUP + CONV + [counted_loops, open_attention, attention_arguments,
                                      patch_conv,
                                      batch_matmul,
-                                     fuse_patterns, fold_parameters, rotary] + FINAL  # all run
+                                     fuse_patterns, fold_parameters, rotary,
+                                     channels_last] + FINAL  # all run
 
 
 def run_pass(graph: Graph, pass_: Pass) -> Graph:
@@ -134,6 +136,7 @@ def optimize(graph: Graph, passes: Optional[Sequence[Pass]] = None) -> Graph:
         result = run_pass(run_pass(result, cse), dce)
     result = run_pass(result, fold_parameters)     # after the patterns that read weights
     result = run_pass(result, rotary)
+    result = run_pass(result, channels_last)       # after every pass making conv nodes
     for pass_ in FINAL:
         result = run_pass(result, pass_)
     return result

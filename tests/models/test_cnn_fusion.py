@@ -37,6 +37,7 @@ def test_zoo_cnn_folds_and_matches_eager(name):
         ops = [n.op for n in g.get_concrete(x).optimized.walk()]
     assert ops.count("conv_bn") == CNNS[name]
     assert "batch_norm" not in ops and not any("dropout" in op for op in ops)
+    assert "eager_layout" in ops          # passes/channels_last.py: the chains run NHWC
 
 
 def test_zoo_resnet_batch_and_autograd():
