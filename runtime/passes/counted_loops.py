@@ -262,7 +262,8 @@ def kernel_loop(loop: Node, form) -> Optional[KernelLoop]:
     if None in roles and roles.count(None) == 1 and ("var",) not in roles:
         at = roles.index(None)
         product = _step_product(body, result.args[at], result, var, role)
-        roles[at] = ("product",)
+        if product is not None:
+            roles[at] = ("product",)
     if None in roles or any(has_effect(n) for n in body.walk()):
         return None
     if product is not None:
