@@ -124,6 +124,34 @@ def test_forms_through_the_product_node(fn, spy, no_prologue):
     assert spy and set(spy) == {"product"}
 
 
+def rnn_two_products(xs, h, w_ih, w_hh, bias, c):
+    for xt in xs:
+        h = torch.tanh(xt @ w_ih + (h @ w_hh) @ w_hh + bias)
+    return h
+
+
+def rnn_residual(xs, h, w_ih, w_hh, bias, c):
+    for xt in xs:
+        h = torch.tanh(xt @ w_ih + h @ w_hh + bias) + h
+    return h
+
+
+@pytest.mark.parametrize("fn", [rnn_two_products, rnn_residual])
+@pytest.mark.parametrize("grad", [True, False])
+def test_other_steps_keep_the_general_loop(fn, grad, spy, no_prologue):
+    """A step whose kernel reads a product of something else than the loop variable, or
+    the loop variable itself, is no ProductLoop: eager's values and gradients."""
+    if grad:
+        _check(fn, [_inputs(5, 8, 16, seed) for seed in (20, 21)])
+    else:
+        converted = to_graph(fn, strict=True)
+        with torch.no_grad():
+            for seed in (20, 21):
+                args = _inputs(5, 8, 16, seed)
+                _close(converted(*args), fn(*args))
+    assert "product" not in spy and "direct" not in spy
+
+
 @pytest.mark.parametrize("needs", [
     (True, False, False, False, False, False),       # xs only
     (False, True, False, False, False, False),       # h0 only
