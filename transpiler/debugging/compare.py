@@ -194,6 +194,10 @@ def _converted_run(report, gf, args, kwargs, eager_in, eager_out, rtol, atol, ti
             exe = lower(entry.optimized, entry.inputs, entry.outputs, observer=observer)
             run = lambda: exe(*flat)                            # noqa: E731
         graph_out = run()
+        if getattr(entry, "writes", False):     # to argument objects: as a call does
+            from runtime.argument_objects import write_back
+            graph_out, writes = graph_out
+            write_back(flat.found, writes)
     except Exception as e:
         graph_out, report.graph_error = None, error_text(e)
     if entry is not None and not isinstance(entry, _Fallback):
