@@ -588,6 +588,7 @@ class GraphFunction:
         serves every size (what export needs). Returns (graph, output structure)."""
         kwargs = kwargs or {}
         key, flat, spec = self._signature(args, kwargs)
+        flat = flat[:spec.num_leaves]   # (argument objects' tensors: constants, no write-back)
         with TRACE_LOCK:
             try:
                 graph, structure, _ = self._trace_graph(args, kwargs, flat, spec, dynamic or {})
