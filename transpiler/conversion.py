@@ -100,6 +100,7 @@ def _convert_tree(fn, probed=()):
         node = converter.transform(node, ctx)
         if converter is call_trees:         # probes are operator calls, not user calls
             node = probes.transform(node, ctx, probed)
+    ctx.holds_del = base.holds_del(node)     # (no converter writes a ``del``)
     for fn_node in [n for n in traversal.walk(node) if isinstance(n, gast.FunctionDef)]:
         activity.analyze(fn_node)
         liveness.analyze(fn_node)

@@ -59,6 +59,9 @@ class Effects:
     mutated: set = dataclasses.field(default_factory=set)   # bases of attribute/subscript writes
     deleted: set = dataclasses.field(default_factory=set)
     composites: set = dataclasses.field(default_factory=set)
+    # binds and deleted only (block_bound): reads of nested functions and composites'
+    # source text, each a walk or an unparse, are left out (the other sets are partial)
+    bindings_only: bool = False
 
     def expr(self, node):
         if node is None:
@@ -66,7 +69,8 @@ class Effects:
         if isinstance(node, gast.Name):
             (self.reads if isinstance(node.ctx, gast.Load) else self.binds).add(node.id)
         elif isinstance(node, (gast.Lambda,) + _COMPS):
-            self.reads |= free_names(node)
+            if not self.bindings_only:
+                self.reads |= free_names(node)
         elif isinstance(node, gast.NamedExpr):
             self.expr(node.value)
             self.target(node.target)
@@ -93,7 +97,8 @@ class Effects:
             if isinstance(base, gast.Name):
                 self.reads.add(base.id)
                 self.mutated.add(base.id)
-            self.composites.add(codegen.expr_source(node))
+            if not self.bindings_only:
+                self.composites.add(codegen.expr_source(node))
             self.expr(node.value)
             if isinstance(node, gast.Subscript):
                 self.expr(node.slice)
@@ -112,9 +117,10 @@ def free_names(node):
     return read - bound
 
 
-def header_effects(stmt):
-    """Effects of ``stmt`` itself, not of the blocks it contains."""
-    e = Effects()
+def header_effects(stmt, bindings_only=False):
+    """Effects of ``stmt`` itself, not of the blocks it contains (``bindings_only``: only
+    its ``binds`` and ``deleted`` are complete)."""
+    e = Effects(bindings_only=bindings_only)
     if isinstance(stmt, gast.Assign):
         e.expr(stmt.value)
         for t in stmt.targets:
@@ -136,7 +142,9 @@ def header_effects(stmt):
         e.binds.add(stmt.name)
         for d in stmt.decorator_list:
             e.expr(d)
-        if isinstance(stmt, gast.ClassDef):
+        if bindings_only:
+            pass
+        elif isinstance(stmt, gast.ClassDef):
             e.reads |= free_names(stmt)
         else:
             e.reads |= free_names(stmt) | _arg_defaults_reads(stmt.args)
@@ -223,7 +231,7 @@ def block_bound(stmts):
     stack = list(stmts)
     while stack:
         stmt = stack.pop()
-        e = header_effects(stmt)
+        e = header_effects(stmt, bindings_only=True)
         bound |= e.binds | e.deleted
         bound |= {h.name.id for h in getattr(stmt, 'handlers', []) if h.name is not None}
         for block in blocks(stmt):

@@ -18,6 +18,7 @@ _COMPS = (gast.ListComp, gast.SetComp, gast.DictComp, gast.GeneratorExp)
 class Context:
     namer: naming.Namer
     filename: str
+    holds_del: bool = True      # False: the tree has no ``del`` (check_no_del has nothing to find)
 
 
 class Transformer(traversal.Transformer):
@@ -66,7 +67,13 @@ def declarations(block, scope):
     return out
 
 
-def check_no_del(block, state, construct):
+def holds_del(tree):
+    return any(isinstance(n, gast.Delete) for n in traversal.walk(tree))
+
+
+def check_no_del(block, state, construct, ctx=None):
+    if ctx is not None and not ctx.holds_del:
+        return
     for stmt in block:
         for node in traversal.walk(stmt):
             if isinstance(node, gast.Delete):

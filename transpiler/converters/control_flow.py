@@ -24,7 +24,7 @@ class IfTransformer(base.Transformer):
     def visit_If(self, node):
         state = anno.getanno(node, anno.Key.STATE)   # annotations of the original node
         node = self.generic_visit(node)
-        base.check_no_del(node.body + node.orelse, state, 'if statement')
+        base.check_no_del(node.body + node.orelse, state, 'if statement', self.ctx)
         namer = self.ctx.namer
         body_name, else_name = namer.new('if_body'), namer.new('else_body')
         call = base.templates.replace_as_expression(

@@ -32,7 +32,7 @@ class LoopTransformer(base.Transformer):
             raise ConversionError.at(node, f'unexpected else clause on a {construct} loop')
         state = anno.getanno(node, anno.Key.STATE)
         node = self.generic_visit(node)
-        base.check_no_del(node.body, state, f'{construct} loop')
+        base.check_no_del(node.body, state, f'{construct} loop', self.ctx)
         return node, state
 
     def visit_While(self, node):

@@ -6,18 +6,19 @@ f-string forms) fall back to the standard library's ``ast.unparse``.
 import ast
 
 import astunparse
-import gast
+
+from transpiler.pyct import gast_bridge
 
 
 def to_ast(node):
-    tree = gast.gast_to_ast(node)
+    tree = gast_bridge.gast_to_ast(node)
     return ast.fix_missing_locations(tree if isinstance(tree, ast.Module)
                                      else ast.Module(body=[tree], type_ignores=[]))
 
 
 def expr_source(node):
     """An expression's source on one line (``self.h``, ``d['k']``), unchecked: for names."""
-    return ast.unparse(gast.gast_to_ast(node))
+    return ast.unparse(gast_bridge.gast_to_ast(node))
 
 
 def to_source(node):
@@ -27,7 +28,7 @@ def to_source(node):
 def to_source_and_ast(node):
     """(source, the ``ast.Module`` parsed from it): the parse that checks astunparse's text
     is the one the loader compiles and the line map reads (one parse, not three)."""
-    tree = gast.gast_to_ast(node)      # (no locations: only unparsed, never compiled)
+    tree = gast_bridge.gast_to_ast(node)      # (no locations: only unparsed, never compiled)
     if not isinstance(tree, ast.Module):
         tree = ast.Module(body=[tree], type_ignores=[])
     try:

@@ -5,7 +5,9 @@ import textwrap
 import gast
 
 from transpiler.errors import ConversionError
+from transpiler.pyct import gast_bridge
 from transpiler.pyct import origin
+from transpiler.pyct import source_block
 
 
 def _source_lines(fn):
@@ -23,22 +25,33 @@ def _source_lines(fn):
     return filename, lines, max(first, 1)
 
 
+def _indent(text):
+    first = text.split('\n', 1)[0]
+    return len(first) - len(first.lstrip())
+
+
 def _parse(text):
-    dedented = textwrap.dedent(text)
-    indent = len(text.split('\n', 1)[0]) - len(dedented.split('\n', 1)[0])
-    return gast.parse(dedented), indent
+    return gast_bridge.parse(textwrap.dedent(text)), _indent(text)
 
 
 def parse_function(fn):
     """Returns (node, filename): the FunctionDef or Lambda node of ``fn`` with origins."""
-    filename, lines, first = _source_lines(fn)
-    if fn.__name__ == '<lambda>':
-        return _parse_lambda(fn, filename, lines, first), filename
-    try:
-        module, indent = _parse(''.join(lines))
-    except SyntaxError as e:
-        raise ConversionError(f'cannot parse the source of {fn.__qualname__!r}: {e.msg}',
-                              filename, first) from None
+    found = None
+    if fn.__name__ != '<lambda>':
+        filename = inspect.getsourcefile(fn.__code__) or fn.__code__.co_filename
+        found = source_block.find(fn, filename)
+    if found is not None:
+        lines, first, tree = found
+        module, indent = gast_bridge.ast_to_gast(tree), _indent(lines[0])
+    else:
+        filename, lines, first = _source_lines(fn)
+        if fn.__name__ == '<lambda>':
+            return _parse_lambda(fn, filename, lines, first), filename
+        try:
+            module, indent = _parse(''.join(lines))
+        except SyntaxError as e:
+            raise ConversionError(f'cannot parse the source of {fn.__qualname__!r}: {e.msg}',
+                                  filename, first) from None
     node = module.body[0]
     if not isinstance(node, (gast.FunctionDef, gast.AsyncFunctionDef)):
         raise ConversionError(f'expected a function definition for {fn.__qualname__!r}', filename, first)
@@ -55,7 +68,7 @@ def _parse_lambda(fn, filename, lines, first):
         text = textwrap.dedent(''.join(lines[:n])).strip()
         for candidate in (text, '(' + text + ')', text.rstrip(',;\\')):
             try:
-                module = gast.parse(candidate)
+                module = gast_bridge.parse(candidate)
                 break
             except SyntaxError:
                 continue

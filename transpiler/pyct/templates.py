@@ -19,6 +19,7 @@ import textwrap
 import gast
 
 from transpiler.pyct import clone
+from transpiler.pyct import gast_bridge
 from transpiler.pyct import origin as origin_lib
 from transpiler.pyct import traversal
 
@@ -81,7 +82,7 @@ class _Replacer(traversal.Transformer):
 @functools.lru_cache(maxsize=1024)
 def _parsed(template):
     """The template's parsed module (read-only: ``replace`` fills a copy of it)."""
-    return gast.parse(textwrap.dedent(template))
+    return gast_bridge.parse(textwrap.dedent(template))
 
 
 def replace(template, origin=None, _owned=(), **replacements):
