@@ -38,6 +38,7 @@ import torch
 from .. import logs
 from . import codegen, compiler, rows
 from .pointwise_backward import MACROS, BackwardPlan, plan as backward_plan
+from .planned_node import Planned
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,13 @@ def elementwise_call(kernel, xs: Sequence[torch.Tensor]):
     recipe = recipes.get(needs, False)
     if recipe is False:
         recipe = recipes[needs] = _elementwise_recipe(kernel, needs)
+        if recipe is not None and Planned.fits(kernel, recipe):   # static shapes: the
+            recipe = recipes[needs] = Planned(kernel, recipe, xs)  # per-call work done once
+    if type(recipe) is Planned:
+        result = recipe(xs)
+        if result is not None:
+            return result
+        recipe = recipe.recipe
     return None if recipe is None else _FusedNode.apply(recipe, *xs)
 
 

@@ -128,8 +128,7 @@ class FusedKernel:
             # would follow (a transposed view): torch ops give eager's strides; under
             # autograd, one node with a generated backward kernel where it can be written
             if plain:                       # (so autograd records)
-                from .autograd_node import elementwise_call
-                result = elementwise_call(self, xs)
+                result = _autograd_call(self, xs)
                 if result is not None:
                     return result
             result = self.torch_fn(*xs)
@@ -164,6 +163,15 @@ class FusedKernel:
     def __repr__(self) -> str:
         how = "C" if self._c is not None else "torch"
         return f"<fused {self.name} ({how}): {' -> '.join(self.ops)}>"
+
+
+def _autograd_call(kernel: FusedKernel, xs):
+    """``autograd_node.elementwise_call``, imported at the first call (it imports this
+    module), then bound in its place: an import statement per call cost several us."""
+    global _autograd_call
+    from .autograd_node import elementwise_call
+    _autograd_call = elementwise_call
+    return elementwise_call(kernel, xs)
 
 
 def broadcast_shape(shapes) -> tuple:
