@@ -25,6 +25,7 @@ their tensors replaced as eager replaces them.
 """
 from __future__ import annotations
 
+import collections
 import types
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -109,12 +110,18 @@ def extend(flat) -> list:
 
 
 # --------------------------------------------------------------------------- holders
+def _dict(container) -> type:
+    """The dict methods that keep ``container`` consistent, bypassing a subclass's own
+    overrides: an ``OrderedDict``'s (its order lives outside the dict), else dict's."""
+    return collections.OrderedDict if isinstance(container, collections.OrderedDict) else dict
+
+
 def items(container, kind: str):
     """A shallow copy of a holder's items (not through a subclass's overrides)."""
     if kind == "list":
         return list(list.__iter__(container))
     if kind == "dict":
-        return dict(dict.items(container))
+        return dict(_dict(container).items(container))
     return dict(vars(container))
 
 
@@ -129,8 +136,10 @@ def put_items(container, kind: str, state) -> None:
     if kind == "list":
         list.__setitem__(container, slice(None), state)
     elif kind == "dict":
-        dict.clear(container)
-        dict.update(container, state)
+        methods = _dict(container)
+        methods.clear(container)
+        for k, v in state.items():
+            methods.__setitem__(container, k, v)
     else:
         attrs = vars(container)
         attrs.clear()
@@ -141,7 +150,7 @@ def _put(container, kind: str, key, value) -> None:
     if kind == "list":
         list.__setitem__(container, key, value)
     elif kind == "dict":
-        dict.__setitem__(container, key, value)
+        _dict(container).__setitem__(container, key, value)
     else:
         vars(container)[key] = value
 

@@ -27,6 +27,7 @@ is shared by the runtime's region operators and the front door's guards.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import dis
 import functools
@@ -289,8 +290,9 @@ class InputSlots:
         index = len(self.holders)
         if self.record:
             self.holders.append((v, kind))
-        items = enumerate(v) if kind == "list" else \
-            dict.items(v) if kind == "dict" else vars(v).items()
+        items = enumerate(v) if kind == "list" else vars(v).items() if kind == "attrs" \
+            else (collections.OrderedDict if isinstance(v, collections.OrderedDict)
+                  else dict).items(v)
         out = []
         for k, x in items:
             if kind == "attrs" and k.startswith("_tograph"):
@@ -337,6 +339,8 @@ def _class_fp(cls, depth: int, walk: _Walk):
     """The fingerprint of the attributes set on ``cls`` and its user base classes (not
     dunders): methods by identity, values as anywhere else. Once per class per walk."""
     found = walk.classes.get(id(cls))
+    if found is None and walk.inputs is not None and walk.inputs.record:
+        return ()                   # (finding slots: instance data only, classes unread)
     if found is None:
         inputs, walk.inputs = walk.inputs, None     # (a class's tensors: by identity)
         try:

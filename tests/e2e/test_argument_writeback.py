@@ -5,6 +5,8 @@ leaves them: the same objects and containers, real tensors (``runtime.argument_o
 Each case runs eager and converted on twin objects, call after call (sizes growing, values
 changing), in strict and default mode; numbers and text the call sets (a counter) still
 fall back."""
+import collections
+import types
 import warnings
 
 import pytest
@@ -166,6 +168,17 @@ def two_objects(x, src, dst):
     return dst.t + src.t
 
 
+def ordered_dict_reordered(x, st):
+    st.od["b"] = st.od["a"] + x          # an OrderedDict's order lives outside the dict
+    st.od.move_to_end("a")
+    return st.od["b"]
+
+
+def namespace_written(x, ns):
+    ns.h = torch.relu(ns.h + x) if ns.h is not None else x
+    return ns.h
+
+
 def make_state():
     return (State(t=torch.ones(2, 3)),)
 
@@ -198,6 +211,8 @@ CASES = [
     (flag_set, lambda: (State(ready=False, t=None),)),
     (new_object_appended, make_layers),
     (two_objects, lambda: (State(t=torch.full((1, 3), 3.0)), State(t=None))),
+    (ordered_dict_reordered, lambda: (State(od=collections.OrderedDict(a=torch.ones(1, 3))),)),
+    (namespace_written, lambda: (types.SimpleNamespace(h=None),)),
 ]
 
 
