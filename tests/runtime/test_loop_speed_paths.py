@@ -143,9 +143,14 @@ def test_kernel_loop_without_compiler_runs_torch_ops():
         run(rnn, (8, 3, 16, 64))
 
 
-def test_small_rows_keep_a_python_for_loop():
-    entry = run(rnn, (6, 4, 8, 5))              # product too narrow for the kernel
-    assert "for _i_" in source(entry) and "_kernel_loop" not in source(entry)
+def test_small_rows_keep_the_product_a_torch_op():
+    """A product too narrow for the kernel's prologue stays torch's ``addmm``: the loop
+    runs as a ``ProductLoop`` (the product by torch, the rest by the kernel's C call)."""
+    from runtime.kernels.loop_product import ProductLoop
+    entry = run(rnn, (6, 4, 8, 5))
+    driver = kernel_loop_of(entry)
+    assert "for _i_" not in source(entry) and isinstance(driver, ProductLoop)
+    assert driver.product[0] == ("row", 2)      # addmm(XW[i], h, U)
 
 
 def test_linear_and_explicit_counter_spellings():
