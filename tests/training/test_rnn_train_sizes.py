@@ -6,10 +6,12 @@ saved memory is at most eager's, and a double backward (``create_graph=True``) t
 either node equals eager's (gradcheck and gradgradcheck in float64)."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
-from benchmarks import workloads
+from benchmarks import training_tasks, workloads
 from runtime.kernels import compiler, loop_backward, loop_product
 from runtime.passes import gemm_epilogue
 from transpiler import to_graph
@@ -192,6 +194,25 @@ def test_twenty_sgd_steps_equal_eager(no_prologue, spy):
     for a, b in zip(runs["tograph"][1], runs["eager"][1]):
         _close(a.detach(), b.detach())
     assert spy.count("product") == 20
+
+
+def test_module_weights_take_the_product_node(spy):
+    """``to_graph(model)`` (weights traced as constants, passed in as captures) at a size
+    past the prologue: the product node, gradients equal eager's over two batches."""
+    model = training_tasks.RNN(128, 128)
+    twin = copy.deepcopy(model)
+    converted = to_graph(twin, strict=True)
+    for seed in (30, 31):
+        xs, h0 = _inputs(4, 64, 128, seed)[:2]
+        for m in (model, twin):
+            m.zero_grad()
+        want, got = model(xs.detach(), h0.detach()), converted(xs.detach(), h0.detach())
+        _loss(want).backward()
+        _loss(got).backward()
+        _close(got.detach(), want.detach())
+        for a, b in zip(twin.parameters(), model.parameters()):
+            _close(a.grad, b.grad)
+    assert spy == ["product", "product"]
 
 
 def test_saved_bytes_at_most_eagers(spy):
