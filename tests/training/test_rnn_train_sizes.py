@@ -175,6 +175,21 @@ def test_without_autograd_the_steps_run_direct(spy, no_prologue):
     assert spy == ["direct"] * 4
 
 
+@pytest.mark.parametrize("grad", [True, False])
+def test_without_a_compiled_kernel_the_steps_run_as_torch_ops(grad, spy, no_prologue):
+    from runtime.options import options
+    with options.override(compiler=False):
+        if grad:
+            _check(rnn, [_inputs(5, 8, 16, seed) for seed in (40, 41)])
+        else:
+            converted = to_graph(rnn, strict=True)
+            with torch.no_grad():
+                for seed in (40, 41):
+                    args = _inputs(5, 8, 16, seed)
+                    _close(converted(*args), rnn(*args))
+    assert spy == []
+
+
 def test_twenty_sgd_steps_equal_eager(no_prologue, spy):
     params = [p.detach().clone() for p in _inputs(1, 8, 16, 8)[2:5]]
     runs = {}
