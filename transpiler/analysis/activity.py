@@ -76,10 +76,10 @@ class Effects:
             self.target(node.target)
         elif isinstance(node, gast.Call) and _mutated_receiver(node) is not None:
             self.mutated.add(_mutated_receiver(node))
-            for child in gast.iter_child_nodes(node):
+            for child in traversal.iter_child_nodes(node):
                 self.expr(child)
         else:
-            for child in gast.iter_child_nodes(node):
+            for child in traversal.iter_child_nodes(node):
                 self.expr(child)
 
     def target(self, node, deleting=False):
@@ -163,7 +163,7 @@ def header_effects(stmt, bindings_only=False):
     elif isinstance(stmt, (gast.Global, gast.Nonlocal, gast.Try)):
         pass
     else:   # Expr, Return, Raise, Assert, Pass, Break, Continue, ...
-        for child in gast.iter_child_nodes(stmt):
+        for child in traversal.iter_child_nodes(stmt):
             e.expr(child)
     return e
 

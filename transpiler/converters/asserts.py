@@ -6,6 +6,7 @@ from transpiler.pyct import origin
 
 
 class AssertTransformer(base.Transformer):
+    statements_only = True
 
     def visit_Assert(self, node):
         node = self.generic_visit(node)

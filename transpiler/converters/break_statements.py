@@ -15,6 +15,7 @@ from transpiler.pyct import templates
 
 
 class BreakTransformer(base.Transformer):
+    statements_only = True
 
     def _visit_loop(self, node):
         node = self.generic_visit(node)   # inner loops own their breaks

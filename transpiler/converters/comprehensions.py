@@ -21,6 +21,7 @@ import gast
 from transpiler.converters import base
 from transpiler.pyct import origin
 from transpiler.pyct import templates
+from transpiler.pyct import traversal
 
 _SCOPES = (gast.Lambda, gast.FunctionDef, gast.AsyncFunctionDef, gast.ClassDef,
            gast.SetComp, gast.DictComp, gast.GeneratorExp)
@@ -31,9 +32,9 @@ def _outer_listcomps(stmt):
     found, stack = [], [stmt]
     while stack:
         node = stack.pop()
-        for child in gast.iter_child_nodes(node):
+        for child in traversal.iter_child_nodes(node):
             if isinstance(child, gast.ListComp):
-                if not any(isinstance(n, gast.NamedExpr) for n in gast.walk(child)):
+                if not any(isinstance(n, gast.NamedExpr) for n in traversal.walk(child)):
                     found.append(child)
             elif isinstance(child, gast.stmt) or isinstance(child, _SCOPES):
                 continue      # nested statements are visited with their own block

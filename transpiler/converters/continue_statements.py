@@ -12,6 +12,7 @@ from transpiler.pyct import templates
 
 
 class ContinueTransformer(base.Transformer):
+    statements_only = True
 
     def _visit_loop(self, node):
         node = self.generic_visit(node)   # inner loops own their continues

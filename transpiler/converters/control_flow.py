@@ -20,6 +20,7 @@ from transpiler.pyct import anno
 
 
 class IfTransformer(base.Transformer):
+    statements_only = True
 
     def visit_If(self, node):
         state = anno.getanno(node, anno.Key.STATE)   # annotations of the original node

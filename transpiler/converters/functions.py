@@ -26,6 +26,7 @@ def _is_docstring(stmt):
 
 
 class DeclarationHoister(base.Transformer):
+    statements_only = True
 
     def visit_FunctionDef(self, node):
         node = self.generic_visit(node)

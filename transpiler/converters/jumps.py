@@ -9,6 +9,7 @@ import gast
 
 from transpiler.converters import base
 from transpiler.pyct import templates
+from transpiler.pyct import traversal
 
 
 class Lowering:
@@ -80,6 +81,6 @@ def contains(stmts, jump_type, into_loops):
             if isinstance(node, (gast.For, gast.While)) and not into_loops:
                 stack.extend(node.orelse)
                 continue
-            stack.extend(n for n in gast.iter_child_nodes(node) if isinstance(n, gast.stmt)
+            stack.extend(n for n in traversal.iter_child_nodes(node) if isinstance(n, gast.stmt)
                          or isinstance(n, gast.excepthandler))
     return False

@@ -26,6 +26,7 @@ def _all(tests):
 
 
 class LoopTransformer(base.Transformer):
+    statements_only = True
 
     def _prepare(self, node, construct):
         if node.orelse:   # break_statements moves else clauses out of every loop

@@ -38,6 +38,7 @@ def _falls_through(stmts):
 
 
 class ReturnTransformer(base.Transformer):
+    statements_only = True
 
     def visit_Lambda(self, node):
         return self.generic_visit(node)

@@ -27,6 +27,7 @@ import gast
 from transpiler.converters import base
 from transpiler.converters import jumps
 from transpiler.pyct import templates
+from transpiler.pyct import traversal
 
 
 def _catches(handlers):
@@ -49,7 +50,7 @@ def _has_control_flow(block):
             return True
         if not isinstance(node, (gast.FunctionDef, gast.AsyncFunctionDef, gast.ClassDef,
                                  gast.Lambda)):
-            stack.extend(n for n in gast.iter_child_nodes(node) if isinstance(n, gast.stmt))
+            stack.extend(n for n in traversal.iter_child_nodes(node) if isinstance(n, gast.stmt))
     return False
 
 
@@ -59,6 +60,7 @@ def _jumps_out_of(block):
 
 
 class TryTransformer(base.Transformer):
+    statements_only = True
 
     def visit_Try(self, node):
         node = self.generic_visit(node)

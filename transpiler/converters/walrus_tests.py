@@ -63,11 +63,12 @@ class _Continues(traversal.Transformer):
 
 
 class WalrusTestTransformer(base.Transformer):
+    statements_only = True
 
     def visit_While(self, node):
         node = self.generic_visit(node)
         named = _leftmost(node.test)
-        if named is None or sum(isinstance(n, gast.NamedExpr) for n in gast.walk(node.test)) != 1:
+        if named is None or sum(isinstance(n, gast.NamedExpr) for n in traversal.walk(node.test)) != 1:
             return node
         before = _assign(named)
         node.test = _replace(node.test, named)

@@ -52,7 +52,13 @@ def walk(node):
 
 
 class Transformer(gast.NodeTransformer):
-    """``gast.NodeTransformer`` with the same results, visiting faster (see the module)."""
+    """``gast.NodeTransformer`` with the same results, visiting faster (see the module).
+
+    ``statements_only``: the subclass's visitors are all for statements (its results do not
+    depend on entering expressions, which hold no statements): expression nodes it has no
+    ``visit_`` method for are left as they are without being entered."""
+
+    statements_only = False
 
     def visit(self, node):
         cls = type(self)
@@ -99,6 +105,13 @@ def _method(cls, node_cls):
     if method is not None:
         return method
     if cls.generic_visit is Transformer.generic_visit and \
-            (not node_cls._fields or node_cls is gast.Constant):
+            (not node_cls._fields or node_cls is gast.Constant or
+             (cls.statements_only and issubclass(node_cls, _EXPRESSION_KINDS))):
         return None
     return cls.generic_visit
+
+
+# node kinds that hold no statement (a lambda's body is an expression)
+_EXPRESSION_KINDS = (gast.expr, gast.expr_context, gast.boolop, gast.operator, gast.unaryop,
+                     gast.cmpop, gast.keyword, gast.arguments, gast.comprehension, gast.alias,
+                     gast.withitem, gast.pattern)
