@@ -34,6 +34,7 @@ from runtime import control_flow, path_values, region_state, subgraphs, tensor_s
 from runtime import argument_objects, autograd_effects
 from runtime.errors import GraphError
 from runtime.options import options
+from runtime.operators.module_hooks import backward_hooked
 from runtime.executor import Unstack, located, lower
 from runtime.graph import Node, iter_nodes, map_structure
 from runtime.meta import TensorMeta, meta_empty
@@ -637,6 +638,11 @@ class GraphFunction:
             raise GraphError(f"{type(self._fn).__name__} has forward or backward hooks (its "
                              f"own or torch's global ones), which calling it runs around "
                              f"forward; the graph is of forward only")
+        hooked = [name for name, m in self._fn.named_modules() if backward_hooked(m)] \
+            if isinstance(self._fn, torch.nn.Module) else []
+        if hooked:
+            raise GraphError(f"submodule {hooked[0]!r} has backward hooks, which autograd "
+                             f"runs on its gradients; a graph of the forward cannot call them")
         converted = convert_function(target, self._probed)
         graph = runtime.Graph(name=getattr(target, "__name__", "graph"))
         names = _leaf_names(self._param_names, args, kwargs, len(flat))

@@ -122,7 +122,7 @@ class Snapshot:
         self._module_prints: list = []      # the ModuleState's prints: in compile_check's tags
 
     @classmethod
-    def take(cls, fn, args, kwargs) -> "Snapshot":
+    def take(cls, fn, args, kwargs, _taking: frozenset = frozenset()) -> "Snapshot":
         snap = cls()
         func = getattr(fn, "__func__", fn)
         code = getattr(func, "__code__", None)
@@ -149,8 +149,10 @@ class Snapshot:
         snap._owner = owner
         if owner is not None:
             snap._watch("an attribute of the object the method belongs to", owner)
+        taking = _taking | {_hook_key(fn)}      # (a hook that is a method of the module)
         for hook in _module_hooks(owner):   # they run while tracing: what they change too
-            snap.include(hook)
+            if _hook_key(hook) not in taking:
+                snap.include(hook, taking)
         for i, a in enumerate(args):
             snap._watch(f"argument #{i}", a)
         for k, v in kwargs.items():
@@ -475,9 +477,9 @@ class Snapshot:
             return ""
         return explain
 
-    def include(self, fn) -> None:
+    def include(self, fn, _taking: frozenset = frozenset()) -> None:
         """Also record the globals and closure of ``fn`` (a function the trace called)."""
-        other = Snapshot.take(fn, (), {})
+        other = Snapshot.take(fn, (), {}, _taking)
         self._globals += other._globals
         self._cells += other._cells
         self._objects += other._objects
@@ -526,6 +528,11 @@ def _plain_holder(v) -> bool:
         attrs = {}
     return isinstance(attrs, dict) and "_modules" not in attrs and \
         type(v).__module__.split(".")[0] not in ("runtime", "transpiler", "torch")
+
+
+def _hook_key(fn) -> tuple:
+    """A function's identity, the same for every bound-method object of one method."""
+    return id(getattr(fn, "__func__", fn)), id(getattr(fn, "__self__", None))
 
 
 def _module_hooks(owner) -> list:

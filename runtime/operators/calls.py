@@ -26,6 +26,7 @@ from ..path_values import check_call
 from ..region_effects import refuse_unseen_call
 from ..source_info import format_location, user_location
 from ..symbolic import contains_symbolic, current_graph, is_symbolic
+from . import module_hooks
 from .effects import print_, torch_assert
 from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicReversed, SymbolicZip,
                         TensorList, is_symbolic_iterable, length_of)
@@ -309,6 +310,8 @@ def call(f, *args, **kwargs):
             else _has_symbolic(args, kwargs)
         if symbolic:
             return special(*args, **kwargs)
+    if current_graph() is not None and isinstance(f, torch.nn.Module):
+        module_hooks.refuse_backward_hooks((f,))
     target = _converted(f)
     check_call(f if target is f else target, args, kwargs, target is not f)
     if target is f and current_graph() is not None:
@@ -340,6 +343,11 @@ def _converted(f):
     forward = _user_module_forward(f)
     if forward is not None:
         return converter(forward) or f
+    if isinstance(f, torch.nn.Module) and _is_user_function(type(f).forward):
+        forward = converter(f.forward)      # forward hooks around it: run as _call_impl does
+        hooked = module_hooks.hooked_call(f, forward, call) if forward else None
+        if hooked is not None:
+            return hooked
     if _is_user_function(f):
         return converter(f) or f
     if isinstance(f, functools.partial) and _is_user_function(f.func):

@@ -1,0 +1,87 @@
+"""Calling a submodule that has forward hooks, from converted code: ``nn.Module._call_impl``'s
+forward part with the hooks and ``forward`` converted.
+
+A submodule with hooks used to run natively (``_call_impl`` unconverted), so its forward's
+Python ran unconverted while tracing: ``torch.compiler.is_compiling()`` asked there got
+eager's False (transformers' MoE experts then took a kernel without a meta
+implementation), and its tensor control flow could not become graph nodes. transformers
+installs such hooks on every layer for ``output_hidden_states``/``output_attentions``.
+
+Here the pre-hooks, the forward and the hooks run in ``_call_impl``'s order, each through
+``call`` (so converted when they are user or library functions), with the same argument
+and result replacement rules. Only forward hooks: a module with backward hooks (its own or
+torch's global ones) or an ``always_call`` hook (run when forward raises) keeps the native
+call.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+from torch.nn.modules import module as _m
+
+from ..errors import GraphError
+from ..source_info import format_location, user_location
+
+
+def backward_hooked(module: torch.nn.Module) -> bool:
+    """Whether ``module`` has backward hooks of its own (registered on it, not global)."""
+    return bool(module._backward_hooks or module._backward_pre_hooks)
+
+
+def refuse_backward_hooks(modules) -> None:
+    """GraphError where one of ``modules`` has backward hooks: autograd would call them on
+    the module's gradients, and a graph node records no module boundary to hook (they
+    were silently not called)."""
+    for module in modules:
+        if isinstance(module, torch.nn.Module) and backward_hooked(module):
+            raise GraphError(f"{format_location(user_location())}: {type(module).__name__} "
+                             f"has backward hooks, which autograd runs on its gradients; "
+                             f"a graph of its forward cannot call them")
+
+
+def _hooks_supported(module: torch.nn.Module) -> bool:
+    if module._backward_hooks or module._backward_pre_hooks or \
+            _m._global_backward_hooks or _m._global_backward_pre_hooks:
+        return False
+    if module._forward_hooks_always_called or _m._global_forward_hooks_always_called:
+        return False
+    return bool(module._forward_hooks or module._forward_pre_hooks or
+                _m._global_forward_hooks or _m._global_forward_pre_hooks)
+
+
+def hooked_call(module: torch.nn.Module, forward: Callable,
+                call: Callable) -> Optional[Callable]:
+    """A function calling ``module`` as ``module(*args, **kwargs)`` would, with ``forward``
+    (the converted forward) and each hook run by ``call``; None when the module has no
+    forward hooks or hooks this does not replay (backward, ``always_call``)."""
+    if not _hooks_supported(module):
+        return None
+
+    def run(*args, **kwargs):
+        for hook_id, hook in (*_m._global_forward_pre_hooks.items(),
+                              *module._forward_pre_hooks.items()):
+            if hook_id in module._forward_pre_hooks_with_kwargs:
+                result = call(hook, module, args, kwargs)
+                if result is not None:
+                    if isinstance(result, tuple) and len(result) == 2:
+                        args, kwargs = result
+                    else:
+                        raise RuntimeError("forward pre-hook must return None or a tuple of "
+                                           f"(new_args, new_kwargs), but got {result}.")
+            else:
+                result = call(hook, module, args)
+                if result is not None:
+                    args = result if isinstance(result, tuple) else (result,)
+        output = forward(*args, **kwargs)
+        for hook_id, hook in (*_m._global_forward_hooks.items(),
+                              *module._forward_hooks.items()):
+            if hook_id in module._forward_hooks_with_kwargs or \
+                    hook_id in _m._global_forward_hooks_with_kwargs:
+                result = call(hook, module, args, kwargs, output)
+            else:
+                result = call(hook, module, args, output)
+            if result is not None:
+                output = result
+        return output
+    return run
