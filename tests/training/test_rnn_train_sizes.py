@@ -306,3 +306,17 @@ def test_third_order_equals_eager(spy):
     for got, want in zip(third(to_graph(rnn, strict=True)), third(rnn)):
         _close(got, want, 1e-10)
     assert spy == ["kernel"]
+
+
+def test_grid_benchmark_smoke(capsys):
+    from benchmarks import rnn_grid
+    threads = torch.get_num_threads()
+    try:
+        rnn_grid.main(["--sizes", "2x16", "--steps", "3", "--rounds", "2", "--round-s",
+                       "0.001", "--baseline", "--threads", str(threads)])
+    finally:
+        torch.set_num_threads(threads)
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("b2 ")]
+    assert len(row) == 1 and "tograph" in row[0] and "before" in row[0]
+    errors = [float(part.split("err")[1]) for part in row[0].split("|")[1:]]
+    assert len(errors) == 2 and all(e <= 1e-5 for e in errors)
