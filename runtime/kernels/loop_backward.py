@@ -196,13 +196,15 @@ class ThroughTime(torch.autograd.Function):
         dz = torch.empty((n,) + tuple(grad.shape), dtype=grad.dtype)
         wt = weight.t()
         dh = grad
+        dzs = dz.unbind(0)          # (the views made at once: ~1 us a step less)
+        ys = stack.unbind(0) + (out,) if slope is not None else ()
         for t in range(n - 1, -1, -1):
             if slope is None:
-                dz[t] = dh
+                dzs[t].copy_(dh)
             else:
-                slope(dh, stack[t] if t < n - 1 else out, dz[t])
+                slope(dh, ys[t], dzs[t])
             if t > 0 or needs[0]:
-                dh = torch.mm(dz[t], wt)
+                dh = torch.mm(dzs[t], wt)
         grads: List[Optional[torch.Tensor]] = [None] * (1 + len(ctx.cap_meta))
         if needs[0]:
             grads[0] = dh

@@ -116,19 +116,27 @@ class ProductLoop:
         """The steps by direct calls: the product into the plan's buffer, the kernel from it
         into ``stack[s]`` (all but the last step, when given) or the result; returns the
         last state (a fresh tensor)."""
-        c, ptrs, rows, tail, buffer = plan
+        fn, ptrs, rows, tail, buffer = plan
         ptrs = list(ptrs)
         steps = self.steps
         n = len(steps)
         out = torch.empty_like(buffer)
+        targets = (stack.unbind(0) if stack is not None else (out,) * (n - 1)) + (out,)
+        c_role, w = self.product
+        weight = caps[w]
+        c = None if c_role is None else caps[c_role[1]]
+        c_rows = c.unbind(0) if c is not None and c_role[0] == "row" else None
         h = var
         for s, i in enumerate(steps):
             for k, base, stride in rows:
                 ptrs[k] = base + i * stride
-            self._product(h, caps, i, out=buffer)
+            if c is None:
+                torch.mm(h, weight, out=buffer)
+            else:
+                torch.addmm(c if c_rows is None else c_rows[i], h, weight, out=buffer)
             # (the kernel reads the buffer, not h: it may write over h)
-            target = stack[s] if stack is not None and s < n - 1 else out
-            c(*ptrs, target.data_ptr(), *tail)
+            target = targets[s]
+            fn(*ptrs, target.data_ptr(), *tail)
             h = target
         return out
 
