@@ -113,18 +113,30 @@ def _convert_tree(fn, probed=()):
     return node
 
 
+_SKIPPED_FIELDS = ('annotation', 'returns', 'type_comment', 'type_params')
+_walked_fields = {}     # node class -> the fields _generated_nodes enters
+
+
 def _generated_nodes(node, is_node):
     """All nodes in a fixed pre-order, skipping the parts gast and ast spell differently."""
-    yield node
-    kind = type(node).__name__
-    for field in node._fields:
-        if field in ('annotation', 'returns', 'type_comment', 'type_params') or \
-                (kind == 'ExceptHandler' and field == 'name'):
-            continue
-        value = getattr(node, field, None)
-        for child in value if isinstance(value, list) else [value]:
-            if is_node(child) and type(child).__name__ != 'arguments':
-                yield from _generated_nodes(child, is_node)
+    out, stack = [], [node]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        cls = type(node)
+        fields = _walked_fields.get(cls)
+        if fields is None:
+            fields = _walked_fields[cls] = tuple(
+                f for f in cls._fields if f not in _SKIPPED_FIELDS and
+                not (cls.__name__ == 'ExceptHandler' and f == 'name'))
+        children = []
+        for field in fields:
+            value = getattr(node, field, None)
+            for child in value if isinstance(value, list) else [value]:
+                if is_node(child) and type(child).__name__ != 'arguments':
+                    children.append(child)
+        stack.extend(reversed(children))
+    return out
 
 
 def _line_map(tree, parsed):

@@ -1,7 +1,9 @@
 """The conversion's speed mechanisms give what the plain ones gave (issue 13, first call):
 pyct.clone (deepcopy's result), pyct.traversal (ast's walks and NodeTransformer), and the
 on-disk conversion cache (transpiler.conversion_cache): a hit is the same function, an
-edited source or a damaged or foreign entry is a miss, an unsafe directory is not used."""
+edited source or a damaged or foreign entry is a miss, an unsafe directory is not used;
+pyct.gast_bridge (gast's trees), pyct.source_block (inspect's source, a file edited on disk
+read again), and the statement-only converters (the source they gave entering everything)."""
 import ast
 import copy
 import importlib.util
@@ -283,3 +285,252 @@ def _sample_fn(x, n):
             x -= 1
         n -= 1
     return [x for _ in range(n)], f"{x}"
+
+
+# ------------------------------------------------------------- parsing and code generation
+EVERY_SYNTAX = '''
+import os, sys as system
+from typing import (Any,
+    Optional)
+x: int = 1
+y: "str"
+@decorator(1)
+@other
+async def f(a, /, b: int = 2, *args, c, d=3, **kw) -> Optional[int]:  # type: ignore
+    global g
+    async with ctx() as (p, q), other():
+        async for i in aiter():
+            await i
+    return [v async for v in w if v]
+def h(self):
+    nonlocal_free = 1
+    def inner():
+        nonlocal nonlocal_free
+        nonlocal_free += 1
+    try:
+        pass
+    except (ValueError, TypeError) as e:
+        raise RuntimeError("x") from e
+    except Exception:
+        raise
+    else:
+        del self.a, self.b[1:2, ::3]
+    finally:
+        assert x, "message"
+    while (n := len(a)) > 10:
+        break
+    else:
+        continue_ = 1
+    for i, (j, *k) in enumerate(z):
+        continue
+    with open(p) as fh: pass
+    lam = lambda q, *r, s=1, **t: (q, r, s, t)
+    comp = {k: v for k, v in d.items() if k}, {s for s in t}, (g for g in h), [l for l in m]
+    s = f"{x!r:>{width}} {y=}" + b"bytes" + ...
+    return a if b else -c, not d, a < b <= c, a @ b, a[1:2], x.y.z, *args, {**kw}
+class C(Base, metaclass=Meta):
+    """doc"""
+    attr = 1
+match command:
+    case [1, 2, *rest]: pass
+    case {"k": v, **others}: pass
+    case Point(x=0, y=yy) | Other() as o if yy: pass
+    case _: pass
+try:
+    pass
+except* ValueError as eg:
+    pass
+'''
+
+
+def _same_tree(a, b, path="tree"):
+    """Same classes, the same ``__dict__`` keys (fields and positions) and equal leaves."""
+    assert type(a) is type(b), f"{path}: {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same_tree(x, y, f"{path}[{i}]")
+    elif isinstance(a, ast.AST):
+        assert a.__dict__.keys() == b.__dict__.keys(), f"{path}: {a.__dict__.keys()} != {b.__dict__.keys()}"
+        for k in a.__dict__:
+            _same_tree(a.__dict__[k], b.__dict__[k], f"{path}.{k}")
+    else:
+        assert a == b or a != a, f"{path}: {a!r} != {b!r}"
+
+
+@pytest.mark.parametrize("source", [EVERY_SYNTAX, "__file__", "conversion"],
+                         ids=["every_syntax", "this_file", "conversion_py"])
+def test_gast_bridge_gives_gasts_trees(source):
+    from transpiler.pyct import gast_bridge
+    if source == "__file__":
+        source = open(__file__).read()
+    elif source == "conversion":
+        source = open(conversion.__file__).read()
+    tree = ast.parse(source)
+    mine, theirs = gast_bridge.ast_to_gast(tree), gast.ast_to_gast(tree)
+    _same_tree(mine, theirs)
+    _same_tree(gast_bridge.gast_to_ast(theirs), gast.gast_to_ast(theirs))
+    # and what the converters make: nodes without positions, Param names
+    fn = conversion._convert_tree(_sample_fn)
+    _same_tree(gast_bridge.gast_to_ast(fn), gast.gast_to_ast(fn))
+    assert gast_bridge.FAST == ((3, 10) <= sys.version_info[:2] <= (3, 11))
+
+
+BLOCKS = '''
+import functools
+
+
+@functools.lru_cache(maxsize=None)
+def decorated(a):
+    return a   # trailing comment
+
+
+    # a comment after a blank line, less indented than the body
+def signature_over_lines(
+    a,
+    b=(1,
+2),
+) -> int:
+    s = """
+text at column 0
+"""
+    t = a + \\
+b
+    return len(s) + t
+
+
+class Holder:
+    def method(self, x): return x + 1
+    def nested(self):
+        def inner(y):
+            return y
+        return inner
+    value = [
+1]
+
+
+def last(x):
+    if x:
+        return 1
+    return 2'''
+
+
+def test_source_block_matches_inspect(tmp_path):
+    """The ``def`` source found by indentation and a parse is the one inspect finds (its
+    trailing blank and comment lines aside), for decorators, signatures over several lines, strings
+    and continued lines at column 0, one-line and nested defs, the file's last line."""
+    import inspect
+    from transpiler.pyct import source_block
+    path = tmp_path / "blocks.py"
+    path.write_text(BLOCKS)
+    mod = _load(path, "tograph_blocks")
+    fns = [mod.decorated.__wrapped__, mod.signature_over_lines, mod.Holder.method,
+           mod.Holder.nested, mod.Holder().nested(), mod.last]
+    for fn in fns:
+        lines, first, tree = source_block.find(fn, str(path))
+        expected, expected_first = inspect.getsourcelines(fn.__code__)
+        assert first == expected_first, fn.__qualname__
+        def code(block):
+            return [ln for ln in block if ln.strip() and not ln.strip().startswith("#")]
+        assert code(lines) == code(expected), fn.__qualname__
+        assert lines[-1] == code(expected)[-1], fn.__qualname__
+        assert tree.body[0].name == fn.__code__.co_name
+    assert mod.signature_over_lines(1, 2) == len("\ntext at column 0\n") + 3
+    assert source_block.find(lambda v: v, __file__) is None
+
+
+def test_edited_file_is_read_again(tmp_path, fresh):
+    """Source found through linecache: a file edited on disk (a module reloaded) converts
+    from its new text, as inspect's did."""
+    path = tmp_path / "edited.py"
+    path.write_text("def g(x):\n    if x > 0:\n        return x * 2\n    return -x\n")
+    first = _load(path, "tograph_edited")
+    assert "x * 2" in conversion.to_source(first.g)
+    path.write_text("def g(x):\n    if x > 0:\n        return x * 3\n    return -x\n")
+    os.utime(path, (1, 1))          # another mtime, whatever the clock's resolution
+    second = _load(path, "tograph_edited")
+    assert "x * 3" in conversion.to_source(second.g)
+    for strict in (False, True):
+        g = to_graph(second.g, strict=strict)
+        for v in (torch.tensor(2.0), torch.tensor(-1.0)):
+            assert_same(g(v), second.g(v))
+
+
+def _with_del(x, n):
+    tmp = x + 1
+    if x.sum() > n:
+        y = tmp * 2
+        del tmp
+    else:
+        y = x
+    return y
+
+
+def _statement_converters():
+    from transpiler.converters import (asserts, break_statements, continue_statements,
+                                       control_flow, functions, loops, return_statements,
+                                       try_statements, walrus_tests)
+    return (asserts.AssertTransformer, break_statements.BreakTransformer,
+            continue_statements.ContinueTransformer, control_flow.IfTransformer,
+            functions.DeclarationHoister, loops.LoopTransformer,
+            return_statements.ReturnTransformer, try_statements.TryTransformer,
+            walrus_tests.WalrusTestTransformer)
+
+
+def _jumps(x, xs, n):
+    total = 0
+    for v in xs:
+        if v > n:
+            break
+        if v < 0:
+            continue
+        try:
+            total += (lambda w: w * 2)(v) if v else -1
+        finally:
+            assert total == total, "nan"
+    else:
+        total = -total
+    while (m := n - 1) > 0 and x.sum() > 0:
+        n = m
+        if n == 3:
+            return x, total
+    return [x for _ in range(n)], total and n or None
+
+
+@pytest.mark.parametrize("fn", [_jumps, _sample_fn, _with_del, _check, _load,
+                                test_source_block_matches_inspect])
+def test_statement_converters_skip_expressions_with_the_same_result(fn, monkeypatch):
+    """Converters marked ``statements_only`` give the source they gave entering every
+    expression; block_bound's bindings-only effects and the skipped ``del`` check too."""
+    def source():
+        traversal._METHODS.clear()
+        try:
+            return conversion.to_source(fn)
+        except Exception as e:      # noqa: BLE001 - the same refusal either way
+            return repr(e)
+    fast = source()
+    from transpiler.analysis import activity
+    from transpiler.converters import base
+    for cls in _statement_converters():
+        assert cls.statements_only
+        monkeypatch.setattr(cls, "statements_only", False)
+    real = activity.header_effects
+    monkeypatch.setattr(activity, "header_effects", lambda s, bindings_only=False: real(s))
+    monkeypatch.setattr(base, "holds_del", lambda tree: True)
+    try:
+        assert source() == fast
+    finally:
+        traversal._METHODS.clear()
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_del_of_state_in_a_branch_still_refused(strict):
+    from transpiler import ConversionError, FallbackWarning
+    x = torch.tensor([1.0, 2.0])
+    if strict:
+        with pytest.raises(ConversionError, match="del tmp"):
+            to_graph(_with_del, strict=True)(x, 0)
+    else:
+        with pytest.warns(FallbackWarning, match="del tmp"):
+            got = to_graph(_with_del)(x, 0)
+        assert_same(got, _with_del(x, 0))

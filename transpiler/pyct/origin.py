@@ -47,10 +47,11 @@ def inherit(nodes, source):
 
 def fill_from_parents(tree):
     """Nodes still without an origin take the origin of their nearest ancestor."""
-    def visit(node, loc):
-        loc = of(node) or loc
-        if loc is not None and not anno.hasanno(node, anno.Key.ORIGIN):
+    stack = [(tree, None)]
+    while stack:
+        node, loc = stack.pop()
+        if anno.hasanno(node, anno.Key.ORIGIN):
+            loc = of(node) or loc
+        elif loc is not None:
             anno.setanno(node, anno.Key.ORIGIN, loc)
-        for child in traversal.iter_child_nodes(node):
-            visit(child, loc)
-    visit(tree, None)
+        stack.extend([(child, loc) for child in traversal.iter_child_nodes(node)])
