@@ -173,7 +173,8 @@ class Installed:
         if not self.done:
             self.done = True
             for (c, kind), state in reversed(list(zip(self.found.holders, self.originals))):
-                put_items(c, kind, state)
+                if not _same(items(c, kind), state, kind):
+                    put_items(c, kind, state)
 
     def writes(self) -> List[Tuple[int, str, Any]]:
         """What the trace changed: (holder index, kind, its new items) per holder whose
