@@ -92,10 +92,10 @@ def meta_matches():
 
 
 @pytest.fixture(scope="module")
-def module_kernel_cache(tmp_path_factory, request):
-    """Kernels built in this module go to a fresh cache of its own (use it with
+def module_kernel_cache(suite_kernel_cache):
+    """Kernels built in this module go to the suite's kernel cache (``tests/conftest.py``:
+    compiled once, not in every run; use it with
     ``pytestmark = pytest.mark.usefixtures("module_kernel_cache")``)."""
     from runtime.options import options
-    name = request.module.__name__.rsplit(".", 1)[-1]
-    with options.override(cache_dir=str(tmp_path_factory.mktemp(f"{name}-kernels"))):
+    with options.override(cache_dir=suite_kernel_cache):
         yield

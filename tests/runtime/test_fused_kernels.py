@@ -7,7 +7,7 @@ compares it with the function run eagerly: same dtype and shape, floats within a
 bools exact, NaN where torch has NaN, and the sign of every zero.
 
 Inputs hold the values that break naive C: NaN, +-Inf, -0.0, huge, tiny and denormal
-numbers. Kernels go to a per-module temporary cache. Each table of ops is checked twice:
+numbers. Kernels go to the suite's kernel cache. Each table of ops is checked twice:
 one case at a time without a compiler (the groups that form, the torch path), and all
 cases in one graph with the compiler (one compiler run per table keeps the file fast).
 """
@@ -31,9 +31,9 @@ SPECIAL = [NAN, INF, -INF, -0.0, 0.0, 1e30, -1e30, 3e38, -3e38, 1e-30, -1e-30, 1
 
 
 @pytest.fixture(scope="module", autouse=True)
-def kernel_cache(tmp_path_factory):
-    """Kernels go to a fresh cache; trace without the optimizer (we test one pass)."""
-    with options.override(cache_dir=str(tmp_path_factory.mktemp("tograph-cache")),
+def kernel_cache(suite_kernel_cache):
+    """Kernels go to the suite's cache; trace without the optimizer (we test one pass)."""
+    with options.override(cache_dir=suite_kernel_cache,
                           optimize=False):
         yield
 

@@ -23,9 +23,9 @@ NAN, INF = float("nan"), float("inf")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def kernel_cache(tmp_path_factory):
-    """Kernels go to a fresh cache for this module."""
-    with options.override(cache_dir=str(tmp_path_factory.mktemp("tograph-rows-cache"))):
+def kernel_cache(suite_kernel_cache):
+    """Kernels go to the suite's kernel cache (tests/conftest.py)."""
+    with options.override(cache_dir=suite_kernel_cache):
         yield
 
 

@@ -30,8 +30,8 @@ F64 = dict(rtol=1e-10, atol=1e-10)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def kernel_cache(tmp_path_factory):
-    with options.override(cache_dir=str(tmp_path_factory.mktemp("tograph-adv"))):
+def kernel_cache(suite_kernel_cache):
+    with options.override(cache_dir=suite_kernel_cache):
         yield
 
 

@@ -20,8 +20,8 @@ from transpiler import to_graph
 
 
 @pytest.fixture(scope="module", autouse=True)
-def kernel_cache(tmp_path_factory):
-    with options.override(cache_dir=str(tmp_path_factory.mktemp("tograph-plan-cache"))):
+def kernel_cache(suite_kernel_cache):
+    with options.override(cache_dir=suite_kernel_cache):
         yield
 
 

@@ -8,8 +8,8 @@ from transpiler import to_graph
 
 
 @pytest.fixture(autouse=True)
-def kernel_cache(tmp_path):
-    with options.override(cache_dir=str(tmp_path)):
+def kernel_cache(suite_kernel_cache):
+    with options.override(cache_dir=suite_kernel_cache):
         yield
 
 
