@@ -1,14 +1,11 @@
-"""The README's first command runs examples/tour.py: every example must run and say so."""
-import os
-import subprocess
-import sys
+"""The README's first command runs examples/tour.py: every example must run and say so.
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+The run is the session fixture ``tour`` (tests/examples_tour.py), shared with the tests of
+single examples (tests/runtime/test_examples.py, tests/training/test_ddp.py)."""
 
 
-def test_tour_runs_every_example():
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "tour.py")],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+def test_tour_runs_every_example(tour):
+    done = tour
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert "tour complete: 6 examples ran" in out, out[-2000:]

@@ -10,9 +10,6 @@ refused (``runtime.distributed_modules``): default mode falls back, strict raise
 In-process tests use a 1-process gloo group (the reducer, its hooks and buckets are all
 there; only the averaging is trivial); the example runs 2 processes.
 """
-import os
-import subprocess
-import sys
 import warnings
 
 import pytest
@@ -24,7 +21,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from transpiler import ConversionError, FallbackWarning, to_graph
 from transpiler.module_wrapper import ToGraphModule
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPELLINGS = ["DDP(to_graph(m))", "to_graph(DDP(m))"]
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed missing")
@@ -318,13 +314,9 @@ def test_module_holding_a_ddp_module_falls_back():
         to_graph(holder, strict=True)(batch(0, True)[0])
 
 
-def test_example_trains_on_two_processes_like_eager_ddp():
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "train_ddp.py"),
-                           "--steps", "4"], capture_output=True, text=True, timeout=240,
-                          cwd=ROOT, env=env)
-    out = done.stdout
-    assert done.returncode == 0, (out + done.stderr)[-4000:]
+def test_example_trains_on_two_processes_like_eager_ddp(tour):
+    """examples/train_ddp.py's output in the suite's one run of examples/tour.py."""
+    out = tour.section("train_ddp.py")
     assert out.count("-> equal") == 3, out
     assert "DIFFERS" not in out
     assert "losses, final parameters and buffers equal eager DDP's" in out
