@@ -240,7 +240,11 @@ def _symbolic_leaves(value) -> List[SymbolicTensor]:
 def to_node(graph: Graph, value: Any) -> Any:
     """Replace symbolic tensors by (captured) nodes and concrete tensors by constants."""
     def leaf(v):
-        return graph.capture(v._node) if isinstance(v, SymbolicTensor) else graph.constant(v)
+        if isinstance(v, SymbolicTensor):
+            return graph.capture(v._node)
+        if v.is_meta:
+            _refuse_meta_constant(v)
+        return graph.constant(v)
     kind = type(value)
     if kind is tuple:                   # flat arguments: the usual case
         for v in value:
@@ -255,6 +259,16 @@ def to_node(graph: Graph, value: Any) -> Any:
         else:
             return {k: leaf(v) if isinstance(v, torch.Tensor) else v for k, v in value.items()}
     return map_structure(value, _is_tensor, leaf)
+
+
+def _refuse_meta_constant(v) -> None:
+    """A meta tensor beside traced ones: made by torch machinery that ran on the traced
+    tensors' meta stand-ins outside the trace (a higher-order op compiling its body, as
+    ``associative_scan`` does), or the user's own, which eager cannot mix with real tensors
+    either. As a graph constant it holds no data: the graph would fail when it runs."""
+    raise GraphError(f"{format_location(user_location())}: a meta tensor "
+                     f"{tuple(v.shape)} (made outside the trace, with no data) is used with "
+                     f"traced tensors")
 
 
 def _is_tensor(v) -> bool:

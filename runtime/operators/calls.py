@@ -55,7 +55,9 @@ def _is_user_function(f) -> bool:
     root = module.split(".")[0]
     if root in _LIBRARY_ROOTS or root in sys.stdlib_module_names:
         return False
-    return getattr(f, "__code__", None) is not None or inspect.ismethod(f)
+    if inspect.ismethod(f):     # (a bound ``lru_cache`` wrapper has no code to convert)
+        return inspect.isfunction(f.__func__)
+    return getattr(f, "__code__", None) is not None
 
 
 def _user_module_forward(f):

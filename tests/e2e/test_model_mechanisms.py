@@ -8,6 +8,7 @@ become graph nodes and ``torch.compiler.is_compiling()`` got eager's answer ther
 experts then took a kernel with no meta implementation and fell back). Now its pre-hooks,
 converted forward and hooks run in ``_call_impl``'s order.
 """
+import functools
 import warnings
 
 import pytest
@@ -206,3 +207,86 @@ def test_backward_hooks_of_a_module_argument_fall_back():
     with pytest.warns(FallbackWarning):
         to_graph(step)(net, x).backward()
     assert calls == [1]
+
+
+# --------------------------------------------------------------------------------------
+# torch machinery that makes meta tensors outside the trace (transformers' Mamba/Jamba
+# take ``associative_scan`` when asked is_compiling()): the graph held them as constants
+# with no data and crashed when it ran ("Tensor on device meta is not on the expected
+# device cpu"); now the call falls back naming the line.
+
+def _combine(a, b):
+    return a + b
+
+
+def _scan(x):
+    from torch._higher_order_ops.associative_scan import associative_scan
+    return associative_scan(_combine, x, dim=0, combine_mode="generic") * 2
+
+
+@pytest.mark.parametrize("rows", [4, 8])
+def test_meta_tensor_from_torch_internals_falls_back(rows):
+    x = torch.randn(rows, 3)
+    with pytest.raises(ConversionError, match="meta tensor"):
+        to_graph(_scan, strict=True)(x)
+    with pytest.warns(FallbackWarning, match=r"test_model_mechanisms\.py:\d+: a meta tensor"):
+        got = to_graph(_scan)(x)
+    assert_same(got, _scan(x))
+
+
+# --------------------------------------------------------------------------------------
+# A size computed by torch from Python ints (``torch.div(h.size(1), w, rounding_mode=
+# "trunc")``, Longformer/LED's chunking) is a graph value; shape inference's "item() on
+# meta tensors" was taken for the user's own error (zero-filled stand-ins fail too) and
+# strict mode raised RuntimeError where eager runs: now ConversionError / a fallback.
+
+def _chunks(h, w):
+    return h.view(h.size(0), torch.div(h.size(1), w, rounding_mode="trunc"), w, h.size(2))
+
+
+@pytest.mark.parametrize("shape,w", [((2, 8, 3), 4), ((1, 12, 2), 3)])
+def test_size_from_torch_div_never_crashes(shape, w):
+    h = torch.randn(*shape)
+    try:
+        got = to_graph(_chunks, strict=True)(h, w)
+    except ConversionError:
+        got = None
+    if got is not None:
+        assert_same(got, _chunks(h, w))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        assert_same(to_graph(_chunks)(h, w), _chunks(h, w))
+
+
+# --------------------------------------------------------------------------------------
+# A method whose function is an ``lru_cache`` wrapper (transformers' ``logger.
+# warning_once``): it was taken for a user function to convert, and the trace failed
+# with "'functools._lru_cache_wrapper' object has no attribute '__code__'"; now it is
+# called as it is and the rest converts.
+
+class _Log:
+    def __init__(self):
+        self.said = []
+
+    @functools.lru_cache(None)
+    def once(self, msg):
+        return len(msg)
+
+
+_LOG = _Log()
+
+
+def _gated(x, scale):
+    _LOG.once("padding to a multiple of the window")
+    if x.sum() > 0:
+        return x * scale
+    return x - scale
+
+
+@pytest.mark.parametrize("scale", [2.0, torch.tensor(3.0)])
+def test_lru_cached_method_call_converts(scale):
+    g = to_graph(_gated, strict=True)
+    for x in (torch.randn(3, 4) + 2, torch.randn(3, 4) - 2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FallbackWarning)
+            assert_same(g(x, scale), _gated(x, scale))
