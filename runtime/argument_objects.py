@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from .introspection import kind_of
 from .python_state import InputSlots, guard_print, is_tensor
 from .outputs import resolve_arguments
 
@@ -200,7 +201,8 @@ class Installed:
                 old = (before[k] if k < len(before) else _MISSING) if kind == "list" else \
                     before.get(k, _MISSING)
                 new = now[k]
-                if new is not old and isinstance(new, _COUNTED) and not isinstance(new, bool):
+                if new is not old and (isinstance(new, _COUNTED) and not isinstance(new, bool)
+                                       or is_tensor(new) and kind_of(new) is not None):  # int(t)
                     return self.found.owners[j], k
         return None
 

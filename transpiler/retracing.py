@@ -268,6 +268,17 @@ _ADVICE = {
 }
 
 
+def _compare(names, history, key):
+    """(kind, change, shape advice) for a trace of ``key`` that no cached guard refused."""
+    if key in history:
+        return "evicted", "its graph was dropped for the cache limit", None
+    old = _closest(history, key)
+    found = changes(names, old, key)
+    kind = _kind(found)
+    return (kind, "; ".join(t for _, t in found) or STATE_CHANGED,
+            _shape_advice(names, old, key) if kind == "shapes" else None)
+
+
 class Retraces:
     """One function's traced signatures and the retracing warnings it has given."""
 
@@ -289,14 +300,11 @@ class Retraces:
             detail = explain(flat) if explain is not None and flat is not None else ""
             kind, change = "state", (f"Python state the last trace read changed: {detail}"
                                      if detail else STATE_CHANGED)
-        elif key in history:
-            kind, change = "evicted", "its graph was dropped for the cache limit"
         else:
-            old = _closest(history, key)
-            found = changes(names, old, key)
-            kind, change = _kind(found), "; ".join(t for _, t in found) or STATE_CHANGED
-            if kind == "shapes":
-                advice = _shape_advice(names, old, key)
+            try:        # keys hold hashable arguments: their __eq__ is the user's
+                kind, change, advice = _compare(names, history, key)
+            except Exception:  # noqa: BLE001 (a dataclass comparing tensors raises)
+                kind, change = "state", STATE_CHANGED
         self.traces += 1
         history.append(key)
         if len(history) > HISTORY:

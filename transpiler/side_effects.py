@@ -159,11 +159,12 @@ class Snapshot:
             snap._watch(f"argument {k!r}", v)
         for ns, name, value in snap._globals:       # an iterator's position, an array's
             snap._watch_state(f"global {name!r}", value)                       # bytes
-            if isinstance(value, type) and user_classes(value):     # ``Counter.n += 1``
+            if isinstance(value, type) and user_classes(value) or \
+                    _holds_containers(value):   # ``Counter.n += 1``, ``STATE.log.append``
                 snap._watch_deep(f"global {name!r}", value)
         for name, cell, value in snap._cells:
             snap._watch_state(f"closure variable {name!r}", value)
-            if isinstance(value, type) and user_classes(value):
+            if isinstance(value, type) and user_classes(value) or _holds_containers(value):
                 snap._watch_deep(f"closure variable {name!r}", value)
         if owner is not None:           # and deeper: ``self.cfg.count += 1``
             snap._watch_deep("an attribute of the object the method belongs to", owner)
@@ -511,6 +512,18 @@ _EMPTY = EMPTY          # an empty cell's value, a missing name's
 def _is_value(v) -> bool:
     """An atom or a tensor: compared by the signature, not fingerprinted."""
     return isinstance(v, _ATOMS) or is_tensor(v)
+
+
+def _holds_containers(v) -> bool:
+    """A global's or closure variable's plain object or container that holds another one
+    (``STATE.log``, ``CACHE["k"]``): its shallow watch sees only its own items, so what
+    the trace appends deeper (a traced tensor) is watched, and restored, by a deep print."""
+    if isinstance(v, type) or not _plain_holder(v):
+        return False
+    state = _state_of(v)
+    held = v if isinstance(v, (list, tuple, set)) else v.values() if isinstance(v, dict) \
+        else vars(v).values() if state is not None else ()
+    return any(_plain_holder(h) and not isinstance(h, type) for h in held)
 
 
 def _plain_holder(v) -> bool:
