@@ -82,7 +82,8 @@ def leaves(obj, path: str = "out", seen=None) -> List[tuple]:
     seen = set() if seen is None else seen
     if isinstance(obj, torch.Tensor):
         return [(path, obj)]
-    if id(obj) in seen or obj is None or isinstance(obj, (bool, int, float, str)):
+    if id(obj) in seen or obj is None or \
+            isinstance(obj, (bool, int, float, str, torch.device, torch.dtype)):
         return [(path, obj)]
     seen.add(id(obj))
     out = [(path, type(obj).__name__)]

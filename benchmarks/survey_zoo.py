@@ -1,0 +1,279 @@
+"""More real models for the survey of issue 13: architectures written by other projects.
+
+transformers (Mistral, Qwen2, Phi, Phi3, Gemma, Gemma2, OPT, GPT-NeoX, GPT-J, Falcon,
+DistilBERT, RoBERTa, ALBERT, ELECTRA, BART, Whisper, CLIP, Mixtral, Qwen2-MoE), timm
+(resnet, efficientnet, convnext, deit, swin, mobilevit) and torchvision (vgg11,
+densenet121, efficientnet_b0, convnext_tiny, swin_t, regnet, shufflenet, squeezenet,
+inception_v3), each built as a new user would: a tiny config, random weights, no downloads.
+Dropout probabilities are 0 so that a train step is deterministic.
+
+Each builder takes ``mask`` (an ``attention_mask`` with left padding, for text models) and
+returns ``(model, make_inputs)`` as ``benchmarks/model_zoo.py`` does: an eval-mode module
+and ``make_inputs(batch, seed) -> (args, kwargs)``.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+import torch
+
+from benchmarks.model_zoo import SEQ, VOCAB, _images, _tokens
+from benchmarks.torchvision_cpu import import_torchvision
+
+import_torchvision()
+
+WIDTH = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+             num_attention_heads=4, max_position_embeddings=64)
+
+
+def no_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """Dropout, DropPath and StochasticDepth set to probability 0 (a deterministic train
+    step); the modules stay, so the code that calls them is traced as written."""
+    for m in model.modules():
+        name = type(m).__name__
+        if "Dropout" in name or "StochasticDepth" in name or "DropPath" in name:
+            for attr in ("p", "drop_prob"):
+                if isinstance(getattr(m, attr, None), float):
+                    setattr(m, attr, 0.0)
+    return model
+
+
+def _hf(config_cls: str, model_cls: str, attn: str = "sdpa", **config) -> torch.nn.Module:
+    import transformers
+    cfg = getattr(transformers, config_cls)(**config)
+    for key, value in list(vars(cfg).items()):
+        if isinstance(value, float) and ("dropout" in key or "pdrop" in key
+                                         or key.endswith("drop_prob")):
+            setattr(cfg, key, 0.0)
+    cfg._attn_implementation = attn
+    torch.manual_seed(0)
+    return no_dropout(getattr(transformers, model_cls)(cfg)).eval()
+
+
+def _text(model, mask):
+    return model, lambda b, s: _tokens(b, s, mask)
+
+
+def _seq2seq(model, mask, start=0):
+    def make(b, s):
+        (ids,), kwargs = _tokens(b, s, mask)
+        g = torch.Generator().manual_seed(s + 100)
+        kwargs["decoder_input_ids"] = torch.randint(start, VOCAB, (b, 8), generator=g)
+        return (ids,), kwargs
+    return model, make
+
+
+# ------------------------------------------------------------------ transformers: decoders
+def mistral(mask=False):
+    return _text(_hf("MistralConfig", "MistralForCausalLM", num_key_value_heads=2,
+                     sliding_window=8, use_cache=False, **WIDTH), mask)
+
+
+def qwen2(mask=False):
+    return _text(_hf("Qwen2Config", "Qwen2ForCausalLM", num_key_value_heads=2,
+                     use_cache=False, **WIDTH), mask)
+
+
+def phi(mask=False):
+    return _text(_hf("PhiConfig", "PhiForCausalLM", partial_rotary_factor=0.5,
+                     use_cache=False, **WIDTH), mask)
+
+
+def phi3(mask=False):
+    return _text(_hf("Phi3Config", "Phi3ForCausalLM", num_key_value_heads=2, pad_token_id=0,
+                     use_cache=False, **WIDTH), mask)
+
+
+def gemma(mask=False):
+    return _text(_hf("GemmaConfig", "GemmaForCausalLM", num_key_value_heads=2, head_dim=16,
+                     use_cache=False, **WIDTH), mask)
+
+
+def gemma2(mask=False):
+    return _text(_hf("Gemma2Config", "Gemma2ForCausalLM", num_key_value_heads=2, head_dim=16,
+                     sliding_window=8, use_cache=False, attn="eager", **WIDTH), mask)
+
+
+def opt(mask=False):
+    return _text(_hf("OPTConfig", "OPTForCausalLM", vocab_size=VOCAB, hidden_size=64,
+                     ffn_dim=128, num_hidden_layers=2, num_attention_heads=4,
+                     word_embed_proj_dim=64, max_position_embeddings=64, use_cache=False),
+                 mask)
+
+
+def gpt_neox(mask=False):
+    return _text(_hf("GPTNeoXConfig", "GPTNeoXForCausalLM", rotary_pct=0.5,
+                     use_cache=False, **WIDTH), mask)
+
+
+def gptj(mask=False):
+    return _text(_hf("GPTJConfig", "GPTJForCausalLM", vocab_size=VOCAB, n_embd=64, n_layer=2,
+                     n_head=4, rotary_dim=8, n_positions=64, use_cache=False), mask)
+
+
+def falcon(mask=False):
+    return _text(_hf("FalconConfig", "FalconForCausalLM", vocab_size=VOCAB, hidden_size=64,
+                     num_hidden_layers=2, num_attention_heads=4, use_cache=False), mask)
+
+
+def mixtral(mask=False):
+    return _text(_hf("MixtralConfig", "MixtralForCausalLM", num_key_value_heads=2,
+                     num_local_experts=4, num_experts_per_tok=2, use_cache=False, **WIDTH),
+                 mask)
+
+
+def qwen2_moe(mask=False):
+    return _text(_hf("Qwen2MoeConfig", "Qwen2MoeForCausalLM", num_key_value_heads=2,
+                     num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                     shared_expert_intermediate_size=64, use_cache=False, **WIDTH), mask)
+
+
+# ------------------------------------------------------------------ transformers: encoders
+def distilbert(mask=False):
+    return _text(_hf("DistilBertConfig", "DistilBertModel", vocab_size=VOCAB, dim=64,
+                     n_layers=2, n_heads=4, hidden_dim=128, max_position_embeddings=64), mask)
+
+
+def roberta(mask=False):
+    return _text(_hf("RobertaConfig", "RobertaModel", pad_token_id=1, **WIDTH), mask)
+
+
+def albert(mask=False):
+    return _text(_hf("AlbertConfig", "AlbertModel", embedding_size=32, **WIDTH), mask)
+
+
+def electra(mask=False):
+    return _text(_hf("ElectraConfig", "ElectraModel", embedding_size=32, **WIDTH), mask)
+
+
+# ------------------------------------------------------------------ transformers: seq2seq
+def bart(mask=False):
+    m = _hf("BartConfig", "BartForConditionalGeneration", vocab_size=VOCAB, d_model=64,
+            encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+            max_position_embeddings=64, use_cache=False)
+    return _seq2seq(m, mask)
+
+
+def whisper(mask=False):
+    m = _hf("WhisperConfig", "WhisperForConditionalGeneration", vocab_size=VOCAB, d_model=64,
+            encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+            num_mel_bins=16, max_source_positions=16, max_target_positions=32,
+            decoder_start_token_id=1, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            suppress_tokens=None, begin_suppress_tokens=None, use_cache=False)
+
+    def make(b, s):
+        g = torch.Generator().manual_seed(s)
+        kwargs = {"decoder_input_ids": torch.randint(3, VOCAB, (b, 8), generator=g)}
+        if mask:
+            dm = torch.ones(b, 8, dtype=torch.long)
+            kwargs["decoder_attention_mask"] = dm
+        return (torch.randn(b, 16, 32, generator=g),), kwargs
+    return m, make
+
+
+def clip(mask=False):
+    m = _hf("CLIPConfig", "CLIPModel",
+            text_config=dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                             num_hidden_layers=2, num_attention_heads=4,
+                             max_position_embeddings=SEQ),
+            vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                               num_attention_heads=4, image_size=32, patch_size=8),
+            projection_dim=32)
+
+    def make(b, s):
+        (ids,), kwargs = _tokens(b, s, mask)
+        g = torch.Generator().manual_seed(s + 7)
+        kwargs["pixel_values"] = torch.randn(b, 3, 32, 32, generator=g)
+        return (ids,), kwargs
+    return m, make
+
+
+# ------------------------------------------------------------------ timm
+def _timm(name, size=64, **kw):
+    import timm
+    torch.manual_seed(0)
+    return no_dropout(timm.create_model(name, pretrained=False, num_classes=10, **kw)).eval(), \
+        _images(size)
+
+
+def timm_resnet(mask=False):
+    return _timm("resnet18d")
+
+
+def timm_efficientnet(mask=False):
+    return _timm("efficientnet_b0")
+
+
+def timm_convnext(mask=False):
+    return _timm("convnext_atto")
+
+
+def timm_deit(mask=False):
+    return _timm("deit_tiny_patch16_224", size=32, img_size=32, patch_size=8, depth=2)
+
+
+def timm_swin(mask=False):
+    from timm.models.swin_transformer import SwinTransformer
+    torch.manual_seed(0)
+    m = SwinTransformer(img_size=64, patch_size=4, window_size=4, embed_dim=32,
+                        depths=(2, 2), num_heads=(2, 4), num_classes=10)
+    return no_dropout(m).eval(), _images(64)
+
+
+def timm_mobilevit(mask=False):
+    return _timm("mobilevit_xxs")
+
+
+# ------------------------------------------------------------------ torchvision
+def _tv(name, size=64, **kw):
+    tv = import_torchvision()
+    torch.manual_seed(0)
+    return no_dropout(getattr(tv.models, name)(num_classes=10, **kw)).eval(), _images(size)
+
+
+def tv_vgg11(mask=False):
+    return _tv("vgg11", size=32)
+
+
+def tv_densenet121(mask=False):
+    return _tv("densenet121")
+
+
+def tv_efficientnet_b0(mask=False):
+    return _tv("efficientnet_b0")
+
+
+def tv_convnext_tiny(mask=False):
+    return _tv("convnext_tiny")
+
+
+def tv_swin_t(mask=False):
+    return _tv("swin_t")
+
+
+def tv_regnet(mask=False):
+    return _tv("regnet_y_400mf")
+
+
+def tv_shufflenet(mask=False):
+    return _tv("shufflenet_v2_x0_5")
+
+
+def tv_squeezenet(mask=False):
+    return _tv("squeezenet1_1")
+
+
+def tv_inception_v3(mask=False):
+    return _tv("inception_v3", size=80, aux_logits=False, init_weights=True)
+
+
+TEXT = ("mistral", "qwen2", "phi", "phi3", "gemma", "gemma2", "opt", "gpt_neox", "gptj",
+        "falcon", "mixtral", "qwen2_moe", "distilbert", "roberta", "albert", "electra",
+        "bart", "whisper", "clip")
+SURVEY: Dict[str, Callable] = {name: globals()[name] for name in TEXT + (
+    "timm_resnet", "timm_efficientnet", "timm_convnext", "timm_deit", "timm_swin",
+    "timm_mobilevit", "tv_vgg11", "tv_densenet121", "tv_efficientnet_b0",
+    "tv_convnext_tiny", "tv_swin_t", "tv_regnet", "tv_shufflenet", "tv_squeezenet",
+    "tv_inception_v3")}
