@@ -10,6 +10,8 @@ their place among the other nodes ("the backward runs as autograd's"):
   ``call_method`` (the object's own method, its hooks included, on every run);
 - ``torch.nn.utils.clip_grad_norm_`` / ``clip_grad_value_``: ``clip_grad_norm`` /
   ``clip_grad_value`` (the norm is a graph value);
+- ``scheduler.get_last_lr()``: ``last_lrs``, the lrs on that run (float stand-ins, as
+  ``loss.item()``; read in its place, after any ``step()`` before it);
 - ``p.grad`` of a parameter after one of these in the same trace: ``read_grad``, the
   tensor ``p.grad`` holds on that run (before any of them, the trace's read is guarded as
   before, ``trace_reads``).
@@ -123,6 +125,19 @@ def clip_grad_norm(params, max_norm, norm_type=2.0, error_if_nonfinite=False,
     return torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type,
                                           error_if_nonfinite=error_if_nonfinite,
                                           foreach=foreach)
+
+
+@_impure
+def last_lrs(owner: Held, anchor: torch.Tensor, n: int) -> torch.Tensor:
+    """``scheduler.get_last_lr()`` when the graph runs, as one float64 tensor of ``n``
+    (``anchor``: a parameter of its optimizer, giving the node a tensor input)."""
+    if anchor.is_meta:
+        return torch.empty(n, dtype=torch.float64, device="meta")
+    lrs = owner.obj.get_last_lr()
+    if len(lrs) != n:
+        raise RuntimeError(f"{type(owner.obj).__name__}.get_last_lr() gave {len(lrs)} "
+                           f"values; the graph was traced with {n} parameter groups")
+    return torch.tensor([float(v) for v in lrs], dtype=torch.float64)
 
 
 @effect
@@ -372,9 +387,12 @@ def staged_call(f, args, kwargs) -> Any:
         _record_method(owner, "step", {})
         return None
     if _is_scheduler(owner):
+        if name == "get_last_lr" and not args and not kwargs and \
+                _torch_own(type(owner), name):
+            return _last_lr_values(owner)
         if name != "step" or args or kwargs or not _torch_own(type(owner), name):
             raise _refuse(f"{type(owner).__name__}.{name}(...) of an lr scheduler (only "
-                          f"step() with no argument is staged)")
+                          f"step() with no argument and get_last_lr() are staged)")
         _record_method(owner, "step", {})
         return None
     if isinstance(owner, torch.nn.Module) and name == "zero_grad" and \
@@ -384,6 +402,26 @@ def staged_call(f, args, kwargs) -> Any:
     if f is torch.nn.utils.clip_grad_norm_ or f is torch.nn.utils.clip_grad_value_:
         return _clip(f, args, kwargs)
     return NOT_STAGED
+
+
+def _last_lr_values(owner) -> list:
+    """``owner.get_last_lr()``: the list of the lrs on each run, as float stand-ins."""
+    from .introspection import mark
+    from .symbolic import dispatch_record
+    params = _owner_params(owner.optimizer)
+    if not params:
+        raise _refuse(f"{type(owner).__name__}.get_last_lr() of an optimizer without "
+                      f"parameters")
+    n = len(owner.optimizer.param_groups)
+    out = dispatch_record(last_lrs, (Held(owner), params[0], n), {})
+    out._node.attrs[grad_flags.KEY] = False
+    _owners().append(owner)
+    values = []
+    for i in range(n):
+        value = out[i]
+        mark(value, "float")
+        values.append(value)
+    return values
 
 
 def _step_wrapped_by_scheduler(f):

@@ -28,3 +28,39 @@ def item_of(t, needs_value):
     value = t.detach().reshape(()).to(dtype)
     mark(value, kind)
     return value
+
+
+def python_round(t: torch.Tensor, ndigits: int) -> torch.Tensor:
+    """``round(x, ndigits)`` of the float ``t`` stands for, by Python's own ``round`` (its
+    correctly rounded decimal result, which ``torch.round(decimals=)`` can miss by one)."""
+    if t.is_meta:
+        return torch.empty((), dtype=torch.float64, device="meta")
+    return torch.tensor(round(float(t), ndigits), dtype=torch.float64)
+
+
+def round_of(x, ndigits=None):
+    """``round(x[, ndigits])`` of a traced value standing for a Python number: an int
+    stand-in for ``round(x)`` (half to even on the exact value, as Python's), the number
+    itself for an int, a float stand-in for a float with ``ndigits``. A traced tensor
+    raises eager's TypeError (``Tensor`` has no ``__round__``)."""
+    from .introspection import kind_of
+    from .symbolic import dispatch_record, is_symbolic
+    kind = kind_of(x)
+    if kind not in ("int", "float", "bool") or is_symbolic(ndigits):
+        if kind is None:
+            raise TypeError("type Tensor doesn't define __round__ method")
+        from .errors import GraphError
+        raise GraphError(f"round() of a value whose kind ({kind}) or digits are known only "
+                         f"when the graph runs")
+    if kind != "float":
+        value = x.to(torch.int64) if ndigits is None or ndigits >= 0 else \
+            dispatch_record(python_round, (x.to(torch.float64), ndigits), {}).to(torch.int64)
+        mark(value, "int")
+        return value
+    if ndigits is None:
+        value = torch.round(x).to(torch.int64)
+        mark(value, "int")
+        return value
+    value = dispatch_record(python_round, (x, int(ndigits)), {})
+    mark(value, "float")
+    return value

@@ -4,7 +4,7 @@ User functions (and the ``forward`` of user ``nn.Module``s) are converted recurs
 through the converter the front door registers, so their control flow is converted too;
 calls into torch, numpy, the standard library and builtins run as they are. A few builtins
 get graph meanings when an argument is symbolic: ``len``, ``range``, ``enumerate``,
-``zip``, ``int``, ``float``, ``bool``, ``min``, ``max``, ``print``; ``torch.stack`` and
+``zip``, ``int``, ``float``, ``bool``, ``round``, ``min``, ``max``, ``print``; ``torch.stack`` and
 ``torch.cat`` accept lists built in tensor loops.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .. import autograd_effects, flag_arguments
+from .. import autograd_effects, flag_arguments, item_values
 from ..distributed_modules import refuse_distributed_module
 from ..errors import GraphError
 from ..introspection import RunTimeSize, mark, python_class
@@ -190,6 +190,7 @@ _SYMBOLIC_BUILTINS = {
     builtins.int: _int,
     builtins.float: _float,
     builtins.bool: _bool,
+    builtins.round: item_values.round_of,
     builtins.max: lambda *a, **k: _max_min(_gt, a, k),
     builtins.min: lambda *a, **k: _max_min(_lt, a, k),
     torch.stack: _stack,
