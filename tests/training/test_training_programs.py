@@ -77,7 +77,8 @@ def _run(program, mode, steps=STEPS):
     _MODE[0] = mode
     torch.manual_seed(0)
     step, objs, batches = program()
-    if mode != "eager" and program is not prog_model_converted_in_eager_loop:
+    if mode != "eager" and program not in (prog_model_converted_in_eager_loop,
+                                           prog_model_eval_in_eager_loop):
         step = to_graph(step, strict=(mode == "strict"))
     outs, fallbacks = [], []
     buf = io.StringIO()
@@ -663,6 +664,54 @@ def prog_model_converted_in_eager_loop():
     return step, [model, opt], _batches(STEPS, (6, 8), 4)
 
 
+def prog_model_eval_in_eager_loop():
+    """to_graph(model) with train()/eval() switched by the eager loop (BN, dropout)."""
+    model = MLP(p=0.3, bn=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    cmodel = model if _MODE[0] == "eager" else to_graph(model, strict=_MODE[0] == "strict")
+
+    def step(x, y):
+        model.train()
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(cmodel(x), y)
+        loss.backward()
+        opt.step()
+        model.eval()
+        with torch.no_grad():
+            val = F.cross_entropy(cmodel(x), y).item()
+        return loss.item(), val
+
+    return step, [model, opt], _batches(STEPS, (6, 8), 4)
+
+
+def prog_hf_style_dict_batch():
+    """transformers' Trainer shape: a dict batch, outputs as a dict with 'loss', scheduler
+    from a lambda with warmup, clip, logs gathered in a dict."""
+    model = MLP()
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 3))
+
+    def forward(batch):
+        logits = model(batch["input"])
+        return {"logits": logits, "loss": F.cross_entropy(logits, batch["labels"])}
+
+    def step(x, y):
+        batch = {"input": x, "labels": y}
+        outputs = forward(batch)
+        loss = outputs["loss"]
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        logs = {"loss": round(loss.item(), 4), "grad_norm": float(norm),
+                "learning_rate": sched.get_last_lr()[0]}
+        print(logs)
+        return logs
+
+    return step, [model, opt, sched], _batches(STEPS, (6, 8), 4)
+
+
 PROGRAMS = {
     "mnist_sgd_steplr": prog_mnist_sgd_steplr,
     "grad_accum": prog_grad_accum,
@@ -687,6 +736,8 @@ PROGRAMS = {
     "rnn_lm": prog_rnn_lm,
     "autocast_scaler": prog_autocast_scaler,
     "model_in_eager_loop": prog_model_converted_in_eager_loop,
+    "model_eval_in_eager_loop": prog_model_eval_in_eager_loop,
+    "hf_style_dict_batch": prog_hf_style_dict_batch,
 }
 
 # What a graph cannot repeat falls back (strict: ConversionError), naming the line:
