@@ -19,6 +19,7 @@ import gc
 import inspect
 import operator
 import os
+import time
 import types
 import warnings
 
@@ -57,6 +58,7 @@ from .errors import ConversionError
 from .run_eagerly import _EAGERLY
 from .side_effects import Snapshot
 from .dynamic_shapes import DynamicShapes, argument_leaves
+from .hot_shapes import HotShapes
 from .retracing import (_GRAD_MODE, CacheLimitWarning, RetracingWarning, Retraces,  # noqa: F401
                         _is_call_modes, _mode, describe_change as _describe_change,
                         warn_cache_limit)
@@ -341,6 +343,7 @@ class GraphFunction:
         self._submodules = list(self._module.modules()) if self._module is not None else []
         self._fast = self._entries.fast     # flat positional key -> entry (the same cache)
         self._dynamic = DynamicShapes(dynamic)      # to_graph(fn, dynamic=...)
+        self._hot = HotShapes()         # a size a dynamic graph serves often: traced static
         self._probing: Dict[Any, "GraphFunction"] = {}   # probed names -> probing copy
 
     # -- descriptor: @to_graph on a method in a class body
@@ -410,6 +413,8 @@ class GraphFunction:
                 return _python_function(self._fn)(*args, **kwargs)
             entry = self._dynamic_entry(key, args, kwargs, flat, spec) or \
                 self._build(key, args, kwargs, flat, spec)
+            if self._hot.due(entry, flat):      # (hot_shapes; None: keep the dynamic graph)
+                entry = self._build(key, args, kwargs, flat, spec, promoted=True) or entry
         else:
             self._entries.hit(entry)
         if fast is not None:
@@ -451,6 +456,7 @@ class GraphFunction:
                     self._dynamic.refuse(plan, key, flat)
         if entry is not None:
             self._dynamic.traced(plan)
+            self._hot.watch(entry, plan.dims, self._entries)
         return entry
 
     def _binds(self, args, kwargs) -> bool:
@@ -519,21 +525,25 @@ class GraphFunction:
                 return entry
             return self._build_entry(key, args, kwargs, flat, spec, *more, **options)
 
-    def _build_entry(self, key, args, kwargs, flat, spec, fallback_ok=True, dynamic=None):
+    def _build_entry(self, key, args, kwargs, flat, spec, fallback_ok=True, dynamic=None,
+                     promoted=False):
         """Trace, optimize and lower a signature's entry (a ``_Fallback`` when that fails;
-        with ``dynamic`` dims ({flat leaf index: dims}), None instead: no fallback)."""
+        with ``dynamic`` dims ({flat leaf index: dims}) or ``promoted`` (a size a dynamic
+        graph serves, traced static: ``hot_shapes``), None instead: no fallback)."""
         cached = self._entries.get(key)
         self._leaf_names = _leaf_names(self._param_names, args, kwargs, len(flat))
         trace_log.tracing(self, key, self._history, cached, flat, dynamic)
         self._entries.misses += 1
-        self._retraces.note(self, self._param_names, key, cached, flat, dynamic)
+        self._retraces.note(self, self._param_names, key, cached, flat, dynamic or promoted)
         collecting = gc.isenabled()
         if collecting:              # building makes many objects, few cycles: collecting
             gc.disable()            # them meanwhile (a full pass per few thousand) is waste
         try:
+            start = time.perf_counter()
             entry = self._trace(args, kwargs, flat, spec, dynamic)
+            entry.build_s = time.perf_counter() - start     # (hot_shapes' budget)
         except Exception as e:
-            if dynamic:
+            if dynamic or promoted:
                 trace_log.dynamic_refused(self, e)
                 return None             # the call is traced static instead (dynamic_shapes)
             if getattr(e, "_tograph_user_error", False):

@@ -156,6 +156,14 @@ class SignatureCache(MutableMapping):
                 oldest = next(iter(self.fast))
                 self._unlink(oldest)
 
+    def unlink_entry(self, entry) -> None:
+        """Drop the fast keys that serve ``entry``: their next calls take the full path
+        (``hot_shapes``: a size due for a static graph of its own)."""
+        with self._lock:
+            for fast in self._fast_of.pop(self._keys.get(id(entry)), ()):
+                if self.fast.get(fast) is entry:
+                    del self.fast[fast]
+
     def _unlink(self, fast) -> None:
         entry = self.fast.pop(fast)
         key = self._keys.get(id(entry))

@@ -1,0 +1,87 @@
+"""A size that a shape-generic graph serves often gets a static graph of its own (issue 13).
+
+    hot = HotShapes()
+    hot.watch(entry, dims, cache)   # a dynamic graph just traced ({flat leaf index: dims})
+    hot.due(entry, flat)            # True once per size: trace this call's signature static
+
+A dynamic graph (``dynamic_shapes``) keeps its sizes as graph values, so the optimizer cannot
+plan what needs concrete sizes (a loop's compiled driver, fused row kernels, the product loop
+of an RNN): an RNN trained at one hidden size and then called at another ran at 0.26x eager
+against 4.8x for a fresh ``to_graph`` at that size. Ski rental decides when a size is worth a
+static trace: each call of the dynamic graph is timed (wall clock) per concrete size of its
+dynamic dims; once the calls at one size have spent as long as tracing the dynamic graph took
+(``entry.build_s``), that size is due: the entry's fast-path keys are unlinked, so its next
+call reaches ``GraphFunction._call``, which traces the signature static (not counted as a
+retrace, nothing cached and the dynamic graph kept if that trace fails). Any mix of sizes thus
+costs at most about twice what it would with the best choice made in advance, and a size seen
+a handful of times is never traced (30 new batch sizes stay 2 traces). Static entries are
+ordinary cache entries: bounded by the cache limit, least recently used evicted.
+"""
+from __future__ import annotations
+
+import time
+from typing import Dict, Tuple
+
+#: a size is due once its calls spent BUDGET times the dynamic graph's build time (tests: 0)
+BUDGET = 1.0
+#: sizes tracked per dynamic graph before the counts start over (bounds the memory)
+TRACKED = 256
+
+
+class HotShapes:
+    """Per dynamic entry, the time its calls spent at each concrete size."""
+
+    def watch(self, entry, dims: Dict[int, Tuple[int, ...]], cache) -> None:
+        """Time ``entry``'s calls per size of ``dims``; when one is due, unlink the entry's
+        fast-path keys in ``cache`` (``SignatureCache``) so the next call asks ``due``."""
+        if getattr(entry, "hot_sizes", None) is not None or not dims:
+            return
+        budget = getattr(entry, "build_s", None)
+        if budget is None:
+            return
+        budget *= BUDGET
+        picks = tuple((i, tuple(ds)) for i, ds in sorted(dims.items()))
+        spent: Dict[tuple, float] = {}
+        entry.hot_sizes, entry.hot_due, entry.hot_done = spent, set(), set()
+        entry.hot_picks = picks
+        run, clock = entry.fn, time.perf_counter
+
+        def timed(*args):
+            start = clock()
+            try:
+                return run(*args)
+            finally:
+                sizes = _sizes(args, picks)
+                if sizes is not None and sizes not in entry.hot_done:
+                    total = spent.get(sizes, 0.0) + clock() - start
+                    if total >= budget:
+                        entry.hot_done.add(sizes)
+                        entry.hot_due.add(sizes)
+                        spent.pop(sizes, None)
+                        cache.unlink_entry(entry)
+                    else:
+                        if len(spent) >= TRACKED and sizes not in spent:
+                            spent.clear()
+                        spent[sizes] = total
+
+        entry.fn = timed
+
+    def due(self, entry, flat) -> bool:
+        """Whether this call's size became hot on ``entry`` (True once per size)."""
+        waiting = getattr(entry, "hot_due", None)
+        if not waiting:
+            return False
+        sizes = _sizes(flat, entry.hot_picks)
+        try:
+            waiting.remove(sizes)
+        except KeyError:
+            return False
+        return True
+
+
+def _sizes(args, picks):
+    """The sizes of the picked (leaf, dims), or None when the arguments do not have them."""
+    try:
+        return tuple(args[i].shape[d] for i, ds in picks for d in ds)
+    except (IndexError, AttributeError, TypeError):
+        return None
