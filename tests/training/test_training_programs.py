@@ -712,6 +712,47 @@ def prog_hf_style_dict_batch():
     return step, [model, opt, sched], _batches(STEPS, (6, 8), 4)
 
 
+def prog_accum_by_index():
+    """Accumulation driven by the loop's index: step every k micro-batches (int argument)."""
+    model = MLP()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1, 0.7)
+    k = 2
+    batches = [(x, y, i) for i, (x, y) in enumerate(_batches(STEPS, (6, 8), 4))]
+
+    def step(x, y, i):
+        loss = F.cross_entropy(model(x), y) / k
+        loss.backward()
+        if (i + 1) % k == 0:
+            opt.step()
+            sched.step()
+            model.zero_grad()
+        return loss.item() * k
+
+    return step, [model, opt, sched], batches
+
+
+def prog_nan_skip():
+    """NaN-skip with a NaN batch among good ones: the skipped step leaves no grads/state."""
+    model = MLP()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    batches = _batches(STEPS, (6, 8), 4)
+    batches[2][0][1, 3] = float("nan")
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        ok = torch.isfinite(loss)
+        if ok:
+            loss.backward()
+            opt.step()
+        else:
+            print("skipping step: non-finite loss", loss.item())
+        return loss.detach(), ok
+
+    return step, [model, opt], batches
+
+
 PROGRAMS = {
     "mnist_sgd_steplr": prog_mnist_sgd_steplr,
     "grad_accum": prog_grad_accum,
@@ -738,6 +779,8 @@ PROGRAMS = {
     "model_in_eager_loop": prog_model_converted_in_eager_loop,
     "model_eval_in_eager_loop": prog_model_eval_in_eager_loop,
     "hf_style_dict_batch": prog_hf_style_dict_batch,
+    "accum_by_index": prog_accum_by_index,
+    "nan_skip": prog_nan_skip,
 }
 
 # What a graph cannot repeat falls back (strict: ConversionError), naming the line:
