@@ -15,8 +15,8 @@ Rule, on a root graph with at least ``MIN_CONVS`` ``conv_bn`` nodes and no subgr
 * a value of the region read by any other node (``flatten``, ``view``, ``linear``, a fused
   kernel, ...) or returned by the graph is read through one ``eager_layout`` node, inserted
   before its first such reader: the value itself when the tensors entering the region
-  (the non-region inputs of its nodes) are channels-last themselves (eager's results are
-  then channels-last too), else ``value.contiguous()`` (a copy only where the value is
+  (the non-region inputs of its nodes, convolution weights included, constant or not) are
+  channels-last themselves (eager's results are then channels-last too), else ``value.contiguous()`` (a copy only where the value is
   channels-last: a ``[N, C, 1, 1]`` pooled value is both);
 * the ``conv_bn`` targets get ``channels_last=True``: their folded path converts the input
   (itself when it is channels-last already) and uses channels-last folded weights.
@@ -119,9 +119,13 @@ def _entries(graph: Graph, region) -> Dict[int, list]:
         if id(node) not in region:
             continue
         mine, seen = [], set()
+        # a convolution's weight decides its result's layout as its input does (eager's
+        # conv returns channels-last for channels-last weights): it enters, constant or not
+        weight = node.args[1] if node.op == "conv_bn" and len(node.args) > 1 else None
         for value in inputs_of(node):
+            entering = _four_d(value) and (value.op != "constant" or value is weight)
             for entry in found[id(value)] if id(value) in region else \
-                    ([value] if value.op != "constant" and _four_d(value) else []):
+                    ([value] if entering else []):
                 if id(entry) not in seen:
                     seen.add(id(entry))
                     mine.append(entry)

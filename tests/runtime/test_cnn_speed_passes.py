@@ -129,6 +129,16 @@ def test_outputs_take_eager_layout_for_a_channels_last_input():
             _close(g(xc), model(xc))
 
 
+def test_outputs_take_eager_layout_for_channels_last_weights():
+    """``model.to(memory_format=channels_last)`` with a contiguous input: eager's
+    convolutions return channels-last results (their weights are): so do the edges."""
+    model = _models()["features"].to(memory_format=CL)
+    g = to_graph(model, strict=True)
+    with torch.no_grad():
+        for x in _inputs(3):
+            _close(g(x), model(x))
+
+
 def test_autograd_keeps_eager_values_and_gradients():
     """Parameters requiring grad in eval mode: conv_bn runs eager's ops and layout."""
     models = [_models()["block"], _models()["block"]]
