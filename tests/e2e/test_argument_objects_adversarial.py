@@ -535,6 +535,65 @@ def list_in_object_sorted_by_key(x, o):
     return o.l[0] + x
 
 
+# ---------------------------------------- aliasing that differs between calls (the guard)
+def _alias_on_second_call(s):
+    a = O(t=T(s + 10))
+    return (T(s), a, a if s == 1 else O(t=T(s + 20)))
+
+
+def _alias_but_second_call(s):
+    a = O(t=T(s + 10))
+    return (T(s), a, a if s != 1 else O(t=T(s + 20)))
+
+
+@case(_alias_on_second_call)
+def two_objects_then_one(x, a, b):
+    a.t = a.t + x
+    b.t = b.t * 2
+    return a.t + b.t
+
+
+@case(_alias_but_second_call)
+def one_object_then_two(x, a, b):
+    a.t = a.t + x
+    b.t = b.t * 2
+    return a.t + b.t
+
+
+@case(lambda s: (lambda a: (T(s), [a, a if s == 1 else O(t=T(s + 20))]))(O(t=T(s + 10))))
+def list_holds_one_object_twice_on_second_call(x, items):
+    for it in items:
+        it.t = it.t + x
+    return items[0].t
+
+
+@case(lambda s: (lambda x: (x, O(t=x if s == 1 else T(s + 5))))(T(s)))
+def object_tensor_is_the_argument_on_second_call(x, o):
+    o.t.add_(1)
+    return x * 2
+
+
+@case(lambda s: (lambda x: (x, O(t=x if s != 1 else T(s + 5))))(T(s)))
+def object_tensor_is_the_argument_but_second_call(x, o):
+    o.t.add_(1)
+    return x * 2
+
+
+@case(lambda s: (lambda items: (T(s), O(items=items),
+                                O(items=items if s != 1 else [T(s + 3)])))([T(s)]))
+def two_objects_share_a_list_but_second_call(x, a, b):
+    a.items.append(x)
+    b.items.append(x * 2)
+    return torch.stack(b.items).sum(0)
+
+
+@case(lambda s: (lambda t: (T(s), O(t=t), O(t=t if s == 1 else T(s + 3))))(T(s)))
+def two_objects_share_a_tensor_on_second_call(x, a, b):
+    a.t.mul_(2)
+    b.t.add_(x)
+    return a.t + b.t
+
+
 # ------------------------------------- views and storage shared with the caller's tensors
 def _bump_x(args, result):          # the caller changes its tensor after the call
     args[0].add_(100)
