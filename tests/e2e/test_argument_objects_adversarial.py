@@ -286,6 +286,27 @@ def writes_then_index_error(x, o, items):
     return items[5]
 
 
+_SIZES = [(3, 3), (4, 4), (6, 7)]       # the third call's sizes do not broadcast
+RUNTIME_ERROR = ("a graph with dynamic sizes raises at run time (the sizes do not broadcast) "
+                 "before the call's writes are put back: eager leaves the writes made before "
+                 "its error in the caller's objects, the graph none")
+
+
+@case(lambda s: (T(s, n=_SIZES[s][0]), O(a=None, b=T(s + 1, n=_SIZES[s][1]))),
+      xfail=RUNTIME_ERROR)
+def writes_then_a_size_error_in_the_graph(x, o):
+    o.a = x * 2
+    o.b = o.b + x
+    return o.b
+
+
+@case(lambda s: (T(s, n=_SIZES[s][0]), O(items=[T(s)]), T(s + 1, n=_SIZES[s][1])),
+      xfail=RUNTIME_ERROR)
+def append_then_a_size_error_in_the_graph(x, o, y):
+    o.items.append(x)
+    return x + y
+
+
 # ------------------------------------------------------------------ kinds of object
 @dataclasses.dataclass
 class Data:
