@@ -19,11 +19,13 @@ ordinary cache entries: bounded by the cache limit, least recently used evicted.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Dict, Tuple
 
-#: a size is due once its calls spent BUDGET times the dynamic graph's build time (tests: 0)
-BUDGET = 1.0
+#: a size is due once its calls spent BUDGET times the dynamic graph's build time (tests: 0;
+#: ``TOGRAPH_HOT_BUDGET=0`` makes every size due at once: a stress test of the promotion)
+BUDGET = float(os.environ.get("TOGRAPH_HOT_BUDGET", "1"))
 #: sizes tracked per dynamic graph before the counts start over (bounds the memory)
 TRACKED = 256
 
