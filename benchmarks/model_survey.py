@@ -1,12 +1,14 @@
 """Survey: do real models from other projects convert, match eager, and fail only cleanly?
 
-    .venv/bin/python -m benchmarks.model_survey                      # every model (~10 min)
+    .venv/bin/python -m benchmarks.model_survey                      # every model (~20 min on 2 loaded cores)
     .venv/bin/python -m benchmarks.model_survey --models mistral,tv_vgg11 --no-train
 
 For each model of ``benchmarks/survey_zoo.py`` (tiny configs, random weights): ``to_graph``
 in default mode on eval + ``no_grad`` calls (batch 1, other inputs, batch 3; text models
-also with an ``attention_mask``): any FallbackWarning (its first line is the reason), and
-the outputs against eager (types, every tensor within 1e-4: ``benchmarks.models.compare``);
+also with an ``attention_mask``, and asking for every output: hidden states, attention
+weights, the loss, the cache): any FallbackWarning (its first line is the reason), and
+the outputs against eager (types: ``benchmarks.models.compare``; every tensor within 1e-4,
+absolute or relative to its size);
 strict mode's first call: nothing or ``ConversionError``, anything else is a crash; a train
 step (batch 2, the sum of the first float output): loss and every gradient against eager's.
 Prints one table row per model as it goes, and a summary.
