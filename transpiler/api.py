@@ -413,7 +413,8 @@ class GraphFunction:
                 return _python_function(self._fn)(*args, **kwargs)
             entry = self._dynamic_entry(key, args, kwargs, flat, spec) or \
                 self._build(key, args, kwargs, flat, spec)
-            if self._hot.due(entry, flat):      # (hot_shapes; None: keep the dynamic graph)
+            # a size the dynamic graph served often: static (hot_shapes; None: keep it)
+            if self._hot.due(entry, flat, self._entries.limit):
                 entry = self._build(key, args, kwargs, flat, spec, promoted=True) or entry
         else:
             self._entries.hit(entry)

@@ -26,12 +26,18 @@ from typing import Dict, Tuple
 #: a size is due once its calls spent BUDGET times the dynamic graph's build time (tests: 0;
 #: ``TOGRAPH_HOT_BUDGET=0`` makes every size due at once: a stress test of the promotion)
 BUDGET = float(os.environ.get("TOGRAPH_HOT_BUDGET", "1"))
+#: static graphs made this way per converted function, at most (and a quarter of its cache
+#: limit): many hot sizes never evict the dynamic graph nor warn of the cache limit
+PROMOTED = 16
 #: sizes tracked per dynamic graph before the counts start over (bounds the memory)
 TRACKED = 256
 
 
 class HotShapes:
     """Per dynamic entry, the time its calls spent at each concrete size."""
+
+    def __init__(self):
+        self.promoted = 0           # sizes found due (traced static, or tried)
 
     def watch(self, entry, dims: Dict[int, Tuple[int, ...]], cache) -> None:
         """Time ``entry``'s calls per size of ``dims``; when one is due, unlink the entry's
@@ -68,16 +74,18 @@ class HotShapes:
 
         entry.fn = timed
 
-    def due(self, entry, flat) -> bool:
-        """Whether this call's size became hot on ``entry`` (True once per size)."""
+    def due(self, entry, flat, limit: int) -> bool:
+        """Whether this call's size became hot on ``entry`` (True once per size, and at
+        most ``PROMOTED`` or ``limit // 4`` times: ``limit`` the cache's)."""
         waiting = getattr(entry, "hot_due", None)
-        if not waiting:
+        if not waiting or self.promoted >= min(PROMOTED, limit // 4):
             return False
         sizes = _sizes(flat, entry.hot_picks)
         try:
             waiting.remove(sizes)
         except KeyError:
             return False
+        self.promoted += 1
         return True
 
 

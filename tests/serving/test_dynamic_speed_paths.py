@@ -210,3 +210,17 @@ def test_tracked_sizes_are_bounded(budget, monkeypatch):
         g(*_newton(n))
     assert len(_dynamic(g)[0].hot_sizes) <= 4
 
+
+
+@pytest.mark.parametrize("limit, most", [(None, 3), (8, 2)])
+def test_promotions_are_bounded(budget, monkeypatch, limit, most):
+    """At most PROMOTED static graphs per function (and a quarter of its cache limit): the
+    sizes after that stay on the dynamic graph, equal to eager, without evicting it."""
+    budget(0)
+    monkeypatch.setattr(hot_shapes, "PROMOTED", 3)
+    g = to_graph(newton, cache_limit=limit)
+    for n in (3, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9):
+        args = _newton(n, seed=n)
+        assert_same(g(*args), newton(*args), f"size {n}")
+    assert g.cache_info().traces == 2 + most
+    assert g.cache_info().evictions == 0 and len(_dynamic(g)) == 1
