@@ -6,7 +6,6 @@ The generator is in ``random_programs.py``. 150 programs, each run on 3-5 inputs
 or (): 200 took 55-80 s on a 2-core machine, over the ~60 s budget. Programs with a tensor
 construct at the top level must also leave a top-level ``cond``/``while`` node in the graph.
 """
-import signal
 import warnings
 
 import pytest
@@ -14,6 +13,7 @@ import torch
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+import time_limits
 from random_programs import define, inputs, programs
 from transpiler import to_graph
 
@@ -29,13 +29,12 @@ def _time_limit():
     """Replaces conftest's 20 s limit for a whole test by a limit per program (armed in the
     test body): hypothesis then reports the program that hangs."""
     def on_alarm(signum, frame):
-        raise Hang(f'a program ran past {PER_PROGRAM_S} s')
-    old = signal.signal(signal.SIGALRM, on_alarm)
+        raise Hang(f'a program ran past {PER_PROGRAM_S} s (CPU time)')
+    old = time_limits.install(on_alarm)
     try:
         yield
     finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
+        time_limits.restore(old)
 
 
 def assert_close_structure(got, exp, path='out'):
@@ -84,11 +83,11 @@ def programs_and_inputs(draw):
 def test_graph_equals_eager(case):
     program, shape, args_list = case
     note(program.source)
-    signal.alarm(PER_PROGRAM_S)
+    time_limits.arm(PER_PROGRAM_S)
     try:
         check_program(program.source, program.tensor_top, args_list)
     finally:
-        signal.alarm(0)
+        time_limits.disarm()
 
 
 def _return_under_counter_cond(a, b):
