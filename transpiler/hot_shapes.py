@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from typing import Dict, Tuple
 
 #: a size is due once its calls spent BUDGET times the dynamic graph's build time (tests: 0;
@@ -50,9 +51,11 @@ class HotShapes:
         budget *= BUDGET
         picks = tuple((i, tuple(ds)) for i, ds in sorted(dims.items()))
         spent: Dict[tuple, float] = {}
-        entry.hot_sizes, entry.hot_due, entry.hot_done = spent, set(), set()
+        done, waiting = set(), set()
+        entry.hot_sizes, entry.hot_due, entry.hot_done = spent, waiting, done
         entry.hot_picks = picks
         run, clock = entry.fn, time.perf_counter
+        held, owner = weakref.ref(entry), weakref.ref(cache)    # (no cycle through fn)
 
         def timed(*args):
             start = clock()
@@ -60,13 +63,15 @@ class HotShapes:
                 return run(*args)
             finally:
                 sizes = _sizes(args, picks)
-                if sizes is not None and sizes not in entry.hot_done:
+                if sizes is not None and sizes not in done:
                     total = spent.get(sizes, 0.0) + clock() - start
                     if total >= budget:
-                        entry.hot_done.add(sizes)
-                        entry.hot_due.add(sizes)
+                        done.add(sizes)
+                        waiting.add(sizes)
                         spent.pop(sizes, None)
-                        cache.unlink_entry(entry)
+                        this, table = held(), owner()
+                        if this is not None and table is not None:
+                            table.unlink_entry(this)
                     else:
                         if len(spent) >= TRACKED and sizes not in spent:
                             spent.clear()
