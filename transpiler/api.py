@@ -457,7 +457,8 @@ class GraphFunction:
                     self._dynamic.refuse(plan, key, flat)
         if entry is not None:
             self._dynamic.traced(plan)
-            self._hot.watch(entry, plan.dims, self._entries)
+            if self._dynamic.option is None:    # automatic: hot sizes get static graphs;
+                self._hot.watch(entry, plan.dims, self._entries)   # dynamic=...: one graph
         return entry
 
     def _binds(self, args, kwargs) -> bool:

@@ -131,6 +131,18 @@ def test_no_size_is_due_under_a_large_budget(fn, make, budget):
     assert len(_static_entries(g)) == 1
 
 
+@pytest.mark.parametrize("dynamic", [True, {"x": [0]}])
+def test_an_explicit_dynamic_option_keeps_one_graph(dynamic, budget):
+    """``dynamic=`` asks for one shape-generic graph: no size is promoted, however hot."""
+    budget(0)
+    g = to_graph(newton, dynamic=dynamic)
+    for n in [3, 5, 5, 5, 7, 7, 7]:
+        args = _newton(n)
+        assert_same(g(*args), newton(*args), f"size {n}")
+    assert g.cache_info().traces == 1
+    assert len(g._entries.values()) == 1 and not _dynamic(g)   # never watched
+
+
 def test_promoted_graph_serves_new_values_and_gradients(budget):
     """Values are not baked in at the promoted trace: other inputs at the hot size, and the
     gradients of the weights, equal eager's."""
