@@ -6,8 +6,9 @@
 
 One step of ``workloads.rnn_for`` (``for xt in xs: h = tanh(xt @ w_ih + h @ w_hh + b)``,
 ``--steps`` 50): forward, a mean-square loss, backward (the weights' gradients). Per
-size a fresh ``to_graph`` (a converted function specializes to its first shapes; a second
-shape makes its graph shape-generic, where kernels are not compiled), gradients checked
+size a fresh ``to_graph`` (a second shape makes a converted function's graph
+shape-generic, which compiles no loop kernels until ``hot_shapes`` promotes the size:
+a fresh one measures the static graph from the first steps), gradients checked
 against eager's (max relative difference), then rounds interleaved between the
 contenders (order rotating), each round a number of steps calibrated to ~``--round-s``,
 timed in CPU time of this thread (``time.thread_time``: other processes on a loaded
