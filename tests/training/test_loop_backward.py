@@ -11,6 +11,9 @@ import torch
 
 from benchmarks import training_tasks, workloads
 from runtime.kernels import compiler, loop_backward
+from tests.training.rnn_grad_checks import (check as _check, close as _close,
+                                            inputs as _inputs, loss as _loss, rnn_linear,
+                                            rnn_relu, rnn_sigmoid)
 from transpiler import to_graph
 
 pytestmark = pytest.mark.skipif(not compiler.compiler_available(), reason="no C compiler")
@@ -32,60 +35,6 @@ def spy(monkeypatch):
         return real(*args)
     monkeypatch.setattr(loop_backward._LoopNode, "apply", apply)
     return runs
-
-
-def rnn_relu(xs, h, w_ih, w_hh, bias, c):
-    for xt in xs:
-        h = torch.relu(xt @ w_ih + h @ w_hh + bias + c)
-    return h
-
-
-def rnn_sigmoid(xs, h, w_ih, w_hh, bias, c):
-    for xt in xs:
-        h = torch.sigmoid(bias + (h @ w_hh + xt @ w_ih))
-    return h
-
-
-def rnn_linear(xs, h, w_ih, w_hh, bias, c):
-    for xt in xs:
-        h = h @ w_hh + xt @ w_ih + c + bias
-    return h
-
-
-def _inputs(steps, batch, hidden, seed, dtype=torch.float32, needs=(True,) * 6):
-    g = torch.Generator().manual_seed(seed)
-    shapes = [(steps, batch, hidden), (batch, hidden), (hidden, hidden), (hidden, hidden),
-              (hidden,), (batch, hidden)]
-    scale = [1, 1, hidden ** -0.5, hidden ** -0.5, 0.1, 0.1]
-    return [(torch.randn(s, generator=g, dtype=dtype) * k).requires_grad_(n)
-            for s, k, n in zip(shapes, scale, needs)]
-
-
-def _loss(out):
-    return (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view(out.shape)).sum()
-
-
-def _grads(fn, inputs):
-    out = fn(*inputs)
-    wanted = [x for x in inputs if x.requires_grad]
-    return out.detach(), torch.autograd.grad(_loss(out), wanted, allow_unused=True)
-
-
-def _close(got, want, tol=1e-5):
-    scale = want.abs().max().clamp_min(1e-30)
-    assert float((got - want).abs().max() / scale) <= tol
-
-
-def _check(fn, args_list, strict=True):
-    converted = to_graph(fn, strict=strict)
-    for args in args_list:          # two calls, other values: nothing baked at trace time
-        want = _grads(fn, args)
-        got = _grads(converted, args)
-        _close(got[0], want[0])
-        for a, b in zip(got[1], want[1]):
-            assert (a is None) == (b is None)
-            if b is not None:
-                _close(a, b)
 
 
 @pytest.mark.parametrize("fn", [workloads.rnn_for, rnn_relu, rnn_sigmoid, rnn_linear])

@@ -14,6 +14,9 @@ import torch
 from benchmarks import training_tasks, workloads
 from runtime.kernels import compiler, loop_backward, loop_product
 from runtime.passes import gemm_epilogue
+from tests.training.rnn_grad_checks import (check as _check, close as _close,
+                                            inputs as _inputs, loss as _loss, rnn_linear,
+                                            rnn_relu, rnn_sigmoid)
 from transpiler import to_graph
 
 pytestmark = pytest.mark.skipif(not compiler.compiler_available(), reason="no C compiler")
@@ -53,62 +56,8 @@ def no_prologue(monkeypatch):
     monkeypatch.setattr(gemm_epilogue, "LOOP_MAX_WORK", 0)
 
 
-def rnn_relu(xs, h, w_ih, w_hh, bias, c):
-    for xt in xs:
-        h = torch.relu(xt @ w_ih + h @ w_hh + bias + c)
-    return h
-
-
-def rnn_sigmoid(xs, h, w_ih, w_hh, bias, c):
-    for xt in xs:
-        h = torch.sigmoid(bias + (h @ w_hh + xt @ w_ih))
-    return h
-
-
-def rnn_linear(xs, h, w_ih, w_hh, bias, c):
-    for xt in xs:
-        h = h @ w_hh + xt @ w_ih + c + bias
-    return h
-
-
 def rnn(xs, h, w_ih, w_hh, bias, c):
     return workloads.rnn_for(xs, h, w_ih, w_hh, bias)
-
-
-def _inputs(steps, batch, hidden, seed, dtype=torch.float32, needs=(True,) * 6):
-    g = torch.Generator().manual_seed(seed)
-    shapes = [(steps, batch, hidden), (batch, hidden), (hidden, hidden), (hidden, hidden),
-              (hidden,), (batch, hidden)]
-    scale = [1, 1, hidden ** -0.5, hidden ** -0.5, 0.1, 0.1]
-    return [(torch.randn(s, generator=g, dtype=dtype) * k).requires_grad_(n)
-            for s, k, n in zip(shapes, scale, needs)]
-
-
-def _loss(out):
-    return (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view(out.shape)).sum()
-
-
-def _grads(fn, inputs):
-    out = fn(*inputs)
-    wanted = [x for x in inputs if x.requires_grad]
-    return out.detach(), torch.autograd.grad(_loss(out), wanted, allow_unused=True)
-
-
-def _close(got, want, tol=1e-5):
-    scale = want.abs().max().clamp_min(1e-30)
-    assert float((got - want).abs().max() / scale) <= tol
-
-
-def _check(fn, args_list, strict=True):
-    converted = to_graph(fn, strict=strict)
-    for args in args_list:          # two calls, other values: nothing baked at trace time
-        want, got = _grads(fn, args), _grads(converted, args)
-        _close(got[0], want[0])
-        assert len(got[1]) == len(want[1])
-        for a, b in zip(got[1], want[1]):
-            assert (a is None) == (b is None)
-            if b is not None:
-                _close(a, b)
 
 
 # ----------------------------------------------------------------------------- sizes
