@@ -39,12 +39,7 @@ from transpiler import FallbackWarning, to_graph
 STEPS = 4
 
 
-@pytest.fixture(autouse=True)
-def _threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class SqueezeExcite(nn.Module):

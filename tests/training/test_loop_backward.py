@@ -16,13 +16,8 @@ from tests.training.rnn_grad_checks import (check as _check, close as _close,
                                             rnn_relu, rnn_sigmoid)
 from transpiler import to_graph
 
-pytestmark = pytest.mark.skipif(not compiler.compiler_available(), reason="no C compiler")
-
-
-@pytest.fixture(autouse=True)
-def _sync_build(monkeypatch):
-    from runtime.options import options
-    monkeypatch.setattr(options, "kernel_build", "sync", raising=False)
+pytestmark = [pytest.mark.skipif(not compiler.compiler_available(), reason="no C compiler"),
+              pytest.mark.usefixtures("sync_kernel_build")]
 
 
 @pytest.fixture

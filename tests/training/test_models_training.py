@@ -26,12 +26,7 @@ ALL = ["mlp", "rnn", pytest.param("gpt2", marks=needs_models),
        pytest.param("resnet18", marks=needs_models)]
 
 
-@pytest.fixture(autouse=True)
-def _threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _train(task, **contenders):
