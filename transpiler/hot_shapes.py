@@ -39,6 +39,7 @@ class HotShapes:
 
     def __init__(self):
         self.promoted = 0           # sizes found due (traced static, or tried)
+        self.cap = PROMOTED         # promotions allowed (lowered to the cache limit // 4)
 
     def watch(self, entry, dims: Dict[int, Tuple[int, ...]], cache) -> None:
         """Time ``entry``'s calls per size of ``dims``; when one is due, unlink the entry's
@@ -56,26 +57,35 @@ class HotShapes:
         entry.hot_picks = picks
         run, clock = entry.fn, time.perf_counter
         held, owner = weakref.ref(entry), weakref.ref(cache)    # (no cycle through fn)
+        hot = self
 
         def timed(*args):
             start = clock()
             try:
                 return run(*args)
             finally:
-                sizes = _sizes(args, picks)
-                if sizes is not None and sizes not in done:
-                    total = spent.get(sizes, 0.0) + clock() - start
-                    if total >= budget:
-                        done.add(sizes)
-                        waiting.add(sizes)
-                        spent.pop(sizes, None)
-                        this, table = held(), owner()
-                        if this is not None and table is not None:
-                            table.unlink_entry(this)
-                    else:
-                        if len(spent) >= TRACKED and sizes not in spent:
-                            spent.clear()
-                        spent[sizes] = total
+                if hot.promoted >= hot.cap:         # no promotion left: stop timing
+                    this = held()
+                    if this is not None and this.fn is timed:
+                        this.fn = run
+                else:
+                    _count(_sizes(args, picks), clock() - start)
+
+        def _count(sizes, elapsed):
+            if sizes is None or sizes in done:
+                return
+            total = spent.get(sizes, 0.0) + elapsed
+            if total >= budget:
+                done.add(sizes)
+                waiting.add(sizes)
+                spent.pop(sizes, None)
+                this, table = held(), owner()
+                if this is not None and table is not None:
+                    table.unlink_entry(this)
+            else:
+                if len(spent) >= TRACKED and sizes not in spent:
+                    spent.clear()
+                spent[sizes] = total
 
         entry.fn = timed
 
@@ -83,7 +93,8 @@ class HotShapes:
         """Whether this call's size became hot on ``entry`` (True once per size, and at
         most ``PROMOTED`` or ``limit // 4`` times: ``limit`` the cache's)."""
         waiting = getattr(entry, "hot_due", None)
-        if not waiting or self.promoted >= min(PROMOTED, limit // 4):
+        self.cap = min(PROMOTED, limit // 4)
+        if not waiting or self.promoted >= self.cap:
             return False
         sizes = _sizes(flat, entry.hot_picks)
         try:

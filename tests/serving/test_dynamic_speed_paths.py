@@ -236,3 +236,10 @@ def test_promotions_are_bounded(budget, monkeypatch, limit, most):
         assert_same(g(*args), newton(*args), f"size {n}")
     assert g.cache_info().traces == 2 + most
     assert g.cache_info().evictions == 0 and len(_dynamic(g)) == 1
+    # with no promotion left, the dynamic graph's calls are no longer timed
+    dyn = _dynamic(g)[0]
+    assert dyn.fn.__name__ != "timed"
+    spent = dict(dyn.hot_sizes)
+    args = _newton(11, seed=11)
+    assert_same(g(*args), newton(*args), "size 11")
+    assert dyn.hot_sizes == spent
