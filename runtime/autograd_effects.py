@@ -12,6 +12,13 @@ their place among the other nodes ("the backward runs as autograd's"):
   ``clip_grad_value`` (the norm is a graph value);
 - ``scheduler.get_last_lr()``: ``last_lrs``, the lrs on that run (float stand-ins, as
   ``loss.item()``; read in its place, after any ``step()`` before it);
+- ``ReduceLROnPlateau.step(metric)``: ``call_method`` with the metric of that run (a
+  number's stand-in or a tensor: the scheduler takes its ``float()``);
+- ``torch.autograd.grad(..., create_graph=True)``: ``autograd_grad`` keeping the
+  gradients' history (a gradient penalty, a MAML inner step; a later backward is a double
+  backward, where fused kernels replay their torch ops);
+- ``torch.amp.GradScaler``'s ``scale``/``unscale_``/``step``/``update``/``get_scale``:
+  ``runtime.scaler_effects``;
 - ``p.grad`` of a parameter after one of these in the same trace: ``read_grad``, the
   tensor ``p.grad`` holds on that run (before any of them, the trace's read is guarded as
   before, ``trace_reads``).
@@ -26,7 +33,8 @@ tensor for each parameter that requires grad and that the differentiated values 
 computed from; else as before the call. The read checks the prediction when it runs
 and raises if autograd disagrees (a parameter reached only on a path not taken), never
 returning another value. Calls in a branch or loop body leave the state unknown: a later
-``p.grad`` read is refused (the call falls back to eager). So are ``create_graph=True``,
+``p.grad`` read is refused (the call falls back to eager). So are
+``backward(create_graph=True)`` (it would leave ``p.grad`` with a history),
 ``opt.step(closure)``, any other method of an optimizer or scheduler, and optimizers
 whose ``step`` is not torch's own.
 """
@@ -36,7 +44,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from . import grad_flags, grad_reach
+from . import grad_flags, grad_reach, scaler_effects
 from .errors import GraphError
 from .graph_ops import effect
 from .source_info import format_location, user_location
@@ -99,13 +107,15 @@ def read_grad(t: torch.Tensor, where: str) -> torch.Tensor:
 
 
 @_impure
-def autograd_grad(outputs, inputs, grad_outputs, retain_graph) -> tuple:
+def autograd_grad(outputs, inputs, grad_outputs, retain_graph, create_graph=False) -> tuple:
     """``torch.autograd.grad`` when the graph runs (no None: unused inputs raise, as
-    eagerly without ``allow_unused``)."""
+    eagerly without ``allow_unused``). ``create_graph``: the gradients carry autograd
+    history (a gradient penalty, a MAML inner step), fused kernels' backward replays
+    their torch ops under autograd (``kernels.autograd_node``)."""
     if inputs and inputs[0].is_meta:
         return tuple(torch.empty_like(t) for t in inputs)
     return torch.autograd.grad(list(outputs), list(inputs), grad_outputs=grad_outputs,
-                               retain_graph=retain_graph)
+                               retain_graph=retain_graph, create_graph=create_graph)
 
 
 @effect
@@ -297,20 +307,28 @@ def grad(func, args, kwargs):
     names = ("outputs", "inputs", "grad_outputs", "retain_graph", "create_graph",
              "only_inputs", "allow_unused", "is_grads_batched", "materialize_grads")
     bound = dict(zip(names, args), **kwargs)
-    if bound.get("create_graph") or bound.get("allow_unused") or \
-            bound.get("is_grads_batched") or bound.get("materialize_grads"):
-        raise _refuse("torch.autograd.grad with create_graph, allow_unused, "
-                      "is_grads_batched or materialize_grads")
+    if bound.get("allow_unused") or bound.get("is_grads_batched") or \
+            bound.get("materialize_grads"):
+        raise _refuse("torch.autograd.grad with allow_unused, is_grads_batched or "
+                      "materialize_grads")
+    create_graph = bound.get("create_graph")
+    if create_graph is not None and not isinstance(create_graph, bool):
+        raise _refuse("torch.autograd.grad(create_graph=<a traced value>)")
     outputs, inputs = bound["outputs"], bound["inputs"]
     outputs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
     single = isinstance(inputs, torch.Tensor)
     inputs = [inputs] if single else list(inputs)
     grads = bound.get("grad_outputs")
     grads = [grads] if isinstance(grads, torch.Tensor) else None if grads is None else list(grads)
+    retain = bound.get("retain_graph")
     result = dispatch_record(autograd_grad, (tuple(outputs), tuple(inputs), grads,
-                                             bound.get("retain_graph")), {})
+                                             create_graph if retain is None else retain,
+                                             bool(create_graph)), {})
+    # with create_graph, whether a gradient requires grad depends on the derivative
+    # autograd builds (``(3 * x)'`` does not, ``(x * x)'`` does): the run answers
+    history = None if create_graph and torch.is_grad_enabled() else False
     for t in result:
-        t._node.attrs[grad_flags.KEY] = False
+        t._node.attrs[grad_flags.KEY] = history
     return tuple(result)
 
 
@@ -367,6 +385,22 @@ def _zero_grad(owner, args, kwargs) -> None:
         _set(_owner_params(owner), NONE, _in_branch())
 
 
+# (for runtime.scaler_effects)
+torch_own, refuse, owner_params = _torch_own, _refuse, _owner_params
+
+
+def note_step(*owners) -> None:
+    """A call that may change gradients and parameters was recorded, on ``owners``."""
+    _set([], TENSOR, False)
+    _owners().extend(owners)
+
+
+def note_value(out, owner) -> None:
+    """``out`` is a value read from ``owner`` when the graph runs (no gradient)."""
+    out._node.attrs[grad_flags.KEY] = False
+    _owners().append(owner)
+
+
 def staged_call(f, args, kwargs) -> Any:
     """The result of calling ``f`` while tracing when it is a training call (recorded as
     an effect node), else ``NOT_STAGED``."""
@@ -374,6 +408,8 @@ def staged_call(f, args, kwargs) -> Any:
     if owner is None:
         owner = _step_wrapped_by_scheduler(f)
     name = getattr(f, "__name__", None)
+    if scaler_effects.is_scaler(owner):     # torch.amp.GradScaler's scale/step/update
+        return scaler_effects.staged(owner, name, args, kwargs)
     if isinstance(owner, torch.optim.Optimizer):
         if name not in ("step", "zero_grad") or not _torch_own(type(owner), name) or \
                 name == "step" and f != getattr(owner, "step"):
@@ -390,9 +426,14 @@ def staged_call(f, args, kwargs) -> Any:
         if name == "get_last_lr" and not args and not kwargs and \
                 _torch_own(type(owner), name):
             return _last_lr_values(owner)
+        metric = _plateau_metric(owner, name, args, kwargs)
+        if metric is not None:      # ReduceLROnPlateau.step(val_loss): the run's value
+            _record_method(owner, "step", {"metrics": metric[0]})
+            return None
         if name != "step" or args or kwargs or not _torch_own(type(owner), name):
             raise _refuse(f"{type(owner).__name__}.{name}(...) of an lr scheduler (only "
-                          f"step() with no argument and get_last_lr() are staged)")
+                          f"step() with no argument, ReduceLROnPlateau.step(metric) and "
+                          f"get_last_lr() are staged)")
         _record_method(owner, "step", {})
         return None
     if isinstance(owner, torch.nn.Module) and name == "zero_grad" and \
@@ -402,6 +443,16 @@ def staged_call(f, args, kwargs) -> Any:
     if f is torch.nn.utils.clip_grad_norm_ or f is torch.nn.utils.clip_grad_value_:
         return _clip(f, args, kwargs)
     return NOT_STAGED
+
+
+def _plateau_metric(owner, name: str, args, kwargs) -> Optional[tuple]:
+    """``(metric,)`` of ``ReduceLROnPlateau.step(metric)`` (a number, a stand-in for one
+    or a tensor: the scheduler takes ``float()`` of it when the graph runs), else None."""
+    if name != "step" or not isinstance(owner, torch.optim.lr_scheduler.ReduceLROnPlateau) \
+            or not _torch_own(type(owner), name) or len(args) + len(kwargs) != 1 or \
+            set(kwargs) - {"metrics"}:
+        return None
+    return (args[0] if args else kwargs["metrics"],)
 
 
 def _last_lr_values(owner) -> list:

@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
 
 from . import graph_ops, views
-from . import autograd_effects, item_values
+from . import autocast_ops, autograd_effects, item_values
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
@@ -646,7 +646,8 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
                                     f"on tensor data; using it")
         return result.example       # metadata: a dtype, a static size
     impure = is_impure(func, kwargs, args)
-    node = graph.add_node(op_name(func), func, node_args, node_kwargs, result.meta,
+    target, result = autocast_ops.recorded(func, args, kwargs, result, location)
+    node = graph.add_node(op_name(target), target, node_args, node_kwargs, result.meta,
                           location=location, impure=impure)
     _note_grad(node, func, args, kwargs, result.meta)
     tensor_state.note_layout(node, leaves if leaves is not None else

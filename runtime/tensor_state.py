@@ -33,11 +33,11 @@ executor's two shortcuts respect it (a fused C kernel takes contiguous inputs on
 planned ``out=`` buffer is used only where eager's result would be contiguous).
 
 Global modes: a trace records ops as the modes at its start make them behave, so a call
-is keyed on the caller's default dtype and CPU autocast state (``call_modes``), a trace
-under autocast is refused (a graph does not apply autocast's dtype rules), and code that
-changes a mode while it is traced (``torch.autocast``, ``set_default_dtype``,
-``inference_mode``, ``use_deterministic_algorithms``) is refused at its first op
-(``check_modes``).
+is keyed on the caller's default dtype and CPU autocast dtype (``call_modes``), and code
+that changes a mode while it is traced (``set_default_dtype``, ``inference_mode``,
+``use_deterministic_algorithms``) is refused at its first op (``check_modes``). CPU
+autocast is carried instead: an op recorded while it is on runs under it
+(``autocast_ops``), whether it was on at the call or switched in the traced code.
 
 Module state: ``_MODES`` is a stack of the modes of the traces running, one per
 ``tracing()``, per thread as ``symbolic._BUILD_STACK`` (``runtime.threads``).
@@ -50,7 +50,7 @@ from typing import Optional
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-from . import autograd_effects, grad_flags
+from . import autocast_ops, autograd_effects, grad_flags
 from .errors import GraphError
 from .source_info import format_location, user_location
 from .threads import PerThreadList
@@ -297,20 +297,21 @@ def check_setattr(t, name: str) -> None:
 
 # ---------------------------------------------------------------- global modes
 def _modes() -> tuple:
-    return (torch._C.is_autocast_enabled("cpu"), torch._C.get_default_dtype(),
+    return (torch._C.get_default_dtype(),
             torch.is_inference_mode_enabled(), torch.are_deterministic_algorithms_enabled())
 
 
-_NAMES = ("CPU autocast (torch.autocast)", "the default dtype (torch.set_default_dtype)",
+_NAMES = ("the default dtype (torch.set_default_dtype)",
           "inference mode (torch.inference_mode)",
           "deterministic algorithms (torch.use_deterministic_algorithms)")
 _MODES = PerThreadList()     # per thread: see runtime.threads
 
 
 def call_modes() -> tuple:
-    """The caller's modes a graph is specialized for: CPU autocast, the default dtype and
-    an open forward-mode AD level (a call's signature ends with these)."""
-    return torch._C.is_autocast_enabled("cpu"), torch._C.get_default_dtype(), \
+    """The caller's modes a graph is specialized for: CPU autocast (its dtype, or False
+    when off), the default dtype and an open forward-mode AD level (a call's signature
+    ends with these)."""
+    return autocast_ops.active_dtype() or False, torch._C.get_default_dtype(), \
         _forward_ad._current_level
 
 
@@ -323,10 +324,8 @@ def _refuse(reason: str):
 
 @contextlib.contextmanager
 def watching_modes():
-    """Around a trace: refuse one made under CPU autocast or forward-mode AD, and note the
-    modes to hold."""
-    if torch._C.is_autocast_enabled("cpu"):
-        _refuse("CPU autocast (torch.autocast): a graph does not apply autocast's dtype rules")
+    """Around a trace: refuse one made under forward-mode AD, and note the modes to hold
+    (CPU autocast is not one: ops recorded under it run under it, ``autocast_ops``)."""
     if _forward_ad._current_level >= 0:
         # the fused C kernels read the primal values of dual tensors: tangents would be lost
         _refuse("forward-mode AD (torch.autograd.forward_ad.dual_level): a graph's fused "
@@ -338,9 +337,40 @@ def watching_modes():
         _MODES.pop()
 
 
+_SWITCHES = {torch.inference_mode: (1, "mode", True, torch.is_inference_mode_enabled,
+                                    "inference mode (torch.inference_mode)"),
+             torch.set_default_dtype: (1, "d", None, torch.get_default_dtype,
+                                       "the default dtype (torch.set_default_dtype)"),
+             torch.use_deterministic_algorithms: (
+                 1, "mode", None, torch.are_deterministic_algorithms_enabled,
+                 "deterministic algorithms (torch.use_deterministic_algorithms)")}
+
+
+def refuse_mode_switch(f, args, kwargs) -> None:
+    """A call in traced code that makes (``inference_mode()``) or switches a mode the
+    graph cannot record: refused at its own line (``check_modes`` would name the first op
+    after it, not the ``with``)."""
+    try:
+        entry = _SWITCHES.get(f)
+    except TypeError:           # (an unhashable callable)
+        return
+    if entry is None:
+        return
+    position, keyword, default, now, name = entry
+    value = args[position - 1] if len(args) >= position else kwargs.get(keyword, default)
+    if not isinstance(value, (bool, torch.dtype)) or value == now():
+        return
+    location = user_location()
+    error = GraphError(f"{format_location(location)}: the converted code switches {name}, "
+                       f"which a graph does not record: its ops would run otherwise than "
+                       f"eager")
+    error.location = location
+    raise error
+
+
 def check_modes() -> None:
     """Before recording an op: the global modes are still the trace's (code that switches
-    autocast, the default dtype, inference mode or deterministic algorithms while traced
+    the default dtype, inference mode or deterministic algorithms while traced
     would make the graph run its ops otherwise than eager)."""
     if not _MODES:
         return

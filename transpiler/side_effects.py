@@ -22,6 +22,7 @@ looked into, re-taken only when one moved (``runtime.guard_tags``).
 """
 from __future__ import annotations
 
+import dis
 import functools
 import inspect
 import types
@@ -116,6 +117,7 @@ class Snapshot:
         self._held: List[TaggedPrint] = []                  # (deep prints of) guards
         self._read: List[TaggedPrint] = []       # of a user module's names the code uses
         self._names: set = set()            # names the code uses (globals and attributes)
+        self._codes: list = []              # the code objects those names come from
         self._checks: list = []             # module state, tensor reads: () -> bool
         self._owner = None
         self._modules: set = set()          # ids of the modules a ModuleState checks
@@ -129,6 +131,7 @@ class Snapshot:
         ns = getattr(func, "__globals__", {})
         if code is not None:
             snap._names = set(_names_used(code)) | strings_used(code)   # (getattr's too)
+            snap._codes = [code]
             for name in _names_used(code):
                 if name in ns:
                     snap._globals.append((ns, name, ns[name]))
@@ -264,11 +267,15 @@ class Snapshot:
             read = self._names & {k for k, v in vars(o).items()
                                   if not k.startswith("_") and not callable(v)}
             if read:
-                raise GraphError(f"the function reads {type(o).__name__}'s "
-                                 f"{', '.join(sorted(read))} in Python, which its step(), "
-                                 f"zero_grad() or scheduler step() (run by the graph "
-                                 f"when it runs) change: the value seen while tracing "
-                                 f"would be kept")
+                location = first_use(self._codes, read)
+                where = "" if location is None else f"{location[0]}:{location[1]}: "
+                error = GraphError(f"{where}the function reads {type(o).__name__}'s "
+                                   f"{', '.join(sorted(read))} in Python, which its step(), "
+                                   f"zero_grad() or scheduler step() (run by the graph "
+                                   f"when it runs) change: the value seen while tracing "
+                                   f"would be kept")
+                error.location = location
+                raise error
         drop = {id(o) for o in objects}
         self._objects = [entry for entry in self._objects if id(entry[1]) not in drop]
         self._deep = [entry for entry in self._deep if id(entry[1]) not in drop]
@@ -485,6 +492,7 @@ class Snapshot:
         self._cells += other._cells
         self._objects += other._objects
         self._names |= other._names
+        self._codes += other._codes
 
     def restore(self) -> None:
         for label, obj, print_, containers in self._deep:
@@ -580,6 +588,22 @@ def _attributes(module, names) -> dict:
 
 def _always() -> bool:
     return True
+
+
+def first_use(codes, names):
+    """(file, line) of the first instruction of ``codes`` (and the code nested in them)
+    that names one of ``names`` (an attribute or global read, a ``getattr`` string), or
+    None."""
+    for code in codes:
+        for instr in dis.get_instructions(code):
+            if isinstance(instr.argval, str) and instr.argval in names:
+                line = getattr(instr.positions, "lineno", None) or instr.starts_line
+                if line:
+                    return code.co_filename, line
+        nested = first_use([c for c in code.co_consts if inspect.iscode(c)], names)
+        if nested is not None:
+            return nested
+    return None
 
 
 def _names_used(code) -> List[str]:

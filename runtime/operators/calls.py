@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .. import autograd_effects, flag_arguments, item_values
+from .. import autograd_effects, flag_arguments, item_values, tensor_state
 from ..distributed_modules import refuse_distributed_module
 from ..errors import GraphError
 from ..introspection import RunTimeSize, mark, python_class
@@ -297,6 +297,7 @@ def call(f, *args, **kwargs):
             return text
     if current_graph() is not None:
         refuse_distributed_module(f)    # DDP/FSDP: per-call machinery, not a graph
+        tensor_state.refuse_mode_switch(f, args, kwargs)    # inference_mode(): its line
         result = numpy_call(f, args, kwargs)
         if result is not NOT_NUMPY:
             return result

@@ -630,7 +630,7 @@ def prog_rnn_lm():
 
 
 def prog_autocast_scaler():
-    """torch.autocast('cpu') + torch.amp.GradScaler('cpu') (may fall back, naming its line)."""
+    """torch.autocast('cpu') + torch.amp.GradScaler('cpu'): the standard mixed-precision recipe."""
     model = MLP()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu")
@@ -784,13 +784,12 @@ PROGRAMS = {
 }
 
 # What a graph cannot repeat falls back (strict: ConversionError), naming the line:
+# (autocast + GradScaler, autograd.grad(create_graph=True) and ReduceLROnPlateau.step(metric)
+# convert: runtime.autocast_ops, runtime.scaler_effects, runtime.autograd_effects)
 FALLS_BACK = {
-    "autocast_scaler": "torch.autocast switches a mode the graph does not record",
     "train_eval_switch": "torch.inference_mode inside the step is not recorded",
     "param_groups_warmup": "the step mutates a closure list (the iteration counter)",
     "rnn_lm": "the step stores the hidden state into a closure list",
-    "wgan_gp": "torch.autograd.grad(create_graph=True) is not staged",
-    "plateau": "ReduceLROnPlateau.step(metric) takes an argument",
 }
 
 
