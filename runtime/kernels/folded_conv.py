@@ -49,6 +49,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from .depthwise import Depthwise
+
 _FLOATS = (torch.float32, torch.float64)
 MIN_PACKED = 1 << 18    # weight elements from which the packed oneDNN convolution is used
 
@@ -133,6 +135,8 @@ class FoldedConv:
                 folded = (folded[0].contiguous(memory_format=torch.channels_last), folded[1])
             packed = None if folded is None else \
                 _pack(folded[0], x, stride, padding, dilation, groups)
+            if packed is None and folded is not None and self.channels_last:
+                packed = Depthwise.make(folded[0], stride, padding, dilation, groups)
             state = self._state = (key, folded, packed,
                                    tuple(t.untyped_storage() for t in sources))
         _, folded, packed, _ = state
@@ -142,6 +146,11 @@ class FoldedConv:
         cl = self.channels_last and x.dim() == 4 and w.is_contiguous()
         if cl:
             x = x.contiguous(memory_format=torch.channels_last)    # itself when it is
+            if type(packed) is Depthwise:           # its own C loop, epilogue included
+                y = packed(x, folded[1], other, self.act)
+                if y is not None:
+                    return y
+                packed = None
         if packed is not None and (cl or x.is_contiguous()) and w.is_contiguous() and \
                 x.numel():
             y = _packed_conv(x, packed, folded[1], stride, padding, dilation, groups, cl)

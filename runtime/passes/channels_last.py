@@ -48,7 +48,7 @@ MIN_CONVS = 2
 LAYOUT_FREE = frozenset("""
 conv_bn conv2d conv2d_relu max_pool2d avg_pool2d adaptive_avg_pool2d cat concat
 relu relu6 hardtanh hardswish hardsigmoid silu sigmoid tanh gelu elu leaky_relu mish
-add sub mul div neg clamp clamp_min clamp_max
+add sub mul div neg clamp clamp_min clamp_max squeeze_excite
 """.split())
 
 

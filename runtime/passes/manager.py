@@ -39,6 +39,7 @@ from .patch_conv import patch_conv
 from .patterns import fuse_patterns
 from .plan_memory import plan_memory
 from .rotary import rotary
+from .squeeze_excite import squeeze_excite
 from .rewrite import EDITS
 from .simplify import simplify
 from .unbind_rows import unbind_rows
@@ -53,7 +54,7 @@ PASSES: List[Pass] = CLEANUP + CONV + [counted_loops, open_attention, attention_
                                      patch_conv,
                                      batch_matmul,
                                      fuse_patterns, fold_parameters, rotary,
-                                     channels_last] + FINAL  # all run
+                                     squeeze_excite, channels_last] + FINAL  # all run
 
 
 def run_pass(graph: Graph, pass_: Pass) -> Graph:
@@ -136,6 +137,7 @@ def optimize(graph: Graph, passes: Optional[Sequence[Pass]] = None) -> Graph:
         result = run_pass(run_pass(result, cse), dce)
     result = run_pass(result, fold_parameters)     # after the patterns that read weights
     result = run_pass(result, rotary)
+    result = run_pass(result, squeeze_excite)     # after patterns (conv2d_relu)
     result = run_pass(result, channels_last)       # after every pass making conv nodes
     for pass_ in FINAL:
         result = run_pass(result, pass_)
