@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from ..graph import Graph, Node, map_nodes
-from .rewrite import inputs_of
+from ..graph import Graph, Node, iter_nodes, map_nodes
 
 
 class LazySubgraph:
@@ -21,6 +20,10 @@ class LazySubgraph:
     def __init__(self, members: List[Node], inputs: List[Node], outputs: List[Node],
                  name: str = "subgraph"):
         self._parts = (list(members), list(inputs), list(outputs))
+        # the members' inputs as they are now: a pass that later points the graph's
+        # readers of an output at the new node (``uses.replace``) rewrites a member that
+        # reads that output too, which would then read a node outside the subgraph
+        self._reads = [(m.args, m.kwargs) for m in members]
         self._name = name
         self._fn = None
 
@@ -36,12 +39,12 @@ class LazySubgraph:
         env: Dict[int, Node] = {}
         for k, v in enumerate(inputs):
             env[id(v)] = sub.placeholder(v.meta, name=f"in{k}")
-        for m in members:
-            for v in inputs_of(m):
+        for m, (args, kwargs) in zip(members, self._reads):
+            for v in iter_nodes((args, kwargs)):
                 if id(v) not in env:          # a constant the members read: fixed
                     env[id(v)] = sub.constant(v.attrs["value"], name=v.name)
-            env[id(m)] = sub.add_node(m.op, m.target, map_nodes(m.args, lambda n: env[id(n)]),
-                                      map_nodes(m.kwargs, lambda n: env[id(n)]), m.meta,
+            env[id(m)] = sub.add_node(m.op, m.target, map_nodes(args, lambda n: env[id(n)]),
+                                      map_nodes(kwargs, lambda n: env[id(n)]), m.meta,
                                       name=m.name, attrs=dict(m.attrs), location=m.location)
         sub.outputs = tuple(env[id(o)] for o in outputs)
         exe = lower(sub)

@@ -173,3 +173,27 @@ def test_buffer_the_graph_updates_is_not_folded():
         x = torch.randn(3)
         assert_same(g(x), ref(x))
     assert_same(m.count, ref.count)
+
+
+class SharedOutput(torch.nn.Module):
+    """A folded value read both by another folded op (``cat``) and by the rest of the
+    graph: folding points the graph's readers at the folded node, which must not rewrite
+    the folded members' own inputs (they crashed at the first call)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", torch.tensor([1.0, 0.5, 0.25, 0.125]))
+
+    def forward(self, x):
+        freqs = torch.arange(x.shape[-2], dtype=torch.float32)[:, None] * self.inv_freq
+        emb = torch.cat((freqs, freqs), -1)
+        return x[..., :4] * freqs + (x * emb.cos()).sum(-1, keepdim=True)
+
+
+def test_a_folded_value_also_read_by_a_folded_op():
+    m = SharedOutput()
+    g = to_graph(m, strict=True)
+    for shape in ((2, 3, 8), (1, 5, 8)):
+        x = torch.randn(*shape)
+        assert_same(g(x), m(x))
+        assert _folded(g, x)
