@@ -64,6 +64,7 @@ def run_watched(fn: Callable, args: tuple, kind: str, carry: Optional[list] = No
 
 def _carried(args) -> list:
     """The objects whose attributes the region carries as state (``ObjectState``)."""
+    from .operators.held_containers import HeldContainer
     from .operators.object_state import ObjectState
     found, stack = [], [args]
     while stack:
@@ -72,6 +73,9 @@ def _carried(args) -> list:
             found.append(v.obj)
             stack.extend(v.attrs.values())
             stack.extend((getattr(v, "items", None) or {}).values())
+        elif isinstance(v, HeldContainer):      # (a carried object's list of objects)
+            found.append(v.obj)
+            stack.extend(v.items.values() if isinstance(v.items, dict) else v.items)
         elif isinstance(v, (tuple, list)):
             stack.extend(v)
         elif isinstance(v, dict):

@@ -28,6 +28,7 @@ import torch.utils._pytree as pytree
 
 from ..outputs import items_of, slot_names
 from ..tensor_list import TensorList
+from .held_containers import HeldContainer, holds_objects, wrap_held
 
 
 class ObjectState:
@@ -47,7 +48,11 @@ class ObjectState:
         active = _active | {id(obj)}
 
         def wrap(v):
-            return cls.of(v, active) if is_plain_object(v) and id(v) not in active else v
+            if is_plain_object(v) and id(v) not in active:
+                return cls.of(v, active)
+            if holds_objects(v, is_plain_object):       # (a cache's list of layers)
+                return wrap_held(v, wrap)
+            return v
         attrs = {k: wrap(v) for k, v in _attributes(obj).items()}
         items = {k: wrap(v) for k, v in items_of(obj)} if isinstance(obj, dict) else None
         return cls(obj, attrs, items)
@@ -55,7 +60,7 @@ class ObjectState:
     def restore(self) -> None:
         """Put the frozen state back (after a trace that must leave no trace)."""
         for v in itertools.chain(self.attrs.values(), (self.items or {}).values()):
-            if isinstance(v, ObjectState):
+            if isinstance(v, (ObjectState, HeldContainer)):
                 v.restore()
         _set_state(self.obj, self.attrs, self.items)
 
@@ -80,6 +85,8 @@ class _Same:
 
 
 def _plain(v):
+    if isinstance(v, HeldContainer):
+        return v.plain()
     return v.obj if isinstance(v, ObjectState) else v
 
 

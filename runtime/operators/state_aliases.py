@@ -31,6 +31,7 @@ import torch
 from ..errors import GraphError
 from ..outputs import items_of, reachable
 from ..source_info import format_location, user_location
+from .held_containers import holds_objects
 from .object_state import _attributes, is_plain_object
 from ..threads import PerThreadList
 
@@ -65,9 +66,15 @@ def check(state, names, kind: str, defer: bool = False):
     keep: Dict[int, object] = {}        # the state's objects: they keep their identity
     twice = []
 
-    def collect(v, label):
+    def collect(v, label, held=False):
         kind_ = type(v)
-        if kind_ is list or kind_ is dict:
+        if held and holds_objects(v, is_plain_object):   # carried in place (held_containers)
+            if id(v) in keep:
+                return
+            keep[id(v)] = v
+            for x in (dict.values(v) if kind_ is dict else v):
+                collect(x, label, True)
+        elif kind_ is list or kind_ is dict:
             if id(v) in containers:
                 twice.append((label, v))
                 return
@@ -80,10 +87,10 @@ def check(state, names, kind: str, defer: bool = False):
         elif is_plain_object(v) and id(v) not in keep:
             keep[id(v)] = v
             for x in _attributes(v).values():
-                collect(x, label)
+                collect(x, label, True)
             if isinstance(v, dict):
                 for _, x in items_of(v):
-                    collect(x, label)
+                    collect(x, label, True)
     labels = [str(n) for n in names] if len(names) == len(state) else ["a variable"] * len(state)
     for value, label in zip(state, labels):
         collect(value, label)
