@@ -398,6 +398,11 @@ def note_step(*owners) -> None:
 def note_value(out, owner) -> None:
     """``out`` is a value read from ``owner`` when the graph runs (no gradient)."""
     out._node.attrs[grad_flags.KEY] = False
+    note_owner(owner)
+
+
+def note_owner(owner) -> None:
+    """The graph calls ``owner``'s methods when it runs: its state is not guarded."""
     _owners().append(owner)
 
 

@@ -21,7 +21,7 @@ refused (the call falls back, naming the line).
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -54,10 +54,13 @@ def scaler_call(owner, name: str, params, optimizer, kwargs) -> None:
         method(optimizer.obj, **kwargs)
 
 
+_ANCHOR = torch.zeros(())      # (gives scale_value's node a tensor input, as last_lrs's)
+
+
 @_impure
 def scale_value(owner, anchor: torch.Tensor) -> torch.Tensor:
-    """``owner.obj.get_scale()`` when the graph runs, as a float64 0-d tensor (``anchor``:
-    the scale tensor, giving the node a tensor input)."""
+    """``owner.obj.get_scale()`` when the graph runs, as a float64 0-d tensor (the scale
+    is made at the first ``scale()``: before it, ``init_scale``, as eager's)."""
     if anchor.is_meta:
         return torch.empty((), dtype=torch.float64, device="meta")
     return torch.tensor(float(owner.obj.get_scale()), dtype=torch.float64)
@@ -107,7 +110,9 @@ def staged(owner, name: str, args, kwargs) -> Any:
 
 
 def _scale(owner, outputs):
+    from .autograd_effects import note_owner
     from .symbolic import dispatch_record
+    note_owner(owner)
     if isinstance(outputs, torch.Tensor):
         return dispatch_record(scaled, (_held(owner), outputs), {})
     if isinstance(outputs, (list, tuple)):
@@ -120,13 +125,9 @@ def _scale_value(owner):
     from . import autograd_effects as effects
     from .introspection import mark
     from .symbolic import dispatch_record
-    anchor: Optional[torch.Tensor] = getattr(owner, "_scale", None)
-    if anchor is None:
-        if not owner.is_enabled():
-            return 1.0
-        raise effects.refuse(f"{type(owner).__name__}.get_scale() before its first "
-                             f"scale()")
-    out = dispatch_record(scale_value, (_held(owner), anchor), {})
+    if not owner.is_enabled():
+        return 1.0
+    out = dispatch_record(scale_value, (_held(owner), _ANCHOR), {})
     effects.note_value(out, owner)
     mark(out, "float")
     return out
