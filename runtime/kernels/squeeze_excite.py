@@ -16,10 +16,11 @@ plus the bias, then the activation, in torch's formulas: ``min(max(v + 3, 0), 6)
 run in another order than torch's (float rounding only). At batch 1 the six calls cost
 ~45-80 us on small maps, the loop a few.
 
-The C loop runs where autograd records nothing, on float32/float64 CPU tensors of one dtype,
+The C loop runs where autograd records nothing, on float32 CPU tensors,
 ``x`` 4-D contiguous or channels-last dense with at least one pixel, weights ``[R, C, 1,
 1]`` / ``[C, R, 1, 1]`` contiguous, biases ``[R]`` / ``[C]`` or None. Anything else (and
-no C compiler) runs ``torch_fn``: the block's own ops as the graph held them.
+no C compiler, or while its C source is compiled in the background, ``built_once``) runs
+``torch_fn``: the block's own ops as the graph held them.
 """
 from __future__ import annotations
 
@@ -36,105 +37,92 @@ SOURCE = r"""
 #include <omp.h>
 #pragma omp declare simd notinbranch
 float expf(float);
-#pragma omp declare simd notinbranch
-double exp(double);
+/* torch's formulas: NaN stays NaN (a comparison with NaN is false) */
 #define CLAMP6(t) ((t) < 0 ? 0 : ((t) > 6 ? 6 : (t)))
-/* d: N C HW R channels_last */
-#define IMAGE(NAME, T, ACT, GATE) \
-static void NAME##_image(const T *restrict xn, const T *restrict w1, const T *restrict b1, \
-                         const T *restrict w2, const T *restrict b2, T *restrict yn, \
-                         const int64_t *d) { \
-  const int64_t C = d[1], HW = d[2], R = d[3], cl = d[4]; \
-  T p[C], z[R], s[C]; \
-  if (cl) { \
-    for (int64_t c = 0; c < C; c++) p[c] = 0; \
-    for (int64_t i = 0; i < HW; i++) { \
-      const T *restrict xi = xn + i * C; \
-      _Pragma("omp simd") \
-      for (int64_t c = 0; c < C; c++) p[c] += xi[c]; \
-    } \
-  } else { \
-    for (int64_t c = 0; c < C; c++) { \
-      const T *restrict xc = xn + c * HW; T acc = 0; \
-      _Pragma("omp simd reduction(+:acc)") \
-      for (int64_t i = 0; i < HW; i++) acc += xc[i]; \
-      p[c] = acc; \
-    } \
-  } \
-  for (int64_t c = 0; c < C; c++) p[c] = p[c] / (T)HW; \
-  for (int64_t r = 0; r < R; r++) { \
-    const T *restrict wr = w1 + r * C; T acc = 0; \
-    _Pragma("omp simd reduction(+:acc)") \
-    for (int64_t c = 0; c < C; c++) acc += wr[c] * p[c]; \
-    T v = b1 ? acc + b1[r] : acc; \
-    z[r] = ACT; \
-  } \
-  for (int64_t c = 0; c < C; c++) { \
-    const T *restrict wc = w2 + c * R; T acc = 0; \
-    _Pragma("omp simd reduction(+:acc)") \
-    for (int64_t r = 0; r < R; r++) acc += wc[r] * z[r]; \
-    T v = b2 ? acc + b2[c] : acc; \
-    s[c] = GATE; \
-  } \
-  if (cl) { \
-    for (int64_t i = 0; i < HW; i++) { \
-      const T *restrict xi = xn + i * C; T *restrict yi = yn + i * C; \
-      _Pragma("omp simd") \
-      for (int64_t c = 0; c < C; c++) yi[c] = s[c] * xi[c]; \
-    } \
-  } else { \
-    for (int64_t c = 0; c < C; c++) { \
-      const T *restrict xc = xn + c * HW; T *restrict yc = yn + c * HW; const T sc = s[c]; \
-      _Pragma("omp simd") \
-      for (int64_t i = 0; i < HW; i++) yc[i] = sc * xc[i]; \
-    } \
-  } \
-} \
-void NAME(const T *x, const T *w1, const T *b1, const T *w2, const T *b2, T *y, \
-          const int64_t *d, int nthreads) { \
-  const int64_t N = d[0], step = d[1] * d[2]; \
-  if (nthreads > 1 && N > 1 && N * step >= 65536) { \
-    _Pragma("omp parallel for schedule(static) num_threads(nthreads)") \
-    for (int64_t n = 0; n < N; n++) NAME##_image(x + n * step, w1, b1, w2, b2, y + n * step, d); \
-  } else { \
-    for (int64_t n = 0; n < N; n++) NAME##_image(x + n * step, w1, b1, w2, b2, y + n * step, d); \
-  } \
+#define MAP(A, K, F) _Pragma("omp simd") for (int64_t i = 0; i < K; i++) { float v = A[i]; A[i] = F; }
+/* d: N C HW R channels_last act(0 none, 1 relu, 2 silu) gate(0 hardsigmoid, 1 sigmoid) */
+static void image(const float *restrict xn, const float *restrict w1, const float *restrict b1,
+                  const float *restrict w2, const float *restrict b2, float *restrict yn,
+                  const int64_t *d) {
+  const int64_t C = d[1], HW = d[2], R = d[3], cl = d[4], act = d[5], gate = d[6];
+  float p[C], z[R], s[C];
+  if (cl) {
+    for (int64_t c = 0; c < C; c++) p[c] = 0;
+    for (int64_t i = 0; i < HW; i++) {
+      const float *restrict xi = xn + i * C;
+      #pragma omp simd
+      for (int64_t c = 0; c < C; c++) p[c] += xi[c];
+    }
+  } else {
+    for (int64_t c = 0; c < C; c++) {
+      const float *restrict xc = xn + c * HW; float acc = 0;
+      #pragma omp simd reduction(+:acc)
+      for (int64_t i = 0; i < HW; i++) acc += xc[i];
+      p[c] = acc;
+    }
+  }
+  for (int64_t c = 0; c < C; c++) p[c] = p[c] / (float)HW;
+  for (int64_t r = 0; r < R; r++) {
+    const float *restrict wr = w1 + r * C; float acc = 0;
+    #pragma omp simd reduction(+:acc)
+    for (int64_t c = 0; c < C; c++) acc += wr[c] * p[c];
+    z[r] = b1 ? acc + b1[r] : acc;
+  }
+  if (act == 1) { MAP(z, R, v < 0 ? 0 : v) }
+  else if (act == 2) { MAP(z, R, v / (1 + expf(-v))) }
+  for (int64_t c = 0; c < C; c++) {
+    const float *restrict wc = w2 + c * R; float acc = 0;
+    #pragma omp simd reduction(+:acc)
+    for (int64_t r = 0; r < R; r++) acc += wc[r] * z[r];
+    s[c] = b2 ? acc + b2[c] : acc;
+  }
+  if (gate == 1) { MAP(s, C, 1 / (1 + expf(-v))) }
+  else { MAP(s, C, CLAMP6(v + 3) / 6) }
+  if (cl) {
+    for (int64_t i = 0; i < HW; i++) {
+      const float *restrict xi = xn + i * C; float *restrict yi = yn + i * C;
+      #pragma omp simd
+      for (int64_t c = 0; c < C; c++) yi[c] = s[c] * xi[c];
+    }
+  } else {
+    for (int64_t c = 0; c < C; c++) {
+      const float *restrict xc = xn + c * HW; float *restrict yc = yn + c * HW;
+      const float sc = s[c];
+      #pragma omp simd
+      for (int64_t i = 0; i < HW; i++) yc[i] = sc * xc[i];
+    }
+  }
 }
-#define SIGMOID(v, EXP) (1 / (1 + EXP(-(v))))
-#define ALL(SUFFIX, T, EXP) \
-IMAGE(tg_se_none_hardsigmoid_##SUFFIX, T, v, CLAMP6(v + 3) / 6) \
-IMAGE(tg_se_relu_hardsigmoid_##SUFFIX, T, (v < 0 ? 0 : v), CLAMP6(v + 3) / 6) \
-IMAGE(tg_se_silu_hardsigmoid_##SUFFIX, T, v / (1 + EXP(-v)), CLAMP6(v + 3) / 6) \
-IMAGE(tg_se_none_sigmoid_##SUFFIX, T, v, SIGMOID(v, EXP)) \
-IMAGE(tg_se_relu_sigmoid_##SUFFIX, T, (v < 0 ? 0 : v), SIGMOID(v, EXP)) \
-IMAGE(tg_se_silu_sigmoid_##SUFFIX, T, v / (1 + EXP(-v)), SIGMOID(v, EXP))
-ALL(f32, float, expf)
-ALL(f64, double, exp)
+void tg_squeeze_excite_f32(const float *x, const float *w1, const float *b1, const float *w2,
+                           const float *b2, float *y, const int64_t *d, int nthreads) {
+  const int64_t N = d[0], step = d[1] * d[2];
+  if (nthreads > 1 && N > 1 && N * step >= 65536) {
+    #pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int64_t n = 0; n < N; n++) image(x + n * step, w1, b1, w2, b2, y + n * step, d);
+  } else {
+    for (int64_t n = 0; n < N; n++) image(x + n * step, w1, b1, w2, b2, y + n * step, d);
+  }
+}
 """
 
-ACTS = (None, "relu", "silu")
-GATES = ("hardsigmoid", "sigmoid")
-_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+ACTS = (None, "relu", "silu")          # their index: d[5]
+GATES = ("hardsigmoid", "sigmoid")      # their index: d[6]
 _CL = torch.channels_last
 _grad_enabled = torch.is_grad_enabled
 _empty_strided = torch.empty_strided
 _threads = torch.get_num_threads
 
 
-def _bind(lib) -> Dict[tuple, object]:
-    """{(dtype, act, gate): C function}"""
-    fns = {}
-    for dtype, suffix in _SUFFIX.items():
-        for act in ACTS:
-            for gate in GATES:
-                fn = getattr(lib, f"tg_se_{act or 'none'}_{gate}_{suffix}")
-                fn.argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_int]
-                fn.restype = None
-                fns[dtype, act, gate] = fn
-    return fns
+def _bind(lib):
+    fn = lib.tg_squeeze_excite_f32
+    fn.argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_int]
+    fn.restype = None
+    return fn
 
 
-_functions = built_once("tg_squeeze_excite", lambda: SOURCE, _bind)
+# the C function, or None: built in the background on first use (the block's torch ops
+# run meanwhile), or none where there is no C compiler
+_function = built_once("tg_squeeze_excite", lambda: SOURCE, _bind, background=True)
 
 
 def _ptr(t: Optional[torch.Tensor]):
@@ -179,8 +167,7 @@ class SqueezeExcite:
         return y
 
     def _plan(self, x, w1, b1, w2, b2) -> Optional[tuple]:
-        fns = _functions()
-        if fns is None or x.dtype not in _SUFFIX or not x.is_cpu or x.dim() != 4:
+        if x.dtype != torch.float32 or not x.is_cpu or x.dim() != 4:
             return None
         n, c, h, w = x.shape
         if h * w == 0 or w1.dim() != 4 or w2.dim() != 4:
@@ -196,5 +183,9 @@ class SqueezeExcite:
             cl = 1
         else:
             return None
-        array = (ctypes.c_int64 * 5)(n, c, h * w, r, cl)
-        return fns[x.dtype, self.act, self.gate], ctypes.addressof(array), array
+        fn = _function()
+        if fn is None:
+            return None
+        array = (ctypes.c_int64 * 7)(n, c, h * w, r, cl, ACTS.index(self.act),
+                                     GATES.index(self.gate))
+        return fn, ctypes.addressof(array), array
