@@ -9,6 +9,7 @@ and the functions declared with ``register`` (from any module, by its qualified 
 """
 from __future__ import annotations
 
+import builtins
 from typing import Callable, Dict, Optional
 
 import torch
@@ -176,14 +177,18 @@ def warn_at(category, filename, lineno: int, module, outer: int, message=None, *
 
 
 @effect
-def assert_true(test: torch.Tensor, where: str, message=None, *values, layout=None) -> None:
+def assert_true(test: torch.Tensor, where: str, message=None, *values, layout=None,
+                error=None) -> None:
     """``assert`` as a graph op: raises ``AssertionError`` on every run where it fails.
-    ``layout``: the message's ``text_layout`` parts, rendered from ``values``."""
+    ``layout``: the message's ``text_layout`` parts, rendered from ``values``. ``error``:
+    the name of a builtin exception to raise instead (a staged library check that eager
+    raises as ``ValueError``: ``runtime.library_questions``)."""
     if not bool(test):
+        kind = AssertionError if error is None else getattr(builtins, error)
         if layout is not None:
-            raise AssertionError(render(layout, values))
+            raise kind(render(layout, values))
         text = f"{where}: assertion failed" if message is None else str(message)
-        raise AssertionError(text)
+        raise kind(text)
 
 
 @effect

@@ -26,6 +26,7 @@ from torch.overrides import TorchFunctionMode
 from . import graph_ops, views
 from . import autocast_ops, autograd_effects, item_values
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
+from . import library_questions
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
 from .graph import Graph, Node, find_leaves, map_structure
@@ -339,6 +340,10 @@ def dispatch(func, args, kwargs):
             isinstance(args[0], SymbolicTensor):     # loss.item() for logging
         return item_values.item_of(args[0], _needs_conversion)
     if func in _CONCRETE:
+        if func is torch.Tensor.__bool__ and isinstance(args[0], SymbolicTensor):
+            answer = library_questions.answer_bool(args[0])    # (a known torch site)
+            if answer is not None:
+                return answer
         raise _needs_conversion(_CONCRETE[func])
     if func == _REQUIRES_GRAD and isinstance(args[0], SymbolicTensor):
         flag = grad_of(args[0])         # the value's, not the stand-in's (see grad_flags)
