@@ -26,7 +26,7 @@ from ..path_values import check_call
 from ..region_effects import refuse_unseen_call
 from ..source_info import format_location, user_location
 from ..symbolic import contains_symbolic, current_graph, is_symbolic
-from . import module_hooks
+from . import module_hooks, truth_builtins
 from .effects import print_, torch_assert
 from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicReversed, SymbolicZip,
                         TensorList, is_symbolic_iterable, length_of)
@@ -163,20 +163,27 @@ def _len(x):
     return builtins.len(x)
 
 
-def _stack(tensors, dim=0, **kwargs):
+def _dim_of(args, kwargs) -> int:
+    """The ``dim`` of ``torch.stack``/``torch.cat`` (``axis=`` is torch's alias for it)."""
+    return args[0] if args else kwargs.get("dim", kwargs.get("axis", 0))
+
+
+def _stack(tensors, *args, **kwargs):
     if isinstance(tensors, TensorList):
+        dim = _dim_of(args, kwargs)
         stack = tensors.stacked()
         return stack if dim == 0 else torch.movedim(stack, 0, dim)
-    return torch.stack(tensors, dim, **kwargs)
+    return torch.stack(tensors, *args, **kwargs)
 
 
-def _cat(tensors, dim=0, **kwargs):
+def _cat(tensors, *args, **kwargs):
     if isinstance(tensors, TensorList):
+        dim = _dim_of(args, kwargs)
         stack = tensors.stacked()
         d = dim if dim >= 0 else dim + stack.dim() - 1
         moved = torch.movedim(stack, 0, d)
         return moved.flatten(d, d + 1)
-    return torch.cat(tensors, dim, **kwargs)
+    return torch.cat(tensors, *args, **kwargs)
 
 
 _SYMBOLIC_BUILTINS = {
@@ -190,6 +197,8 @@ _SYMBOLIC_BUILTINS = {
     builtins.int: _int,
     builtins.float: _float,
     builtins.bool: _bool,
+    builtins.all: truth_builtins.all_of,
+    builtins.any: truth_builtins.any_of,
     builtins.round: item_values.round_of,
     builtins.max: lambda *a, **k: _max_min(_gt, a, k),
     builtins.min: lambda *a, **k: _max_min(_lt, a, k),
