@@ -35,6 +35,8 @@ from runtime.python_state import (DEPTH, difference, fingerprint, is_tensor, res
                                   strings_used, user_classes)
 from runtime.source_info import _is_library
 
+from . import hook_snapshot
+
 _ATOMS = (int, float, complex, str, bytes, bool, type(None))
 
 
@@ -150,6 +152,7 @@ class Snapshot:
             snap._watch(f"default of argument {name!r} (shared by all calls)", default)
         owner = getattr(fn, "__self__", None)
         snap._owner = owner
+        snap._hooks = hook_snapshot.take(owner)     # (a library's hooks installed lazily)
         if owner is not None:
             snap._watch("an attribute of the object the method belongs to", owner)
         taking = _taking | {_hook_key(fn)}      # (a hook that is a method of the module)
@@ -495,6 +498,7 @@ class Snapshot:
         self._codes += other._codes
 
     def restore(self) -> None:
+        hook_snapshot.restore(getattr(self, "_hooks", ()))
         for label, obj, print_, containers in self._deep:
             if fingerprint(obj) != print_:
                 restore(containers)
