@@ -269,11 +269,165 @@ def tv_inception_v3(mask=False):
     return _tv("inception_v3", size=80, aux_logits=False, init_weights=True)
 
 
+# ------------------------------------------------------------------ not tried before (h18)
+def bloom(mask=False):
+    return _text(_hf("BloomConfig", "BloomForCausalLM", vocab_size=VOCAB, hidden_size=64,
+                     n_layer=2, n_head=4, use_cache=False, attn="eager"), mask)
+
+
+def mpt(mask=False):
+    return _text(_hf("MptConfig", "MptForCausalLM", vocab_size=VOCAB, d_model=64, n_layers=2,
+                     n_heads=4, max_seq_len=64, expansion_ratio=2, use_cache=False,
+                     attn="eager"), mask)
+
+
+def gpt_bigcode(mask=False):
+    return _text(_hf("GPTBigCodeConfig", "GPTBigCodeForCausalLM", vocab_size=VOCAB, n_embd=64,
+                     n_layer=2, n_head=4, n_positions=64, multi_query=True, use_cache=False),
+                 mask)
+
+
+def persimmon(mask=False):
+    return _text(_hf("PersimmonConfig", "PersimmonForCausalLM", use_cache=False,
+                     attn="eager", **WIDTH), mask)
+
+
+def stablelm(mask=False):
+    return _text(_hf("StableLmConfig", "StableLmForCausalLM", num_key_value_heads=2,
+                     partial_rotary_factor=0.25, use_cache=False, **WIDTH), mask)
+
+
+def qwen3(mask=False):
+    return _text(_hf("Qwen3Config", "Qwen3ForCausalLM", num_key_value_heads=2, head_dim=16,
+                     use_cache=False, **WIDTH), mask)
+
+
+def deberta_v2(mask=False):
+    return _text(_hf("DebertaV2Config", "DebertaV2Model", relative_attention=True,
+                     position_buckets=8, pos_att_type=["p2c", "c2p"], attn="eager", **WIDTH),
+                 mask)
+
+
+def xlnet(mask=False):
+    return _text(_hf("XLNetConfig", "XLNetModel", vocab_size=VOCAB, d_model=64, n_layer=2,
+                     n_head=4, d_inner=128, attn="eager"), mask)
+
+
+def funnel(mask=False):
+    return _text(_hf("FunnelConfig", "FunnelModel", vocab_size=VOCAB, d_model=64, n_head=4,
+                     d_head=16, d_inner=128, block_sizes=[1, 1], num_decoder_layers=1,
+                     attn="eager"), mask)
+
+
+def mobilebert(mask=False):
+    return _text(_hf("MobileBertConfig", "MobileBertModel", vocab_size=VOCAB, hidden_size=64,
+                     embedding_size=32, intra_bottleneck_size=32, true_hidden_size=32,
+                     num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                     num_feedforward_networks=2, max_position_embeddings=64, attn="eager"),
+                 mask)
+
+
+def squeezebert(mask=False):
+    return _text(_hf("SqueezeBertConfig", "SqueezeBertModel", embedding_size=64,
+                     attn="eager", **WIDTH), mask)
+
+
+def convbert(mask=False):
+    return _text(_hf("ConvBertConfig", "ConvBertModel", embedding_size=64, conv_kernel_size=3,
+                     attn="eager", **WIDTH), mask)
+
+
+def _audio(model):
+    def make(b, s):
+        g = torch.Generator().manual_seed(s)
+        return (torch.randn(b, 800, generator=g),), {}
+    return model, make
+
+
+_SPEECH = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+               conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 4),
+               num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=4,
+               mask_time_prob=0.0, attn="eager")
+
+
+def wav2vec2(mask=False):
+    return _audio(_hf("Wav2Vec2Config", "Wav2Vec2Model", **_SPEECH))
+
+
+def hubert(mask=False):
+    return _audio(_hf("HubertConfig", "HubertModel", **_SPEECH))
+
+
+def _hf_images(model, size):
+    def make(b, s):
+        g = torch.Generator().manual_seed(s)
+        return (), {"pixel_values": torch.randn(b, 3, size, size, generator=g)}
+    return model, make
+
+
+def segformer(mask=False):
+    return _hf_images(_hf("SegformerConfig", "SegformerForSemanticSegmentation",
+                          num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
+                          hidden_sizes=[16, 32], patch_sizes=[7, 3], strides=[4, 2],
+                          num_attention_heads=[1, 2], mlp_ratios=[2, 2],
+                          decoder_hidden_size=32, num_labels=3, attn="eager"), 32)
+
+
+def dinov2(mask=False):
+    return _hf_images(_hf("Dinov2Config", "Dinov2Model", hidden_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, mlp_ratio=2, image_size=32, patch_size=8),
+                      32)
+
+
+def swinv2(mask=False):
+    return _hf_images(_hf("Swinv2Config", "Swinv2Model", image_size=32, patch_size=4,
+                          embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4,
+                          attn="eager"), 32)
+
+
+def convnextv2(mask=False):
+    return _hf_images(_hf("ConvNextV2Config", "ConvNextV2Model", hidden_sizes=[16, 32],
+                          depths=[1, 1], num_stages=2, attn="eager"), 32)
+
+
+def levit(mask=False):
+    return _hf_images(_hf("LevitConfig", "LevitModel", image_size=32, hidden_sizes=[32, 48, 64],
+                          num_attention_heads=[1, 2, 2], depths=[1, 1, 1], key_dim=[8, 8, 8],
+                          attn="eager"), 32)
+
+
+def tv_mnasnet(mask=False):
+    return _tv("mnasnet0_5")
+
+
+def tv_mobilenet_v2(mask=False):
+    return _tv("mobilenet_v2")
+
+
+def tv_mobilenet_v3_large(mask=False):
+    return _tv("mobilenet_v3_large")
+
+
+def tv_resnext(mask=False):
+    return _tv("resnext50_32x4d", size=32)
+
+
+def tv_wide_resnet(mask=False):
+    return _tv("wide_resnet50_2", size=32)
+
+
+def tv_alexnet(mask=False):
+    return _tv("alexnet", size=64)
+
+
 TEXT = ("mistral", "qwen2", "phi", "phi3", "gemma", "gemma2", "opt", "gpt_neox", "gptj",
         "falcon", "mixtral", "qwen2_moe", "distilbert", "roberta", "albert", "electra",
-        "bart", "whisper", "clip")
+        "bart", "whisper", "clip", "bloom", "mpt", "gpt_bigcode", "persimmon", "stablelm",
+        "qwen3", "deberta_v2", "xlnet", "funnel", "mobilebert", "squeezebert", "convbert")
 SURVEY: Dict[str, Callable] = {name: globals()[name] for name in TEXT + (
     "timm_resnet", "timm_efficientnet", "timm_convnext", "timm_deit", "timm_swin",
     "timm_mobilevit", "tv_vgg11", "tv_densenet121", "tv_efficientnet_b0",
     "tv_convnext_tiny", "tv_swin_t", "tv_regnet", "tv_shufflenet", "tv_squeezenet",
-    "tv_inception_v3")}
+    "tv_inception_v3", "wav2vec2", "hubert", "segformer", "dinov2", "swinv2", "convnextv2",
+    "levit", "tv_mnasnet", "tv_mobilenet_v2", "tv_mobilenet_v3_large", "tv_resnext",
+    "tv_wide_resnet", "tv_alexnet")}
