@@ -180,7 +180,8 @@ class _Lowering:
         for sub_graph, sub_name, sub_inputs, sub_outputs in subfns:
             self.function(sub_graph, sub_name, sub_inputs, sub_outputs)
         self.lines.append(f"def {fname}({', '.join(params)}):")
-        if any(n.attrs.get("planned_out") or "planned_inplace" in n.attrs for n in body_nodes):
+        if any(n.attrs.get("planned_out") or "planned_inplace" in n.attrs or
+               n.attrs.get("grad_out_of_place") for n in body_nodes):
             self.lines.append("    " + self.plan_check(graph, names, inputs, body_nodes))
         for line, node in text:
             self.lines.append("    " + line)
@@ -298,6 +299,8 @@ class _Lowering:
             buffer = names[id(node.kwargs['out'])]
             kwargs = [f"out=({buffer} if _plan{self.layout_check(node, buffer, args)} "
                       f"else None)" if k.startswith("out=") else k for k in kwargs]
+        if node.attrs.get("grad_out_of_place"):    # (passes/grad_out_of_place.py)
+            kwargs = ["inplace=_plan" if k.startswith("inplace=") else k for k in kwargs]
         inplace = node.attrs.get("planned_inplace")
         if inplace is not None:              # memory planning: only when autograd is off
             target = f"({self.global_for(inplace, node.op + '_')} if _plan else {target})"

@@ -34,6 +34,7 @@ from .fold_batchnorm import fold_batchnorm
 from .fold_cond import fold_cond
 from .fold_parameters import fold_parameters
 from .fuse_elementwise import fuse_elementwise
+from .grad_out_of_place import grad_out_of_place
 from .licm import licm
 from .patch_conv import patch_conv
 from .patterns import fuse_patterns
@@ -49,7 +50,7 @@ Pass = Callable[[Graph], Graph]
 MAX_ROUNDS = 4
 CLEANUP: List[Pass] = [fold, fold_cond, simplify, drop_identity, cse, dce, licm]
 CONV: List[Pass] = [fold_batchnorm, conv_epilogue]      # eval batch norms, conv epilogues
-FINAL: List[Pass] = [unbind_rows, fuse_elementwise, plan_memory]
+FINAL: List[Pass] = [unbind_rows, fuse_elementwise, plan_memory, grad_out_of_place]
 PASSES: List[Pass] = CLEANUP + CONV + [counted_loops, open_attention, attention_arguments,
                                      patch_conv,
                                      batch_matmul,
