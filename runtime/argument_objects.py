@@ -211,6 +211,15 @@ class Installed:
         return {id(c): (0, j) for j, (c, _) in enumerate(self.found.holders)}
 
 
+def written(installed: Optional[Installed]) -> set:
+    """Ids of the argument objects and containers whose attributes or items a call
+    writes back (its holders), for the front door's check of objects that existed
+    before the call."""
+    if installed is None:
+        return set()
+    return {id(c) for c, _ in installed.found.holders}
+
+
 _MISSING = object()
 _COUNTED = (int, float, complex, str, bytes)
 

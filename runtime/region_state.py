@@ -167,17 +167,24 @@ def untouch(start: int) -> list:
     noted = TOUCHED[start:]
     del TOUCHED[start:]
     for obj, name, before in reversed(noted):
-        if name is not None:
+        if name is not None and isinstance(obj, (list, dict)):
+            from .loop_items import put_back
+            put_back(obj, name, before)
+        elif name is not None:
             obj.__dict__[name] = before
     return noted
 
 
-def shared_touched(start: int, existed) -> Optional[str]:
+def shared_touched(start: int, existed, written=None) -> Optional[str]:
     """After a trace: the attribute (``'CM.enters'``) a region carried on an object that
     existed before the call (``existed(obj)``), its changes put back; else None (the
-    record since ``start`` is dropped)."""
+    record since ``start`` is dropped). ``written``: (ids of) the argument objects whose
+    attributes the call writes back (``argument_objects``): their attributes may change."""
     noted = TOUCHED[start:]
-    for obj, name, _ in noted:
+    for obj, name, before in noted:
+        if name is not None and id(obj) in (written or ()) and \
+                not isinstance(before, list):       # (not a list's contents: region_state)
+            continue
         if existed(obj):
             untouch(start)
             return f"'{type(obj).__name__}.{name}'" if name is not None else \
@@ -224,6 +231,11 @@ def changes(watch, numbers_only: bool, names=()) -> Optional[List[Tuple[Location
             continue
         if isinstance(obj, (list, dict, set)):
             if _shallow_differs(obj, copy):
+                from .loop_items import replaced as replaced_items
+                items = replaced_items(obj, copy) if numbers_only else None
+                if items is not None:       # tensors a loop body put in place of others
+                    found.update((loc.key, (loc, new)) for loc, new in items)
+                    continue
                 holder = _list_holder(obj, copy, watch)
                 if holder is None:
                     return None
@@ -245,8 +257,8 @@ def changes(watch, numbers_only: bool, names=()) -> Optional[List[Tuple[Location
         for k, v in attrs.items():
             if v is copy[k] or id(copy[k]) in replaced:
                 continue
-            if not (_user_class(type(obj)) and carriable(v, numbers_only) and
-                    carriable(copy[k], numbers_only)):
+            if not ((_user_class(type(obj)) or numbers_only and _dict_object(obj)) and
+                    carriable(v, numbers_only) and carriable(copy[k], numbers_only)):
                 return None
             loc = Location(copy[k], f"{type(obj).__name__}.{k}", obj=obj, name=k)
             found.setdefault(loc.key, (loc, v))
@@ -498,6 +510,15 @@ def _user_class(cls) -> bool:
     if not filename or getattr(cls, "__slots__", None) is not None:
         return False
     return not _library(filename) and not cls.__module__.startswith(("runtime", "transpiler"))
+
+
+def _dict_object(obj) -> bool:
+    """A loop body may carry the tensors and numbers of any object that keeps its state
+    in its ``__dict__`` (a library's too: a KV cache layer's ``keys``); the front door
+    refuses the change where the object existed before the call (``shared_touched``)."""
+    from .outputs import slot_names
+    return not slot_names(type(obj)) and not type(obj).__module__.startswith(
+        ("runtime", "transpiler", "torch"))
 
 
 def _local_cell(root) -> bool:

@@ -726,7 +726,8 @@ class GraphFunction:
                 error.location = _assignment_line(target, changed)
                 raise error
             existed = _existed(snapshot, sargs, skwargs)
-            shared = region_state.shared_touched(touched, existed)
+            shared = region_state.shared_touched(touched, existed, argument_objects.written(
+                installed))
             if shared is not None:
                 snapshot.restore()
                 raise GraphError(f"a tensor-dependent region changes {shared} of an object that "

@@ -58,6 +58,13 @@ class HeldContainer:
         self.plain()
 
 
+def is_held(value, is_object) -> bool:
+    """Whether a carried object's attribute (or item) ``value`` travels as a
+    HeldContainer: a plain list or dict (written in place, so every name that reaches it
+    sees eager's items), or a tuple holding objects."""
+    return type(value) in (list, dict) or holds_objects(value, is_object)
+
+
 def holds_objects(value, is_object, _depth: int = 0) -> bool:
     """Whether a plain list/dict/tuple holds (at any depth of such containers) a value
     ``is_object`` accepts."""

@@ -28,7 +28,7 @@ import torch.utils._pytree as pytree
 
 from ..outputs import items_of, slot_names
 from ..tensor_list import TensorList
-from .held_containers import HeldContainer, holds_objects, wrap_held
+from .held_containers import HeldContainer, is_held, wrap_held
 
 
 class ObjectState:
@@ -50,7 +50,7 @@ class ObjectState:
         def wrap(v):
             if is_plain_object(v) and id(v) not in active:
                 return cls.of(v, active)
-            if holds_objects(v, is_plain_object):       # (a cache's list of layers)
+            if is_held(v, is_plain_object):       # (a cache's list of layers)
                 return wrap_held(v, wrap)
             return v
         attrs = {k: wrap(v) for k, v in _attributes(obj).items()}

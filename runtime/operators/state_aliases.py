@@ -31,7 +31,7 @@ import torch
 from ..errors import GraphError
 from ..outputs import items_of, reachable
 from ..source_info import format_location, user_location
-from .held_containers import holds_objects
+from .held_containers import is_held
 from .object_state import _attributes, is_plain_object
 from ..threads import PerThreadList
 
@@ -68,7 +68,7 @@ def check(state, names, kind: str, defer: bool = False):
 
     def collect(v, label, held=False):
         kind_ = type(v)
-        if held and holds_objects(v, is_plain_object):   # carried in place (held_containers)
+        if held and is_held(v, is_plain_object):   # carried in place (held_containers)
             if id(v) in keep:
                 return
             keep[id(v)] = v

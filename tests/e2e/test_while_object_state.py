@@ -96,6 +96,76 @@ def python_values_in_the_objects(x):
     return cache.layers[0].keys, cache.steps, cache.layers[0].ready
 
 
+class Lists:
+    """A user's cache of tensors in lists and a dict, updated by a method: a loop that
+    calls it never assigns the object, so its items are found changed by the body."""
+
+    def __init__(self, x):
+        self.k, self.v = [x, x + 1], [x * 2]
+        self.seen = {"n": 0, "last": x}
+
+    def add(self, t):
+        for i in range(len(self.k)):
+            self.k[i] = torch.cat([self.k[i], t * (i + 1)], -1)
+        self.v[0] = self.v[0] + t.sum()
+        self.seen["n"] = self.seen["n"] + 1
+        self.seen["last"] = t
+
+
+@case((X1,), (X2,))
+def list_and_dict_items_replaced_by_a_method(x):
+    c = Lists(x)
+    t = x[..., -1:]
+    while c.k[0].shape[-1] < 6 and c.v[0].sum() < 1e3:
+        c.add(t)
+        t = t * 2
+    return c.k, c.v[0], c.seen["n"], c.seen["last"]
+
+
+class Pair:
+    def __init__(self, x):
+        self.k = [x, x + 1]
+
+    def grow(self, t):
+        self.k[0] = torch.cat([self.k[0], t], -1)
+        self.k[1] = self.k[1] * 2
+
+
+def grown_by_a_method(x, c):
+    t = x[..., -1:]
+    while c.k[0].shape[-1] < 5 and t.sum() < 1e3:
+        c.grow(t)
+        t = t + 1
+    return t
+
+
+def grown_in_the_body(x, c):
+    t = x[..., -1:]
+    while c.k[0].shape[-1] < 5 and t.sum() < 1e3:
+        c.k[0] = torch.cat([c.k[0], t], -1)
+        c.k[1] = c.k[1] * 2
+        t = t + 1
+    return t
+
+
+@pytest.mark.parametrize("fn", [grown_by_a_method, grown_in_the_body])
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "default"])
+def test_an_argument_objects_list_written_back(fn, strict):
+    """The caller's object keeps its list (the same list), holding eager's tensors."""
+    g = to_graph(fn, strict=strict)
+    for x in (X1, X2):
+        ce, cg = Pair(x), Pair(x)
+        lst = cg.k
+        exp = fn(x, ce)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = g(x, cg)
+        assert_same(got, exp)
+        assert_same(cg.k, ce.k)
+        assert cg.k is lst
+    assert op_counts(g.graph(X1, Pair(X1)))["while"] == 1
+
+
 def identity_kept(x):
     cache = Cache([x * 2, x + 1])
     layers, first = cache.layers, cache.layers[0]
