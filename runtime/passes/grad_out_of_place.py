@@ -4,8 +4,8 @@
 the backward needs the activation's input (``hardswish_backward(grad, self)``), which the
 in-place op overwrites, so autograd saves a copy made first. Out of place, the same
 kernel writes a new tensor and autograd saves ``x`` itself: the same values and
-gradients bit for bit, one full read and write of ``x`` fewer (mobilenet_v3_small's 19
-BatchNorm + hardswish pairs, ~0.6 ms of an 80 ms training step on 1 thread). The ops
+gradients bit for bit, one full read and write of ``x`` fewer (mobilenet_v3_small at
+batch 8 x 64x64: 19 copies, 2.1 MB, ~0.17 ms of an ~80 ms training step on 1 thread). The ops
 that copy this way (``silu``, ``mish``, ``hardsigmoid``, ``hardtanh``/``relu6``,
 ``threshold`` too) are listed in ``COPYING``; ``relu_``/``elu_``/``leaky_relu_`` save
 their result instead and are left alone.
