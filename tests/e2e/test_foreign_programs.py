@@ -14,7 +14,8 @@ Mechanisms these found (fixed; see the README's "Programs from other projects"):
 (``runtime/library_questions.py``); ``torch.distributions`` argument validation did too;
 ``all(t)``/``any(t)`` of a tensor (``runtime/operators/truth_builtins.py``);
 ``torch.cat(..., axis=)``; hooks a library installs on submodules during a refused trace
-were left installed (``transpiler/hook_snapshot.py``).
+were left installed (``transpiler/hook_snapshot.py``); an op refusing meta tensors
+(``pack_padded_sequence``) crashed with its own error (``shape_inference.fails_eagerly``).
 """
 from __future__ import annotations
 
@@ -413,6 +414,122 @@ def test_transformer_encoder_with_a_mask_argument():
         enc = _encoder()
         return lambda x: enc(x, mask=nn.Transformer.generate_square_subsequent_mask(x.size(0)))
     run_program(make_inside, [(torch.randn(5, 2, 16),), (torch.randn(5, 3, 16),)])
+
+
+# ------------------------------------------------- PyTorch tutorial: translation_transformer
+PAD, BOS, EOS = 1, 2, 3
+
+
+def square_subsequent_mask(sz):
+    mask = (torch.triu(torch.ones((sz, sz))) == 1).transpose(0, 1)
+    return mask.float().masked_fill(mask == 0, float('-inf')).masked_fill(mask == 1, 0.0)
+
+
+class Seq2SeqTransformer(nn.Module):
+    """nn.Transformer with token embeddings scaled by sqrt(E) and a sinusoid table."""
+
+    def __init__(self, V=20, E=16):
+        super().__init__()
+        self.transformer = nn.Transformer(d_model=E, nhead=2, num_encoder_layers=1,
+                                          num_decoder_layers=1, dim_feedforward=32,
+                                          dropout=0.0)
+        self.generator = nn.Linear(E, V)
+        self.src_tok_emb, self.tgt_tok_emb = nn.Embedding(V, E), nn.Embedding(V, E)
+        den = torch.exp(-torch.arange(0, E, 2) * math.log(10000) / E)
+        pos = torch.arange(0, 50).reshape(50, 1)
+        table = torch.zeros((50, E))
+        table[:, 0::2], table[:, 1::2] = torch.sin(pos * den), torch.cos(pos * den)
+        self.register_buffer('pos_embedding', table.unsqueeze(-2))
+        self.E = E
+
+    def embed(self, emb, tokens):
+        x = emb(tokens.long()) * math.sqrt(self.E)
+        return x + self.pos_embedding[:x.size(0), :]
+
+    def forward(self, src, trg, src_mask, tgt_mask, src_padding_mask, tgt_padding_mask,
+                memory_key_padding_mask):
+        outs = self.transformer(self.embed(self.src_tok_emb, src),
+                                self.embed(self.tgt_tok_emb, trg), src_mask, tgt_mask, None,
+                                src_padding_mask, tgt_padding_mask, memory_key_padding_mask)
+        return self.generator(outs)
+
+    def encode(self, src, src_mask):
+        return self.transformer.encoder(self.embed(self.src_tok_emb, src), src_mask)
+
+    def decode(self, tgt, memory, tgt_mask):
+        return self.transformer.decoder(self.embed(self.tgt_tok_emb, tgt), memory, tgt_mask)
+
+
+def test_translation_tutorial_train_loss_with_masks():
+    """create_mask (causal tgt mask, padding masks) into nn.Transformer; loss, gradients."""
+    def make():
+        model = Seq2SeqTransformer()
+
+        def step(src, tgt):
+            tgt_input = tgt[:-1, :]
+            src_mask = torch.zeros((src.shape[0], src.shape[0])).type(torch.bool)
+            tgt_mask = square_subsequent_mask(tgt_input.shape[0])
+            src_padding_mask = (src == PAD).transpose(0, 1)
+            tgt_padding_mask = (tgt_input == PAD).transpose(0, 1)
+            logits = model(src, tgt_input, src_mask, tgt_mask, src_padding_mask,
+                           tgt_padding_mask, src_padding_mask)
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                   tgt[1:, :].reshape(-1), ignore_index=PAD)
+        return step
+    run_program(make, [(torch.tensor([[2, 2], [5, 6], [7, 3], [3, 1]]),
+                        torch.tensor([[2, 2], [8, 9], [3, 10], [1, 3]])),
+                       (torch.tensor([[2, 2, 2], [5, 6, 11], [3, 7, 3]]),
+                        torch.tensor([[2, 2, 2], [8, 9, 4], [3, 10, 3]]))], grad=True)
+
+
+def test_translation_tutorial_greedy_decode():
+    """``next_word = next_word.item()``, ``ys`` grown by cat, ``if next_word == EOS:
+    break``: one loop with a staged break."""
+    def make():
+        model = Seq2SeqTransformer().eval()
+
+        def greedy_decode(src, src_mask, max_len, start_symbol):
+            memory = model.encode(src, src_mask)
+            ys = torch.ones(1, 1).fill_(start_symbol).type(torch.long)
+            for i in range(max_len - 1):
+                tgt_mask = square_subsequent_mask(ys.size(0)).type(torch.bool)
+                out = model.decode(ys, memory, tgt_mask).transpose(0, 1)
+                _, next_word = torch.max(model.generator(out[:, -1]), dim=1)
+                next_word = next_word.item()
+                ys = torch.cat([ys, torch.ones(1, 1).type_as(src.data).fill_(next_word)], dim=0)
+                if next_word == EOS:
+                    break
+            return ys
+        return greedy_decode
+    run_program(make, [(torch.tensor([[2], [5], [7], [3]]), torch.zeros(4, 4, dtype=torch.bool),
+                        6, BOS),
+                       (torch.tensor([[2], [9], [3]]), torch.zeros(3, 3, dtype=torch.bool), 8,
+                        BOS)])
+
+
+class PackedLSTM(nn.Module):
+    """Text classifiers' packed LSTM (pack_padded_sequence with lengths)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.rnn, self.fc = nn.Embedding(20, 8), nn.LSTM(8, 8, batch_first=True), \
+            nn.Linear(8, 2)
+
+    def forward(self, text, lengths):
+        packed = nn.utils.rnn.pack_padded_sequence(self.emb(text), lengths, batch_first=True,
+                                                   enforce_sorted=False)
+        packed_output, (hidden, cell) = self.rnn(packed)
+        output, _ = nn.utils.rnn.pad_packed_sequence(packed_output, batch_first=True)
+        return self.fc(hidden[-1]), output
+
+
+def test_pack_padded_sequence_falls_back_at_its_line():
+    """Packing needs the lengths' values (sizes from data): a clean fallback at the call,
+    not a RuntimeError (shape inference saw the meta lengths refused, checked the op on
+    zero lengths, which fail too, and took that for the user's own error)."""
+    run_program(PackedLSTM, [(torch.randint(0, 20, (3, 6)), torch.tensor([6, 4, 2])),
+                             (torch.randint(0, 20, (2, 5)), torch.tensor([3, 5]))],
+                falls_back_at="packed = nn.utils.rnn.pack_padded_sequence(")
 
 
 # ------------------------------------------------- pytorch/examples: reinforcement_learning
