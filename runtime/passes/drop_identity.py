@@ -2,7 +2,8 @@
 
 Rule: ``dropout(x, p, training=False)`` (``F.dropout``, ``torch.dropout``, ``nn.Dropout``
 in eval mode) and its ``alpha_dropout``/``feature_alpha_dropout``/``dropout1d``/
-``dropout2d``/``dropout3d`` kin return ``x`` itself in eager, so readers read ``x``.
+``dropout2d``/``dropout3d`` kin return ``x`` itself in eager, so readers read ``x``; so do
+they with ``p=0`` in training mode (a model trained with dropout 0: no random draw either).
 It applies only where eager returns that very object, untouched (``inplace=True`` too):
 a literal ``training``/``train`` of False, a literal ``p`` in [0, 1] (``F.dropout`` raises otherwise),
 and for ``dropout1d``/``2d``/``3d`` an input of the batched rank (3, 4, 5; other ranks
@@ -46,8 +47,8 @@ def _identity_of(node: Node):
     for name, value in node.kwargs.items():
         args["training" if name == "train" else name] = value
     x, p = args.get("input"), args.get("p", 0.5)
-    if args.get("training", True) is not False or not isinstance(x, Node) or \
-            type(p) not in (int, float) or not 0 <= p <= 1:
+    if not isinstance(x, Node) or type(p) not in (int, float) or not 0 <= p <= 1 or \
+            (p != 0 and args.get("training", True) is not False):     # p=0: draws nothing
         return None
     rank = _DROPOUTS[node.op]
     if rank is not None and not (isinstance(x.meta, TensorMeta) and x.meta.shape is not None

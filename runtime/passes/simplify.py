@@ -128,6 +128,16 @@ def _unsqueeze_squeeze(node: Node) -> Optional[Use]:
     return None
 
 
+def _same_shape_view(node: Node) -> Optional[Use]:
+    """``x.view(x.shape)`` / ``x.reshape(x.shape)`` (HF's ``reshape(b, -1, s, d)`` of a
+    tensor already that shape) reads as ``x``: the same elements, one autograd view node
+    fewer. Not exact (eager returns a new view object), so ``may_replace`` decides."""
+    x = _arg(node, 0)
+    if isinstance(x, Node) and _static(node) and not node.kwargs:
+        return Use(x)           # ``_apply`` checks x's meta equals the node's
+    return None
+
+
 _CASTS = {"float": torch.float32, "double": torch.float64, "half": torch.float16,
           "bfloat16": torch.bfloat16, "int": torch.int32, "long": torch.int64,
           "short": torch.int16, "bool": torch.bool}
@@ -229,6 +239,8 @@ RULES: List[Tuple[str, Callable[[Node], object]]] = [
     ("mul", _times_zero),                                           # x*0 -> zeros_like(x) (ints)
     *[(cast, _same_dtype_cast) for cast in _CASTS],                 # x.float() -> x when f32
     ("to", _same_dtype_cast),                                       # x.to(x.dtype) -> x
+    ("view", _same_shape_view),                                     # x.view(x.shape) -> x
+    ("reshape", _same_shape_view),                                  # x.reshape(x.shape) -> x
 ]
 
 _BY_OP = rules_by_op(RULES)
