@@ -130,8 +130,10 @@ def check_train(build) -> dict:
     eager, conv = copy.deepcopy(model).train(), copy.deepcopy(model).train()
     g = to_graph(conv)
     args, kwargs = make(2, 5)
+    torch.manual_seed(0)            # (random draws in train mode: wav2vec2's LayerDrop)
     exp, _ = _run(eager, args, kwargs, grad=True)
     try:
+        torch.manual_seed(0)
         got, reason = _run(g, args, kwargs, grad=True)
         _loss(exp).backward()
         _loss(got).backward()
