@@ -17,8 +17,8 @@ the casts as eager's run does).
   compute in its own dtype). Constant folding calls the target itself, autocast included.
 - **Not wrapped**: views and other ops that may return their input (``views.VIEW_OPS``:
   autocast leaves them alone, and the memory planner must see what they alias), in-place
-  ops (autocast has no rules for them), the tracer's own ``graph_ops`` and questions that
-  return Python values.
+  ops (autocast has no rules for them), the runtime's own targets (``graph_ops``, the
+  training effects) and questions that return Python values.
 
 The autocast state is read at each recorded op (the traced ``with`` really switches it,
 as ``no_grad`` does), so nested regions, ``enabled=False`` inside a region and
@@ -86,6 +86,9 @@ def wrapped(func, dtype: torch.dtype) -> AutocastOp:
     return op
 
 
+_OWN = graph_ops.__name__.rsplit(".", 1)[0] + "."     # the runtime's own node targets
+
+
 def active_dtype():
     """CPU autocast's dtype while it is on, else None."""
     if not torch.is_autocast_enabled("cpu"):
@@ -98,8 +101,11 @@ def target_for(func, args, kwargs, meta):
     CPU autocast is on and ``func`` is an op it may change (``meta``: the output's
     metadata without autocast; None for a Python answer)."""
     dtype = active_dtype()
-    if dtype is None or meta is None or isinstance(func, AutocastOp) or \
-            getattr(func, "__module__", None) == graph_ops.__name__ or \
+    if dtype is None:
+        _left_region()
+        return func
+    if meta is None or isinstance(func, AutocastOp) or \
+            (getattr(func, "__module__", None) or "").startswith(_OWN) or \
             op_name(func) in VIEW_OPS or is_inplace(func, kwargs):
         return func
     return wrapped(func, dtype)
@@ -113,13 +119,119 @@ def recorded(func, args, kwargs, result, location):
         return func, result
     from .shape_inference import infer
     try:
-        return target, infer(target, args, kwargs)
+        inferred = infer(target, args, kwargs)
     except Exception as e:
         error = GraphError(f"{format_location(location)}: {op_name(func)} under "
                            f"torch.autocast: the result's dtype and shape could not be "
                            f"inferred ({type(e).__name__}: {e})")
         error.location = location
         raise error from e
+    if _lowered(result.meta, inferred.meta):
+        _note_casts(args, kwargs, location)
+    return target, inferred
+
+
+# ----------------------------------------------------------------------- the cast cache
+# Inside an autocast region eager casts a float32 leaf that requires grad (a parameter)
+# once and reuses the cast for every op of the region (autocast's cache, cleared when the
+# outermost region exits): the gradients of its uses are summed in the low dtype. A graph
+# runs each op in its own autocast, so each use casts anew and the gradients are summed in
+# float32 -- other bits. A leaf cast by two ops of one region (or by an op in a loop body)
+# is refused while autograd records; a region the caller opened around the call keeps
+# torch's own cache across the ops, as eager's.
+_STARTS = threading.local()
+
+
+def trace_started(on: bool) -> None:
+    """Around a trace (``tensor_state.watching_modes``): push (``on``) or pop the autocast
+    nesting the caller holds."""
+    stack = _STARTS.__dict__.setdefault("stack", [])
+    if on:
+        stack.append(_nesting())
+    elif stack:
+        stack.pop()
+
+
+def _nesting() -> int:
+    depth = torch.autocast_increment_nesting()
+    torch.autocast_decrement_nesting()
+    return depth - 1
+
+
+def _left_region() -> None:
+    """An op recorded with autocast off: if no region is open (nesting 0), the next op
+    under autocast starts a new one (eager's cache was cleared in between)."""
+    stack = getattr(_STARTS, "stack", None)
+    if not stack or stack[-1] > 0:
+        return
+    from .symbolic import current_graph
+    graph = current_graph()
+    if graph is not None and "_autocast_region" in graph.root.__dict__ and _nesting() == 0:
+        epoch, _ = graph.root._autocast_region
+        graph.root._autocast_region = (epoch, 0)
+
+
+def _lowered(plain, autocast) -> bool:
+    """Whether autocast made a float32 result low precision (the op cast its inputs)."""
+    plains = plain if isinstance(plain, tuple) else (plain,)
+    casts = autocast if isinstance(autocast, tuple) else (autocast,)
+    return any(getattr(a, "dtype", None) == torch.float32 and
+               getattr(b, "dtype", None) in (torch.bfloat16, torch.float16)
+               for a, b in zip(plains, casts))
+
+
+def _note_casts(args, kwargs, location) -> None:
+    from . import tensor_state
+    from .graph import find_leaves
+    from .symbolic import current_graph
+    stack = getattr(_STARTS, "stack", None)
+    graph = current_graph()
+    if not stack or stack[-1] > 0 or graph is None or not torch.is_grad_enabled() or \
+            not torch.is_autocast_cache_enabled():
+        return
+    root = graph.root
+    nesting = _nesting()
+    region = root.__dict__.get("_autocast_region", (0, 0))
+    if nesting > 0 and region[1] == 0:
+        region = (region[0] + 1, nesting)
+    root._autocast_region = (region[0], nesting)
+    casts = root.__dict__.setdefault("_autocast_casts", {})
+    repeated = _in_loop(graph)
+    for t in find_leaves((args, kwargs), lambda v: isinstance(v, torch.Tensor)):
+        if not _cacheable(t, tensor_state):
+            continue
+        node = getattr(t, "_node", None)
+        key = (region[0], id(t) if node is None else id(node))
+        if key in casts or repeated:
+            error = GraphError(
+                f"{format_location(location)}: a float32 leaf that requires grad is cast "
+                f"by torch.autocast {'in a loop body' if repeated else 'a second time in one region'}"
+                f" (first at {format_location(casts.get(key, (location,))[0])}): eager "
+                f"reuses one cached cast, whose gradients sum in the low dtype, where a "
+                f"graph casts per op")
+            error.location = location
+            raise error
+        casts[key] = (location, t)          # (t kept: its id stays its own)
+
+
+def _cacheable(t, tensor_state) -> bool:
+    """Whether autocast's cache would hold ``t``'s cast: a float32 leaf requiring grad
+    (a traced value whose flags only the run knows counts as one)."""
+    from .grad_flags import grad_of
+    with torch._C.DisableTorchFunction():
+        if t.dtype != torch.float32:
+            return False
+        if getattr(t, "_node", None) is None:
+            return t.requires_grad and t.is_leaf and not t._is_view()
+    return grad_of(t) is not False and tensor_state.leaf_of(t) is not False
+
+
+def _in_loop(graph) -> bool:
+    while graph is not None and graph.parent is not None:
+        if graph.name not in ("then", "else"):
+            return True
+        graph = graph.parent
+    return False
 
 
 # ----------------------------------------------------------------------- fake tensors

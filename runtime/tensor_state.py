@@ -331,9 +331,11 @@ def watching_modes():
         _refuse("forward-mode AD (torch.autograd.forward_ad.dual_level): a graph's fused "
                 "kernels do not carry tangents")
     _MODES.append(_modes())
+    autocast_ops.trace_started(True)
     try:
         yield
     finally:
+        autocast_ops.trace_started(False)
         _MODES.pop()
 
 

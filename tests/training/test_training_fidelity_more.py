@@ -175,6 +175,81 @@ def test_autocast_ops_are_not_fused_or_rewritten():
     assert {"autocast_matmul", "autocast_gelu", "autocast_mul", "autocast_add"} <= set(ops)
 
 
+# ------------------------------------------------------------------ autocast's cast cache
+_shared = torch.nn.Linear(6, 6)
+
+
+def _siamese_one_region(x1, x2):
+    with torch.autocast("cpu", dtype=BF16):
+        z = _shared(x1) * _shared(x2)                   # CACHE LINE
+    z.float().sum().backward()
+    return z, _shared.weight.grad
+
+
+def _two_regions(x1, x2):
+    with torch.autocast("cpu", dtype=BF16):
+        z = _shared(x1)
+    z = z.float() + 1
+    with torch.autocast("cpu", dtype=BF16):
+        z = z * _shared(x2)
+    z.float().sum().backward()
+    return z, _shared.weight.grad
+
+
+def _cast_in_loop(x1, x2):
+    with torch.autocast("cpu", dtype=BF16):
+        z, n = x1, torch.zeros(())
+        while (z.float().abs().sum() < 1e4) & (n < 4):
+            z = _shared(z) * 3                          # CACHE LINE
+            n = n + 1
+    z.float().sum().backward()
+    return z, _shared.weight.grad
+
+
+def _cache_case(fn, mode, caller_autocast=False):
+    import contextlib
+    results = []
+    g = fn if mode == "eager" else to_graph(fn, strict=mode == "strict")
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        x1, x2 = torch.randn(4, 6), torch.randn(4, 6)
+        _shared.weight.grad = _shared.bias.grad = None
+        with torch.autocast("cpu", dtype=BF16) if caller_autocast else \
+                contextlib.nullcontext():
+            out = g(x1, x2)
+        results.append([v.clone() for v in out])
+    return results
+
+
+@pytest.mark.parametrize("fn", [_siamese_one_region, _cast_in_loop])
+def test_a_weight_cast_twice_in_one_region_falls_back_naming_its_line(fn):
+    """Eager reuses autocast's cached cast (its gradients sum in bf16): a graph casting per
+    op would give other bits, so the step falls back (strict: ConversionError)."""
+    import inspect
+    lines, first = inspect.getsourcelines(fn)
+    line = first + next(i for i, text in enumerate(lines) if "CACHE LINE" in text)
+    exp = _cache_case(fn, "eager")
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        got = _cache_case(fn, "default")
+    messages = [str(w.message) for w in rec if issubclass(w.category, FallbackWarning)]
+    assert len(messages) == 1 and f"{THIS_FILE}:{line}:" in messages[0], messages
+    _exact(got, exp)
+    with pytest.raises(ConversionError, match="cached cast"):
+        _cache_case(fn, "strict")
+
+
+def test_a_weight_cast_in_two_regions_or_under_the_callers_autocast_converts():
+    _exact(_cache_case(_two_regions, "strict"), _cache_case(_two_regions, "eager"))
+
+    def siamese(x1, x2):            # the caller's region: torch's cache spans the graph's ops
+        z = _shared(x1) * _shared(x2)
+        z.float().sum().backward()
+        return z, _shared.weight.grad
+    _exact(_cache_case(siamese, "strict", caller_autocast=True),
+           _cache_case(siamese, "eager", caller_autocast=True))
+
+
 # ------------------------------------------------------------------ autocast: training
 def _amp_step(init_scale=2.0 ** 8, growth_interval=2, clip=False, log_scale=False,
               inf_batch=None, scaler_enabled=True):
