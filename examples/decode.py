@@ -4,7 +4,10 @@ The loop grows ``ids`` by one token per iteration until every row has emitted ``
 ``max_new`` tokens). ``@to_graph`` turns it into ONE ``while`` node: ``ids`` is carried
 with its length known only at run time, and the model's reads of that length (positions
 ``arange(seq_len)``, the causal mask, ``view(-1, ...)``, sdpa's ``is_causal``) become run-time
-sizes in the loop body. GPT-2 is a tiny config with random weights (no download).
+sizes in the loop body. The same loop with a KV cache (``past_key_values`` fed back, one
+token per step) is one ``while`` node too: the cache object's layers' keys and values are
+its loop variables, their length known only at run time. GPT-2 is a tiny config with
+random weights (no download).
 
 Run:  python examples/decode.py
 """
@@ -32,6 +35,28 @@ def make_greedy(model):
             logits = model(ids).logits[:, -1, :]
             nxt = logits.argmax(-1)
             nxt = torch.where(done, torch.full_like(nxt, eos), nxt)
+            ids = torch.cat([ids, nxt[:, None]], 1)
+            done = done | (nxt == eos)
+            step += 1
+        return ids
+    return greedy
+
+
+def make_cached_greedy(model):
+    """The same loop with a KV cache: the prompt runs once, then one token per step,
+    feeding ``past_key_values`` back. The cache object's tensors (each layer's keys and
+    values, growing by one position per step) are carried by the ``while`` node."""
+    def greedy(ids, max_new: int, eos: int):
+        out = model(ids, use_cache=True)
+        cache = out.past_key_values
+        nxt = out.logits[:, -1].argmax(-1)
+        done = nxt == eos
+        ids = torch.cat([ids, nxt[:, None]], 1)
+        step = 1
+        while not done.all() and step < max_new:
+            out = model(nxt[:, None], past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            nxt = torch.where(done, torch.full_like(nxt, eos), out.logits[:, -1].argmax(-1))
             ids = torch.cat([ids, nxt[:, None]], 1)
             done = done | (nxt == eos)
             step += 1
@@ -67,6 +92,7 @@ def interleaved_ms(fns, args, rounds=5, calls=2):
 
 def main():
     warnings.filterwarnings("ignore", message=".*token_id must be.*")
+    warnings.filterwarnings("ignore", message=".*past_key_values.* is deprecated.*")
     model, _ = MODELS["gpt2"]()
     greedy = make_greedy(model)
     converted = to_graph(greedy, strict=True)
@@ -88,6 +114,26 @@ def main():
               f"length (?) ===")
         print(loop_summary(graph))
 
+        print("\n=== with a KV cache (prefill, then one token per step): the cache's "
+              "keys/values are loop variables ===")
+        cached_model, _ = MODELS["gpt2"](use_cache=True)
+        cached = make_cached_greedy(cached_model)
+        converted_cached = to_graph(cached, strict=True)
+        for batch in (1, 3):
+            ids = torch.randint(4, 256, (batch, 5), generator=g)
+            eager, graphed = cached(ids, 8, EOS), converted_cached(ids, 8, EOS)
+            same = torch.equal(eager, graphed) and torch.equal(eager, greedy(ids, 8, EOS))
+            print(f"batch {batch}: converted {graphed[0].tolist()}  -> "
+                  f"{'cached tokens equal' if same else 'DIFFERS'} (eager, with and "
+                  f"without the cache)")
+            assert same
+        graph = converted_cached.graph(ids, 8, EOS)
+        loop = next(n for n in graph.nodes if n.op == "while")
+        keys = [m for m in loop.meta if m.shape is not None and len(m.shape) == 4]
+        print(f"{[n.op for n in graph.nodes].count('while')} while node; it carries "
+              f"{len(keys)} cache tensors of shape "
+              f"{tuple('?' if d is None else d for d in keys[0].shape)}")
+
         print("\n=== time per decode (16 new tokens, prompt 8; medians, interleaved, "
               "1 thread) ===")
         threads = torch.get_num_threads()
@@ -97,6 +143,10 @@ def main():
             converted(ids, 16, -1)
             e, c = interleaved_ms([greedy, converted], (ids, 16, -1))
             print(f"batch {batch}: eager {e:7.2f} ms   to_graph {c:7.2f} ms   "
+                  f"({e / c:.2f}x)")
+            converted_cached(ids, 16, -1)
+            e, c = interleaved_ms([cached, converted_cached], (ids, 16, -1))
+            print(f"  with the KV cache: eager {e:7.2f} ms   to_graph {c:7.2f} ms   "
                   f"({e / c:.2f}x)")
         torch.set_num_threads(threads)
 

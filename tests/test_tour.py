@@ -16,6 +16,7 @@ def test_tour_runs_every_example(tour):
     assert "compare normalize: eager and converted agree" in out, out[-3000:]
     assert out.count("in a fresh process without tograph") == 8, out[-3000:]   # deploy
     assert out.count("-> tokens equal") == 2, out[-3000:]   # decode: GPT-2's loop
+    assert out.count("-> cached tokens equal") == 2, out[-3000:]    # ... with a KV cache
     assert "= while " in out.split("examples/decode.py")[-1]
     ddp = out.split("examples/train_ddp.py")[-1]
     assert ddp.count("-> equal") == 3, out[-3000:]      # train_ddp: both DDP spellings
