@@ -43,20 +43,34 @@ _LOCAL = threading.local()
 
 
 class AutocastOp:
-    """``func`` run inside ``torch.autocast("cpu", dtype=dtype)``."""
+    """``func`` run inside ``torch.autocast("cpu", dtype=dtype, cache_enabled=cache)``
+    (what ``autocast.__enter__``/``__exit__`` do, without their Python checks)."""
 
-    __slots__ = ("func", "dtype", "__name__", "__qualname__", "__weakref__")
+    __slots__ = ("func", "dtype", "cache", "__name__", "__qualname__", "__weakref__")
 
-    def __init__(self, func, dtype: torch.dtype):
+    def __init__(self, func, dtype: torch.dtype, cache: bool = True):
         self.func = func
         self.dtype = dtype
+        self.cache = cache
         self.__name__ = self.__qualname__ = f"autocast_{op_name(func)}"
 
     def __call__(self, *args, **kwargs):
         if _any_meta((args, kwargs)):
             return self._infer(args, kwargs)
-        with torch.autocast("cpu", dtype=self.dtype):
+        on, dtype = torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")
+        cache = torch.is_autocast_cache_enabled()
+        torch.set_autocast_enabled("cpu", True)
+        torch.set_autocast_dtype("cpu", self.dtype)
+        torch.autocast_increment_nesting()
+        torch.set_autocast_cache_enabled(self.cache)
+        try:
             return self.func(*args, **kwargs)
+        finally:
+            if torch.autocast_decrement_nesting() == 0:
+                torch.clear_autocast_cache()
+            torch.set_autocast_enabled("cpu", on)
+            torch.set_autocast_dtype("cpu", dtype)
+            torch.set_autocast_cache_enabled(cache)
 
     def _infer(self, args, kwargs):
         """The op on fake CPU tensors like the meta ones given, under autocast; meta
@@ -65,7 +79,7 @@ class AutocastOp:
         with torch._C.DisableTorchFunction():
             with mode:
                 fargs, fkwargs = _map((args, kwargs), _fake_of)
-            with mode, torch.autocast("cpu", dtype=self.dtype):
+            with mode, torch.autocast("cpu", dtype=self.dtype, cache_enabled=self.cache):
                 out = self.func(*fargs, **fkwargs)
             return _map(out, _meta_of)
 
@@ -73,16 +87,16 @@ class AutocastOp:
         return f"<autocast({self.dtype}) {op_name(self.func)}>"
 
     def __reduce__(self):
-        return (wrapped, (self.func, self.dtype))
+        return (wrapped, (self.func, self.dtype, self.cache))
 
 
-def wrapped(func, dtype: torch.dtype) -> AutocastOp:
-    """The one ``AutocastOp`` of ``func`` at ``dtype`` (one object: CSE and the shape
-    cache key on it)."""
-    key = (func, dtype)
+def wrapped(func, dtype: torch.dtype, cache: bool = True) -> AutocastOp:
+    """The one ``AutocastOp`` of ``func`` at ``dtype`` and cache flag (one object: CSE
+    and the shape cache key on it)."""
+    key = (func, dtype, cache)
     op = _WRAPPED.get(key)
     if op is None:
-        op = _WRAPPED[key] = AutocastOp(func, dtype)
+        op = _WRAPPED[key] = AutocastOp(func, dtype, cache)
     return op
 
 
@@ -108,7 +122,7 @@ def target_for(func, args, kwargs, meta):
             (getattr(func, "__module__", None) or "").startswith(_OWN) or \
             op_name(func) in VIEW_OPS or is_inplace(func, kwargs):
         return func
-    return wrapped(func, dtype)
+    return wrapped(func, dtype, torch.is_autocast_cache_enabled())
 
 
 def recorded(func, args, kwargs, result, location):
@@ -197,11 +211,13 @@ def _note_casts(args, kwargs, location) -> None:
     root._autocast_region = (region[0], nesting)
     casts = root.__dict__.setdefault("_autocast_casts", {})
     repeated = _in_loop(graph)
+    seen = set()                # (one op's two uses of a leaf share its cast, as eager's)
     for t in find_leaves((args, kwargs), lambda v: isinstance(v, torch.Tensor)):
-        if not _cacheable(t, tensor_state):
-            continue
         node = getattr(t, "_node", None)
         key = (region[0], id(t) if node is None else id(node))
+        if key in seen or not _cacheable(t, tensor_state):
+            continue
+        seen.add(key)
         if key in casts or repeated:
             error = GraphError(
                 f"{format_location(location)}: a float32 leaf that requires grad is cast "

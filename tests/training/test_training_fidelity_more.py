@@ -250,6 +250,40 @@ def test_a_weight_cast_in_two_regions_or_under_the_callers_autocast_converts():
            _cache_case(siamese, "eager", caller_autocast=True))
 
 
+_square = torch.nn.Parameter(torch.randn(6, 6))
+
+
+def _one_op_twice(x, cache):
+    with torch.autocast("cpu", dtype=BF16, cache_enabled=cache):
+        z = torch.mm(_square, _square) + x              # one op: one cast in eager too
+    z.float().sum().backward()
+    return z, _square.grad
+
+
+def _uncached_twice(x, cache):
+    with torch.autocast("cpu", dtype=BF16, cache_enabled=False):
+        z = torch.mm(_square, _square) + torch.addmm(x, _square, _square)
+    z.float().sum().backward()
+    return z, _square.grad
+
+
+@pytest.mark.parametrize("fn,cache", [(_one_op_twice, True), (_one_op_twice, False),
+                                      (_uncached_twice, False)])
+def test_autocast_cache_flag_and_one_op_using_a_leaf_twice(fn, cache):
+    """An op casting one leaf twice shares the cast (cache on) or not (off), as eager; with
+    the cache off, ops cast anew in eager too: both convert, gradients bit for bit."""
+    g = to_graph(fn, strict=True)
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        x = torch.randn(6, 6)
+        _square.grad = None
+        exp = [v.clone() for v in fn(x, cache)]
+        _square.grad = None
+        got = [v.clone() for v in g(x, cache)]
+        _exact(got, exp)
+        assert torch.equal(got[1], exp[1])
+
+
 # ------------------------------------------------------------------ autocast: training
 def _amp_step(init_scale=2.0 ** 8, growth_interval=2, clip=False, log_scale=False,
               inf_batch=None, scaler_enabled=True):
