@@ -52,7 +52,7 @@ from runtime.symbolic import tracing, wrap_node
 from runtime.tensor_list import take_converted
 from runtime.threads import TRACE_LOCK, PerThreadList
 
-from . import conversion, method_binding, trace_log
+from . import conversion, lazy_init, method_binding, trace_log
 from .data_parallel import convert_wrapped_module, is_distributed_data_parallel
 from .errors import ConversionError
 from .run_eagerly import _EAGERLY
@@ -642,9 +642,11 @@ class GraphFunction:
         trace_log.guard_built(target, guard)
         return _Traced(graph, optimized, executable, guard, inputs, outputs)
 
-    def _trace_graph(self, args, kwargs, flat, spec, dynamic, sized_examples=False):
+    def _trace_graph(self, args, kwargs, flat, spec, dynamic, sized_examples=False,
+                     set_up=False):
         """``sized_examples``: shape inference runs dynamic dims at the call's own sizes
-        (else at 2: an export's example may have size 1, which broadcasts)."""
+        (else at 2: an export's example may have size 1, which broadcasts). ``set_up``:
+        a retrace after a one-time set-up kept (``lazy_init``)."""
         target = _python_function(self._fn)
         if isinstance(self._fn, torch.nn.Module) and _call_hooks(self._fn):
             raise GraphError(f"{type(self._fn).__name__} has forward or backward hooks (its "
@@ -719,6 +721,13 @@ class GraphFunction:
             if seen and not changed:
                 changed = (f"the function appends to {seen} in tensor-dependent control flow, "
                            f"a list the caller can see")
+            if changed and not set_up and installed is None and lazy_init.kept(snapshot):
+                try:        # a library's one-time set-up: kept if a retrace changes nothing
+                    return self._trace_graph(args, kwargs, flat, spec, dynamic,
+                                             sized_examples, set_up=True)
+                except BaseException:
+                    snapshot.restore()
+                    raise
             if changed:
                 snapshot.restore()
                 error = GraphError(f"{changed} (a Python side effect that a graph cannot repeat "

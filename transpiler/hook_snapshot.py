@@ -1,4 +1,5 @@
-"""The hooks registered on a module tree, put back as they were after a refused trace.
+"""The hooks registered on a module tree, put back as they were after a refused trace;
+and the tree's modules' own attributes, to tell what a trace set on them.
 
 A library may register hooks on submodules lazily, on the first call, and mark the model
 as done with an attribute on it (transformers' output capturing:
@@ -19,24 +20,61 @@ _DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_
           "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
 
 
-def take(owner) -> List[Tuple[dict, frozenset]]:
-    """The keys of every hook dict of ``owner``'s module tree (``[]`` if not a module)."""
+class Taken:
+    """``hooks``: [(hook dict, its keys)]; ``attributes``: [(module, copy of its
+    ``__dict__``)] for every module of the tree."""
+
+    __slots__ = ("hooks", "attributes")
+
+    def __init__(self, hooks, attributes):
+        self.hooks: List[Tuple[dict, frozenset]] = hooks
+        self.attributes: list = attributes
+
+
+NOTHING = Taken([], [])
+
+
+def take(owner) -> Taken:
+    """The hook dicts' keys and the attributes of ``owner``'s module tree (nothing if
+    ``owner`` is not an ``nn.Module``)."""
     modules = getattr(owner, "modules", None)
     if not (callable(modules) and isinstance(getattr(owner, "__dict__", None), dict)
             and "_modules" in vars(owner)):
-        return []
-    found = []
+        return NOTHING
+    hooks, attributes = [], []
     for m in modules():
+        attributes.append((m, dict(vars(m))))
         for name in _DICTS:
             d = vars(m).get(name)
             if isinstance(d, dict):
-                found.append((d, frozenset(d)))
+                hooks.append((d, frozenset(d)))
+    return Taken(hooks, attributes)
+
+
+def restore(taken: Taken) -> None:
+    """Remove the hooks registered since ``take`` (those removed meanwhile stay removed:
+    their handles were used)."""
+    for d, keys in taken.hooks:
+        for k in [k for k in d if k not in keys]:
+            del d[k]
+
+
+def added(taken: Taken) -> list:
+    """The hooks registered since ``take``: ``[(dict, key, hook)]``, in order."""
+    return [(d, k, d[k]) for d, keys in taken.hooks for k in list(d) if k not in keys]
+
+
+def set_attributes(taken: Taken):
+    """The attributes set on the tree's modules since ``take``: ``[(module, name, before
+    or MISSING, now)]``, or None if one was deleted."""
+    found = []
+    for m, before in taken.attributes:
+        now = vars(m)
+        if any(k not in now for k in before):
+            return None
+        found += [(m, k, before.get(k, MISSING), v) for k, v in now.items()
+                  if k not in before or before[k] is not v]
     return found
 
 
-def restore(taken: List[Tuple[dict, frozenset]]) -> None:
-    """Remove the hooks registered since ``take`` (those removed meanwhile stay removed:
-    their handles were used)."""
-    for d, keys in taken:
-        for k in [k for k in d if k not in keys]:
-            del d[k]
+MISSING = object()

@@ -498,7 +498,7 @@ class Snapshot:
         self._codes += other._codes
 
     def restore(self) -> None:
-        hook_snapshot.restore(getattr(self, "_hooks", ()))
+        hook_snapshot.restore(getattr(self, "_hooks", hook_snapshot.NOTHING))
         for label, obj, print_, containers in self._deep:
             if fingerprint(obj) != print_:
                 restore(containers)

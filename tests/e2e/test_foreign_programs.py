@@ -910,37 +910,34 @@ def test_beam_search_with_python_hypotheses_falls_back():
 
 # ------------------------------------------------- a library installing hooks on first call
 class LazyCapture(nn.Module):
-    """As transformers' output capturing does: the first forward registers forward hooks on
-    the layers (collecting their outputs) and marks the model as hooked."""
+    """The first forward registers forward hooks on the layers and marks the model as
+    hooked (as transformers' output capturing does); the hooks log each layer's output in
+    a list the model keeps across calls (a side effect no graph repeats)."""
 
     def __init__(self):
         super().__init__()
         self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(3)])
-        self.collected = None
+        self.history = []
 
     def _install(self):
         if getattr(self, "_hooks_installed", False):
             return
         for layer in self.layers:
-            layer.register_forward_hook(
-                lambda mod, inp, out: self.collected.append(out) if self.collected is not None
-                else None)
+            layer.register_forward_hook(lambda mod, inp, out: self.history.append(out))
         self._hooks_installed = True
 
     def forward(self, x):
         self._install()
-        self.collected = []
         for layer in self.layers:
             x = torch.tanh(layer(x))
-        states, self.collected = tuple(self.collected), None
-        return x, states
+        return x
 
 
 @pytest.mark.parametrize("strict", [False, True])
 def test_hooks_installed_by_a_refused_trace_are_removed(strict):
     """The first call through the graph installs the hooks while tracing; the trace is
-    refused (it set an attribute of the model), and the hooks go with the attribute, so
-    the eager run (and the user's own eager calls) see each layer's output once."""
+    refused (the hooks log into the model's list), and the hooks go with the mark, so the
+    eager run (and the user's own eager calls) log each layer's output once."""
     torch.manual_seed(0)
     model = LazyCapture()
     g = to_graph(model, strict=strict)
@@ -950,8 +947,72 @@ def test_hooks_installed_by_a_refused_trace_are_removed(strict):
             g(x)
     else:
         with pytest.warns(FallbackWarning):
-            out = g(x)
-        assert len(out[1]) == 3
+            g(x)
+    assert len(model.history) == (0 if strict else 3)
     assert all(len(layer._forward_hooks) == (0 if strict else 1) for layer in model.layers)
-    assert len(model(x)[1]) == 3                   # eager, after: each output once
+    model(x)                                       # eager, after: each output once
+    assert len(model.history) == (3 if strict else 6)
     assert all(len(layer._forward_hooks) == 1 for layer in model.layers)
+
+
+class LazySetUp(nn.Module):
+    """A library's one-time set-up on the first call (transformers' output capturing):
+    hooks registered on the layers, and a mark on a submodule that later calls read."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8))
+        self.seen = []
+
+    def forward(self, x):
+        if not getattr(self.body, "_set_up", False):
+            for layer in self.body:
+                layer.register_forward_hook(lambda mod, inp, out: None)
+            self.body._set_up = True
+        return self.body(x) * 2
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_one_time_set_up_on_the_first_call_converts(strict):
+    """The first trace's set-up is kept once a second trace changes nothing
+    (``transpiler/lazy_init.py``): the first call converts, in strict mode too; the hooks
+    are registered once, as eagerly."""
+    torch.manual_seed(0)
+    model, twin = LazySetUp(), LazySetUp()
+    twin.load_state_dict(model.state_dict())
+    g = to_graph(model, strict=strict)
+    for x in (torch.randn(2, 8), torch.randn(3, 8)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FallbackWarning)
+            got = g(x)
+        assert_same(got, twin(x))
+    assert model.body._set_up is True
+    assert [len(m._forward_hooks) for m in model.body] == [1, 1, 1]
+    assert [len(m._forward_hooks) for m in twin.body] == [1, 1, 1]
+
+
+class CountsCalls(nn.Module):
+    """A number set on every call is no set-up: it falls back, counted as eagerly."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.lin(x)
+
+
+def test_a_counter_on_the_module_is_not_kept():
+    model = CountsCalls()
+    g = to_graph(model)
+    with pytest.warns(FallbackWarning, match="mutates"):
+        g(torch.randn(2, 4))
+    assert model.calls == 1
+    for i in range(2):                  # (the fallback is cached: warned once)
+        g(torch.randn(2, 4))
+        assert model.calls == i + 2
+    with pytest.raises(ConversionError):
+        to_graph(model, strict=True)(torch.randn(2, 4))
+    assert model.calls == 3
