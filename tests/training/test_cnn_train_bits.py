@@ -208,3 +208,30 @@ def test_the_pass_marks_only_what_it_may():
     marked = [n.op for n in graph.walk() if n.attrs.get(KEY)]
     assert marked == ["hardswish"], marked
     _run_both(f, lambda s: (_leaf((3, 4), s), _leaf((4,), s + 1)))
+
+
+def test_inside_a_tensor_loop_and_branch():
+    """Marked ops inside ``while``/``cond`` bodies: the body's own ``_plan`` decides."""
+    def f(x, w):
+        y = x
+        while y.abs().sum() < 50:
+            y = F.hardswish(y * w + 1, inplace=True) * 2
+        if y.sum() > 0:
+            z = F.silu(y * w, inplace=True)
+        else:
+            z = F.mish(y - w, inplace=True)
+        return z
+
+    def args(s):
+        g = torch.Generator().manual_seed(s)
+        return (torch.randn(3, 4, generator=g), (torch.randn(4, generator=g) * (s * 2 - 1) +
+                                                 1.5).requires_grad_())
+
+    _run_both(f, args)
+    _run_both(f, args, grad=False)
+    converted = to_graph(f, strict=True)
+    graph = converted.graph(*args(0)).optimize()
+    from runtime.passes.grad_out_of_place import KEY
+    ops = {n.op for n in graph.walk() if n.attrs.get(KEY)}
+    assert {"while", "cond"} <= {n.op for n in graph.nodes} and \
+        ops == {"hardswish", "silu", "mish"}, ops
