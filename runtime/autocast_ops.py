@@ -24,6 +24,13 @@ The autocast state is read at each recorded op (the traced ``with`` really switc
 as ``no_grad`` does), so nested regions, ``enabled=False`` inside a region and
 ``@torch.autocast`` on a called function follow eager. Only CPU autocast acts on the CPU
 tensors a graph holds; its dtype is part of a call's signature (``tensor_state``).
+
+- **The cast cache**: inside one region eager casts a float32 leaf requiring grad once
+  and reuses the cast, so the gradients of its uses sum in the low dtype; a graph's ops
+  each run in their own autocast. A leaf cast by two ops of one region (or by an op in a
+  loop body) while autograd records falls back, naming the second use; under the
+  caller's region torch's cache spans the graph's ops, as eager's (see below).
+- Graphs holding ``AutocastOp`` nodes are not saved (``graph.save``) or exported.
 """
 from __future__ import annotations
 

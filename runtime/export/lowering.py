@@ -304,6 +304,18 @@ def check_view_writes(graph: Graph) -> None:
                 f"back (y[:, 1] = v * 2)")
 
 
+def check_autocast(graph: Graph) -> None:
+    """Refuse ops recorded under torch.autocast (``runtime.autocast_ops``): their casts
+    happen inside torch's dispatcher, which the exported program would not repeat."""
+    from ..autocast_ops import AutocastOp
+    for node in graph.walk():
+        if isinstance(node.target, AutocastOp):
+            raise ExportError(
+                f"{format_location(node.location)}: {node.op} was recorded under "
+                f"torch.autocast, whose casts an exported program does not carry; export "
+                f"the function traced without autocast")
+
+
 def _fill_like(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros_like(value, dtype=dtype)
 
@@ -328,6 +340,7 @@ def lower_for_export(graph: Graph, inputs: Sequence[Node], outputs: Any, name: s
     """(function of the input tensors returning ``outputs``, its source, its file name,
     the effect nodes left out). ``graph`` is changed (``unalias``): pass a copy."""
     check_view_writes(graph)
+    check_autocast(graph)
     shape_fills(graph)
     dedupe_cond_operands(graph)
     unalias_loop_inputs(graph)

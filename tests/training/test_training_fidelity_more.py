@@ -175,6 +175,24 @@ def test_autocast_ops_are_not_fused_or_rewritten():
     assert {"autocast_matmul", "autocast_gelu", "autocast_mul", "autocast_add"} <= set(ops)
 
 
+def test_autocast_graph_is_not_saved_or_exported_silently(tmp_path):
+    """Saving or exporting a graph holding autocast ops says so (their casts live in
+    torch's dispatcher), rather than writing a program that computes in float32."""
+    from runtime.errors import GraphError
+    from runtime.export import to_torch_export
+    from runtime.export.errors import ExportError
+
+    def f(x, w):
+        with torch.autocast("cpu", dtype=BF16):
+            return x @ w
+    x, w = torch.randn(3, 4), torch.randn(4, 2)
+    g = to_graph(f, strict=True)
+    with pytest.raises(ExportError, match="torch.autocast"):
+        to_torch_export(g, (x, w))
+    with pytest.raises(GraphError, match="autocast"):
+        g.graph(x, w).save(str(tmp_path / "g"))
+
+
 # ------------------------------------------------------------------ autocast's cast cache
 _shared = torch.nn.Linear(6, 6)
 
