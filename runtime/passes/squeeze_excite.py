@@ -44,7 +44,8 @@ def squeeze_excite(graph: Graph) -> Graph:
         uses = positions = None
         for node in list(g.nodes):
             if node.op != "mul" or node.graph is not g or len(node.args) != 2 or \
-                    node.kwargs or has_effect(node):
+                    node.kwargs or has_effect(node) or \
+                    not any(getattr(a, "op", None) in _GATES for a in node.args):
                 continue
             uses = uses or Uses(g)
             match = _match(uses, node)

@@ -324,3 +324,31 @@ def test_channels_last_off_takes_torch_convolutions_same_values():
         ref = model(x)
     _close(on, ref)
     _close(off, ref)
+
+
+def test_background_build_runs_torch_until_bound(tmp_path):
+    """``built_once(background=True)`` on a cold cache: None (the torch path) at first,
+    the library's function once the background worker bound it; on a warm cache at once."""
+    import ctypes
+
+    from runtime.kernels import background
+    from runtime.kernels.built_once import built_once
+
+    source = "int tg_test_answer(void) { return 42; }\n"
+
+    def bind(lib):
+        fn = lib.tg_test_answer
+        fn.restype = ctypes.c_int
+        return fn
+
+    with options.override(kernel_build="background", cache_dir=str(tmp_path)):
+        cold = built_once("tg_test_answer", lambda: source, bind, background=True)
+        assert cold() is None                   # queued: the caller takes its torch path
+        assert background.wait(timeout=120)
+        assert cold()() == 42
+        warm = built_once("tg_test_answer", lambda: source, bind, background=True)
+        assert warm()() == 42                   # on disk now: loaded at once
+        with options.override(compiler=False):
+            off = built_once("tg_test_answer", lambda: source, bind, background=True)
+            assert off() is None
+        assert off()() == 42                    # 'no compiler' was not remembered
