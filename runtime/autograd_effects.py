@@ -33,9 +33,9 @@ tensor for each parameter that requires grad and that the differentiated values 
 computed from; else as before the call. The read checks the prediction when it runs
 and raises if autograd disagrees (a parameter reached only on a path not taken), never
 returning another value. Calls in a branch or loop body leave the state unknown: a later
-``p.grad`` read is refused (the call falls back to eager). So are
-``backward(create_graph=True)`` (it would leave ``p.grad`` with a history),
-``opt.step(closure)``, any other method of an optimizer or scheduler, and optimizers
+``p.grad`` read is refused (the call falls back to eager). After a
+``backward(create_graph=True)`` a ``p.grad`` read may carry history: whether it requires
+grad is read when the graph runs. Refused: ``opt.step(closure)``, any other method of an optimizer or scheduler, and optimizers
 whose ``step`` is not torch's own.
 """
 from __future__ import annotations
@@ -238,8 +238,14 @@ def read(t: torch.Tensor):
         dispatch_record(expect_no_grad, (t, _where()), {})
         return None
     out = dispatch_record(read_grad, (t, _where()), {})
-    out._node.attrs[grad_flags.KEY] = False
+    out._node.attrs[grad_flags.KEY] = \
+        None if getattr(current_root(), "_grad_history", False) else False
     return out
+
+
+def current_root():
+    from .symbolic import current_graph
+    return current_graph().root
 
 
 def _initial(t: torch.Tensor) -> str:
@@ -273,13 +279,16 @@ def backward(func, args, kwargs):
         if isinstance(grads, torch.Tensor):
             grads = [grads]
         grads = None if grads is None else list(grads)
-    if bound.get("create_graph"):
-        raise _refuse("backward(create_graph=True) (double backward)")
+    create_graph = bound.get("create_graph") or False
+    if not isinstance(create_graph, bool):
+        raise _refuse("backward(create_graph=<a traced value>)")
+    if create_graph and torch.is_grad_enabled():    # .grad keeps its history: whether a
+        current_root()._grad_history = True         # later read requires grad, the run says
     inputs = bound.get("inputs")
     if isinstance(inputs, torch.Tensor):
         inputs = [inputs]
     dispatch_record(run_backward, (tuple(tensors), grads, bound.get("retain_graph"),
-                                   False, None if inputs is None else list(inputs)), {})
+                                   create_graph, None if inputs is None else list(inputs)), {})
     sure, maybe = grad_reach.reached(tensors)
     if inputs is not None:
         wanted = {_key(t) for t in inputs}

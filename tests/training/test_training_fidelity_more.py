@@ -10,9 +10,10 @@ step, eager against converted (default and strict mode).
 - ``torch.autograd.grad(..., create_graph=True)``: a gradient penalty through fused
   kernels (tanh, gelu, layer_norm, softmax), a MAML inner step, a Hessian-vector product.
 - ``ReduceLROnPlateau.step(metric)`` with the metric as a logged float, a tensor, a keyword.
+- ``loss.backward(create_graph=True)`` and a penalty on the ``p.grad`` it leaves.
 - What still falls back names the line that does it (``inference_mode`` ``with``, a
-  ``param_groups``/``last_epoch`` read, ``backward(create_graph=True)``, other scaler
-  methods); strict mode raises ConversionError.
+  ``param_groups``/``last_epoch`` read, other scaler methods); strict mode raises
+  ConversionError.
 """
 from __future__ import annotations
 
@@ -464,6 +465,31 @@ def test_create_graph_gradient_that_needs_no_history():
     _exact(got, exp)
 
 
+def test_backward_create_graph_gradient_norm_penalty():
+    """``loss.backward(create_graph=True)`` then a penalty on the ``p.grad`` it left (with
+    history), backpropagated: ``.grad`` reads keep their history, their requires_grad is
+    the run's."""
+    def make():
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
+                                    torch.nn.Linear(16, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x), y)
+            loss.backward(create_graph=True)
+            penalty = sum((p.grad ** 2).sum() for p in model.parameters())
+            has_history = model[0].weight.grad.requires_grad
+            opt.zero_grad(set_to_none=True)
+            (loss + 0.1 * penalty).backward()
+            opt.step()
+            return loss.detach(), penalty.detach(), has_history
+        return step, [model, opt], _batches(4, (6, 8), 4)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*create_graph=True.*reference cycle")
+        _converts_like_eager(make, steps=4, exact=False)
+
+
 # ------------------------------------------------------------------ ReduceLROnPlateau
 def _plateau(metric):
     def make():
@@ -526,14 +552,6 @@ def _last_epoch_read(model, opt, scaler):
     return step
 
 
-def _backward_create_graph(model, opt, scaler):
-    def step(x, y):
-        loss = F.cross_entropy(model(x), y)
-        loss.backward(create_graph=True)                              # FALLBACK LINE
-        return loss.detach()
-    return step
-
-
 def _scaler_state_dict(model, opt, scaler):
     def step(x, y):
         scaler.scale(F.cross_entropy(model(x), y)).backward()
@@ -544,8 +562,7 @@ def _scaler_state_dict(model, opt, scaler):
 
 
 @pytest.mark.parametrize("make_step", [_inference_mode_step, _param_groups_read,
-                                       _last_epoch_read, _backward_create_graph,
-                                       _scaler_state_dict])
+                                       _last_epoch_read, _scaler_state_dict])
 def test_what_falls_back_names_its_line(make_step):
     import inspect
     lines, first = inspect.getsourcelines(make_step)

@@ -403,14 +403,6 @@ def closure_step(m, opt, sched):
     return step
 
 
-def double_backward_step(m, opt, sched):
-    def step(x, y):
-        loss = F.mse_loss(m(x), y)
-        loss.backward(create_graph=True)
-        return loss.detach()
-    return step
-
-
 def state_dict_step(m, opt, sched):
     def step(x, y):
         opt.zero_grad()
@@ -433,7 +425,6 @@ def lr_read_step(m, opt, sched):
     (lr_read_step, "param_groups"),
     (custom_optimizer_step, "MySGD.step()"),
     (closure_step, "step(closure)"),
-    (double_backward_step, "create_graph=True"),
     (state_dict_step, "state_dict()"),
 ])
 def test_what_a_graph_cannot_repeat_falls_back(make_step, reason):
