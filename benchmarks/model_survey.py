@@ -144,13 +144,15 @@ def check_train(build) -> dict:
         if (p.grad is None) != (q.grad is None):
             return {"fallback": reason, "match": f"grad of {name} missing on one side"}
         if p.grad is not None:
-            worst = max(worst, (p.grad - q.grad).abs().max().item())
+            diff = (p.grad - q.grad).abs().max().item()     # within 1e-4 of the gradient's
+            if diff > ATOL * max(1.0, p.grad.abs().max().item()):   # size: dla34's first
+                worst = max(worst, diff)    # conv has gradients of 600, rounding gives 1e-3
     for (name, b), c in zip(eager.named_buffers(), conv.buffers()):
         if b.is_floating_point() and not torch.allclose(b, c, rtol=ATOL, atol=ATOL):
             return {"fallback": reason, "match": f"buffer {name} differs"}
     check = _check(got, exp)
     match = check if check != "ok" else \
-        ("ok" if worst <= ATOL else f"grad max abs diff {worst:.3g}")
+        ("ok" if not worst else f"grad max abs diff {worst:.3g}")
     return {"fallback": reason, "match": match}
 
 

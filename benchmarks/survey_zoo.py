@@ -1,5 +1,11 @@
 """More real models for the survey of issue 13: architectures written by other projects.
 
+Added later (h18): BLOOM, MPT, GPT-BigCode, Persimmon, StableLM, Qwen3, DeBERTa-v2, XLNet,
+Funnel, MobileBERT, SqueezeBERT, ConvBERT, Wav2Vec2, HuBERT, Segformer, DINOv2, Swinv2,
+ConvNeXtV2, LeViT (transformers); timm mixer, ghostnet, cspresnet, dla, hrnet, repvgg, rexnet,
+poolformer, fastvit, coat, edgenext; torchvision mnasnet, mobilenet_v2/v3_large, resnext50,
+wide_resnet50, alexnet.
+
 transformers (Mistral, Qwen2, Phi, Phi3, Gemma, Gemma2, OPT, GPT-NeoX, GPT-J, Falcon,
 DistilBERT, RoBERTa, ALBERT, ELECTRA, BART, Whisper, CLIP, Mixtral, Qwen2-MoE), timm
 (resnet, efficientnet, convnext, deit, swin, mobilevit) and torchvision (vgg11,
@@ -396,6 +402,50 @@ def levit(mask=False):
                           attn="eager"), 32)
 
 
+def timm_mixer(mask=False):
+    return _timm("mixer_s16_224", img_size=64)
+
+
+def timm_ghostnet(mask=False):
+    return _timm("ghostnet_050")
+
+
+def timm_cspresnet(mask=False):
+    return _timm("cspresnet50")
+
+
+def timm_dla(mask=False):
+    return _timm("dla34")
+
+
+def timm_hrnet(mask=False):
+    return _timm("hrnet_w18_small")
+
+
+def timm_repvgg(mask=False):
+    return _timm("repvgg_a0")
+
+
+def timm_rexnet(mask=False):
+    return _timm("rexnet_100")
+
+
+def timm_poolformer(mask=False):
+    return _timm("poolformer_s12")
+
+
+def timm_fastvit(mask=False):
+    return _timm("fastvit_t8")
+
+
+def timm_coat(mask=False):
+    return _timm("coat_lite_tiny", img_size=64)
+
+
+def timm_edgenext(mask=False):
+    return _timm("edgenext_xx_small")
+
+
 def tv_mnasnet(mask=False):
     return _tv("mnasnet0_5")
 
@@ -430,4 +480,6 @@ SURVEY: Dict[str, Callable] = {name: globals()[name] for name in TEXT + (
     "tv_convnext_tiny", "tv_swin_t", "tv_regnet", "tv_shufflenet", "tv_squeezenet",
     "tv_inception_v3", "wav2vec2", "hubert", "segformer", "dinov2", "swinv2", "convnextv2",
     "levit", "tv_mnasnet", "tv_mobilenet_v2", "tv_mobilenet_v3_large", "tv_resnext",
-    "tv_wide_resnet", "tv_alexnet")}
+    "tv_wide_resnet", "tv_alexnet", "timm_mixer", "timm_ghostnet", "timm_cspresnet",
+    "timm_dla", "timm_hrnet", "timm_repvgg", "timm_rexnet", "timm_poolformer", "timm_fastvit",
+    "timm_coat", "timm_edgenext")}
