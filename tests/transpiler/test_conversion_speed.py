@@ -534,3 +534,83 @@ def test_del_of_state_in_a_branch_still_refused(strict):
         with pytest.warns(FallbackWarning, match="del tmp"):
             got = to_graph(_with_del)(x, 0)
         assert_same(got, _with_del(x, 0))
+
+
+def _early_returns(x, n, d):
+    """Nested early returns (each guards the rest of its block with ``if not do_return``),
+    an ``elif`` chain and a loop: the shapes whose bodies and tests templates move."""
+    if n is None:
+        return x
+    if d.get("skip"):
+        return -x
+    y = x
+    for i in range(n):
+        if y.sum() > i:
+            y = y * 2
+        elif i == 2:
+            return y * i
+        else:
+            y = y - 1
+    if y.sum() < 0 and n > 1:
+        return y + 1
+    return y
+
+
+def test_owned_placeholder_is_moved_once():
+    """A node the caller gives up (``_owned``) goes in as it is, once; a second use and a
+    node not given up are copies (the template's caller keeps its own)."""
+    from transpiler.pyct import templates
+    test = gast.Name(id="t", ctx=gast.Load(), annotation=None, type_comment=None)
+    kept = templates.replace_as_expression("f(test, other)", None, ("test",), test=test,
+                                           other=test)
+    assert kept.args[0] is test and kept.args[1] is not test
+    assert ast.dump(kept.args[1]) == ast.dump(test)
+    (assign,) = templates.replace("target = value", None, ("target",), target=test, value=1)
+    assert assign.targets[0] is test and isinstance(test.ctx, gast.Store)
+    copied = templates.replace_as_expression("f(test)", None, test=test)
+    assert copied.args[0] is not test
+
+
+@pytest.mark.parametrize("fn", [_early_returns, _jumps, _sample_fn, _with_del])
+def test_moved_placeholders_give_the_copied_source(fn, monkeypatch):
+    """Moving owned tests, calls and guarded rests into templates (instead of copying them)
+    gives the source and line map that copying gave."""
+    from transpiler.pyct import codegen, templates
+    def converted():
+        try:
+            tree = conversion._convert_tree(fn)
+        except Exception as e:      # noqa: BLE001 - the same refusal either way
+            return repr(e)
+        source, parsed = codegen.to_source_and_ast(tree)
+        return source, conversion._line_map(tree, parsed)
+    moved = converted()
+    real = templates.replace
+    monkeypatch.setattr(templates, "replace",
+                        lambda template, origin=None, _owned=(), **r: real(template, origin, **r))
+    assert converted() == moved
+
+
+def test_factory_positions_are_fix_missing_locations(monkeypatch):
+    """The loader locates only its factory's nodes (the parsed source has its positions):
+    the code it compiles is the code ``ast.fix_missing_locations`` gave, positions too."""
+    from transpiler.pyct import codegen, loader
+    def fingerprint(code):
+        return (code.co_code, code.co_linetable, code.co_firstlineno, list(code.co_positions()),
+                [fingerprint(c) for c in code.co_consts if hasattr(c, "co_code")])
+    def compiled(fn, outer):
+        source, parsed = codegen.to_source_and_ast(conversion._convert_tree(fn))
+        return fingerprint(loader.compile_function(source, fn.__name__, outer, "<x>", parsed))
+    cases = [(_early_returns, ["tg"]), (_sample_fn, ["tg", "_sample_fn"]), (_jumps, [])]
+    fast = [compiled(fn, outer) for fn, outer in cases]
+    monkeypatch.setattr(loader, "_locate_factory",
+                        lambda factory, located: ast.fix_missing_locations(factory))
+    assert [compiled(fn, outer) for fn, outer in cases] == fast
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_early_returns_match_eager(strict):
+    """The moved-template conversion runs as eager does (tensor and Python paths, two calls)."""
+    g = to_graph(_early_returns, strict=strict)
+    for x, n, d in [(torch.tensor([1.0, -2.0]), 3, {}), (torch.tensor([-5.0, 1.0]), 4, {}),
+                    (torch.tensor([0.5, 0.5]), None, {}), (torch.tensor([2.0]), 2, {"skip": 1})]:
+        assert_same(g(x, n, d), _early_returns(x, n, d))

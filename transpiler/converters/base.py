@@ -126,10 +126,12 @@ def undefined_inits(stmt, state):
 
 
 def state_call(state, call, origin):
-    """``(*state,) = <call>``, or the bare call when there is no state."""
+    """``(*state,) = <call>``, or the bare call when there is no state (``call`` is
+    moved in, not copied: the caller built it for this statement)."""
     if not state:
-        return templates.replace('call', origin, call=call)
-    return templates.replace('state = call', origin, state=list(state), call=call)
+        return templates.replace('call', origin, _owned=('call',), call=call)
+    return templates.replace('state = call', origin, _owned=('call',), state=list(state),
+                             call=call)
 
 
 def tg_call(op, args, origin, keywords=()):

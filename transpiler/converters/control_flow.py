@@ -28,9 +28,9 @@ class IfTransformer(base.Transformer):
         base.check_no_del(node.body + node.orelse, state, 'if statement', self.ctx)
         namer = self.ctx.namer
         body_name, else_name = namer.new('if_body'), namer.new('else_body')
-        call = base.templates.replace_as_expression(
-            'tg.if_stmt(test, body_name, else_name, state, names)', node, test=node.test,
-            body_name=body_name, else_name=else_name, state=list(state),
+        call = base.templates.replace_as_expression(       # (the replaced if's test: moved)
+            'tg.if_stmt(test, body_name, else_name, state, names)', node, ('test',),
+            test=node.test, body_name=body_name, else_name=else_name, state=list(state),
             names=base.names_tuple(state))
         # rebound in a branch, yet dead after the if: the paths need not agree on it
         unread = (activity.block_bound(node.body + node.orelse) - self.scope.cells

@@ -35,6 +35,7 @@ class Lowering:
                 rest, _, _ = self.block(stmts[i + 1:])
                 if rest:
                     out += templates.replace('if flag_test:\n    rest', stmts[i + 1],
+                                             ('rest',),     # (built here: moved, not copied)
                                              flag_test=base.not_(self.flag), rest=rest)
                 return out, True, False
         return out, False, False

@@ -45,6 +45,7 @@ def compile_function(source, name, outer_names, filename, parsed=None, like=None
     imported only under ``TYPE_CHECKING`` is no NameError)."""
     register(filename, source)
     module = parsed if parsed is not None else ast.parse(source, filename)
+    located = list(module.body)
     if name not in outer_names:
         # the function's own name stays a global, as in the original (recursion by name);
         # without this, the factory's local binding would turn it into a free variable
@@ -56,11 +57,27 @@ def compile_function(source, name, outer_names, filename, parsed=None, like=None
               for n in outer_names] + module.body + [ast.Return(value=ast.Name(id=name, ctx=ast.Load()))],
         decorator_list=[], returns=None, lineno=1, col_offset=0)
     module.body = [factory]
-    ast.fix_missing_locations(module)
+    _locate_factory(factory, located)
     scratch = {}
     flags = like.co_flags & __future__.annotations.compiler_flag if like is not None else 0
     exec(compile(module, filename, 'exec', flags=flags, dont_inherit=True), scratch)
     return scratch['__tg_factory']().__code__
+
+
+def _locate_factory(factory, located):
+    """Give the factory's own nodes line 1, column 0 (what ``ast.fix_missing_locations``
+    gives them) without walking the ``located`` statements: parsed, every node under them
+    has its position already (that walk cost as much as compiling)."""
+    stack = [factory]
+    inner = {id(stmt) for stmt in located}
+    while stack:
+        node = stack.pop()
+        if id(node) in inner:
+            continue
+        if 'lineno' in node._attributes:
+            node.lineno, node.col_offset = 1, 0
+            node.end_lineno, node.end_col_offset = 1, 0
+        stack.extend(ast.iter_child_nodes(node))
 
 
 def make_function(code, globals_dict, free_cells, extra_names, like=None):

@@ -8,7 +8,9 @@
 
 A placeholder is a Name in the template. Its replacement may be
 - a str: a name (also for function names and parameters);
-- an AST node: deep-copied in, its context set from the placeholder (Load/Store);
+- an AST node: deep-copied in, its context set from the placeholder (Load/Store); one the
+  caller gives up (``_owned``: built for this template, or taken from the statement being
+  replaced) is put in as it is, once;
 - a list: in statement position, statements spliced in; as parameters, one parameter
   per element; in expression position, a tuple of the elements.
 Nodes created by the template get the ``origin`` of the construct they come from.
@@ -62,7 +64,12 @@ class _Replacer(traversal.Transformer):
     def visit_Name(self, node):
         if node.id not in self.repl:
             return node
-        return _to_expr(self.repl[node.id], type(node.ctx))
+        value = self.repl[node.id]
+        if node.id in self.owned and isinstance(value, gast.AST):
+            self.owned.discard(node.id)     # given up by the caller: used once, not copied
+            return _set_ctx(value, type(node.ctx)) if not isinstance(node.ctx, gast.Load) \
+                else value
+        return _to_expr(value, type(node.ctx))
 
     def visit_FunctionDef(self, node):
         if node.name in self.repl:
@@ -87,8 +94,9 @@ def _parsed(template):
 
 def replace(template, origin=None, _owned=(), **replacements):
     """Statements of ``template`` with placeholders replaced (see module docstring).
-    ``_owned``: placeholders of statement lists the caller gives up (used nowhere else):
-    spliced without a copy the first time (a body moved into its body function)."""
+    ``_owned``: placeholders whose statement lists or nodes the caller gives up (used
+    nowhere else): put in without a copy the first time (a body moved into its body
+    function, the test of the ``if`` being replaced)."""
     module = clone.copy(_parsed(template))
     stmts = _Replacer(replacements, _owned).visit(module).body
     if origin is not None:
@@ -96,6 +104,6 @@ def replace(template, origin=None, _owned=(), **replacements):
     return stmts
 
 
-def replace_as_expression(template, origin=None, **replacements):
-    (stmt,) = replace(template, origin, **replacements)
+def replace_as_expression(template, origin=None, _owned=(), **replacements):
+    (stmt,) = replace(template, origin, _owned, **replacements)
     return stmt.value
