@@ -26,7 +26,7 @@ from ..path_values import check_call
 from ..region_effects import refuse_unseen_call
 from ..source_info import format_location, user_location
 from ..symbolic import contains_symbolic, current_graph, is_symbolic
-from . import module_hooks, truth_builtins
+from . import custom_functions, module_hooks, torchscript_calls, truth_builtins
 from .effects import print_, torch_assert
 from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicReversed, SymbolicZip,
                         TensorList, is_symbolic_iterable, length_of)
@@ -323,6 +323,9 @@ def call(f, *args, **kwargs):
             else _has_symbolic(args, kwargs)
         if symbolic:
             return special(*args, **kwargs)
+    if current_graph() is not None:
+        f = torchscript_calls.unscripted(f, args, kwargs)   # (its Python original)
+        custom_functions.refuse_custom_backward(f, args, kwargs)
     if current_graph() is not None and isinstance(f, torch.nn.Module):
         module_hooks.refuse_backward_hooks((f,))
     target = _converted(f)

@@ -1017,3 +1017,77 @@ def test_a_counter_on_the_module_is_not_kept():
     with pytest.raises(ConversionError):
         to_graph(model, strict=True)(torch.randn(2, 4))
     assert model.calls == 3
+
+
+# ------------------------------------------------- TorchScript helpers, custom Functions
+@torch.jit.script
+def bias_gelu(bias, y):
+    """Megatron/older HF repos' fused bias+GELU, scripted."""
+    x = bias + y
+    return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+
+class ScriptedHelper(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4, bias=False)
+        self.b = nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        return bias_gelu(self.b, self.lin(x))
+
+
+def test_jit_script_function_runs_as_its_python():
+    """A scripted function called with traced tensors ran in the TorchScript interpreter on
+    placeholder storage: garbage baked in as a constant (values of 1e16). Now its Python
+    original is converted (as torch.compile inlines it)."""
+    inputs = [(torch.randn(2, 4),), (torch.randn(3, 4),)]
+    run_program(ScriptedHelper, inputs)
+    grads_match(ScriptedHelper, lambda out: out.square().mean(), inputs)
+
+
+class UsesScriptedModule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.jit.script(nn.Sequential(nn.Linear(4, 4), nn.Tanh()))
+
+    def forward(self, x):
+        return self.body(x) + 1
+
+
+def test_jit_scripted_module_falls_back_at_its_call():
+    run_program(UsesScriptedModule, [(torch.randn(2, 4),), (torch.randn(3, 4),)],
+                falls_back_at="return self.body(x) + 1")
+
+
+class GradReverse(torch.autograd.Function):
+    """DANN's gradient reversal layer."""
+
+    @staticmethod
+    def forward(ctx, x, lambd):
+        ctx.lambd = lambd
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output.neg() * ctx.lambd, None
+
+
+def test_custom_autograd_function_under_autograd_falls_back():
+    """Its backward is not in a traced graph: with autograd recording, the graph's
+    gradients would not be reversed (they were, silently); without, forward converts."""
+    def make():
+        m = nn.Linear(4, 2)
+
+        def step(x, lambd):
+            loss = GradReverse.apply(m(x), lambd).square().mean()
+            loss.backward()
+            return loss, m.weight.grad.clone()
+        return step
+    run_program(make, [(torch.randn(3, 4), 0.5), (torch.randn(2, 4), 1.0)], grad=True,
+                falls_back_at="loss = GradReverse.apply(m(x), lambd).square().mean()")
+
+    def make_eval():
+        m = nn.Linear(4, 2)
+        return lambda x, lambd: GradReverse.apply(m(x), lambd) * 2
+    run_program(make_eval, [(torch.randn(3, 4), 0.5), (torch.randn(2, 4), 1.0)])
