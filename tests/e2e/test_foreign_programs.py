@@ -1091,3 +1091,72 @@ def test_custom_autograd_function_under_autograd_falls_back():
         m = nn.Linear(4, 2)
         return lambda x, lambd: GradReverse.apply(m(x), lambd) * 2
     run_program(make_eval, [(torch.randn(3, 4), 0.5), (torch.randn(2, 4), 1.0)])
+
+
+# ------------------------------------------------- HF Mixtral's (older) routing loop; DDPM
+class MoE(nn.Module):
+    """Top-k routing, one expert at a time: ``torch.where`` of its mask (a run-time
+    number of tokens) and ``if top_x.shape[0] == 0: continue``."""
+
+    def __init__(self, d=8, n=4, k=2):
+        super().__init__()
+        self.gate, self.top_k, self.num_experts = nn.Linear(d, n, bias=False), k, n
+        self.experts = nn.ModuleList([nn.Sequential(nn.Linear(d, 16), nn.SiLU(),
+                                                    nn.Linear(16, d)) for _ in range(n)])
+
+    def forward(self, hidden_states):
+        batch_size, sequence_length, hidden_dim = hidden_states.shape
+        hidden_states = hidden_states.view(-1, hidden_dim)
+        router_logits = self.gate(hidden_states)
+        routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
+        routing_weights, selected_experts = torch.topk(routing_weights, self.top_k, dim=-1)
+        routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+        final = torch.zeros((batch_size * sequence_length, hidden_dim))
+        expert_mask = F.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
+        for expert_idx in range(self.num_experts):
+            idx, top_x = torch.where(expert_mask[expert_idx])
+            if top_x.shape[0] == 0:
+                continue
+            current = hidden_states[None, top_x].reshape(-1, hidden_dim)
+            out = self.experts[expert_idx](current) * routing_weights[top_x, idx, None]
+            final.index_add_(0, top_x, out)
+        return final.reshape(batch_size, sequence_length, hidden_dim), router_logits
+
+
+def test_moe_routing_loop_and_gradients():
+    inputs = [(torch.randn(2, 3, 8),), (torch.randn(1, 5, 8),)]
+    run_program(MoE, inputs)
+    grads_match(MoE, lambda out: out[0].square().mean(), inputs)
+
+
+def test_ddpm_sampling_loop():
+    """denoising-diffusion-pytorch's p_sample_loop: ``reversed(range(T))``, coefficients
+    gathered per timestep, ``noise = randn_like(x) if t > 0 else 0.``."""
+    class Diffusion(nn.Module):
+        def __init__(self, T=4):
+            super().__init__()
+            self.T = T
+            betas = torch.linspace(1e-4, 0.02, T)
+            ac = torch.cumprod(1. - betas, dim=0)
+            ac_prev = F.pad(ac[:-1], (1, 0), value=1.)
+            self.register_buffer('coef1', betas * torch.sqrt(ac_prev) / (1. - ac))
+            self.register_buffer('coef2', (1. - ac_prev) * torch.sqrt(1. - betas) / (1. - ac))
+            self.register_buffer('log_var', torch.log((betas * (1. - ac_prev) / (1. - ac))
+                                                      .clamp(min=1e-20)))
+            self.net = nn.Conv2d(3, 3, 3, padding=1)
+
+        def extract(self, a, t, x_shape):
+            return a.gather(-1, t).reshape(t.shape[0], *((1,) * (len(x_shape) - 1)))
+
+        @torch.no_grad()
+        def forward(self, shape):
+            img = torch.randn(shape)
+            for t in reversed(range(0, self.T)):
+                tt = torch.full((shape[0],), t, dtype=torch.long)
+                x_start = self.net(img).clamp(-1., 1.)
+                mean = self.extract(self.coef1, tt, img.shape) * x_start + \
+                    self.extract(self.coef2, tt, img.shape) * img
+                noise = torch.randn_like(img) if t > 0 else 0.
+                img = mean + (0.5 * self.extract(self.log_var, tt, img.shape)).exp() * noise
+            return (img + 1) * 0.5
+    run_program(Diffusion, [((2, 3, 8, 8),), ((1, 3, 6, 6),)])
