@@ -8,7 +8,8 @@
 The wrapper holds no state of its own: its ``_parameters``, ``_buffers`` and ``_modules``
 are the original's own dicts, so ``parameters()``, ``named_parameters()``, ``buffers()``
 and ``named_modules()`` give exactly the original's tensors under the original's names
-(no ``_orig_mod.`` prefix, unlike torch.compile's wrapper), and ``state_dict()``,
+(no ``_orig_mod.`` prefix, unlike torch.compile's wrapper; ``load_state_dict`` also takes
+a checkpoint saved from torch.compile's wrapper, every key prefixed), and ``state_dict()``,
 ``load_state_dict()``, ``train()``/``eval()``, ``to()``/``cpu()``/``half()`` and
 ``apply()`` are the original's own methods run on it. Other attributes read and write
 through to the original (``model.fc``, ``model.config``, ``model.fc = ...``); what the
@@ -34,6 +35,7 @@ from runtime.symbolic import current_graph
 from .api import GraphFunction
 
 _OWN = frozenset({"_orig_mod", "_graph_function"})     # the wrapper's own attributes
+_COMPILED_PREFIX = "_orig_mod."       # torch.compile's wrapper's state_dict keys
 
 
 def _rewrap(module: torch.nn.Module, strict: bool, dynamic=None,
@@ -103,8 +105,13 @@ class ToGraphModule(torch.nn.Module):
     def state_dict(self, *args, **kwargs):
         return self._orig_mod.state_dict(*args, **kwargs)
 
-    def load_state_dict(self, *args, **kwargs):
-        return self._orig_mod.load_state_dict(*args, **kwargs)
+    def load_state_dict(self, state_dict, *args, **kwargs):
+        # a checkpoint saved from torch.compile's wrapper names every key "_orig_mod.<name>"
+        if state_dict and all(isinstance(k, str) and k.startswith(_COMPILED_PREFIX)
+                              for k in state_dict):
+            state_dict = type(state_dict)(
+                (k[len(_COMPILED_PREFIX):], v) for k, v in state_dict.items())
+        return self._orig_mod.load_state_dict(state_dict, *args, **kwargs)
 
     def _save_to_state_dict(self, *args, **kwargs):
         return self._orig_mod._save_to_state_dict(*args, **kwargs)
