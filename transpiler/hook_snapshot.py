@@ -22,13 +22,15 @@ _DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_
 
 class Taken:
     """``hooks``: [(hook dict, its keys)]; ``attributes``: [(module, copy of its
-    ``__dict__``)] for every module of the tree."""
+    ``__dict__``)] for every module of the tree; ``tensors``: [(module's name, its
+    ``_parameters`` or ``_buffers`` dict, a copy)]."""
 
-    __slots__ = ("hooks", "attributes")
+    __slots__ = ("hooks", "attributes", "tensors")
 
-    def __init__(self, hooks, attributes):
+    def __init__(self, hooks, attributes, tensors=()):
         self.hooks: List[Tuple[dict, frozenset]] = hooks
         self.attributes: list = attributes
+        self.tensors: list = list(tensors)
 
 
 NOTHING = Taken([], [])
@@ -41,14 +43,18 @@ def take(owner) -> Taken:
     if not (callable(modules) and isinstance(getattr(owner, "__dict__", None), dict)
             and "_modules" in vars(owner)):
         return NOTHING
-    hooks, attributes = [], []
-    for m in modules():
+    hooks, attributes, tensors = [], [], []
+    for path, m in owner.named_modules(remove_duplicate=True):
         attributes.append((m, dict(vars(m))))
+        for name in ("_parameters", "_buffers"):
+            d = vars(m).get(name)
+            if isinstance(d, dict):
+                tensors.append((path, d, dict(d)))
         for name in _DICTS:
             d = vars(m).get(name)
             if isinstance(d, dict):
                 hooks.append((d, frozenset(d)))
-    return Taken(hooks, attributes)
+    return Taken(hooks, attributes, tensors)
 
 
 def restore(taken: Taken) -> None:
@@ -57,6 +63,32 @@ def restore(taken: Taken) -> None:
     for d, keys in taken.hooks:
         for k in [k for k in d if k not in keys]:
             del d[k]
+    for _, d, before in taken.tensors:     # a parameter or buffer the trace replaced
+        if d.keys() != before.keys() or any(d[k] is not v for k, v in before.items()):
+            d.clear()
+            d.update(before)
+
+
+def replaced_tensor(taken: Taken):
+    """The first parameter or buffer of the tree replaced (or added, deleted) since
+    ``take``, as ``"buffer 'u' of submodule '2.parametrizations.weight.0'"``, or None.
+    A trace replacing one leaves a symbolic tensor in the module (code the trace ran
+    unconverted, e.g. a parametrization's ``self._u = ...`` reached through a property,
+    which the owner's attribute fingerprint does not reach)."""
+    for path, d, before in taken.tensors:
+        for k in list(before) + [k for k in d if k not in before]:
+            if d.get(k, MISSING) is not before.get(k, MISSING):
+                kind = "buffer" if d is getattr(_owner_of(taken, d), "_buffers", None) \
+                    else "parameter"
+                return f"{kind} {k!r} of submodule {path!r}" if path else f"{kind} {k!r}"
+    return None
+
+
+def _owner_of(taken: Taken, d: dict):
+    for m, _ in taken.attributes:
+        if vars(m).get("_buffers") is d or vars(m).get("_parameters") is d:
+            return m
+    return None
 
 
 def added(taken: Taken) -> list:

@@ -374,6 +374,9 @@ class Snapshot:
                 where = difference(print_, now)
                 return f"the function mutates {label}" + (f" (its {where.lstrip('.')})"
                                                           if where else "")
+        replaced = hook_snapshot.replaced_tensor(getattr(self, "_hooks", hook_snapshot.NOTHING))
+        if replaced is not None:
+            return f"the function replaces the module's {replaced}"
         return ""
 
     def still_holds(self) -> bool:

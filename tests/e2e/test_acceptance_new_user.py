@@ -388,3 +388,64 @@ def _tensors(o):
     if hasattr(o, "layers"):                       # a cache: its layers' keys and values
         return [t for layer in o.layers for t in (layer.keys, layer.values)]
     return []
+
+
+# -- parametrizations: state written by code the trace runs unconverted ---------------------
+
+class PowerIteration(nn.Module):
+    """A parametrization that, like torch's spectral_norm in train mode, replaces its own
+    buffer on every call (``self.u = ...``), reached through the parametrized module's
+    ``weight`` property (torch's code, run unconverted while tracing)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("u", torch.ones(4))
+
+    def forward(self, weight):
+        with torch.no_grad():
+            self.u = F.normalize(weight.sum(0) + self.u, dim=0, out=self.u)
+        return weight * self.u.sum()
+
+
+def _parametrized(kind):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 3))
+    if kind == "user":
+        torch.nn.utils.parametrize.register_parametrization(m[0], "weight", PowerIteration())
+        return m, lambda mod: mod[0].parametrizations.weight[0].u
+    torch.nn.utils.parametrizations.spectral_norm(m[2])
+    return m, lambda mod: mod[2].parametrizations.weight[0]._u
+
+
+@pytest.mark.parametrize("kind", ["user", "spectral_norm"])
+def test_a_buffer_replaced_deep_in_the_tree_falls_back_never_leaks_symbolic(kind, strict):
+    """Before: the trace was accepted with a symbolic tensor left in the buffer; the next
+    call fell back ('belongs to another graph') and returned a SymbolicTensor."""
+    from transpiler import ConversionError
+    m, u = _parametrized(kind)
+    e = copy.deepcopy(m)
+    w = to_graph(m, strict=strict)
+    for i in range(3):
+        x = inputs(3 + i, i)
+        if strict:
+            with pytest.raises(ConversionError, match="replaces the module's buffer"):
+                w(x)
+            got = m(x)                  # (the eager call the user makes instead)
+        else:
+            with pytest.warns(FallbackWarning, match="replaces the module's buffer"):
+                got = w(x)
+        exp = e(x)
+        assert type(got) is torch.Tensor and type(u(m)) is torch.Tensor
+        close(got, exp)
+        close(u(m), u(e))
+
+
+def test_spectral_norm_in_eval_mode_converts(strict):
+    m, u = _parametrized("spectral_norm")
+    m(inputs(4, 0))                     # a train-mode call sets u, v
+    m.eval()
+    e = copy.deepcopy(m)
+    w = to_graph(m, strict=strict)
+    for i in range(3):
+        close(w(inputs(2 + i, i)), e(inputs(2 + i, i)))
+    close(u(m), u(e))
