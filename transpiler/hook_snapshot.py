@@ -22,8 +22,8 @@ _DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_
 
 class Taken:
     """``hooks``: [(hook dict, its keys)]; ``attributes``: [(module, copy of its
-    ``__dict__``)] for every module of the tree; ``tensors``: [(module's name, its
-    ``_parameters`` or ``_buffers`` dict, a copy)]."""
+    ``__dict__``)] for every module of the tree; ``tensors``: [(module's name,
+    "_parameters" or "_buffers", that dict, a copy)]."""
 
     __slots__ = ("hooks", "attributes", "tensors")
 
@@ -49,7 +49,7 @@ def take(owner) -> Taken:
         for name in ("_parameters", "_buffers"):
             d = vars(m).get(name)
             if isinstance(d, dict):
-                tensors.append((path, d, dict(d)))
+                tensors.append((path, name, d, dict(d)))
         for name in _DICTS:
             d = vars(m).get(name)
             if isinstance(d, dict):
@@ -63,7 +63,7 @@ def restore(taken: Taken) -> None:
     for d, keys in taken.hooks:
         for k in [k for k in d if k not in keys]:
             del d[k]
-    for _, d, before in taken.tensors:     # a parameter or buffer the trace replaced
+    for _, _, d, before in taken.tensors:     # a parameter or buffer the trace replaced
         if d.keys() != before.keys() or any(d[k] is not v for k, v in before.items()):
             d.clear()
             d.update(before)
@@ -75,20 +75,23 @@ def replaced_tensor(taken: Taken):
     A trace replacing one leaves a symbolic tensor in the module (code the trace ran
     unconverted, e.g. a parametrization's ``self._u = ...`` reached through a property,
     which the owner's attribute fingerprint does not reach)."""
-    for path, d, before in taken.tensors:
+    for path, name, d, before in taken.tensors:
         for k in list(before) + [k for k in d if k not in before]:
             if d.get(k, MISSING) is not before.get(k, MISSING):
-                kind = "buffer" if d is getattr(_owner_of(taken, d), "_buffers", None) \
-                    else "parameter"
+                kind = "buffer" if name == "_buffers" else "parameter"
                 return f"{kind} {k!r} of submodule {path!r}" if path else f"{kind} {k!r}"
     return None
 
 
-def _owner_of(taken: Taken, d: dict):
-    for m, _ in taken.attributes:
-        if vars(m).get("_buffers") is d or vars(m).get("_parameters") is d:
-            return m
-    return None
+def tensors_of(modules) -> Taken:
+    """Only the parameter and buffer dicts of the trees of ``modules`` (modules the call
+    receives or reaches through globals and closures: a model passed to a training step)."""
+    seen, tensors = set(), []
+    for root in modules:
+        if id(root) not in seen:
+            seen.add(id(root))
+            tensors += take(root).tensors
+    return Taken([], [], tensors)
 
 
 def added(taken: Taken) -> list:

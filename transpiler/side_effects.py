@@ -178,6 +178,10 @@ class Snapshot:
             snap._watch_deep(f"argument #{i}", a)
         for k, v in kwargs.items():
             snap._watch_deep(f"argument {k!r}", v)
+        snap._trees = hook_snapshot.tensors_of(    # other models the call reaches
+            [v for v in [value for _, _, value in snap._globals] +
+             [value for _, _, value in snap._cells] + list(args) + list(kwargs.values())
+             if v is not owner and not isinstance(v, type)])    # (take skips non-modules)
         return snap
 
     def _watch_state(self, label: str, obj) -> None:
@@ -374,7 +378,8 @@ class Snapshot:
                 where = difference(print_, now)
                 return f"the function mutates {label}" + (f" (its {where.lstrip('.')})"
                                                           if where else "")
-        replaced = hook_snapshot.replaced_tensor(getattr(self, "_hooks", hook_snapshot.NOTHING))
+        replaced = hook_snapshot.replaced_tensor(getattr(self, "_hooks", hook_snapshot.NOTHING)) \
+            or hook_snapshot.replaced_tensor(getattr(self, "_trees", hook_snapshot.NOTHING))
         if replaced is not None:
             return f"the function replaces the module's {replaced}"
         return ""
@@ -502,6 +507,7 @@ class Snapshot:
 
     def restore(self) -> None:
         hook_snapshot.restore(getattr(self, "_hooks", hook_snapshot.NOTHING))
+        hook_snapshot.restore(getattr(self, "_trees", hook_snapshot.NOTHING))
         for label, obj, print_, containers in self._deep:
             if fingerprint(obj) != print_:
                 restore(containers)

@@ -449,3 +449,33 @@ def test_spectral_norm_in_eval_mode_converts(strict):
     for i in range(3):
         close(w(inputs(2 + i, i)), e(inputs(2 + i, i)))
     close(u(m), u(e))
+
+
+def test_a_buffer_replaced_in_a_model_passed_in_or_global_falls_back(strict):
+    """The same through a training-step-like function: the model as an argument or a
+    global (no method's object); before, its buffer kept a SymbolicTensor."""
+    from transpiler import ConversionError
+    global MODEL
+    m, u = _parametrized("spectral_norm")
+    e = copy.deepcopy(m)
+
+    def as_argument(model, x):
+        return model(x).square().mean()
+
+    def as_global(x):
+        return MODEL(x).square().mean()
+    MODEL = m
+    for fn, call in ((as_argument, lambda f, x: f(m, x)), (as_global, lambda f, x: f(x))):
+        converted = to_graph(fn, strict=strict)
+        for i in range(2):
+            x = inputs(3 + i, i)
+            if strict:
+                with pytest.raises(ConversionError, match="replaces the module's buffer"):
+                    call(converted, x)
+                got = m(x).square().mean()
+            else:
+                with pytest.warns(FallbackWarning, match="replaces the module's buffer"):
+                    got = call(converted, x)
+            close(got, e(x).square().mean())
+            assert type(u(m)) is torch.Tensor
+            close(u(m), u(e))
