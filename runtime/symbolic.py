@@ -663,6 +663,7 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
             views.check_write(target, location)
             rebound = _rebind(target, node, result.example)
             return None if func is graph_ops.setitem else rebound
+        trace_reads.note_written(target)        # a real tensor (a buffer) written in place
     out = _wrap_result(node, result.example, result.meta)
     views.note_result(func, args, out)
     return out

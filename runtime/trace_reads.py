@@ -73,10 +73,17 @@ class Reads:
         self.asked: dict = {}      # (func, ids of the arguments) -> (func, args, kwargs, answer)
         self.data: dict = {}       # id(tensor) -> (tensor, copy of its values)
         self.traced_grad = False   # a traced value's requires_grad was asked
+        self.written: set = set()  # storages of real tensors the graph writes in place
 
     def note(self, func, args, kwargs, answer) -> None:
         if func in _DATA:
             t = args[0]
+            if self.written and _storage(t) in self.written:
+                from .errors import GraphError
+                raise GraphError(f"{_name(func)}() reads in Python the values of a tensor "
+                                 f"the function changed in place earlier in the call (a "
+                                 f"buffer's add_): the graph changes it when it runs, the "
+                                 f"trace saw it unchanged")
             if id(t) not in self.data:
                 with torch._C.DisableTorchFunction():
                     self.data[id(t)] = (t, t.detach().clone())
@@ -176,6 +183,23 @@ def note(func, args, kwargs, answer, any_call: bool = False) -> Any:
                 return answer
         _LOGS[-1].note(func, args, kwargs, answer)
     return answer
+
+
+def note_written(t) -> None:
+    """The running trace recorded an in-place write to the real tensor ``t`` (a module's
+    buffer: ``num_batches_tracked.add_(1)``): its values read in Python later in the trace
+    (``float(self.num_batches_tracked)``, BatchNorm with ``momentum=None``) would be the
+    values before the write, so such a read is refused (``Reads.note``)."""
+    if _LOGS and isinstance(t, torch.Tensor):
+        _LOGS[-1].written.add(_storage(t))
+
+
+def _storage(t):
+    with torch._C.DisableTorchFunction():
+        try:
+            return t.untyped_storage().data_ptr() or id(t)    # (0: empty, by identity)
+        except Exception:           # (no storage: a tensor subclass) by identity
+            return id(t)
 
 
 def note_traced_grad() -> None:

@@ -479,3 +479,43 @@ def test_a_buffer_replaced_in_a_model_passed_in_or_global_falls_back(strict):
             close(got, e(x).square().mean())
             assert type(u(m)) is torch.Tensor
             close(u(m), u(e))
+
+
+# -- a buffer changed in place, then read in Python ------------------------------------------
+
+class Counting(nn.Module):
+    """A step counter bumped in place and then read as a number (as BatchNorm with
+    ``momentum=None`` reads ``num_batches_tracked``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x):
+        self.steps.add_(1)
+        return x / float(self.steps)
+
+
+@pytest.mark.parametrize("kind", ["batchnorm_cumulative", "counter"])
+def test_a_value_read_after_an_in_place_write_is_never_the_stale_one(kind, strict):
+    """Before: the trace read the buffer's value from before the graph's add_ (a
+    ZeroDivisionError on the first call, then a graph with 1/1 baked in at another batch
+    size: running statistics silently wrong, no warning)."""
+    from transpiler import ConversionError
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6, momentum=None)) \
+        if kind == "batchnorm_cumulative" else Counting()
+    e = copy.deepcopy(m)
+    w = to_graph(m, strict=strict)
+    for i, n in enumerate((5, 2, 7)):
+        x = inputs(n, i)
+        if strict:
+            with pytest.raises(ConversionError, match="changed in place"):
+                w(x)
+            got = m(x)
+        else:
+            with pytest.warns(FallbackWarning, match="changed in place"):
+                got = w(x)
+        close(got, e(x))
+        for a, b in zip(m.buffers(), e.buffers()):
+            assert torch.equal(a, b)
