@@ -33,6 +33,7 @@ from typing import Dict, Optional
 import torch
 
 from .built_once import built_once
+from .conv_params import int_pair as _pair
 
 SOURCE = r"""
 #include <stdint.h>
@@ -114,15 +115,6 @@ def _bind(lib):
 # the C function, or None: built in the background on first use (torch's convolution
 # runs meanwhile), or none where there is no C compiler
 _function = built_once("tg_depthwise", lambda: SOURCE, _bind, background=True)
-
-
-def _pair(value) -> Optional[tuple]:
-    if type(value) is int:
-        return (value, value)
-    if isinstance(value, (tuple, list)) and len(value) == 2 and \
-            all(type(v) is int for v in value):
-        return tuple(value)
-    return None
 
 
 def is_depthwise(weight: torch.Tensor, groups) -> bool:

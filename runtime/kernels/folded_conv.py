@@ -50,6 +50,7 @@ import torch
 import torch.nn.functional as F
 
 from .depthwise import Depthwise
+from .conv_params import int_pair as _pair
 
 _FLOATS = (torch.float32, torch.float64)
 MIN_PACKED = 1 << 18    # weight elements from which the packed oneDNN convolution is used
@@ -197,15 +198,6 @@ def _fold(w, b, rm, rv, g, beta, eps):
         if not (bool(torch.isfinite(weight).all()) and bool(torch.isfinite(bias).all())):
             return None
     return weight, bias
-
-
-def _pair(value) -> Optional[list]:
-    if type(value) is int:
-        return [value, value]
-    if isinstance(value, (tuple, list)) and len(value) == 2 and \
-            all(type(v) is int for v in value):
-        return list(value)
-    return None
 
 
 def _pack(weight, x, stride, padding, dilation, groups):

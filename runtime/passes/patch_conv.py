@@ -33,6 +33,7 @@ from ..graph_ops import register
 from ..meta import TensorMeta
 from .patterns import _conv_args
 from .rewrite import Uses, graphs_post_order, has_effect, replace_with_new
+from ..kernels.conv_params import int_pair as _pair
 
 
 def patch_conv(graph: Graph) -> Graph:
@@ -47,15 +48,6 @@ def patch_conv(graph: Graph) -> Graph:
                 uses = uses or Uses(g)
                 _replace(node, uses, *shape)
     return graph
-
-
-def _pair(value) -> Optional[tuple]:
-    if type(value) is int:
-        return (value, value)
-    if isinstance(value, (tuple, list)) and len(value) == 2 and \
-            all(type(v) is int for v in value):
-        return tuple(value)
-    return None
 
 
 def _static(value) -> Optional[TensorMeta]:

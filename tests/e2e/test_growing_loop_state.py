@@ -10,7 +10,8 @@ import warnings
 import pytest
 import torch
 
-from tests.e2e.e2e_helpers import _clone, assert_same, case_collector, op_counts
+from tests.e2e.e2e_helpers import (_clone, assert_same, case_collector, check,
+                                   op_counts)
 from transpiler import FallbackWarning, to_graph
 
 cases, case = case_collector(loop=True)
@@ -135,14 +136,8 @@ def growing_python_count_and_tensor(x):
 
 
 def _run(fn, args, strict):
-    g = to_graph(fn, strict=strict)
-    for call in args:
-        exp = fn(*_clone(call))
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            got = g(*_clone(call))
-        assert_same(got, exp)
-    return g
+    """``check`` in the given mode: every call equal to eager's, no warning."""
+    return check(fn, *args, g=to_graph(fn, strict=strict))
 
 
 @pytest.mark.parametrize("strict", [True, False], ids=["strict", "default"])

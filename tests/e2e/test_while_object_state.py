@@ -11,7 +11,8 @@ import warnings
 import pytest
 import torch
 
-from tests.e2e.e2e_helpers import _clone, assert_same, case_collector, op_counts
+from tests.e2e.e2e_helpers import (_clone, assert_same, case_collector, check,
+                                   op_counts)
 from transpiler import ConversionError, FallbackWarning, to_graph
 
 cases, case = case_collector(loop=True)
@@ -177,14 +178,8 @@ def identity_kept(x):
 
 
 def _run(fn, calls, strict):
-    g = to_graph(fn, strict=strict)
-    for call in calls:
-        exp = fn(*_clone(call))
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            got = g(*_clone(call))
-        assert_same(got, exp)
-    return g
+    """``check`` in the given mode: every call equal to eager's, no warning."""
+    return check(fn, *calls, g=to_graph(fn, strict=strict))
 
 
 @pytest.mark.parametrize("strict", [True, False], ids=["strict", "default"])

@@ -22,19 +22,10 @@ from runtime.kernels.folded_conv import FoldedConv
 from runtime.kernels.squeeze_excite import SqueezeExcite
 from runtime.options import options
 from transpiler import FallbackWarning, to_graph
+from tests.runtime.test_cnn_speed_passes import _bn
 
 CL = torch.channels_last
 TOL = 1e-5
-
-
-def _bn(c):
-    bn = nn.BatchNorm2d(c)
-    with torch.no_grad():                       # running statistics other than 0 / 1
-        bn.running_mean.uniform_(-0.5, 0.5)
-        bn.running_var.uniform_(0.5, 2.0)
-        bn.weight.uniform_(0.5, 1.5)
-        bn.bias.uniform_(-0.2, 0.2)
-    return bn
 
 
 class SE(nn.Module):
