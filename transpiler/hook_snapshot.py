@@ -88,10 +88,17 @@ def tensors_of(modules) -> Taken:
     receives or reaches through globals and closures: a model passed to a training step)."""
     seen, tensors = set(), []
     for root in modules:
-        if id(root) not in seen:
+        if _is_module(root) and id(root) not in seen:
             seen.add(id(root))
             tensors += take(root).tensors
     return Taken([], [], tensors)
+
+
+def _is_module(value) -> bool:
+    """Whether ``value`` is an ``nn.Module``, asked of its type only: a stand-in for a value
+    tensor control flow chose raises on any attribute read (``getattr(v, "modules")``)."""
+    return any(c.__name__ == "Module" and c.__module__ == "torch.nn.modules.module"
+               for c in type(value).__mro__)
 
 
 def added(taken: Taken) -> list:
