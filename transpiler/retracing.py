@@ -79,7 +79,7 @@ def _mode(flags) -> str:
 
 
 def _is_call_modes(item) -> bool:
-    """Whether a signature item is ``tensor_state.call_modes()``: (CPU autocast on,
+    """Whether a signature item is ``tensor_state.call_modes()``: (CPU autocast's dtype or False,
     default dtype, forward-AD level)."""
     import torch
     return isinstance(item, tuple) and len(item) == 3 and isinstance(item[1], torch.dtype)
