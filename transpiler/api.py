@@ -52,7 +52,7 @@ from runtime.symbolic import tracing, wrap_node
 from runtime.tensor_list import take_converted
 from runtime.threads import TRACE_LOCK, PerThreadList
 
-from . import conversion, lazy_init, method_binding, trace_log
+from . import conversion, held_arguments, lazy_init, method_binding, trace_log
 from .data_parallel import convert_wrapped_module, is_distributed_data_parallel
 from .errors import ConversionError
 from .run_eagerly import _EAGERLY
@@ -247,8 +247,8 @@ def _fn_name(fn) -> str:
     return name if name.isidentifier() else "graph"
 
 
-def signature_of(args, kwargs):
-    flat, spec = pytree.tree_flatten((args, kwargs))
+def signature_of(args, kwargs, held=frozenset()):
+    flat, spec = held_arguments.flatten(args, kwargs, held)    # (held: kept whole)
     flat = argument_objects.extend(flat)   # (+ the tensors argument objects hold)
     key = (spec,) + tuple(_leaf_key(v) for v in flat)   # TreeSpec hashes
     found = getattr(flat, "found", None)
@@ -322,6 +322,7 @@ class GraphFunction:
         self._entries = SignatureCache(cache_limit)
         self._retraces = Retraces()                 # why it traced: RetracingWarning
         self._leaf_names: List[str] = []            # the last trace's (for cache_info)
+        self._held: frozenset = frozenset()     # list/dict arguments changed in place: whole
 
         self._history: List[Any] = self._retraces.history
         self._bound = weakref.WeakKeyDictionary()     # __slots__ objects, classes (method_binding)
@@ -364,7 +365,7 @@ class GraphFunction:
 
     # -- calling
     def _signature(self, args, kwargs):
-        key, flat, spec = signature_of(args, kwargs)
+        key, flat, spec = signature_of(args, kwargs, self._held)
         if self._module is not None:          # train/eval changes dropout, batch norm...
             self._submodules = list(self._module.modules())
             key = key + (tuple(map(_TRAINING, self._submodules)),)
@@ -411,8 +412,11 @@ class GraphFunction:
                 # the plain call's own TypeError, raised before its body runs (no
                 # fallback warning, nothing cached)
                 return _python_function(self._fn)(*args, **kwargs)
+            held = self._held
             entry = self._dynamic_entry(key, args, kwargs, flat, spec) or \
                 self._build(key, args, kwargs, flat, spec)
+            if self._held is not held:      # the trace held a list/dict argument whole
+                key, flat, spec = self._signature(args, kwargs)
             # a size the dynamic graph served often: static (hot_shapes; None: keep it)
             if self._hot.due(entry, flat, self._entries.limit):
                 entry = self._build(key, args, kwargs, flat, spec, promoted=True) or entry
@@ -533,7 +537,7 @@ class GraphFunction:
         with ``dynamic`` dims ({flat leaf index: dims}) or ``promoted`` (a size a dynamic
         graph serves, traced static: ``hot_shapes``), None instead: no fallback)."""
         cached = self._entries.get(key)
-        self._leaf_names = _leaf_names(self._param_names, args, kwargs, len(flat))
+        self._leaf_names = _leaf_names(self._param_names, args, kwargs, len(flat), self._held)
         trace_log.tracing(self, key, self._history, cached, flat, dynamic)
         self._entries.misses += 1
         self._retraces.note(self, self._param_names, key, cached, flat, dynamic or promoted)
@@ -545,6 +549,10 @@ class GraphFunction:
             entry = self._trace(args, kwargs, flat, spec, dynamic)
             entry.build_s = time.perf_counter() - start     # (hot_shapes' budget)
         except Exception as e:
+            if isinstance(e, held_arguments.Changed) and not (dynamic or promoted):
+                self._held = self._held | e.positions      # trace again, them held whole
+                key, flat, spec = self._signature(args, kwargs)
+                return self._build_entry(key, args, kwargs, flat, spec, fallback_ok)
             if dynamic or promoted:
                 trace_log.dynamic_refused(self, e)
                 return None             # the call is traced static instead (dynamic_shapes)
@@ -729,7 +737,10 @@ class GraphFunction:
                     snapshot.restore()
                     raise
             if changed:
+                held = held_arguments.changed(snapshot, sargs, skwargs, self._held)
                 snapshot.restore()
+                if held:
+                    raise held_arguments.Changed(changed, held)
                 error = GraphError(f"{changed} (a Python side effect that a graph cannot repeat "
                                    f"on every call)")
                 error.location = _assignment_line(target, changed)
@@ -877,15 +888,15 @@ def _param_names(fn) -> List[str]:
         return []
 
 
-def _leaf_names(params: List[str], args, kwargs, n: int) -> List[str]:
+def _leaf_names(params: List[str], args, kwargs, n: int, held=frozenset()) -> List[str]:
     """Readable placeholder names: the parameter name, with an index inside containers."""
     names = []
     for i, a in enumerate(args):
         base = params[i] if i < len(params) else f"arg{i}"
-        count = len(pytree.tree_leaves(a))
+        count = held_arguments.leaf_count(a, i in held)
         names += [base] if count == 1 else [f"{base}_{j}" for j in range(count)]
     for k, v in kwargs.items():
-        count = len(pytree.tree_leaves(v))
+        count = held_arguments.leaf_count(v, k in held)
         names += [k] if count == 1 else [f"{k}_{j}" for j in range(count)]
     return (names + [f"input{i}" for i in range(len(names), n)])[:n]
 

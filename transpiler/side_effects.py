@@ -384,6 +384,12 @@ class Snapshot:
             return f"the function replaces the module's {replaced}"
         return ""
 
+    def changed_labels(self) -> set:
+        """The labels (``argument #1``) of the watched objects whose state or deep
+        contents changed (``held_arguments``)."""
+        return {label for label, obj, state, _ in self._objects if _state_of(obj) != state} | \
+            {label for label, obj, print_, _ in self._deep if fingerprint(obj) != print_}
+
     def still_holds(self) -> bool:
         """Whether every recorded value is still the same object (same contents, one
         level deep): the graph traced under this state is still the right one."""

@@ -38,9 +38,6 @@ def case(make, expect="converts", observe=None, after=None, xfail=None):
     return register
 
 
-NEEDLESS = "needless fallback: a list/dict argument (not inside an object) changed"
-
-
 # ------------------------------------------------------------------ aliasing, identity
 @case(lambda s: (lambda o: (T(s), o, o))(O(t=T(s + 10))))
 def same_object_twice(x, a, b):
@@ -517,7 +514,7 @@ def generator_yields_the_object(x, g, o):
 
 
 # -------------------------------------------------- list and dict arguments themselves
-@case(lambda s: (T(s), [T(s + i) for i in range(3 + s)]), xfail=NEEDLESS)
+@case(lambda s: (T(s), [T(s + i) for i in range(3 + s)]))
 def list_argument_pop_and_append(x, items):
     y = items.pop()
     items.append(x)
@@ -525,7 +522,7 @@ def list_argument_pop_and_append(x, items):
     return y + x
 
 
-@case(lambda s: (T(s), [T(s + i) for i in range(3 + s)]), xfail=NEEDLESS)
+@case(lambda s: (T(s), [T(s + i) for i in range(3 + s)]))
 def list_argument_del_insert_extend(x, items):
     del items[0]
     items.insert(1, x)
@@ -534,7 +531,7 @@ def list_argument_del_insert_extend(x, items):
     return len(items) * x
 
 
-@case(lambda s: (T(s), [T(s + i) for i in range(3 + s)]), xfail=NEEDLESS)
+@case(lambda s: (T(s), [T(s + i) for i in range(3 + s)]))
 def list_argument_slice_assigned_and_cleared(x, items):
     items[1:] = [x, x * 2]
     first = items[0]
@@ -543,7 +540,7 @@ def list_argument_slice_assigned_and_cleared(x, items):
     return first
 
 
-@case(lambda s: (T(s), {"k": T(s + 1), "j": T(s + 2)}), xfail=NEEDLESS)
+@case(lambda s: (T(s), {"k": T(s + 1), "j": T(s + 2)}))
 def dict_argument_item_popped_and_set(x, d):
     v = d.pop("k")
     d["k"] = v + x
