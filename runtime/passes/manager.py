@@ -28,6 +28,7 @@ from .conv_epilogue import conv_epilogue
 from .counted_loops import counted_loops
 from .cse import cse
 from .dce import dce
+from .depthwise_train import depthwise_train
 from .drop_identity import drop_identity
 from .fold import fold
 from .fold_batchnorm import fold_batchnorm
@@ -50,7 +51,8 @@ Pass = Callable[[Graph], Graph]
 MAX_ROUNDS = 4
 CLEANUP: List[Pass] = [fold, fold_cond, simplify, drop_identity, cse, dce, licm]
 CONV: List[Pass] = [fold_batchnorm, conv_epilogue]      # eval batch norms, conv epilogues
-FINAL: List[Pass] = [unbind_rows, fuse_elementwise, plan_memory, grad_out_of_place]
+FINAL: List[Pass] = [unbind_rows, fuse_elementwise, plan_memory, grad_out_of_place,
+                     depthwise_train]
 PASSES: List[Pass] = CLEANUP + CONV + [counted_loops, open_attention, attention_arguments,
                                      patch_conv,
                                      batch_matmul,

@@ -235,3 +235,180 @@ def test_inside_a_tensor_loop_and_branch():
     ops = {n.op for n in graph.walk() if n.attrs.get(KEY)}
     assert {"while", "cond"} <= {n.op for n in graph.nodes} and \
         ops == {"hardswish", "silu", "mish"}, ops
+
+
+# ---------------------------------------------------------------- depthwise weight gradients
+# (kernels/depthwise_weight_grad.py, kernels/depthwise_train.py, passes/depthwise_train.py)
+
+def _dw_kernel():
+    """The C loop, built now (skip where no C compiler exists)."""
+    from runtime.kernels import background
+    from runtime.kernels import depthwise_weight_grad as dwg
+    dwg._function()
+    background.wait()
+    if dwg._function() is None:
+        pytest.skip("no C compiler")
+    return dwg
+
+
+def _dw_calls(monkeypatch):
+    """Count the C loop's runs (``depthwise_weight_grad._run``) outside its own probes."""
+    from runtime.kernels import depthwise_weight_grad as dwg
+    calls = []
+    real = dwg._run
+
+    def counted(*args):
+        calls.append(args[1].shape)
+        return real(*args)
+    monkeypatch.setattr(dwg, "_run", counted)
+    return calls
+
+
+# (N, C, H, W, k, stride, padding, dilation): mobilenet_v3_small's training shapes (5x5 on
+# 2x2 and 4x4: oneDNN's gemv order; 3x3: its FMA chain), spatial sizes with every remainder
+# of the 16-position blocks (25 = 16+8+1, 36 = 32+4, 49 = 48+1, 6 = 4+2), dilation, odd C
+DW_SHAPES = [(8, 576, 2, 2, 5, 1, 2, 1), (8, 240, 4, 4, 5, 1, 2, 1), (8, 288, 4, 4, 5, 2, 2, 1),
+             (8, 96, 8, 8, 5, 2, 2, 1), (8, 72, 16, 16, 3, 2, 1, 1), (8, 88, 8, 8, 3, 1, 1, 1),
+             (3, 7, 5, 5, 5, 1, 2, 1), (2, 33, 6, 6, 5, 1, 2, 1), (2, 17, 7, 7, 5, 1, 2, 1),
+             (4, 9, 2, 3, 5, 1, 2, 1), (2, 12, 9, 9, 3, 1, 2, 2), (1, 3, 1, 1, 5, 1, 2, 1)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise_weight_grad_is_torchs_bits_or_declines(threads):
+    """Where the loop answers, its gradient equals ``convolution_backward``'s bit for bit
+    (strides too); on the AVX2 CPUs it was written for it answers mobilenet's shapes."""
+    dwg = _dw_kernel()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        answered = []
+        for i, (n, c, h, w, k, s, p, d) in enumerate(DW_SHAPES):
+            g = torch.Generator().manual_seed(i)
+            x = torch.randn(n, c, h, w, generator=g) * 3
+            weight = torch.randn(c, 1, k, k, generator=g)
+            out = F.conv2d(x, weight, None, s, p, d, c)
+            grad = torch.randn(out.shape, generator=g)
+            want = dwg._torch_weight_grad(x, grad, weight, (s, s), (p, p), (d, d))
+            got = dwg.weight_grad(x, grad, weight, (s, s), (p, p), (d, d))
+            if got is not None:
+                assert torch.equal(got, want), (n, c, h, w, k, s, p, d)
+                assert got.stride() == want.stride()
+                answered.append(i)
+        if torch.backends.cpu.get_cpu_capability() == "AVX2":
+            assert {0, 1, 2, 3} <= set(answered), answered
+    finally:
+        torch.set_num_threads(before)
+
+
+class DepthwiseNet(nn.Module):
+    """expand 1x1 -> depthwise (5x5 or 3x3) -> BN -> hardswish -> project, twice."""
+
+    def __init__(self, c=24, k=5):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, 2, 1, bias=False), nn.BatchNorm2d(c),
+                                  nn.Hardswish(inplace=True))
+        self.dw1 = nn.Sequential(nn.Conv2d(c, c, k, 1, k // 2, groups=c, bias=False),
+                                 nn.BatchNorm2d(c), nn.Hardswish(inplace=True))
+        self.dw2 = nn.Sequential(nn.Conv2d(c, c, 3, 2, 1, groups=c, bias=False),
+                                 nn.BatchNorm2d(c), nn.ReLU(inplace=True))
+        self.head = nn.Linear(c, 10)
+
+    def forward(self, x):
+        y = self.dw2(self.dw1(self.stem(x)) + self.stem[0](x) * 0.5)
+        return self.head(y.mean((2, 3)))
+
+
+def _dw_model(seed=0, k=5):
+    torch.manual_seed(seed)
+    return DepthwiseNet(k=k).train()
+
+
+@pytest.mark.parametrize("size,n", [(16, 4), (12, 3)])
+def test_depthwise_training_bit_equal_on_the_c_loop(monkeypatch, size, n):
+    """Default and strict mode, two input shapes (8x8 and 6x6 after the stem: 16x4 and
+    32+4 position blocks), new batch each step: losses, every gradient, parameters and
+    running statistics are eager's bits, and the C loop ran."""
+    _dw_kernel()
+    calls = _dw_calls(monkeypatch)
+
+    def batch(i, dtype):
+        return _batch(i, dtype, size=size, n=n)
+    _train_both(_dw_model(), wrap=to_graph, batch=batch, mode=f"default {size}")
+    _train_both(_dw_model(1), wrap=lambda m: to_graph(m, strict=True), batch=batch,
+                mode=f"strict {size}")
+    if torch.backends.cpu.get_cpu_capability() == "AVX2":
+        assert len(calls) >= 4, calls
+
+
+def test_mobilenet_blocks_bit_equal_on_the_c_loop(monkeypatch):
+    """SmallCNN (expand, depthwise 5x5, SE, project, residual) and a 3x3 variant."""
+    _dw_kernel()
+    calls = _dw_calls(monkeypatch)
+    _train_both(_model("hardswish"), wrap=to_graph, mode="blocks 5x5")
+    _train_both(_model("relu", k=3), wrap=to_graph, mode="blocks 3x3")
+    if torch.backends.cpu.get_cpu_capability() == "AVX2":
+        assert calls
+
+
+def test_depthwise_before_the_loop_is_built_takes_torchs_op(monkeypatch):
+    """Until the background build is done (and without a compiler) the node's backward is
+    torch's ``convolution_backward``: the same bits, the loop never called."""
+    from runtime.kernels import depthwise_weight_grad as dwg
+    monkeypatch.setattr(dwg, "_function", lambda: None)
+    calls = _dw_calls(monkeypatch)
+    _train_both(_dw_model(), wrap=to_graph, mode="unbuilt")
+    assert not calls
+
+
+def test_depthwise_two_threads_bit_equal(monkeypatch):
+    _dw_kernel()
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        _train_both(_dw_model(2), wrap=to_graph, mode="2 threads")
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_depthwise_double_backward_and_no_grad_equal_eager():
+    """A gradient penalty (``create_graph=True``) through the node, input gradients, and
+    a no-grad call: eager's values."""
+    _dw_kernel()
+
+    def f(x, w):                 # (the loss is taken outside: a fused mean sums in
+        return F.hardswish(F.conv2d(x, w, None, 1, 2, 1, x.shape[1])) * 1.5   # its order)
+
+    for strict in (False, True):
+        converted = to_graph(f, strict=strict)
+        for call in range(2):
+            g = torch.Generator().manual_seed(call)
+            x0 = torch.randn(2, 8, 4, 4, generator=g)
+            w0 = torch.randn(8, 1, 5, 5, generator=g)
+            results = []
+            for fn in (f, converted):
+                x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+                loss = fn(x, w).square().mean()
+                gx, gw = torch.autograd.grad(loss, (x, w), create_graph=True)
+                (gw.square().sum() + gx.abs().sum()).backward()
+                with torch.no_grad():
+                    plain = fn(x0, w0)
+                results.append((loss.detach(), gx.detach(), gw.detach(), x.grad, w.grad,
+                                plain))
+            for a, b in zip(*results):
+                assert torch.equal(a, b), (strict, call)
+
+
+def test_pass_retargets_only_grouped_convs_that_record():
+    from runtime.kernels.depthwise_train import DepthwiseConvTrain
+
+    def f(x, w1, w2):
+        return F.conv2d(F.conv2d(x, w1, None, 1, 1), w2, None, 1, 2, 1, 4)
+
+    args = (torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3, requires_grad=True),
+            torch.randn(4, 1, 5, 5, requires_grad=True))
+    graph = to_graph(f, strict=True).graph(*args).optimize()
+    wrapped = [type(n.target).__name__ for n in graph.walk() if n.op == "conv2d"]
+    assert wrapped.count(DepthwiseConvTrain.__name__) == 1, wrapped
+    with torch.no_grad():
+        plain = to_graph(f, strict=True).graph(*args).optimize()
+    assert not any(isinstance(n.target, DepthwiseConvTrain) for n in plain.walk())
