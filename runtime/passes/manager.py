@@ -30,6 +30,7 @@ from .cse import cse
 from .dce import dce
 from .depthwise_train import depthwise_train
 from .drop_identity import drop_identity
+from .encoder_layer import encoder_layers
 from .fold import fold
 from .fold_batchnorm import fold_batchnorm
 from .fold_cond import fold_cond
@@ -53,7 +54,7 @@ CLEANUP: List[Pass] = [fold, fold_cond, simplify, drop_identity, cse, dce, licm]
 CONV: List[Pass] = [fold_batchnorm, conv_epilogue]      # eval batch norms, conv epilogues
 FINAL: List[Pass] = [unbind_rows, fuse_elementwise, plan_memory, grad_out_of_place,
                      depthwise_train]
-PASSES: List[Pass] = CLEANUP + CONV + [counted_loops, open_attention, attention_arguments,
+PASSES: List[Pass] = CLEANUP + CONV + [counted_loops, encoder_layers, open_attention, attention_arguments,
                                      patch_conv,
                                      batch_matmul,
                                      fuse_patterns, fold_parameters, rotary,
@@ -131,6 +132,7 @@ def optimize(graph: Graph, passes: Optional[Sequence[Pass]] = None) -> Graph:
         result = run_pass(result, pass_)
     before = EDITS[0]
     result = run_pass(result, counted_loops)
+    result = run_pass(result, encoder_layers)     # before open_attention opens its mha
     result = run_pass(result, open_attention)
     result = run_pass(result, attention_arguments)
     result = run_pass(result, patch_conv)
