@@ -54,7 +54,8 @@ CLEANUP: List[Pass] = [fold, fold_cond, simplify, drop_identity, cse, dce, licm]
 CONV: List[Pass] = [fold_batchnorm, conv_epilogue]      # eval batch norms, conv epilogues
 FINAL: List[Pass] = [unbind_rows, fuse_elementwise, plan_memory, grad_out_of_place,
                      depthwise_train]
-PASSES: List[Pass] = CLEANUP + CONV + [counted_loops, encoder_layers, open_attention, attention_arguments,
+PASSES: List[Pass] = CLEANUP + CONV + [counted_loops, encoder_layers, open_attention,
+                                     attention_arguments,
                                      patch_conv,
                                      batch_matmul,
                                      fuse_patterns, fold_parameters, rotary,
