@@ -15,8 +15,11 @@ backward is the rotation transposed, ``dx[j] = dy[j]*cos[j] + dy[j+h]*sin[j+h]``
 half) and ``dy[j]*cos[j] - dy[j-h]*sin[j-h]`` (second half), one C loop whose two
 products and one sum round as eager's accumulated gradient does. ``cos``/``sin`` that
 require grad, and a backward that is itself recorded (``create_graph=True``), run torch
-ops. Anything else (another dtype or device, a last dimension that is not contiguous, no
-compiler) runs the original ops (``torch_fn``).
+ops. Without the C library (no compiler, or while its source compiles in the background on
+a cold cache: ``built_once``, so a first call does not wait for the compiler) the call runs
+eager's own ops (``eager_ops``: the C loop's values bit for bit, in its layout). Anything
+else (another dtype or device, a last dimension that is not contiguous) runs the original
+ops (``torch_fn``).
 """
 from __future__ import annotations
 
@@ -90,8 +93,9 @@ def _bind(lib) -> Dict[tuple, Callable]:
     return fns
 
 
-# {(dtype, backward or "dims"): C function}, or None (torch ops), built on first use
-_functions = built_once("tg_rotary", lambda: SOURCE, _bind)
+# {(dtype, backward or "dims"): C function}, or None (torch ops), built on first use: in
+# the background (a cold first call runs the torch ops, the same values, while it compiles)
+_functions = built_once("tg_rotary", lambda: SOURCE, _bind, background=True)
 
 
 def _strides4(t: torch.Tensor):
@@ -115,6 +119,17 @@ def rotate_back(dy, c, s) -> torch.Tensor:
     h = dy.shape[-1] // 2
     u = dy * s
     return dy * c + torch.cat((u[..., h:], -u[..., :h]), dim=-1)
+
+
+def eager_ops(x, c, s, strides) -> torch.Tensor:
+    """``x * cos + rotate_half(x) * sin`` in eager's own ops (its values bit for bit, which
+    the C loop's equal; its gradients under autograd), in the C loop's layout ``strides``.
+    (``torch_fn``, the graph's ``addcmul``, may round the sum differently.)"""
+    h = x.shape[-1] // 2
+    value = x * c + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * s
+    if value.stride() == tuple(strides):
+        return value
+    return torch.empty_strided(x.shape, strides, dtype=x.dtype).copy_(value)
 
 
 class _RotaryGrad(torch.autograd.Function):
@@ -166,7 +181,7 @@ class Rotary:
     def _call(self, x, c, s):
         fns = _functions()
         dtype = x.dtype
-        if fns is None or dtype not in _SUFFIX or c.dtype != dtype or s.dtype != dtype or \
+        if dtype not in _SUFFIX or c.dtype != dtype or s.dtype != dtype or \
                 not (x.is_cpu and c.is_cpu and s.is_cpu) or \
                 x.dim() != 4 or c.shape[-1] != x.shape[-1] or s.shape[-1] != x.shape[-1] or \
                 x.shape[-1] % 2 or \
@@ -184,6 +199,8 @@ class Rotary:
                   for t in (x, c, s))).stride())
         if strides[-1] != 1:
             return self.torch_fn(x, c, s)
+        if fns is None:     # no compiler, or the library still building: eager's own ops
+            return eager_ops(x, c, s, strides)
         if recording:
             return _RotaryGrad.apply(x, c, s, fns[dtype, False], strides)
         self._remember(fns[dtype, "dims"], x, c, s, strides)
