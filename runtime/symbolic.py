@@ -482,9 +482,22 @@ def _keeps_index(func, args, kwargs) -> bool:
         all(_python_index(a) or (isinstance(a, int) and not isinstance(a, bool)) for a in args)
 
 
+def _int_number(value) -> bool:
+    """A stand-in for a Python int (``int(t)``, an int tensor's ``item()``, a run-time
+    size): its true division, or arithmetic with a float, is Python's, in double (torch
+    would give float32: ``int(t) / 3`` off eager's by 1e-8). A ``range`` index is not
+    one (see ``_INDEX_ARITHMETIC``)."""
+    return isinstance(value, SymbolicTensor) and \
+        (value._node.attrs.get("python_number") == "int" or _python_int(value))
+
+
 def _as_python_numbers(func, args):
     """(args, whether the result is a Python-int stand-in) for arithmetic on stand-ins."""
     name = op_name(func)
+    if name in _INT_ARITHMETIC and any(_int_number(a) for a in args) and \
+            all(_int_number(a) or isinstance(a, (int, float)) for a in args) and \
+            (name in _TRUE_DIVISION or any(isinstance(a, float) for a in args)):
+        return tuple(a.double() if _int_number(a) else a for a in args), False
     if name not in _INT_ARITHMETIC or not any(_python_int(a) for a in args):
         return args, False
     others = [a for a in args if not _python_int(a)]

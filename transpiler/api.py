@@ -32,7 +32,7 @@ import torch.utils._pytree as pytree
 import runtime
 from runtime import operators as tg
 from runtime import control_flow, path_values, region_state, subgraphs, tensor_state, trace_reads
-from runtime import argument_objects, autograd_effects
+from runtime import argument_objects, autograd_effects, training_attributes
 from runtime.errors import GraphError
 from runtime.options import options
 from runtime.operators.module_hooks import backward_hooked
@@ -646,7 +646,8 @@ class GraphFunction:
         guard.watch_reads(getattr(graph, "tensor_reads", None),
                           [n.attrs["value"] for n in graph.walk() if n.op == "constant"
                            and isinstance(n.attrs.get("value"), torch.Tensor)])
-        guard.release(autograd_effects.owners(graph))   # (opt, sched: read when it runs)
+        guard.release(autograd_effects.owners(graph),   # (opt, sched: read when it runs)
+                      getattr(graph, "served_attributes", {}))
         trace_log.guard_built(target, guard)
         return _Traced(graph, optimized, executable, guard, inputs, outputs)
 
@@ -698,7 +699,9 @@ class GraphFunction:
             try:
                 with tracing(graph), trace_reads.recording() as reads, \
                         state_aliases.arguments(list(zip(self._param_names, sargs)) +
-                                                list(skwargs.items())):
+                                                list(skwargs.items())), \
+                        training_attributes.served(graph, snapshot.roots() +
+                                                   pytree.tree_leaves((sargs, skwargs))):
                     graph.tensor_reads = reads      # what it asked of real tensors: guarded
                     out = converted(*sargs, **skwargs)
             except BaseException:

@@ -264,15 +264,18 @@ class Snapshot:
             if held:
                 self._watch_modules(held)
 
-    def release(self, objects) -> None:
+    def release(self, objects, served=None) -> None:
         """Stop guarding the contents of ``objects`` (an optimizer, an lr scheduler whose
         methods the graph calls when it runs: ``runtime.autograd_effects``), which change
         on every call; their bindings stay guarded. Code that names one of their public
         data attributes (``opt.param_groups[0]["lr"]``, ``sched.last_epoch``) may have
-        read a value the graph's own calls change when it runs: refused (GraphError)."""
+        read a value the graph's own calls change when it runs: refused (GraphError),
+        but for those ``served`` ({id(object): names}) as graph values while tracing
+        (``runtime.training_attributes``: ``param_groups``, ``last_epoch``)."""
         for o in objects:
             read = self._names & {k for k, v in vars(o).items()
                                   if not k.startswith("_") and not callable(v)}
+            read -= (served or {}).get(id(o), set())
             if read:
                 location = first_use(self._codes, read)
                 where = "" if location is None else f"{location[0]}:{location[1]}: "
@@ -288,6 +291,7 @@ class Snapshot:
         self._deep = [entry for entry in self._deep if id(entry[1]) not in drop]
         self._arguments = [(i, print_) for i, print_ in self._arguments  # (the signature
                            if id(print_.value) not in drop]       # has their identity)
+        self._held = [_holding_staged(print_, drop, self._names) for print_ in self._held]
 
     def argument_holders(self, objects) -> None:
         """Stop watching ``objects`` by identity of what they hold (one level deep: a
@@ -551,6 +555,22 @@ def _holds_containers(v) -> bool:
     held = v if isinstance(v, (list, tuple, set)) else v.values() if isinstance(v, dict) \
         else vars(v).values() if state is not None else ()
     return any(_plain_holder(h) and not isinstance(h, type) for h in held)
+
+
+def _holding_staged(print_: TaggedPrint, drop, names) -> TaggedPrint:
+    """``print_``, or where its object holds one of the objects ``drop`` names (a
+    Trainer's ``self.optimizer``, ``self.scheduler``: their contents change on every
+    call, by the graph's staged calls) as an attribute, a print of the object that
+    counts those by identity (else every step would trace again)."""
+    value = print_.value
+    attrs = getattr(value, "__dict__", None)
+    if print_.make is not None or print_.how is None or type(attrs) is not dict or \
+            not any(id(v) in drop for v in attrs.values()):
+        return print_
+
+    def view():
+        return {k: ("staged", id(v)) if id(v) in drop else v for k, v in vars(value).items()}
+    return TaggedPrint(value, view, deep=True, names=names, modules=[])
 
 
 def _plain_holder(v) -> bool:

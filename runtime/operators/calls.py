@@ -31,6 +31,7 @@ from .effects import print_, torch_assert
 from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicReversed, SymbolicZip,
                         TensorList, is_symbolic_iterable, length_of)
 from .logical import ifexp
+from .math_calls import NOT_MATH, math_call
 from .messages import NOT_STAGED, staged_message
 from .numpy_calls import NOT_NUMPY, numpy_call
 from .rng_calls import NOT_RNG, rng_call, watch as watch_seed
@@ -312,6 +313,9 @@ def call(f, *args, **kwargs):
             return result
         result = rng_call(f, args, kwargs)
         if result is not NOT_RNG:
+            return result
+        result = math_call(f, args, kwargs)      # math.cos(ratio) of a traced number
+        if result is not NOT_MATH:
             return result
         staged = autograd_effects.staged_call(f, args, kwargs)    # opt.step(), ...
         if staged is not autograd_effects.NOT_STAGED:

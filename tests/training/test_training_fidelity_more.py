@@ -531,27 +531,6 @@ def _inference_mode_step(model, opt, scaler):
     return step
 
 
-def _param_groups_read(model, opt, scaler):
-    def step(x, y):
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-        return opt.param_groups[0]["lr"]                              # FALLBACK LINE
-    return step
-
-
-def _last_epoch_read(model, opt, scaler):
-    sched = torch.optim.lr_scheduler.StepLR(opt, 1, 0.5)
-
-    def step(x, y):
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-        sched.step()
-        return sched.last_epoch                                       # FALLBACK LINE
-    return step
-
-
 def _scaler_state_dict(model, opt, scaler):
     def step(x, y):
         scaler.scale(F.cross_entropy(model(x), y)).backward()
@@ -561,8 +540,9 @@ def _scaler_state_dict(model, opt, scaler):
     return step
 
 
-@pytest.mark.parametrize("make_step", [_inference_mode_step, _param_groups_read,
-                                       _last_epoch_read, _scaler_state_dict])
+# (reads of opt.param_groups and sched.last_epoch convert now:
+# tests/training/test_step_python_state.py)
+@pytest.mark.parametrize("make_step", [_inference_mode_step, _scaler_state_dict])
 def test_what_falls_back_names_its_line(make_step):
     import inspect
     lines, first = inspect.getsourcelines(make_step)

@@ -412,17 +412,7 @@ def state_dict_step(m, opt, sched):
     return step
 
 
-def lr_read_step(m, opt, sched):
-    def step(x, y):
-        opt.zero_grad()
-        F.mse_loss(m(x), y).backward()
-        opt.step()
-        return opt.param_groups[0]["lr"]        # a Python read of what the step changes
-    return step
-
-
 @pytest.mark.parametrize("make_step,reason", [
-    (lr_read_step, "param_groups"),
     (custom_optimizer_step, "MySGD.step()"),
     (closure_step, "step(closure)"),
     (state_dict_step, "state_dict()"),
