@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from .introspection import kind_of
+from .operators import argument_containers
 from .python_state import InputSlots, guard_print, is_tensor
 from .outputs import resolve_arguments
 
@@ -168,11 +169,13 @@ class Installed:
             c, kind = found.holders[h]
             _put(c, kind, k, sym[j])
         self.installed = [items(c, kind) for c, kind in found.holders]
+        self.holding = argument_containers.hold([c for c, _ in found.holders])
 
     def restore(self) -> None:
         """Put back what the holders held before the trace (once)."""
         if not self.done:
             self.done = True
+            argument_containers.release(self.holding)
             for (c, kind), state in reversed(list(zip(self.found.holders, self.originals))):
                 if not _same(items(c, kind), state, kind):
                     put_items(c, kind, state)

@@ -704,12 +704,15 @@ class GraphFunction:
                                                    pytree.tree_leaves((sargs, skwargs))):
                     graph.tensor_reads = reads      # what it asked of real tensors: guarded
                     out = converted(*sargs, **skwargs)
-            except BaseException:
+            except BaseException as e:
                 if installed is not None:
                     installed.restore()
                 control_flow.copies_changed(copies)
                 region_state.untouch(touched)
                 snapshot.restore()
+                held = held_arguments.reached(e, sargs, skwargs, self._held)
+                if held:        # a region changes a list/dict argument: trace it held
+                    raise held_arguments.Changed(str(e), held) from e
                 raise
             writes = installed.writes() if installed is not None else ()
             counted = installed.refused(writes) if writes else None

@@ -67,3 +67,13 @@ def changed(snapshot, sargs, skwargs, held: FrozenSet[Position]) -> FrozenSet[Po
         if p not in held and type(v) in _HELD_TYPES and label in labels:
             out.add(p)
     return frozenset(out)
+
+
+def reached(error, sargs, skwargs, held: FrozenSet[Position]) -> FrozenSet[Position]:
+    """The positions of top-level list/dict arguments, not held yet, that a tensor region
+    changed (``error``: its refusal, ``state_aliases.CallerContainer``)."""
+    container = getattr(error, "container", None)
+    if container is None:
+        return frozenset()
+    return frozenset(p for p, v in _positioned(sargs, skwargs)
+                     if v is container and p not in held and type(v) in _HELD_TYPES)

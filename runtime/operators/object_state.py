@@ -28,6 +28,7 @@ import torch.utils._pytree as pytree
 
 from ..outputs import items_of, slot_names
 from ..tensor_list import TensorList
+from . import argument_containers
 from .held_containers import HeldContainer, is_held, wrap_held
 
 
@@ -168,6 +169,8 @@ def _wrap(value):
     itself when it holds none."""
     if is_plain_object(value):
         return ObjectState.of(value)
+    if argument_containers.held(value):   # the caller's list: carried in place
+        return wrap_held(value, _wrap)
     return _inside(value, _wrap)
 
 
@@ -176,6 +179,8 @@ def _unwrap(value):
     rebuilt only when it held one)."""
     if isinstance(value, ObjectState):
         return value.obj
+    if isinstance(value, HeldContainer):    # (the caller's list: argument_containers)
+        return value.plain()
     return _inside(value, _unwrap)
 
 

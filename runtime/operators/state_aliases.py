@@ -31,6 +31,7 @@ import torch
 from ..errors import GraphError
 from ..outputs import items_of, reachable
 from ..source_info import format_location, user_location
+from . import argument_containers
 from .held_containers import is_held
 from .object_state import _attributes, is_plain_object
 from ..threads import PerThreadList
@@ -68,7 +69,8 @@ def check(state, names, kind: str, defer: bool = False):
 
     def collect(v, label, held=False):
         kind_ = type(v)
-        if held and is_held(v, is_plain_object):   # carried in place (held_containers)
+        if (held or argument_containers.held(v)) and is_held(v, is_plain_object):
+            # carried in place (held_containers; the caller's: argument_containers)
             if id(v) in keep:
                 return
             keep[id(v)] = v
@@ -108,7 +110,7 @@ def check(state, names, kind: str, defer: bool = False):
                          if any(w is v for w in reachable([root], stop=stop)))
             alias = alias if alias.startswith("the caller") else repr(alias)
             if not defer:
-                _refuse(kind, containers[id(v)][0], alias)
+                _refuse(kind, containers[id(v)][0], alias, v)
             pending.append((v, containers[id(v)][0], alias))
     return pending
 
@@ -122,7 +124,7 @@ def confirm(pending, out, kind: str) -> None:
     held = {id(v) for v in reachable(list(out)) if type(v) in (list, dict)}
     for container, label, alias in pending:
         if id(container) not in held:
-            _refuse(kind, label, alias)
+            _refuse(kind, label, alias, container)
 
 
 def _roots(arguments: bool = True):
@@ -148,8 +150,17 @@ def _roots(arguments: bool = True):
         (list(_ARGUMENTS) if arguments else [])
 
 
-def _refuse(kind: str, label: str, alias: str) -> None:
-    raise GraphError(
+class CallerContainer(GraphError):
+    """The refusal of a region changing ``container``, which the caller reaches (a list or
+    dict argument: the front door traces again with it held, ``held_arguments``)."""
+    container = None
+
+
+def _refuse(kind: str, label: str, alias: str, container=None) -> None:
+    error = (GraphError if container is None or not alias.startswith("the caller") else
+             CallerContainer)(
         f"{format_location(user_location())}: a list or dict in variable {label!r} is "
         f"changed by {kind} and is also reached as {alias}; the graph hands back a new "
         f"container, so {alias} would keep the old contents")
+    error.container = container
+    raise error

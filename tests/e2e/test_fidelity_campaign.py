@@ -138,6 +138,85 @@ def list_argument_appended_in_tensor_while(x, items):
     return x
 
 
+# ------------------ the caller's lists and dicts through tensor regions, in place
+def _sign(s):
+    return T(s, off=(-5 if s == 1 else 5))
+
+
+@case(lambda s: (_sign(s), _list(s)))
+def list_argument_appended_on_both_paths(x, items):
+    if x.sum() > 0:
+        items.append(x)
+    else:
+        items.append(-x)
+    return x
+
+
+@case(lambda s: (_sign(s), {"a": T(s), "b": T(s + 1)}))
+def dict_argument_item_set_on_both_paths(x, d):
+    if x.sum() > 0:
+        d["a"] = d["a"] + x
+    else:
+        d["b"] = d["b"] - x
+    return x
+
+
+@case(lambda s: (_sign(s), _list(s)))
+def list_argument_item_replaced_on_one_path(x, items):
+    if x.sum() > 0:
+        items[0] = items[0] * 2
+    return items[0] + items[-1]
+
+
+@case(lambda s: (_sign(s), _list(s)))
+def list_argument_item_accumulated_in_tensor_for(x, items):
+    for r in x:
+        items[0] = items[0] + r
+    return items
+
+
+@case(lambda s: (T(s).abs() + 1, _list(s)))
+def list_argument_item_grown_in_tensor_while(x, items):
+    while items[-1].sum() < 20:
+        items[-1] = torch.cat([items[-1], x])       # (a size that grows: dynamic)
+    return items[-1]
+
+
+@case(lambda s: (_sign(s), {"k": T(s)}), )
+def dict_argument_aliased_by_a_local_in_tensor_if(x, d):
+    alias = d
+    if x.sum() > 0:
+        alias["k"] = alias["k"] * x
+    return d["k"]
+
+
+class Holder:
+    def __init__(self, items):
+        self.items = items
+
+
+@case(lambda s: (_sign(s), Holder(_list(s))))
+def object_list_reached_by_a_local_in_tensor_if(x, o):
+    items = o.items
+    if x.sum() > 0:
+        items[0] = items[0] + x
+    return o.items[0]
+
+
+@case(lambda s: (_sign(s), _list(s), _list(s)))
+def two_list_arguments_written_in_tensor_if(x, a, b):
+    if x.sum() > 0:
+        a[0], b[0] = b[0], a[0] * 2
+    return a[0] + b[0]
+
+
+@case(lambda s: (_sign(s), _list(s)), expect="falls back")
+def list_argument_appended_on_one_path(x, items):
+    if x.sum() > 0:
+        items.append(x)
+    return x
+
+
 @pytest.mark.parametrize("fn,make,expect", list(CASES.values()))
 def test_against_eager(fn, make, expect):
     found = differences(fn, make)
