@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 from .conv_params import int_pair
-from .depthwise_weight_grad import weight_grad
+from . import depthwise_bits
 
 _grad_enabled = torch.is_grad_enabled
 _transforms_active = torch._C._are_functorch_transforms_active
@@ -42,7 +42,10 @@ class _DepthwiseConv(torch.autograd.Function):
     def forward(ctx, x, weight, stride, padding, dilation, torch_fn):
         ctx.save_for_backward(x, weight)
         ctx.params = (stride, padding, dilation)
-        return torch_fn(x, weight, None, stride, padding, dilation, x.shape[1])
+        ctx.plan = plan = depthwise_bits.plan(x, weight, stride, padding, dilation)
+        y = plan.forward(x, weight) if plan is not None else None
+        return y if y is not None else \
+            torch_fn(x, weight, None, stride, padding, dilation, x.shape[1])
 
     @staticmethod
     def backward(ctx, grad):
@@ -58,17 +61,18 @@ class _DepthwiseConv(torch.autograd.Function):
                                              allow_unused=True))
             return (next(found) if need_x else None, next(found) if need_w else None,
                     None, None, None, None)
-        dw = None
-        if need_w and grad.is_contiguous() and grad.dtype == torch.float32:
-            dw = weight_grad(x, grad, weight, stride, padding, dilation)
-        mask = [need_x, need_w and dw is None, False]
-        dx = None
+        plan, dx, dw = ctx.plan, None, None
+        if plan is not None and grad.is_contiguous() and grad.dtype == torch.float32 and \
+                tuple(grad.shape) == plan.y_shape:
+            dx = plan.input_grad(grad, weight) if need_x else None
+            dw = plan.weight_grad(x, grad) if need_w else None
+        mask = [need_x and dx is None, need_w and dw is None, False]
         if mask[0] or mask[1]:
-            dx, dw_torch, _ = torch.ops.aten.convolution_backward(
+            dx_torch, dw_torch, _ = torch.ops.aten.convolution_backward(
                 grad, x, weight, None, list(stride), list(padding), list(dilation), False,
                 [0, 0], groups, mask)
-            if mask[1]:
-                dw = dw_torch
+            dx = dx_torch if mask[0] else dx
+            dw = dw_torch if mask[1] else dw
         return dx if need_x else None, dw if need_w else None, None, None, None, None
 
 

@@ -23,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tests.training.test_cnn_train_paths import _batch, _model, _train_both
+from tests.training.test_cnn_train_paths import STEPS, _batch, _model, _train_both
 from transpiler import FallbackWarning, to_graph
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -237,31 +237,38 @@ def test_inside_a_tensor_loop_and_branch():
         ops == {"hardswish", "silu", "mish"}, ops
 
 
-# ---------------------------------------------------------------- depthwise weight gradients
-# (kernels/depthwise_weight_grad.py, kernels/depthwise_train.py, passes/depthwise_train.py)
+# ---------------------------------------------------------------- depthwise convolutions
+# (kernels/depthwise_bits.py, kernels/depthwise_train.py, passes/depthwise_train.py)
 
 def _dw_kernel():
-    """The C loop, built now (skip where no C compiler exists)."""
-    from runtime.kernels import background
-    from runtime.kernels import depthwise_weight_grad as dwg
-    dwg._function()
+    """The C loops, built now (skip where no C compiler exists)."""
+    from runtime.kernels import background, depthwise_bits
+    depthwise_bits._function()
     background.wait()
-    if dwg._function() is None:
+    if depthwise_bits._function() is None:
         pytest.skip("no C compiler")
-    return dwg
+    return depthwise_bits
 
 
 def _dw_calls(monkeypatch):
-    """Count the C loop's runs (``depthwise_weight_grad._run``) outside its own probes."""
-    from runtime.kernels import depthwise_weight_grad as dwg
-    calls = []
-    real = dwg._run
+    """Count the loops' runs in training: (forward, input_grad, weight_grad) calls that
+    returned a tensor, less the ones each new plan makes to check itself."""
+    from runtime.kernels import depthwise_bits
+    monkeypatch.setattr(depthwise_bits, "_plans", {})
+    counts = {"forward": 0, "input_grad": 0, "weight_grad": 0}
+    for name in counts:
+        real = getattr(depthwise_bits.Plan, name)
 
-    def counted(*args):
-        calls.append(args[1].shape)
-        return real(*args)
-    monkeypatch.setattr(dwg, "_run", counted)
-    return calls
+        def counted(self, *args, _real=real, _name=name):
+            out = _real(self, *args)
+            counts[_name] += out is not None
+            return out
+        monkeypatch.setattr(depthwise_bits.Plan, name, counted)
+
+    def ran():
+        plans = len(depthwise_bits._plans)
+        return {k: v - plans for k, v in counts.items()}
+    return ran
 
 
 # (N, C, H, W, k, stride, padding, dilation): mobilenet_v3_small's training shapes (5x5 on
@@ -270,14 +277,16 @@ def _dw_calls(monkeypatch):
 DW_SHAPES = [(8, 576, 2, 2, 5, 1, 2, 1), (8, 240, 4, 4, 5, 1, 2, 1), (8, 288, 4, 4, 5, 2, 2, 1),
              (8, 96, 8, 8, 5, 2, 2, 1), (8, 72, 16, 16, 3, 2, 1, 1), (8, 88, 8, 8, 3, 1, 1, 1),
              (3, 7, 5, 5, 5, 1, 2, 1), (2, 33, 6, 6, 5, 1, 2, 1), (2, 17, 7, 7, 5, 1, 2, 1),
-             (4, 9, 2, 3, 5, 1, 2, 1), (2, 12, 9, 9, 3, 1, 2, 2), (1, 3, 1, 1, 5, 1, 2, 1)]
+             (4, 9, 2, 3, 5, 1, 2, 1), (2, 12, 9, 9, 3, 1, 2, 2), (1, 3, 1, 1, 5, 1, 2, 1),
+             (2, 5, 7, 6, 3, 2, 0, 1)]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_depthwise_weight_grad_is_torchs_bits_or_declines(threads):
-    """Where the loop answers, its gradient equals ``convolution_backward``'s bit for bit
-    (strides too); on the AVX2 CPUs it was written for it answers mobilenet's shapes."""
-    dwg = _dw_kernel()
+def test_depthwise_loops_are_torchs_bits_or_decline(threads):
+    """Where a loop answers, its result equals torch's forward / ``convolution_backward``
+    bit for bit (strides too) on data other than its own check's; on the AVX2 CPUs they
+    were written for they answer mobilenet's shapes."""
+    dwb = _dw_kernel()
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -288,14 +297,19 @@ def test_depthwise_weight_grad_is_torchs_bits_or_declines(threads):
             weight = torch.randn(c, 1, k, k, generator=g)
             out = F.conv2d(x, weight, None, s, p, d, c)
             grad = torch.randn(out.shape, generator=g)
-            want = dwg._torch_weight_grad(x, grad, weight, (s, s), (p, p), (d, d))
-            got = dwg.weight_grad(x, grad, weight, (s, s), (p, p), (d, d))
-            if got is not None:
-                assert torch.equal(got, want), (n, c, h, w, k, s, p, d)
-                assert got.stride() == want.stride()
-                answered.append(i)
+            dx, dw, _ = torch.ops.aten.convolution_backward(
+                grad, x, weight, None, [s, s], [p, p], [d, d], False, [0, 0], c,
+                [True, True, False])
+            plan = dwb.plan(x, weight, (s, s), (p, p), (d, d))
+            results = (plan.forward(x, weight), plan.input_grad(grad, weight),
+                       plan.weight_grad(x, grad))
+            for got, want in zip(results, (out, dx, dw)):
+                if got is not None:
+                    assert torch.equal(got, want), (n, c, h, w, k, s, p, d)
+                    assert got.stride() == want.stride()
+            answered.append(i) if None not in results else None
         if torch.backends.cpu.get_cpu_capability() == "AVX2":
-            assert {0, 1, 2, 3} <= set(answered), answered
+            assert {0, 1, 2, 3, 4, 5} <= set(answered), answered
     finally:
         torch.set_num_threads(before)
 
@@ -329,7 +343,7 @@ def test_depthwise_training_bit_equal_on_the_c_loop(monkeypatch, size, n):
     32+4 position blocks), new batch each step: losses, every gradient, parameters and
     running statistics are eager's bits, and the C loop ran."""
     _dw_kernel()
-    calls = _dw_calls(monkeypatch)
+    ran = _dw_calls(monkeypatch)
 
     def batch(i, dtype):
         return _batch(i, dtype, size=size, n=n)
@@ -337,27 +351,27 @@ def test_depthwise_training_bit_equal_on_the_c_loop(monkeypatch, size, n):
     _train_both(_dw_model(1), wrap=lambda m: to_graph(m, strict=True), batch=batch,
                 mode=f"strict {size}")
     if torch.backends.cpu.get_cpu_capability() == "AVX2":
-        assert len(calls) >= 4, calls
+        assert min(ran().values()) >= 2 * STEPS, ran()
 
 
 def test_mobilenet_blocks_bit_equal_on_the_c_loop(monkeypatch):
     """SmallCNN (expand, depthwise 5x5, SE, project, residual) and a 3x3 variant."""
     _dw_kernel()
-    calls = _dw_calls(monkeypatch)
+    ran = _dw_calls(monkeypatch)
     _train_both(_model("hardswish"), wrap=to_graph, mode="blocks 5x5")
     _train_both(_model("relu", k=3), wrap=to_graph, mode="blocks 3x3")
     if torch.backends.cpu.get_cpu_capability() == "AVX2":
-        assert calls
+        assert min(ran().values()) >= STEPS, ran()
 
 
 def test_depthwise_before_the_loop_is_built_takes_torchs_op(monkeypatch):
-    """Until the background build is done (and without a compiler) the node's backward is
-    torch's ``convolution_backward``: the same bits, the loop never called."""
-    from runtime.kernels import depthwise_weight_grad as dwg
-    monkeypatch.setattr(dwg, "_function", lambda: None)
-    calls = _dw_calls(monkeypatch)
+    """Until the background build is done (and without a compiler) the node runs torch's
+    convolution and ``convolution_backward``: the same bits, no loop called."""
+    from runtime.kernels import depthwise_bits
+    ran = _dw_calls(monkeypatch)
+    monkeypatch.setattr(depthwise_bits, "_function", lambda: None)
     _train_both(_dw_model(), wrap=to_graph, mode="unbuilt")
-    assert not calls
+    assert ran() == {"forward": 0, "input_grad": 0, "weight_grad": 0}
 
 
 def test_depthwise_two_threads_bit_equal(monkeypatch):
