@@ -196,6 +196,8 @@ class TaggedPrint:
             self.print, self.deep = fingerprint(target, seen=self.seen), None
         if make is not None and isinstance(getattr(value, "__dict__", None), dict):
             self.seen.dicts[id(vars(value))] = vars(value)     # what ``make`` reads
+        elif make is not None and type(value) is list:
+            self.seen.lists[id(value)] = value
         self.seen.freeze()
 
     def holds(self) -> bool:
@@ -227,6 +229,8 @@ class TaggedPrint:
             return False
         if self.make is not None and isinstance(getattr(value, "__dict__", None), dict):
             seen.dicts[id(vars(value))] = vars(value)
+        elif self.make is not None and type(value) is list:
+            seen.lists[id(value)] = value
         self.value, self.seen = value, seen.freeze()
         return True
 

@@ -26,7 +26,7 @@ from torch.overrides import TorchFunctionMode
 from . import graph_ops, views
 from . import autocast_ops, autograd_effects, item_values
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
-from . import library_questions
+from . import carried_numbers, library_questions
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
 from .graph import Graph, Node, find_leaves, map_structure
@@ -594,6 +594,13 @@ def _tensor_of_python_int(args, kwargs):
 def dispatch_record(func, args, kwargs, concrete: bool = False):
     """Add a node calling ``func``; ``concrete``: no symbolic argument (run it for real if
     it yields a Python value rather than tensors)."""
+    if carried_numbers.SERVED and func in carried_numbers.RUNS_PYTHON:
+        return carried_numbers.around_python(      # (a counter the graph carries is set
+            lambda: _record_call(func, args, kwargs, concrete))     # before it, read after)
+    return _record_call(func, args, kwargs, concrete)
+
+
+def _record_call(func, args, kwargs, concrete: bool):
     if func is torch.tensor or func is torch.as_tensor:
         made = _tensor_of_python_int(args, kwargs)
         if made is not None:

@@ -32,7 +32,7 @@ import torch.utils._pytree as pytree
 import runtime
 from runtime import operators as tg
 from runtime import control_flow, path_values, region_state, subgraphs, tensor_state, trace_reads
-from runtime import argument_objects, autograd_effects, training_attributes
+from runtime import argument_objects, autograd_effects, carried_numbers, training_attributes
 from runtime.errors import GraphError
 from runtime.options import options
 from runtime.operators.module_hooks import backward_hooked
@@ -648,11 +648,12 @@ class GraphFunction:
                            and isinstance(n.attrs.get("value"), torch.Tensor)])
         guard.release(autograd_effects.owners(graph),   # (opt, sched: read when it runs)
                       getattr(graph, "served_attributes", {}))
+        guard.carry(graph.carried_slots)     # (runtime.carried_numbers: not compared)
         trace_log.guard_built(target, guard)
         return _Traced(graph, optimized, executable, guard, inputs, outputs)
 
     def _trace_graph(self, args, kwargs, flat, spec, dynamic, sized_examples=False,
-                     set_up=False):
+                     set_up=False, carry=None):
         """``sized_examples``: shape inference runs dynamic dims at the call's own sizes
         (else at 2: an export's example may have size 1, which broadcasts). ``set_up``:
         a retrace after a one-time set-up kept (``lazy_init``)."""
@@ -688,6 +689,8 @@ class GraphFunction:
                 sym.append(value)
         sargs, skwargs = pytree.tree_unflatten(sym[:spec.num_leaves], spec)
         snapshot = Snapshot.take(target, sargs, skwargs)   # what the trace really receives
+        numbers = carried_numbers.candidates(*snapshot.bindings()) if carry is None else ()
+        graph.carried_slots = carry or []        # (counters kept as graph state: the guard)
         found = getattr(flat, "found", None)     # argument objects: placeholders installed
         installed = argument_objects.Installed(found, sym) if found is not None else None
         take_converted()
@@ -701,7 +704,8 @@ class GraphFunction:
                         state_aliases.arguments(list(zip(self._param_names, sargs)) +
                                                 list(skwargs.items())), \
                         training_attributes.served(graph, snapshot.roots() +
-                                                   pytree.tree_leaves((sargs, skwargs))):
+                                                   pytree.tree_leaves((sargs, skwargs))), \
+                        carried_numbers.serving(carry or []):
                     graph.tensor_reads = reads      # what it asked of real tensors: guarded
                     out = converted(*sargs, **skwargs)
             except BaseException as e:
@@ -742,6 +746,14 @@ class GraphFunction:
                 except BaseException:
                     snapshot.restore()
                     raise
+            slots = carried_numbers.rebound(numbers) if changed else None
+            if slots:           # a counter rebound (``nonlocal step; step += 1``): carried
+                snapshot.restore()
+                try:
+                    return self._trace_graph(args, kwargs, flat, spec, dynamic,
+                                             sized_examples, set_up, carry=slots)
+                except Exception:   # noqa: BLE001 - the first trace's reason is said
+                    snapshot.restore()
             if changed:
                 held = held_arguments.changed(snapshot, sargs, skwargs, self._held)
                 snapshot.restore()

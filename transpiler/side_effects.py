@@ -291,7 +291,42 @@ class Snapshot:
         self._deep = [entry for entry in self._deep if id(entry[1]) not in drop]
         self._arguments = [(i, print_) for i, print_ in self._arguments  # (the signature
                            if id(print_.value) not in drop]       # has their identity)
-        self._held = [_holding_staged(print_, drop, self._names) for print_ in self._held]
+        self._staged = drop
+        self._mask()
+
+    def bindings(self) -> tuple:
+        """The closure cells ``[(name, cell, value)]``, the globals ``[(namespace, name,
+        value)]`` and the method's object recorded (``runtime.carried_numbers``)."""
+        return list(self._cells), list(self._globals), self._owner
+
+    def carry(self, slots) -> None:
+        """Stop comparing the numbers ``slots`` (``runtime.carried_numbers``) hold: the
+        graph reads and sets them itself on every run. A list or object holding one is
+        still guarded, by a print that leaves that item or attribute out."""
+        if not slots:
+            return
+        cells = {id(s.holder) for s in slots if s.kind == "cell"}
+        names = {(id(s.holder), s.key) for s in slots if s.kind == "global"}
+        self._cells = [e for e in self._cells if id(e[1]) not in cells]
+        self._globals = [e for e in self._globals if (id(e[0]), e[1]) not in names]
+        holders: dict = {}
+        for s in slots:
+            if s.kind in ("item", "attr"):
+                holders.setdefault(id(s.holder), (s.holder, set()))[1].add(s.key)
+        if not holders:
+            return
+        self._carried = {k: keys for k, (_, keys) in holders.items()}
+        self._objects = [e for e in self._objects if id(e[1]) not in holders]
+        printed = {id(p.value) for p in self._held}
+        self._held += [TaggedPrint(h, deep=True, names=self._names, modules=[])
+                       for k, (h, _) in holders.items() if k not in printed]
+        self._mask()
+
+    def _mask(self) -> None:
+        """Re-make the prints of ``_held`` that see what the graph changes itself."""
+        self._held = [_masked(p, getattr(self, "_staged", ()),
+                              getattr(self, "_carried", {}).get(id(p.value), ()), self._names)
+                      for p in self._held]
 
     def argument_holders(self, objects) -> None:
         """Stop watching ``objects`` by identity of what they hold (one level deep: a
@@ -557,19 +592,30 @@ def _holds_containers(v) -> bool:
     return any(_plain_holder(h) and not isinstance(h, type) for h in held)
 
 
-def _holding_staged(print_: TaggedPrint, drop, names) -> TaggedPrint:
-    """``print_``, or where its object holds one of the objects ``drop`` names (a
-    Trainer's ``self.optimizer``, ``self.scheduler``: their contents change on every
-    call, by the graph's staged calls) as an attribute, a print of the object that
-    counts those by identity (else every step would trace again)."""
+def _masked(print_: TaggedPrint, drop, keys, names) -> TaggedPrint:
+    """``print_``, or where its list or object holds what the graph changes on every
+    run -- one of the objects ``drop`` names (a Trainer's ``self.optimizer``: staged
+    calls change its contents) or a number at one of ``keys`` (a counter the graph
+    carries: ``runtime.carried_numbers``) -- a print of a view counting the first by
+    identity and leaving the second out (else every step would trace again)."""
     value = print_.value
-    attrs = getattr(value, "__dict__", None)
-    if print_.make is not None or print_.how is None or type(attrs) is not dict or \
-            not any(id(v) in drop for v in attrs.values()):
+    if print_.how is None:
         return print_
+    if type(value) is list:
+        if not keys:
+            return print_
 
-    def view():
-        return {k: ("staged", id(v)) if id(v) in drop else v for k, v in vars(value).items()}
+        def view():
+            return [("carried",) if i in keys else v for i, v in enumerate(value)]
+    else:
+        attrs = getattr(value, "__dict__", None)
+        if type(attrs) is not dict or not keys and \
+                not any(id(v) in drop for v in attrs.values()):
+            return print_
+
+        def view():
+            return {k: ("staged", id(v)) if id(v) in drop else ("carried",) if k in keys
+                    else v for k, v in vars(value).items()}
     return TaggedPrint(value, view, deep=True, names=names, modules=[])
 
 

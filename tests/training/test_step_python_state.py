@@ -433,3 +433,173 @@ def test_read_outside_a_trace_is_the_real_list():
         to_graph(step, strict=True)(*inputs[0])
     assert opt.param_groups is groups and type(sched) is torch.optim.lr_scheduler.StepLR
     assert sched.last_epoch == 0 and opt.state == {}
+
+
+# ------------------------------------------------------------ counters kept across calls
+def prog_nonlocal_counter_warmup():
+    """``nonlocal step; step += 1`` drives a hand-written warmup + cosine lr, a log every
+    5 steps and a running mean of the loss (a float kept across calls)."""
+    model = _model()
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4)
+    step_count, running = 0, 0.0
+
+    def step(x, y):
+        nonlocal step_count, running
+        lr = get_lr(step_count)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        running = 0.9 * running + 0.1 * loss.item()
+        step_count += 1
+        if step_count % 5 == 0:
+            print(f"step {step_count} lr {lr:.3e} running {running:.5f}")
+        return loss.detach(), step_count, running
+    return step, (model, opt, None), _inputs()
+
+
+ITER_NUM = 0
+
+
+def prog_global_iteration():
+    """nanoGPT's ``iter_num`` as a module global the step advances."""
+    global ITER_NUM
+    ITER_NUM = 0
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    def step(x, y):
+        global ITER_NUM
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.param_groups[0]["lr"] = get_lr(ITER_NUM, warmup=2, max_lr=0.05, min_lr=0.005)
+        opt.step()
+        ITER_NUM += 1
+        return loss.detach(), ITER_NUM
+    return step, (model, opt, None), _inputs()
+
+
+@pytest.mark.parametrize("program", [prog_nonlocal_counter_warmup, prog_global_iteration],
+                         ids=lambda f: f.__name__)
+def test_counters_kept_across_calls_convert(program):
+    assert _compare(program) == {"default": "converted", "strict": "converted"}
+
+
+def prog_counter_changes_kind():
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    count = 0
+
+    def step(x, y):
+        nonlocal count
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        count = count + 0.5         # an int becomes a float: not carried
+        return loss.detach(), count
+    return step, (model, opt, None), _inputs(4)
+
+
+def prog_counter_in_a_list():
+    """The iteration in a closure list (``it[0] += 1``), scaling the loss."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    it = [0, "label"]
+
+    def step(x, y):
+        loss = F.mse_loss(model(x), y) * (1 + it[0] / 10)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        it[0] += 1
+        return loss.detach(), it[0], it[1]
+    return step, (model, opt, None), _inputs()
+
+
+class CountingTrainer:
+    """``self.global_step += 1`` and a running loss on the Trainer, lr from the count."""
+
+    def __init__(self):
+        self.model = _model()
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-2)
+        self.global_step = 0
+        self.running_loss = 0.0
+        self.name = "run"
+
+    def training_step(self, x, y):
+        self.optimizer.param_groups[0]["lr"] = get_lr(self.global_step, warmup=3)
+        loss = F.mse_loss(self.model(x), y)
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        self.global_step += 1
+        self.running_loss += loss.item()
+        if self.global_step % 4 == 0:
+            print(self.name, self.global_step, round(self.running_loss, 4))
+        return loss.detach()
+
+
+def prog_trainer_counter():
+    t = CountingTrainer()
+    return t.training_step, (t.model, t.optimizer, None), _inputs()
+
+
+@pytest.mark.parametrize("program", [prog_counter_in_a_list, prog_trainer_counter],
+                         ids=lambda f: f.__name__)
+def test_counters_in_lists_and_objects_convert(program):
+    assert _compare(program) == {"default": "converted", "strict": "converted"}
+
+
+def prog_counter_on_a_module():
+    model = _model()
+    model.steps = 0
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def step(x, y):
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        model.steps += 1            # the model's state: guarded as the model's, not carried
+        return loss.detach()
+    return step, (model, opt, None), _inputs(4)
+
+
+@pytest.mark.parametrize("program", [prog_counter_changes_kind, prog_counter_on_a_module],
+                         ids=lambda f: f.__name__)
+def test_counters_not_carried_fall_back(program):
+    assert _compare(program) == {"default": "fallback", "strict": "refused"}
+
+
+SEEN_STEPS = 0
+
+
+def prog_counter_read_by_lr_lambda():
+    """A LambdaLR whose lambda reads the global the step advances just before
+    ``sched.step()``: the graph sets the global before the staged step runs it, as eager
+    has by then (a write only at the end would give the lambda the old count)."""
+    global SEEN_STEPS
+    SEEN_STEPS = 0
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 1.0 / (1 + SEEN_STEPS))
+
+    def step(x, y):
+        global SEEN_STEPS
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        SEEN_STEPS += 1
+        sched.step()
+        return loss.detach(), SEEN_STEPS
+    return step, (model, opt, sched), _inputs()
+
+
+def test_counter_read_by_a_staged_step_is_set_before_it():
+    assert _compare(prog_counter_read_by_lr_lambda) == \
+        {"default": "converted", "strict": "converted"}

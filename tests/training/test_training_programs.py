@@ -785,10 +785,11 @@ PROGRAMS = {
 
 # What a graph cannot repeat falls back (strict: ConversionError), naming the line:
 # (autocast + GradScaler, autograd.grad(create_graph=True) and ReduceLROnPlateau.step(metric)
-# convert: runtime.autocast_ops, runtime.scaler_effects, runtime.autograd_effects)
+# convert: runtime.autocast_ops, runtime.scaler_effects, runtime.autograd_effects; the
+# hand-written warmup's writes to param_groups and its closure-list counter too:
+# runtime.training_attributes, runtime.carried_numbers)
 FALLS_BACK = {
     "train_eval_switch": "torch.inference_mode inside the step is not recorded",
-    "param_groups_warmup": "the step mutates a closure list (the iteration counter)",
     "rnn_lm": "the step stores the hidden state into a closure list",
 }
 

@@ -1,0 +1,245 @@
+"""Python numbers a converted function keeps across calls: a counter in a closure cell, a
+global, a list or an object (``nonlocal step; step += 1``, ``global iter_num``,
+``it[0] += 1``, ``self.global_step += 1``).
+
+A graph repeats tensor work, not Python work, so a trace that rebinds such a variable
+used to fall back (its new value would be the trace's on every call). Here the variable
+becomes graph state, as eager keeps it: the front door traces once as before, and when
+the Python changes the trace made include rebinding a slot holding an int or a float to
+another number, it traces again with those *slots* served:
+
+- while the retrace runs, each slot holds a stand-in for its number (``read_slot``: the
+  value the slot holds when the graph runs, an int or float stand-in as ``loss.item()``),
+  so the step's arithmetic on it, branches on it (``if step % 10 == 0:``) and logs of it
+  are graph values, never the trace's number;
+- at the end of the trace, what the slot holds (a stand-in or a Python number) is set by a
+  ``write_slot`` node when the graph runs, after the step's other work, as eager leaves it;
+  the slot gets its own value back when the trace ends (the side-effect check sees none);
+- the guard does not compare the slot's value (``Snapshot.carry``): a new count is not a
+  new trace.
+
+Slots: the traced function's closure cells and globals, the items of lists and the
+attributes of plain objects (user classes without their own ``__setattr__``) they hold,
+and the attributes of the method's object (a Trainer's ``self.global_step``). Only a
+slot whose new value is a number of the same kind is carried (an int that becomes a
+float, a number that becomes a tensor or a string fall back as before, naming the line);
+so is nothing held by an ``nn.Module`` (its state is guarded as the model's).
+"""
+from __future__ import annotations
+
+import contextlib
+import types
+from typing import Any, List, Optional, Tuple
+
+import torch
+
+from . import grad_flags
+from .graph_ops import effect
+from .introspection import NUMBER_KINDS, kind_of, mark
+from .threads import PerThreadList
+
+_ANCHOR = torch.zeros(())      # (gives read_slot's node a tensor input, as last_lrs's)
+_DTYPES = {"int": torch.int64, "float": torch.float64}
+
+
+class Slot:
+    """Where a number is kept: a closure cell (``kind`` "cell"), a module namespace's name
+    ("global"), a list's item ("item": ``it[0]``) or an object's attribute ("attr":
+    ``self.step``, set in its ``__dict__`` as a plain class's ``__setattr__`` does)."""
+
+    __slots__ = ("kind", "holder", "key", "label")
+
+    def __init__(self, kind: str, holder, key, label: str):
+        self.kind, self.holder, self.key, self.label = kind, holder, key, label
+
+    def get(self):
+        if self.kind == "cell":
+            return self.holder.cell_contents
+        return (vars(self.holder) if self.kind == "attr" else self.holder)[self.key]
+
+    def set(self, value) -> None:
+        if self.kind == "cell":
+            self.holder.cell_contents = value
+        else:
+            (vars(self.holder) if self.kind == "attr" else self.holder)[self.key] = value
+
+    def __repr__(self) -> str:
+        return f"<{self.label}>"
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def _number(value) -> Optional[str]:
+    return "int" if type(value) is int else "float" if type(value) is float else None
+
+
+_LIMIT = 32         # items or attributes of one holder looked at
+
+
+def _plain(value) -> bool:
+    """An instance of a user class whose ``__dict__`` holds its state (not a module, a
+    torch object or a class)."""
+    cls = type(value)
+    return isinstance(getattr(value, "__dict__", None), dict) and \
+        not isinstance(value, (type, types.ModuleType, types.FunctionType, types.MethodType,
+                               torch.nn.Module, torch.Tensor)) and \
+        cls.__module__.split(".")[0] not in ("torch", "builtins", "runtime", "transpiler") \
+        and cls.__setattr__ is object.__setattr__
+
+
+def _held(value, label: str) -> List[Tuple[Slot, Any]]:
+    """The numbers a list (its items) or a plain object (its attributes) holds."""
+    if type(value) is list and len(value) <= _LIMIT:
+        return [(Slot("item", value, i, f"{label}[{i}]"), v) for i, v in enumerate(value)
+                if _number(v) is not None]
+    if _plain(value) and len(vars(value)) <= _LIMIT:
+        return [(Slot("attr", value, k, f"{label}.{k}"), v) for k, v in vars(value).items()
+                if _number(v) is not None]
+    return []
+
+
+def candidates(cells, globals_, owner=None) -> List[Tuple[Slot, Any]]:
+    """(slot, value) for the numbers a trace may rebind: held by the cells
+    ``[(name, cell, value)]`` and globals ``[(namespace, name, value)]``, by the lists and
+    plain objects they hold, and by the attributes of the method's object ``owner``."""
+    found = []
+    for name, cell, value in cells:
+        if _number(value) is not None:
+            found.append((Slot("cell", cell, None, f"nonlocal variable {name!r}"), value))
+        else:
+            found += _held(value, name)
+    for ns, name, value in globals_:
+        if _number(value) is not None:
+            found.append((Slot("global", ns, name, f"global {name!r}"), value))
+        else:
+            found += _held(value, name)
+    if owner is not None:
+        found += _held(owner, "self")
+    return found
+
+
+def rebound(before) -> List[Slot]:
+    """The slots among ``before`` (``candidates``) the trace rebound to a number of the
+    same kind (or a graph value standing for one: ``running + loss.item()``)."""
+    out = []
+    for slot, value in before:
+        try:
+            now = slot.get()
+        except (ValueError, KeyError):
+            continue
+        if now is not value and kind_of(now) == _number(value):   # (or its stand-in)
+            out.append(slot)
+    return out
+
+
+@torch.no_grad()
+def read_slot(slot: Slot, anchor: torch.Tensor, kind: str) -> torch.Tensor:
+    """The number ``slot`` holds when the graph runs, as a 0-d int64/float64 tensor."""
+    if anchor.is_meta:
+        return torch.empty((), dtype=_DTYPES[kind], device="meta")
+    value = slot.get()
+    if _number(value) != kind:
+        raise RuntimeError(f"{slot.label} holds {value!r} when the graph runs; the graph "
+                           f"was traced with a {kind} there")
+    return torch.tensor(value, dtype=_DTYPES[kind])
+
+
+read_slot._tograph_impure = True      # (ops.is_impure: never merged, dropped or moved)
+
+
+@effect
+def write_slot(slot: Slot, value, kind: Optional[str]) -> None:
+    """``slot = value`` when the graph runs (``kind``: the number a graph value stands
+    for; None: a Python number of the trace)."""
+    slot.set(NUMBER_KINDS[kind](value.item()) if kind is not None else value)
+
+
+_SERVED = PerThreadList()     # per thread: the [(slot, its own value, last set)] served
+SERVED = _SERVED
+
+
+def _runs_python() -> frozenset:
+    from . import autograd_effects, scaler_effects
+    return frozenset((autograd_effects.run_backward, autograd_effects.call_method,
+                      autograd_effects.autograd_grad, scaler_effects.scaler_call))
+
+
+class _Lazy:
+    """``RUNS_PYTHON``: the graph targets that run Python code (hooks, an optimizer's or
+    a scheduler's step) when the graph runs; asked only while a slot is served."""
+
+    def __contains__(self, func) -> bool:
+        global RUNS_PYTHON
+        RUNS_PYTHON = _runs_python()
+        return func in RUNS_PYTHON
+
+
+RUNS_PYTHON = _Lazy()
+
+
+def _stand_in(slot: Slot, kind: str):
+    from .symbolic import dispatch_record
+    stand_in = dispatch_record(read_slot, (slot, _ANCHOR, kind), {})
+    stand_in._node.attrs[grad_flags.KEY] = False       # (a number: no gradient)
+    mark(stand_in, kind)
+    if kind == "int":
+        stand_in._node.attrs["python_int"] = True
+    return stand_in
+
+
+def _flush(served) -> None:
+    """Record a ``write_slot`` for each slot the traced code rebound since the last."""
+    from .errors import GraphError
+    from .symbolic import dispatch_record
+    for entry in served:
+        slot, value, last = entry
+        now = slot.get()
+        if now is last:
+            continue
+        kind = kind_of(now)
+        if kind != _number(value) or not isinstance(now, (int, float, torch.Tensor)):
+            raise GraphError(f"the function sets {slot.label} to a value that is not a "
+                             f"{_number(value)} (a Python side effect that a graph cannot "
+                             f"repeat on every call)")
+        dispatch_record(write_slot, (slot, now, kind if isinstance(now, torch.Tensor)
+                                     else None), {})
+        entry[2] = now
+
+
+def around_python(record):
+    """``record()`` of a node that runs Python code when the graph runs (a backward's
+    hooks, an optimizer's or scheduler's step: an ``lr_lambda`` reading ``iter_num``):
+    the served slots are set before it, as eager's code has set them by then, and read
+    again after it (it may change them)."""
+    served = _SERVED[-1] if _SERVED else None
+    if not served:
+        return record()
+    _flush(served)
+    result = record()
+    for entry in served:
+        entry[2] = _stand_in(entry[0], _number(entry[1]))
+        entry[0].set(entry[2])
+    return result
+
+
+@contextlib.contextmanager
+def serving(slots: List[Slot]):
+    """While a trace runs: each of ``slots`` holds a stand-in read when the graph runs;
+    what it holds at the end (and before any node running Python: ``around_python``) is
+    set by a node; its own value is put back when the trace ends."""
+    served = [[slot, slot.get(), None] for slot in slots]
+    _SERVED.append(served)
+    try:
+        for entry in served:
+            entry[2] = _stand_in(entry[0], _number(entry[1]))
+            entry[0].set(entry[2])
+        yield
+        _flush(served)
+    finally:
+        _SERVED.pop()
+        for slot, value, _ in served:
+            slot.set(value)
