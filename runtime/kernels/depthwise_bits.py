@@ -43,61 +43,6 @@ SOURCE = r"""
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#define CB 16           /* channels side by side: each lane is one channel's own chain */
-
-/* one channel block's gradient of the tap (kh, kw), written to dw.
-   xt: N H W C, gt: N OH OW C (channels last); d: N C H W OH OW KH KW SH SW PH PW DH DW */
-static void tap(const float *restrict xt, const float *restrict gt, float *restrict dw,
-                const int64_t *d, int mode, int64_t c0, int cb, int64_t kh, int64_t kw,
-                const float *restrict zeros) {
-    const int64_t N = d[0], C = d[1], H = d[2], W = d[3], OH = d[4], OW = d[5];
-    const int64_t KH = d[6], KW = d[7], SH = d[8], SW = d[9], PH = d[10], PW = d[11];
-    const int64_t DH = d[12], DW = d[13], OS = OH * OW;
-    float y[CB] = {0};
-    float l[8][CB];
-    for (int64_t n = 0; n < N; n++) {
-        const float *xn = xt + n * H * W * C + c0, *gn = gt + n * OS * C + c0;
-        int64_t start = 0;
-        /* gemv order: the 16-position blocks into one set of 8 lanes, then 8, 4, 2, 1;
-           each set summed across its lanes and added to y. chain order: one FMA chain */
-        for (int part = 0; part < 5; part++) {
-            int64_t len;
-            if (mode == 1) { if (part) break; len = OS; }
-            else if (part == 0) len = OS >= 16 ? OS - OS % 16 : 0;
-            else len = (OS - start) & (16 >> part);
-            if (!len) continue;
-            if (mode == 0)
-                for (int i = 0; i < 8; i++)
-                    for (int c = 0; c < CB; c++) l[i][c] = 0.0f;
-            for (int64_t t = 0; t < len; t++) {
-                const int64_t s = start + t, oh = s / OW, ow = s % OW;
-                const int64_t ih = oh * SH - PH + kh * DH, iw = ow * SW - PW + kw * DW;
-                const float *restrict xv = (ih >= 0 && ih < H && iw >= 0 && iw < W)
-                                           ? xn + (ih * W + iw) * C : zeros;
-                const float *restrict gv = gn + s * C;
-                if (mode == 1) {
-                    #pragma omp simd
-                    for (int c = 0; c < CB; c++) y[c] = fmaf(xv[c], gv[c], y[c]);
-                } else {
-                    float *restrict li = l[t & 7];
-                    #pragma omp simd
-                    for (int c = 0; c < CB; c++) li[c] = fmaf(xv[c], gv[c], li[c]);
-                }
-            }
-            if (mode == 0) {
-                #pragma omp simd
-                for (int c = 0; c < CB; c++) {
-                    const float r = ((l[0][c] + l[1][c]) + (l[4][c] + l[5][c])) +
-                                    ((l[2][c] + l[3][c]) + (l[6][c] + l[7][c]));
-                    y[c] = fmaf(1.0f, r, y[c]);
-                }
-            }
-            start += len;
-        }
-    }
-    for (int c = 0; c < cb; c++) dw[((c0 + c) * KH + kh) * KW + kw] = y[c];
-}
-
 /* NCHW <-> N, HW, CP (channels last, CP >= C lanes; the extra lanes zero) */
 static void to_last(const float *src, float *dst, int64_t N, int64_t C, int64_t HW,
                     int64_t CP) {
@@ -181,36 +126,67 @@ int tg_depthwise_direct(const float *in, const float *w, float *out, const int64
 }
 
 /* x: N C H W, g: N C OH OW (contiguous); dw: C KH KW. mode 0: oneDNN's gemv order, 1: one
-   FMA chain. Returns 0, or 1 when out of memory. */
+   FMA chain; the channels side by side (each lane its own channel's sums), the taps split
+   over threads. Returns 0, or 1 when out of memory. */
 int tg_depthwise_weight_grad(const float *x, const float *g, float *dw, const int64_t *d,
                              int mode, int nthreads) {
     const int64_t N = d[0], C = d[1], H = d[2], W = d[3], OH = d[4], OW = d[5];
-    const int64_t KH = d[6], KW = d[7], HW = H * W, OS = OH * OW;
-    const int64_t CP = (C + CB - 1) / CB * CB;      /* padded: a block always reads CB */
-    float *xt = (float *)calloc((size_t)(N * HW * CP + CB), sizeof(float));
-    float *gt = (float *)calloc((size_t)(N * OS * CP + CB), sizeof(float));
+    const int64_t KH = d[6], KW = d[7], SH = d[8], SW = d[9], PH = d[10], PW = d[11];
+    const int64_t DH = d[12], DW = d[13], T = KH * KW, HW = H * W, OS = OH * OW;
+    const int64_t CP = (C + 7) / 8 * 8;
+    float *xt = (float *)calloc((size_t)(N * HW * CP + CP), sizeof(float));
+    float *gt = (float *)calloc((size_t)(N * OS * CP), sizeof(float));
     if (!xt || !gt) { free(xt); free(gt); return 1; }
-    float *zeros = xt + N * HW * CP;                 /* CB zeros past the end */
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < C; c++) {
-            const float *xs = x + (n * C + c) * HW, *gs = g + (n * C + c) * OS;
-            for (int64_t i = 0; i < HW; i++) xt[(n * HW + i) * CP + c] = xs[i];
-            for (int64_t i = 0; i < OS; i++) gt[(n * OS + i) * CP + c] = gs[i];
+    const float *zeros = xt + N * HW * CP;          /* CP zeros past the end */
+    to_last(x, xt, N, C, HW, CP);
+    to_last(g, gt, N, C, OS, CP);
+    int failed = 0;
+    #pragma omp parallel for schedule(static) num_threads(nthreads) if(nthreads > 1)
+    for (int64_t k = 0; k < T; k++) {
+        const int64_t kh = k / KW, kw = k % KW;
+        float *y = (float *)calloc((size_t)(9 * CP), sizeof(float));
+        if (!y) { failed = 1; continue; }
+        float *l = y + CP;                           /* 8 lanes of CP */
+        for (int64_t n = 0; n < N; n++) {
+            const float *xn = xt + n * HW * CP, *gn = gt + n * OS * CP;
+            int64_t start = 0;
+            /* gemv order: the 16-position blocks into one set of 8 lanes, then 8, 4, 2,
+               1; each set summed across its lanes and added to y. chain: one FMA chain */
+            for (int part = 0; part < 5; part++) {
+                int64_t len;
+                if (mode == 1) { if (part) break; len = OS; }
+                else if (part == 0) len = OS >= 16 ? OS - OS % 16 : 0;
+                else len = (OS - start) & (16 >> part);
+                if (!len) continue;
+                if (mode == 0) memset(l, 0, sizeof(float) * 8 * CP);
+                for (int64_t t = 0; t < len; t++) {
+                    const int64_t s = start + t, oh = s / OW, ow = s % OW;
+                    const int64_t ih = oh * SH - PH + kh * DH, iw = ow * SW - PW + kw * DW;
+                    const float *restrict xv = (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                                               ? xn + (ih * W + iw) * CP : zeros;
+                    const float *restrict gv = gn + s * CP;
+                    float *restrict acc = mode == 1 ? y : l + (t & 7) * CP;
+                    #pragma omp simd
+                    for (int64_t c = 0; c < CP; c++) acc[c] = fmaf(xv[c], gv[c], acc[c]);
+                }
+                if (mode == 0) {
+                    #pragma omp simd
+                    for (int64_t c = 0; c < CP; c++) {
+                        const float *q = l + c;
+                        const float r = ((q[0] + q[CP]) + (q[4 * CP] + q[5 * CP])) +
+                                        ((q[2 * CP] + q[3 * CP]) + (q[6 * CP] + q[7 * CP]));
+                        y[c] = fmaf(1.0f, r, y[c]);
+                    }
+                }
+                start += len;
+            }
         }
-    int64_t dp[14];
-    memcpy(dp, d, sizeof(dp));
-    dp[1] = CP;
-    const int64_t blocks = CP / CB, work = blocks * KH * KW;
-    #pragma omp parallel for schedule(static) num_threads(nthreads) if(nthreads > 1 && work > 1)
-    for (int64_t j = 0; j < work; j++) {
-        const int64_t b = j / (KH * KW), k = j % (KH * KW);
-        const int64_t c0 = b * CB;
-        const int cb = (int)(C - c0 < CB ? C - c0 : CB);
-        tap(xt, gt, dw, dp, mode, c0, cb, k / KW, k % KW, zeros);
+        for (int64_t c = 0; c < C; c++) dw[c * T + k] = y[c];
+        free(y);
     }
     free(xt);
     free(gt);
-    return 0;
+    return failed;
 }
 """
 

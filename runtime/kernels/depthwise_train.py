@@ -1,19 +1,17 @@
-"""A depthwise ``conv2d`` under autograd whose weight gradient is the C loop of
-``depthwise_weight_grad`` (torch's bits, ~50-100x faster at mobile CNN training shapes).
+"""A depthwise ``conv2d`` under autograd run by ``depthwise_bits``' C loops, torch's bits.
 
 ``DepthwiseConvTrain(torch_fn)`` is the target of a ``conv2d`` node with ``groups > 1``
 (``passes/depthwise_train.py``), called as ``torch.conv2d``. Where autograd records, the
 weight needs a gradient and the call is a plain float32 CPU depthwise convolution
 (contiguous 4-D input, weight ``[C, 1, KH, KW]`` contiguous, ``groups == C``, no bias, int
-stride/padding/dilation), it runs as one ``_DepthwiseConv`` node:
-
-- forward: ``torch_fn`` itself (eager's output, bit for bit), saving input and weight as
-  eager's ``ConvolutionBackward0`` does;
-- backward: the input gradient from torch's ``convolution_backward`` (the input half only:
-  the same oneDNN primitive eager runs), the weight gradient from the C loop where it gives
-  torch's bits at this shape and thread count (``depthwise_weight_grad`` checks once per
-  key), else from torch's op; a gradient that is not contiguous, or a recorded backward
-  (``create_graph=True``), takes eager's ops.
+stride/padding/dilation), it runs as one ``_DepthwiseConv`` node saving input and weight
+(what eager's ``ConvolutionBackward0`` saves). Its forward, input gradient and weight
+gradient each run the C loop where ``depthwise_bits.plan`` found it gives torch's bits at
+this shape and thread count, and torch's own op (``torch_fn``, ``convolution_backward``
+for the gradients it still needs) otherwise: before the loops are built, without a C
+compiler, for an output gradient that is not contiguous. A recorded backward
+(``create_graph=True``) replays eager's ops under autograd. mobilenet_v3_small at batch 8
+(64x64), per training step on 1 thread: ~27 ms of depthwise work in eager, ~5.5 ms here.
 
 Anything else (no autograd, other dtypes, layouts, a bias, grouped but not depthwise,
 tensor subclasses, functorch transforms, forward-mode AD: the node has no jvp or vmap
