@@ -28,6 +28,7 @@ import itertools
 import operator
 from typing import Any, Iterable, List, Optional
 
+from .c_guards import CellRefs, DictVersions
 from .python_state import InputSlots, _key, fingerprint, guard_print
 
 try:                                    # CPython's dict version tag, as torch reads it
@@ -133,7 +134,7 @@ _READ_BY_WALK = ("items", "keys", "values", "__iter__", "__len__")
 def _columns(records) -> tuple:
     dicts, objects, lists, sets, arrays = (list(r.values()) for r in records)
     held = [(o, a) for o, _, a in objects if a is not None]     # (their __dict__)
-    return (tuple(d for d, _ in dicts), tuple(v for _, v in dicts),
+    return (DictVersions([d for d, _ in dicts], [v for _, v in dicts]), None,
             tuple(o for o, _, _ in objects), tuple(c for _, c, _ in objects),
             tuple(o for o, _ in held), tuple(a for _, a in held),
             tuple(x for x, _ in lists), tuple(len(c) for _, c in lists),
@@ -146,10 +147,10 @@ def _columns(records) -> tuple:
 
 
 def _unchanged(columns) -> bool:
-    (dicts, versions, objects, classes, holders, attrs, lists, lengths, items,
+    (dicts, _, objects, classes, holders, attrs, lists, lengths, items,
      sets, keys, plain_sets, contents, arrays, data) = columns
     try:
-        return (tuple(map(_dict_version, dicts)) == versions and
+        return (dicts.unchanged() and
                 tuple(map(type, objects)) == classes and
                 all(map(_is, map(_attribute, holders, _DICT), attrs)) and
                 tuple(map(len, lists)) == lengths and
@@ -244,7 +245,7 @@ def _slots(inputs: bool):
 class Bindings:
     """Whether each name of a namespace (a module's globals) and each cell still holds
     the recorded object: by the namespaces' tags while none moved, else by identity."""
-    __slots__ = ("names", "cells", "values", "spaces", "versions")
+    __slots__ = ("names", "cells", "values", "spaces", "versions", "refs")
 
     def __init__(self, names, cells):
         """``names``: (namespace, name, value); ``cells``: (cell, value or ``empty``)."""
@@ -254,23 +255,24 @@ class Bindings:
         self.cells = tuple(cell for cell, _ in cells)       # (each once: the functions a
         self.values = tuple(value for _, value in cells)    # trace called repeat theirs)
         self.spaces = tuple({id(ns): ns for ns, _, _ in self.names}.values())
-        self.versions = tuple(map(_dict_version, self.spaces)) if _dict_version else None
+        self.versions = DictVersions(self.spaces) if _dict_version else None
+        self.refs = CellRefs(self.cells, self.values, EMPTY)     # (the cells, read from C)
 
     def __call__(self) -> bool:
-        try:
-            if not all(map(_is, map(_contents, self.cells), self.values)):
-                return False
-        except ValueError:                  # an empty cell (recorded as such, or now)
-            if not all(_cell(c) is v for c, v in zip(self.cells, self.values)):
-                return False
-        if self.versions is not None and \
-                tuple(map(_dict_version, self.spaces)) == self.versions:
+        if not self.refs.unchanged():       # (None: C cannot tell; False: say which here)
+            try:
+                if not all(map(_is, map(_contents, self.cells), self.values)):
+                    return False
+            except ValueError:              # an empty cell (recorded as such, or now)
+                if not all(_cell(c) is v for c, v in zip(self.cells, self.values)):
+                    return False
+        if self.versions is not None and self.versions.unchanged():
             return True
         for ns, name, value in self.names:
             if ns.get(name, EMPTY) is not value:
                 return False
         if self.versions is not None:
-            self.versions = tuple(map(_dict_version, self.spaces))
+            self.versions = self.versions.now()
         return True
 
 

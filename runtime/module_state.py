@@ -23,6 +23,7 @@ from typing import Any, Dict, List
 import torch
 from torch.utils.hooks import RemovableHandle
 
+from .c_guards import DictVersions
 from .guard_tags import Tags, TaggedPrint
 from .python_state import fingerprint, user_classes
 
@@ -84,7 +85,7 @@ class ModuleState:
         # an empty hook dict gets a hook only through a handle, which takes the next id of
         # torch's global counter: one number stands for all of them
         dicts = [d for d in dicts if d or id(d) not in self._hook_dicts]
-        tags = [(RemovableHandle.next_id, tuple(map(_dict_version, dicts)))]
+        tags = [RemovableHandle.next_id, DictVersions(dicts)]     # (read from C)
         held = [TaggedPrint(o) for o in objects]            # (their own tags)
         if prints is not None:
             prints.extend(held)
@@ -94,11 +95,11 @@ class ModuleState:
         def check() -> bool:
             if tagged and not tagged():
                 return False
-            now = (RemovableHandle.next_id, tuple(map(_dict_version, dicts)))
-            if now == tags[0]:
+            if RemovableHandle.next_id == tags[0] and tags[1].unchanged():
                 return True
+            now = [RemovableHandle.next_id, tags[1].now()]
             if full():
-                tags[0] = now
+                tags[:] = now
                 return True
             return False
         return check

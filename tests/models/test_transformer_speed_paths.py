@@ -143,3 +143,73 @@ def test_forms_eager_runs_slowly_keep_their_ops(form):
             torch.testing.assert_close(got, exp, rtol=1e-5, atol=1e-5, equal_nan=True)
             x = x + 1
         assert "encoder_layer" not in _ops(g, x, **kwargs)
+
+
+# ----------------------------------------------------------------- guard reads in C
+def test_c_guards_answer_as_python_does():
+    from runtime import c_guards
+    from runtime.guard_tags import EMPTY, Bindings
+    if c_guards._checker() is None:
+        pytest.skip("no C compiler here: the Python comparison runs")
+    a, b = {"x": 1}, dict.fromkeys(range(40))
+    tags = c_guards.DictVersions([a, b])
+    assert tags.unchanged() is True and tags.now().unchanged() is True
+    a["x"] = 2
+    assert tags.unchanged() is False and tags.now().unchanged() is True
+    b.pop(3)
+    assert tags.unchanged() is False
+    assert c_guards.DictVersions([]).unchanged() is True
+
+    first, second = object(), object()
+
+    def make():
+        value = first
+
+        def read():
+            return value
+
+        def rebind(v):
+            nonlocal value
+            value = v
+
+        def clear():
+            nonlocal value
+            del value
+        return read, rebind, clear
+    read, rebind, clear = make()
+    cell = read.__closure__[0]
+    refs = c_guards.CellRefs([cell], [first], EMPTY)
+    bound = Bindings([], [(cell, first)])
+    assert refs.unchanged() is True and bound()
+    rebind(second)
+    assert refs.unchanged() is False and not bound()
+    rebind(first)
+    assert refs.unchanged() is True and bound()
+    clear()                                     # an empty cell
+    assert refs.unchanged() is False and not bound()
+    empty = Bindings([], [(cell, EMPTY)])
+    assert c_guards.CellRefs([cell], [EMPTY], EMPTY).unchanged() is True and empty()
+    rebind(first)
+    assert not empty()
+
+
+def test_guards_read_from_c_still_retrace_on_changes():
+    """A converted model's guard (module dicts, globals, closure cells, config objects)
+    with the C reads: each kind of change is still seen, strict mode, values as eager."""
+    m = _encoder(layers=1)
+    scale = [2.0]
+
+    def run(x):
+        return m(x) * scale[0]
+    g = to_graph(run, strict=True)
+    x = torch.randn(1, 7, 32)
+    with torch.no_grad():
+        assert torch.equal(g(x), run(x))
+        m.layers[0].norm1.eps = 0.5                     # a module attribute
+        torch.testing.assert_close(g(x), run(x), rtol=1e-5, atol=1e-5)
+        scale[0] = 3.0                                   # a list the function reads
+        torch.testing.assert_close(g(x), run(x), rtol=1e-5, atol=1e-5)
+        m.layers[0].linear1.weight = nn.Parameter(torch.randn(64, 32))   # a parameter
+        torch.testing.assert_close(g(x), run(x), rtol=1e-5, atol=1e-5)
+        m.eval()                                          # tags move, nothing changed
+        torch.testing.assert_close(g(x), run(x), rtol=1e-5, atol=1e-5)
