@@ -6,8 +6,8 @@ written back to the caller's objects after the graph runs.
 
 An argument that is an object (not a tensor, a Python scalar, a pytree container, an
 ``nn.Module`` or an object of torch's own: an optimizer) is walked as the guard walks it
-(``python_state.guard_print``, to its depth): every list, dict and object ``__dict__`` it
-looks into is a *holder*, in walk order, and every tensor a holder holds (not an
+(``python_state.guard_print``, to its depth): every list, dict and object ``__dict__`` (or
+``__slots__``: kind "slots") it looks into is a *holder*, in walk order, and every tensor a holder holds (not an
 ``nn.Parameter``) is a graph input, appended to the call's flattened arguments
 (``ArgumentLeaves``: one input per distinct tensor; one that is also a tensor argument is
 that argument). The signature holds their metadata (so a dim that grows call after call
@@ -33,7 +33,7 @@ import torch
 
 from .introspection import kind_of
 from .operators import argument_containers
-from .python_state import InputSlots, guard_print, is_tensor
+from .python_state import InputSlots, guard_print, is_tensor, slots_of, slotted
 from .outputs import resolve_arguments
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None))
@@ -50,7 +50,8 @@ def walks(v) -> bool:
     if module in ("torch", "runtime", "transpiler", "builtins") and \
             not isinstance(v, (list, dict)):
         return False
-    return isinstance(getattr(v, "__dict__", None), dict) or isinstance(v, (list, dict))
+    return isinstance(getattr(v, "__dict__", None), dict) or isinstance(v, (list, dict)) or \
+        slotted(v)
 
 
 class Found:
@@ -124,6 +125,8 @@ def items(container, kind: str):
         return list(list.__iter__(container))
     if kind == "dict":
         return dict(_dict(container).items(container))
+    if kind == "slots":
+        return slots_of(container)
     return dict(vars(container))
 
 
@@ -142,6 +145,12 @@ def put_items(container, kind: str, state) -> None:
         methods.clear(container)
         for k, v in state.items():
             methods.__setitem__(container, k, v)
+    elif kind == "slots":           # (bypassing a class's own __setattr__, as vars())
+        for name in slots_of(container):
+            if name not in state:
+                object.__delattr__(container, name)
+        for k, v in state.items():
+            object.__setattr__(container, k, v)
     else:
         attrs = vars(container)
         attrs.clear()
@@ -153,6 +162,8 @@ def _put(container, kind: str, key, value) -> None:
         list.__setitem__(container, key, value)
     elif kind == "dict":
         _dict(container).__setitem__(container, key, value)
+    elif kind == "slots":
+        object.__setattr__(container, key, value)
     else:
         vars(container)[key] = value
 

@@ -256,7 +256,8 @@ def _fp_inner(v, cls, depth: int, walk: _Walk):
             put_back = builtin_state.restorer(v)
             if put_back is not None:
                 walk.containers.append((v, _PutBack(put_back)))
-        inner = _attrs(v, dict(inner), carried, depth, walk, record=False) \
+        inner = (walk.inputs.holder(v, "slots", depth, walk) if walk.inputs is not None and
+                 slotted(v) else _attrs(v, dict(inner), carried, depth, walk, record=False)) \
             if slot_names(cls) and attrs is None else _fp(inner, depth + 1, walk)
     if not isinstance(attrs, dict):
         return ("id", id(v)) if inner is None else (cls, "state", inner)
@@ -291,6 +292,7 @@ class InputSlots:
         if self.record:
             self.holders.append((v, kind))
         items = enumerate(v) if kind == "list" else vars(v).items() if kind == "attrs" \
+            else slots_of(v).items() if kind == "slots" \
             else (collections.OrderedDict if isinstance(v, collections.OrderedDict)
                   else dict).items(v)
         out = []
@@ -304,6 +306,19 @@ class InputSlots:
             else:
                 out.append((_key(k), _fp(x, depth, walk)))
         return tuple(out)
+
+
+def slotted(v) -> bool:
+    """Whether ``v`` is an object of a user class keeping its attributes in ``__slots__``
+    only (an argument object: its slots are a holder, kind "slots")."""
+    cls = type(v)
+    return not hasattr(v, "__dict__") and not hasattr(cls, "__next__") and \
+        bool(slot_names(cls)) and bool(user_classes(cls))
+
+
+def slots_of(v) -> dict:
+    """The slots of ``v`` that are set, by name."""
+    return {name: getattr(v, name) for name in slot_names(type(v)) if hasattr(v, name)}
 
 
 def _carried_leaf(x) -> bool:

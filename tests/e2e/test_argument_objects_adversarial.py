@@ -359,7 +359,7 @@ class Slotted:
         self.t = t
 
 
-@case(lambda s: (T(s), Slotted(T(s + 10))), xfail="needless fallback: a __slots__ object")
+@case(lambda s: (T(s), Slotted(T(s + 10))))
 def slots_object_written(x, o):
     o.t = o.t + x
     o.u = x

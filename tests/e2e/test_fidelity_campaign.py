@@ -4,6 +4,7 @@ Every case runs eager and converted (default and strict) on fresh twin inputs, t
 with other values and sizes, and ``object_graph_oracle`` compares all the caller can see
 afterwards (identity, types, keys and their order, tensors, printed text)."""
 import collections
+import dataclasses
 
 import pytest
 import torch
@@ -217,6 +218,57 @@ def list_argument_appended_on_one_path(x, items):
     return x
 
 
+# ----------------------------------- __slots__ argument objects (kind "slots" holders)
+class Slotted:
+    __slots__ = ("t", "u", "n")
+
+    def __init__(self, t, n=0):
+        self.t = t
+        self.n = n
+
+
+@dataclasses.dataclass(slots=True)
+class SlotRec:
+    t: object = None
+    k: int = 0
+    items: list = dataclasses.field(default_factory=list)
+
+
+@case(lambda s: (_sign(s), Slotted(T(s + 10))))
+def slots_object_written_in_tensor_if(x, o):
+    if x.sum() > 0:
+        o.t = o.t + x
+    else:
+        o.t = o.t * 2
+    return o.t.sum()
+
+
+@case(lambda s: (T(s), Slotted(T(s + 10), n=s)))
+def slots_object_unset_slot_set_and_number_read(x, o):
+    o.u = x * o.n
+    return o.t + o.u
+
+
+@case(lambda s: (T(s), Slotted(T(s + 10))))
+def slots_object_tensor_changed_in_place(x, o):
+    o.t.mul_(2)
+    return o
+
+
+@case(lambda s: (_sign(s), SlotRec(T(s + 1), k=s, items=_list(s))))
+def slots_dataclass_with_a_list(x, r):
+    r.items.append(r.t * x)
+    if x.sum() > 0:
+        r.t = r.t + r.items[0]
+    return r.k * x
+
+
+@case(lambda s: (T(s), Slotted(T(s + 10))), expect="falls back")
+def slots_object_counter_bumped(x, o):
+    o.n += 1                        # a number the graph would set to its trace's value
+    return x * o.n
+
+
 @pytest.mark.parametrize("fn,make,expect", list(CASES.values()))
 def test_against_eager(fn, make, expect):
     found = differences(fn, make)
@@ -257,3 +309,56 @@ def test_list_argument_kept_identity_and_grows_across_calls():
         assert torch.allclose(g(T(s), mine), step(T(s), theirs))
     assert len(mine) == len(theirs) == 4
     assert all(type(t) is torch.Tensor and torch.allclose(t, u) for t, u in zip(mine, theirs))
+
+
+def test_list_argument_of_a_module_forward_and_a_method():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+
+        def forward(self, x, hidden):
+            h = self.lin(x)
+            hidden.append(h)
+            if h.sum() > 0:
+                hidden[0] = hidden[0] + h
+            return h
+
+    class Stepper:
+        @to_graph
+        def step(self, x, items):
+            items.insert(0, x)
+            return items.pop()
+
+    torch.manual_seed(0)
+    net = Net()
+    g = to_graph(net, strict=True)
+    signs = set()
+    for s in range(4):
+        x = torch.randn(2, 3, generator=torch.Generator().manual_seed(s))
+        mine, theirs = [torch.zeros(2, 3)], [torch.zeros(2, 3)]
+        assert torch.allclose(g(x, mine), net(x, theirs))
+        assert len(mine) == len(theirs) == 2
+        assert all(torch.allclose(p, q) for p, q in zip(mine, theirs))
+        signs.add(bool(net.lin(x).sum() > 0))
+    assert signs == {True, False}           # both paths of the tensor if were taken
+    items = [T(1), T(2)]
+    last = items[-1]
+    assert Stepper().step(T(3), items) is not None
+    assert len(items) == 2 and torch.equal(items[0], T(3)) and torch.equal(items[1], T(1))
+    assert not any(t is last for t in items)
+
+
+def test_one_slots_object_across_calls_is_guarded_by_place():
+    def step(x, o):
+        o.t = o.t + x
+        return o.t * 2
+
+    g = to_graph(step, strict=True)
+    mine, theirs = Slotted(T(0)), Slotted(T(0))
+    for s in range(4):
+        assert torch.allclose(g(T(s + 1), mine), step(T(s + 1), theirs))
+        assert type(mine.t) is torch.Tensor and torch.allclose(mine.t, theirs.t)
+    assert g.cache_info().traces == 1           # its tensor is an input, not a constant
+    other = Slotted(T(5), n=3)                  # another object: the guard reads its slots
+    assert torch.allclose(g(T(1), other), step(T(1), Slotted(T(5), n=3)))
