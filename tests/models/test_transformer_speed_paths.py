@@ -213,3 +213,22 @@ def test_guards_read_from_c_still_retrace_on_changes():
         torch.testing.assert_close(g(x), run(x), rtol=1e-5, atol=1e-5)
         m.eval()                                          # tags move, nothing changed
         torch.testing.assert_close(g(x), run(x), rtol=1e-5, atol=1e-5)
+
+
+def test_backend_flag_readers_answer_as_the_attribute_walk():
+    """``trace_reads.backend_flags`` reads each flag without walking ``torch.backends``;
+    its answers are the walk's, also after flags are set (and back)."""
+    from runtime import trace_reads as tr
+    walk = lambda: tuple(tr._flag(p) for p in tr._BACKEND_FLAGS)  # noqa: E731
+    assert tr.backend_flags() == walk()
+    before = torch.backends.mkldnn.enabled, torch.backends.cudnn.benchmark
+    try:
+        torch.backends.mkldnn.enabled = not before[0]
+        torch.backends.cudnn.benchmark = not before[1]
+        assert tr.backend_flags() == walk()
+        assert tr.backend_flags()[:3:2] == (not before[0], not before[1])
+    finally:
+        torch.backends.mkldnn.enabled, torch.backends.cudnn.benchmark = before
+    assert tr.backend_flags() == walk()
+    with torch.backends.mkldnn.flags(enabled=False):
+        assert tr.backend_flags()[0] is False and tr.backend_flags() == walk()
