@@ -6,6 +6,10 @@ ConvNeXtV2, LeViT (transformers); timm mixer, ghostnet, cspresnet, dla, hrnet, r
 poolformer, fastvit, coat, edgenext; torchvision mnasnet, mobilenet_v2/v3_large, resnext50,
 wide_resnet50, alexnet.
 
+Added by h24 (``NEW_USER``): Gemma3, OLMo, OLMo2, CodeGen, GPT-Neo, StarCoder2, Granite,
+Qwen3-MoE, RWKV, mBART, Pegasus, Marian, M2M100, SigLIP (transformers); timm levit_128s,
+regnetx_002, efficientnetv2_rw_t, maxvit_nano, coatnet_nano.
+
 transformers (Mistral, Qwen2, Phi, Phi3, Gemma, Gemma2, OPT, GPT-NeoX, GPT-J, Falcon,
 DistilBERT, RoBERTa, ALBERT, ELECTRA, BART, Whisper, CLIP, Mixtral, Qwen2-MoE), timm
 (resnet, efficientnet, convnext, deit, swin, mobilevit) and torchvision (vgg11,
@@ -470,10 +474,127 @@ def tv_alexnet(mask=False):
     return _tv("alexnet", size=64)
 
 
+# ------------------------------------------------------------------ not tried before (h24)
+def gemma3(mask=False):
+    return _text(_hf("Gemma3TextConfig", "Gemma3ForCausalLM", num_key_value_heads=2,
+                     head_dim=16, sliding_window=8, use_cache=False, **WIDTH), mask)
+
+
+def olmo(mask=False):
+    return _text(_hf("OlmoConfig", "OlmoForCausalLM", use_cache=False, **WIDTH), mask)
+
+
+def olmo2(mask=False):
+    return _text(_hf("Olmo2Config", "Olmo2ForCausalLM", use_cache=False, **WIDTH), mask)
+
+
+def codegen(mask=False):
+    return _text(_hf("CodeGenConfig", "CodeGenForCausalLM", vocab_size=VOCAB, n_embd=64,
+                     n_layer=2, n_head=4, n_positions=64, rotary_dim=8, use_cache=False,
+                     attn="eager"), mask)
+
+
+def gpt_neo(mask=False):
+    return _text(_hf("GPTNeoConfig", "GPTNeoForCausalLM", vocab_size=VOCAB, hidden_size=64,
+                     num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]],
+                     window_size=8, max_position_embeddings=64, use_cache=False,
+                     attn="eager"), mask)
+
+
+def starcoder2(mask=False):
+    return _text(_hf("Starcoder2Config", "Starcoder2ForCausalLM", num_key_value_heads=2,
+                     use_cache=False, **WIDTH), mask)
+
+
+def granite(mask=False):
+    return _text(_hf("GraniteConfig", "GraniteForCausalLM", num_key_value_heads=2,
+                     use_cache=False, **WIDTH), mask)
+
+
+def qwen3_moe(mask=False):
+    return _text(_hf("Qwen3MoeConfig", "Qwen3MoeForCausalLM", num_key_value_heads=2,
+                     head_dim=16, num_experts=4, num_experts_per_tok=2,
+                     moe_intermediate_size=32, use_cache=False, **WIDTH), mask)
+
+
+def rwkv(mask=False):
+    return _text(_hf("RwkvConfig", "RwkvForCausalLM", vocab_size=VOCAB, hidden_size=64,
+                     num_hidden_layers=2, attention_hidden_size=64, intermediate_size=128,
+                     context_length=64, use_cache=False, attn="eager"), False)
+
+
+def _bart_like(config_cls, model_cls, **extra):
+    m = _hf(config_cls, model_cls, vocab_size=VOCAB, d_model=64, encoder_layers=2,
+            decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+            encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64,
+            use_cache=False, **extra)
+    return m
+
+
+def mbart(mask=False):
+    return _seq2seq(_bart_like("MBartConfig", "MBartForConditionalGeneration"), mask)
+
+
+def pegasus(mask=False):
+    return _seq2seq(_bart_like("PegasusConfig", "PegasusForConditionalGeneration"), mask)
+
+
+def marian(mask=False):
+    return _seq2seq(_bart_like("MarianConfig", "MarianMTModel", decoder_vocab_size=VOCAB,
+                               pad_token_id=VOCAB - 1, decoder_start_token_id=VOCAB - 1),
+                    mask)
+
+
+def m2m100(mask=False):
+    return _seq2seq(_bart_like("M2M100Config", "M2M100ForConditionalGeneration"), mask)
+
+
+def siglip(mask=False):
+    m = _hf("SiglipConfig", "SiglipModel",
+            text_config=dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                             num_hidden_layers=2, num_attention_heads=4,
+                             max_position_embeddings=SEQ),
+            vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                               num_attention_heads=4, image_size=32, patch_size=8))
+
+    def make(b, s):
+        (ids,), _ = _tokens(b, s, False)       # SigLIP's text tower takes no attention mask
+        g = torch.Generator().manual_seed(s + 7)
+        return (ids,), {"pixel_values": torch.randn(b, 3, 32, 32, generator=g)}
+    return m, make
+
+
+def timm_levit(mask=False):
+    return _timm("levit_128s", img_size=64)
+
+
+def timm_regnet(mask=False):
+    return _timm("regnetx_002")
+
+
+def timm_efficientnetv2(mask=False):
+    return _timm("efficientnetv2_rw_t")
+
+
+def timm_maxvit(mask=False):
+    return _timm("maxvit_nano_rw_256", size=64, img_size=64)
+
+
+def timm_coatnet(mask=False):
+    return _timm("coatnet_nano_rw_224", size=64, img_size=64)
+
+
+NEW_USER_TEXT = ("gemma3", "olmo", "olmo2", "codegen", "gpt_neo", "starcoder2", "granite",
+                 "qwen3_moe", "rwkv", "mbart", "pegasus", "marian", "m2m100", "siglip")
+NEW_USER = NEW_USER_TEXT + ("timm_levit", "timm_regnet", "timm_efficientnetv2",
+                            "timm_maxvit", "timm_coatnet")
+
+
 TEXT = ("mistral", "qwen2", "phi", "phi3", "gemma", "gemma2", "opt", "gpt_neox", "gptj",
         "falcon", "mixtral", "qwen2_moe", "distilbert", "roberta", "albert", "electra",
         "bart", "whisper", "clip", "bloom", "mpt", "gpt_bigcode", "persimmon", "stablelm",
-        "qwen3", "deberta_v2", "xlnet", "funnel", "mobilebert", "squeezebert", "convbert")
+        "qwen3", "deberta_v2", "xlnet", "funnel", "mobilebert", "squeezebert", "convbert") \
+    + NEW_USER_TEXT
 SURVEY: Dict[str, Callable] = {name: globals()[name] for name in TEXT + (
     "timm_resnet", "timm_efficientnet", "timm_convnext", "timm_deit", "timm_swin",
     "timm_mobilevit", "tv_vgg11", "tv_densenet121", "tv_efficientnet_b0",
@@ -482,4 +603,4 @@ SURVEY: Dict[str, Callable] = {name: globals()[name] for name in TEXT + (
     "levit", "tv_mnasnet", "tv_mobilenet_v2", "tv_mobilenet_v3_large", "tv_resnext",
     "tv_wide_resnet", "tv_alexnet", "timm_mixer", "timm_ghostnet", "timm_cspresnet",
     "timm_dla", "timm_hrnet", "timm_repvgg", "timm_rexnet", "timm_poolformer", "timm_fastvit",
-    "timm_coat", "timm_edgenext")}
+    "timm_coat", "timm_edgenext") + NEW_USER[len(NEW_USER_TEXT):]}

@@ -130,7 +130,8 @@ def _kind(cls) -> int:
         kind = _FLOAT if issubclass(cls, float) else _ATOM if issubclass(cls, _ATOMS) or \
             (cls.__module__, cls.__qualname__) in _VALUE_CLASSES else \
             _IDENTITY if (issubclass(cls, _CODE) or _tensor_class(cls) or
-                          cls.__module__.split(".")[0] in ("runtime", "transpiler")) else \
+                          cls.__module__.split(".")[0] in ("runtime", "transpiler")
+                          and not getattr(cls, "__tograph_carried__", False)) else \
             _LOGGER if library and issubclass(cls, logging.Logger) else \
             _IDENTITY if library and issubclass(cls, _LOGGING) else _WALK
         if len(_KINDS) < 10_000:

@@ -505,6 +505,8 @@ def _shallow_differs(obj, copy) -> bool:
 
 def _user_class(cls) -> bool:
     """Instances of classes defined in user code (a library's object may be shared)."""
+    if getattr(cls, "__tograph_carried__", False):   # (a stand-in the call made: a generator)
+        return True
     module = sys.modules.get(cls.__module__)
     filename = getattr(module, "__file__", None)
     if not filename or getattr(cls, "__slots__", None) is not None:
@@ -517,6 +519,8 @@ def _dict_object(obj) -> bool:
     in its ``__dict__`` (a library's too: a KV cache layer's ``keys``); the front door
     refuses the change where the object existed before the call (``shared_touched``)."""
     from .outputs import slot_names
+    if getattr(type(obj), "__tograph_carried__", False):
+        return True
     return not slot_names(type(obj)) and not type(obj).__module__.startswith(
         ("runtime", "transpiler", "torch"))
 

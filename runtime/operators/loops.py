@@ -35,6 +35,7 @@ from .decisions import _LISTENERS, note
 from .iterables import _RangeSource, as_source, is_symbolic_iterable
 from . import state_aliases
 from .object_state import object_states, unwrap_state, wrap_state, wrapping
+from .fresh_loop_objects import adopting, settle
 from .special_values import Undefined
 
 
@@ -62,9 +63,10 @@ def while_stmt(test, body, state, names):
     state_aliases.check(state, names, "a tensor-dependent loop")
     state = wrap_state(state)
     state = _prepare_state(wrapping(body), state, names, location, "while")
-    out = staged_while(wrapping_test(test), wrapping(body), state, names=names,
-                       location=location)
-    return unwrap_state(out)
+    fresh: set = set()          # a variable rebound to a new object per iteration
+    out = staged_while(wrapping_test(test), adopting(wrapping(body), fresh), state,
+                       names=names, location=location)
+    return tuple(settle(list(unwrap_state(out)), fresh, state, format_location(location)))
 
 
 def wrapping_test(test):

@@ -154,7 +154,8 @@ def is_plain_object(value) -> bool:
     if isinstance(value, (torch.Tensor, torch.nn.Module, TensorList, type, types.ModuleType,
                           types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
         return False
-    if type(value).__module__.split(".")[0] == "runtime":   # our own markers
+    if type(value).__module__.split(".")[0] == "runtime" and \
+            not getattr(type(value), "__tograph_carried__", False):   # our own markers
         return False
     if isinstance(value, tuple):
         return False

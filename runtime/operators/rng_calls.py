@@ -28,6 +28,7 @@ from .. import graph_ops
 from ..errors import GraphError
 from ..source_info import format_location, user_location
 from ..symbolic import current_graph, dispatch_record
+from . import traced_generators
 
 NOT_RNG = object()
 
@@ -101,6 +102,9 @@ def rng_call(f, args, kwargs):
         return staged(*args, **kwargs)
     if refused is not None:
         raise _refuse(f"calls {refused}")
+    made = traced_generators.generator_call(f, args, kwargs)   # a generator made here
+    if made is not None:
+        return made
     if isinstance(getattr(f, "__self__", None), torch.Generator):
         raise _refuse(f"a torch.Generator's {getattr(f, '__name__', 'method')}()")
     if any(isinstance(v, torch.Generator) for v in kwargs.values()) or \

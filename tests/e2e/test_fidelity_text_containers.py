@@ -398,8 +398,24 @@ def numpy_seeded(x):
     return x + float(np.random.rand())
 
 
-@pytest.mark.parametrize("fn", [generator_made_inside, initial_seed_read, library_reseeds,
-                                fork_all_devices, numpy_seeded])
+def test_a_generator_made_inside_converts_with_eagers_draws():
+    """Its state is a graph value (``runtime/operators/traced_generators.py``): each call
+    draws what eager draws, and the global generator is left as eager leaves it."""
+    for strict in (True, False):
+        g = to_graph(generator_made_inside, strict=strict)
+        for (x,) in PATHS:
+            torch.manual_seed(5)
+            exp, exp_next = generator_made_inside(x.clone()), torch.rand(2)
+            torch.manual_seed(5)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FallbackWarning)
+                got = g(x.clone())
+            torch.testing.assert_close(got, exp, rtol=0, atol=0)
+            torch.testing.assert_close(torch.rand(2), exp_next, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fn", [initial_seed_read, library_reseeds, fork_all_devices,
+                                numpy_seeded])
 def test_random_state_a_graph_cannot_repeat_falls_back(fn):
     for strict in (True, False):
         g = to_graph(fn, strict=strict)
