@@ -201,10 +201,11 @@ def _run_any(func, args, kwargs) -> Inferred:
 _RETRY_SIZES = (1, 2, 3, 4, 5, 6, 8, 16)
 
 
-def _retry_with_other_sizes(func, args, kwargs, dynamic) -> Inferred:
+def _retry_with_other_sizes(func, args, kwargs, dynamic):
     """The op failed with the example sizes of run-time dimensions (``x[:2] + ones(3)``
     where ``x[:2]`` has a dynamic length): try other sizes for them; the first that works
-    gives the output's meta. If none works, the op fails for every size: raise."""
+    gives the output's meta, returned with the sizes that gave it (``_generalize`` starts
+    from them). If none works, the op fails for every size: raise."""
     error = None
     for size in _RETRY_SIZES:
         resize = {}
@@ -214,7 +215,7 @@ def _retry_with_other_sizes(func, args, kwargs, dynamic) -> Inferred:
             resize[id(t)] = [size if d is None else s for s, d in zip(t.shape, dims)]
         try:
             margs, mkwargs = _to_meta_args(args, kwargs, resize)
-            return _run_any(func, margs, mkwargs)
+            return _run_any(func, margs, mkwargs), resize
         except Exception as e:  # noqa: PERF203 - trying sizes until one fits
             error = e
     raise error
@@ -227,16 +228,21 @@ def _dynamic_inputs(args, kwargs):
     return found
 
 
-def _generalize(first: Inferred, func, args, kwargs, dynamic) -> Inferred:
-    """Mark output dims that follow the run-time-sized input dims as dynamic (None)."""
+def _generalize(first: Inferred, func, args, kwargs, dynamic, sizes=None) -> Inferred:
+    """Mark output dims that follow the run-time-sized input dims as dynamic (None);
+    ``sizes``: the input sizes ``first`` was inferred at, where not the examples'."""
     unknown_rank = any(_symbolic_meta(t).shape is None for t in dynamic)
-    resize = {}
+    sizes = sizes or {}
+    resize, doubled = {}, {}
     for t in dynamic:
         meta = _symbolic_meta(t)
         dims = meta.shape if meta.shape is not None else (None,) * t.dim()
-        resize[id(t)] = [s + 1 if d is None else s for s, d in zip(t.shape, dims)]
-    hints = {s for t in dynamic for s, d in zip(t.shape, _symbolic_meta(t).shape or
-                                                  (None,) * t.dim()) if d is None}
+        shape = sizes.get(id(t), tuple(t.shape))
+        resize[id(t)] = [s + 1 if d is None else s for s, d in zip(shape, dims)]
+        doubled[id(t)] = [2 * s if d is None else s for s, d in zip(shape, dims)]
+    hints = {s for t in dynamic for s, d in zip(sizes.get(id(t), tuple(t.shape)),
+                                                _symbolic_meta(t).shape or
+                                                (None,) * t.dim()) if d is None}
     if _strict() and not unknown_rank:
         second = _proven(func, args, kwargs, dynamic)
         _same_count(first.meta, second, func)
@@ -244,11 +250,14 @@ def _generalize(first: Inferred, func, args, kwargs, dynamic) -> Inferred:
             second = _at_one(first.meta, second, _run_at_one(func, args, kwargs, dynamic),
                              func)
     else:
-        try:
-            margs, mkwargs = _to_meta_args(args, kwargs, resize)
-            second = _run_any(func, margs, mkwargs).meta
-        except Exception:
-            second = None
+        second = None
+        for other in (resize, doubled):     # one bigger, else doubled (``view(6, -1)``)
+            try:
+                margs, mkwargs = _to_meta_args(args, kwargs, other)
+                second = _run_any(func, margs, mkwargs).meta
+                break
+            except Exception:  # noqa: PERF203,BLE001 - the next sizes
+                continue
 
     def join(m1: TensorMeta, m2: Optional[TensorMeta]) -> TensorMeta:
         if unknown_rank:
@@ -572,14 +581,15 @@ def _infer(func, args, kwargs) -> Inferred:
     else:
         margs, mkwargs = _to_meta_args(args, kwargs)
     dynamic = _dynamic_inputs(args, kwargs)
+    sizes = None
     try:
         result = _run_any(func, margs, mkwargs)
     except Exception:
         if not dynamic or inplace:
             raise
-        result = _retry_with_other_sizes(func, args, kwargs, dynamic)
+        result, sizes = _retry_with_other_sizes(func, args, kwargs, dynamic)
     if dynamic and result.meta is not None:
-        result = _generalize(result, func, args, kwargs, dynamic)
+        result = _generalize(result, func, args, kwargs, dynamic, sizes)
     if key is not None:
         if len(_CACHE) > _CACHE_LIMIT:
             _CACHE.clear()

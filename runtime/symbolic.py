@@ -26,7 +26,7 @@ from torch.overrides import TorchFunctionMode
 from . import graph_ops, views
 from . import autocast_ops, autograd_effects, item_values
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
-from . import carried_numbers, library_questions
+from . import carried_numbers, library_questions, tensor_of_items
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
 from .graph import Graph, Node, find_leaves, map_structure
@@ -603,6 +603,8 @@ def dispatch_record(func, args, kwargs, concrete: bool = False):
 def _record_call(func, args, kwargs, concrete: bool):
     if func is torch.tensor or func is torch.as_tensor:
         made = _tensor_of_python_int(args, kwargs)
+        if made is None and func is torch.tensor:
+            made = tensor_of_items.tensor_of(args, kwargs)
         if made is not None:
             return made
     if func in index_lists.INDEXING and len(args) >= 2:

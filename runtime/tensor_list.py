@@ -260,8 +260,23 @@ def stack_list(items: list, like) -> TensorList:
         stack = torch.stack(tensors)
         flags = frozenset(grad_of(t) for t in tensors)
     else:
+        _check_static_rows(like)
         stack = torch.empty((0,) + tuple(int(d) for d in shape), dtype=dtype)
         flags = frozenset()
     if hasattr(stack, "_node"):
         stack._tograph_element_grads = flags
     return TensorList(stack)
+
+
+def _check_static_rows(like) -> None:
+    """An empty list's stack gets its row shape from the element appended to it: a
+    dimension of that element known only at run time (``data[i:i + 6]`` with a traced
+    ``i``: shorter near the end) has no size to give it, and an example size taken for it
+    would make the stack refuse the real rows when the graph runs."""
+    dims = _dims(like.stack)[1:] if isinstance(like, TensorList) else \
+        _dims(like) if isinstance(like, torch.Tensor) else ()
+    if dims is not None and None in dims:
+        raise TracingError(
+            f"{format_location(user_location())}: a list built in a tensor loop (one stacked "
+            f"tensor) gets elements of shape {_text(dims)}, a size known only when the graph "
+            f"runs: the stack's rows cannot be given a shape")

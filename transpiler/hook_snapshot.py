@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
+from . import module_containers
+
 # the dicts ``register_forward_hook``/``register_forward_pre_hook``/... add entries to
 _DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
           "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
@@ -23,14 +25,16 @@ _DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_
 class Taken:
     """``hooks``: [(hook dict, its keys)]; ``attributes``: [(module, copy of its
     ``__dict__``)] for every module of the tree; ``tensors``: [(module's name,
-    "_parameters" or "_buffers", that dict, a copy)]."""
+    "_parameters" or "_buffers", that dict, a copy)]; ``containers``: [(module's name,
+    attribute, a list/dict/set the module holds, a copy)]."""
 
-    __slots__ = ("hooks", "attributes", "tensors")
+    __slots__ = ("hooks", "attributes", "tensors", "containers")
 
-    def __init__(self, hooks, attributes, tensors=()):
+    def __init__(self, hooks, attributes, tensors=(), containers=()):
         self.hooks: List[Tuple[dict, frozenset]] = hooks
         self.attributes: list = attributes
         self.tensors: list = list(tensors)
+        self.containers: list = list(containers)
 
 
 NOTHING = Taken([], [])
@@ -43,9 +47,10 @@ def take(owner) -> Taken:
     if not (callable(modules) and isinstance(getattr(owner, "__dict__", None), dict)
             and "_modules" in vars(owner)):
         return NOTHING
-    hooks, attributes, tensors = [], [], []
+    hooks, attributes, tensors, containers = [], [], [], []
     for path, m in owner.named_modules(remove_duplicate=True):
         attributes.append((m, dict(vars(m))))
+        containers += module_containers.take(path, m)
         for name in ("_parameters", "_buffers"):
             d = vars(m).get(name)
             if isinstance(d, dict):
@@ -54,7 +59,7 @@ def take(owner) -> Taken:
             d = vars(m).get(name)
             if isinstance(d, dict):
                 hooks.append((d, frozenset(d)))
-    return Taken(hooks, attributes, tensors)
+    return Taken(hooks, attributes, tensors, containers)
 
 
 def restore(taken: Taken) -> None:
@@ -67,6 +72,7 @@ def restore(taken: Taken) -> None:
         if d.keys() != before.keys() or any(d[k] is not v for k, v in before.items()):
             d.clear()
             d.update(before)
+    module_containers.restore(taken.containers)
 
 
 def replaced_tensor(taken: Taken):
@@ -86,12 +92,14 @@ def replaced_tensor(taken: Taken):
 def tensors_of(modules) -> Taken:
     """Only the parameter and buffer dicts of the trees of ``modules`` (modules the call
     receives or reaches through globals and closures: a model passed to a training step)."""
-    seen, tensors = set(), []
+    seen, tensors, containers = set(), [], []
     for root in modules:
         if _is_module(root) and id(root) not in seen:
             seen.add(id(root))
-            tensors += take(root).tensors
-    return Taken([], [], tensors)
+            taken = take(root)
+            tensors += taken.tensors
+            containers += taken.containers
+    return Taken([], [], tensors, containers)
 
 
 def _is_module(value) -> bool:

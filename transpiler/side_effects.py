@@ -35,7 +35,7 @@ from runtime.python_state import (DEPTH, difference, fingerprint, is_tensor, res
                                   strings_used, user_classes)
 from runtime.source_info import _is_library
 
-from . import hook_snapshot
+from . import hook_snapshot, module_containers
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None))
 
@@ -273,6 +273,8 @@ class Snapshot:
         but for those ``served`` ({id(object): names}) as graph values while tracing
         (``runtime.training_attributes``: ``param_groups``, ``last_epoch``)."""
         for o in objects:
+            if hook_snapshot._is_module(o):     # its zero_grad() changes grads only: its
+                continue                        # attributes stay the module guard's
             read = self._names & {k for k, v in vars(o).items()
                                   if not k.startswith("_") and not callable(v)}
             read -= (served or {}).get(id(o), set())
@@ -421,7 +423,9 @@ class Snapshot:
             or hook_snapshot.replaced_tensor(getattr(self, "_trees", hook_snapshot.NOTHING))
         if replaced is not None:
             return f"the function replaces the module's {replaced}"
-        return ""
+        return module_containers.changed(getattr(self, "_hooks", hook_snapshot.NOTHING)
+                                         .containers + getattr(
+                                             self, "_trees", hook_snapshot.NOTHING).containers)
 
     def changed_labels(self) -> set:
         """The labels (``argument #1``) of the watched objects whose state or deep
@@ -549,6 +553,18 @@ class Snapshot:
         self._objects += other._objects
         self._names |= other._names
         self._codes += other._codes
+
+    def include_new(self, fn) -> None:
+        """Also watch, from now on, the globals and closure of ``fn`` (a user function the
+        trace meets: a helper bumping ``global N``), but those already recorded (their
+        value from before the call is kept)."""
+        other = Snapshot.take(fn, (), {})
+        cells = {id(c) for _, c, _ in self._cells}
+        bound = {(id(ns), name) for ns, name, _ in self._globals}
+        objects = {id(o) for _, o, _, _ in self._objects}
+        self._globals += [e for e in other._globals if (id(e[0]), e[1]) not in bound]
+        self._cells += [e for e in other._cells if id(e[1]) not in cells]
+        self._objects += [e for e in other._objects if id(e[1]) not in objects]
 
     def restore(self) -> None:
         hook_snapshot.restore(getattr(self, "_hooks", hook_snapshot.NOTHING))

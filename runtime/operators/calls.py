@@ -28,8 +28,8 @@ from ..source_info import format_location, user_location
 from ..symbolic import contains_symbolic, current_graph, is_symbolic
 from . import custom_functions, module_hooks, torchscript_calls, truth_builtins
 from .effects import print_, torch_assert
-from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicReversed, SymbolicZip,
-                        TensorList, is_symbolic_iterable, length_of)
+from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicReversed,
+                        TensorList, is_symbolic_iterable, length_of, zip_of)
 from .logical import ifexp
 from .math_calls import NOT_MATH, math_call
 from .messages import NOT_STAGED, staged_message
@@ -193,7 +193,7 @@ _SYMBOLIC_BUILTINS = {
     builtins.len: _len,
     builtins.range: lambda *a: SymbolicRange(*a),
     builtins.enumerate: lambda x, start=0: SymbolicEnumerate(x, start),
-    builtins.zip: lambda *xs: SymbolicZip(*xs),
+    builtins.zip: zip_of,
     builtins.reversed: lambda x: SymbolicReversed(x),
     builtins.int: _int,
     builtins.float: _float,

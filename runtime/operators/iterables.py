@@ -80,6 +80,21 @@ class SymbolicZip:
         return tuple(s.item(i) for s in self.sources)
 
 
+def zip_of(*sources):
+    """``zip(...)`` with a traced source: a ``SymbolicZip`` for a tensor loop, or Python's
+    own zip where a source is a list or tuple that is not one stack of tensors
+    (``zip(saved_actions, returns)``: namedtuples beside a tensor of returns) and every
+    traced source has a length known now: the loop is then as long as the shortest, known
+    while tracing, and unrolled."""
+    python = [s for s in sources if isinstance(s, (list, tuple)) and
+              not (s and all(isinstance(v, torch.Tensor) for v in s))]
+    if python and all(isinstance(length_of(s), int) for s in sources if is_symbolic(s)) \
+            and not any(isinstance(s, (SymbolicRange, SymbolicEnumerate, SymbolicZip,
+                                       SymbolicReversed, TensorList)) for s in sources):
+        return zip(*sources)
+    return SymbolicZip(*sources)
+
+
 class SymbolicReversed:
     """``reversed(...)`` of a tensor, a symbolic range or a list built in a tensor loop."""
 

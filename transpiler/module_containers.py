@@ -1,0 +1,60 @@
+"""Lists, dicts and sets that a model keeps as attributes, and what a trace did to them.
+
+A module's own Python containers (``self.saved_actions = []`` in the PyTorch examples'
+actor-critic, ``self.rewards``, a cache dict) are not parameters or buffers, and the
+fingerprint of the objects a call reaches stops at modules. A trace that appended to one
+(``model.saved_actions.append(...)`` in a helper) left its symbolic tensors there: an
+accepted trace returned a graph that never appends again (silently wrong), and a refused
+one left them for the eager re-run to meet (a crash in the user's ``loss.backward()``).
+``take`` copies each such container of one module (one level: the items themselves by
+identity), ``changed`` names the first whose items differ after a trace (the call falls
+back, strict: ``ConversionError``), ``restore`` puts their items back after a refused
+trace. A trace that appends and clears again (the actor-critic's ``del model.rewards[:]``
+at the end of the step) leaves nothing changed and converts.
+"""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+# torch.nn.Module's own bookkeeping (parameters, buffers, submodules, hook dicts):
+# handled by ``hook_snapshot`` and the module guard, not user state
+_INTERNAL_PREFIXES = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
+                      "_forward_", "_backward_", "_state_dict_", "_load_state_dict_",
+                      "_is_full_backward_hook")
+
+Entry = Tuple[str, str, object, object]     # (module's path, attribute, container, copy)
+
+
+def take(path: str, module) -> List[Entry]:
+    """A copy of each list, dict and set held in ``module``'s own attributes."""
+    found = []
+    for name, value in vars(module).items():
+        kind = type(value)
+        if kind in (list, dict, set) and not name.startswith(_INTERNAL_PREFIXES):
+            found.append((path, name, value, kind(value)))
+    return found
+
+
+def _same(now, before) -> bool:
+    if isinstance(now, dict):
+        return now.keys() == before.keys() and all(now[k] is v for k, v in before.items())
+    if isinstance(now, set):
+        return {id(v) for v in now} == {id(v) for v in before}
+    return len(now) == len(before) and all(a is b for a, b in zip(now, before))
+
+
+def changed(entries: List[Entry]) -> str:
+    """What the trace did to the first container whose items changed, or ''."""
+    for path, name, now, before in entries:
+        if not _same(now, before):
+            where = f"submodule {path!r}'s" if path else "the model's"
+            return f"the function changes {where} {type(now).__name__} attribute {name!r}"
+    return ""
+
+
+def restore(entries: List[Entry]) -> None:
+    """Put back the items of the containers a refused trace changed."""
+    for _, _, now, before in entries:
+        if not _same(now, before):
+            now.clear()
+            now.update(before) if not isinstance(now, list) else now.extend(before)
