@@ -20,7 +20,7 @@ import torch
 from runtime.options import options
 from tests.e2e.e2e_helpers import assert_same
 from transpiler import api, conversion, to_graph
-from transpiler.pyct import anno, clone, origin, parser, traversal
+from transpiler.pyct import anno, clone, codegen, origin, parser, traversal
 
 SAMPLE = '''
 def f(x, n, d):
@@ -614,3 +614,191 @@ def test_early_returns_match_eager(strict):
     for x, n, d in [(torch.tensor([1.0, -2.0]), 3, {}), (torch.tensor([-5.0, 1.0]), 4, {}),
                     (torch.tensor([0.5, 0.5]), None, {}), (torch.tensor([2.0]), 2, {"skip": 1})]:
         assert_same(g(x, n, d), _early_returns(x, n, d))
+
+
+# ------------------------------------- origins, the line map and tg calls built directly
+def _plain_annotate(tree, filename, line_offset, col_offset):
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) is not None:
+            anno.setanno(node, anno.Key.ORIGIN, origin.Location(
+                filename, node.lineno + line_offset, node.col_offset + col_offset))
+
+
+def _plain_fill_from_parents(tree):
+    stack = [(tree, None)]
+    while stack:
+        node, loc = stack.pop()
+        if anno.hasanno(node, anno.Key.ORIGIN):
+            loc = origin.of(node) or loc
+        elif loc is not None:
+            anno.setanno(node, anno.Key.ORIGIN, loc)
+        stack.extend((child, loc) for child in ast.iter_child_nodes(node))
+
+
+def _plain_line_map(tree, parsed):
+    def nodes(node, base):
+        out, stack = [], [node]
+        while stack:
+            node = stack.pop()
+            out.append(node)
+            children = []
+            for field in node._fields:
+                if field in ("annotation", "returns", "type_comment", "type_params") or \
+                        (type(node).__name__ == "ExceptHandler" and field == "name"):
+                    continue
+                value = getattr(node, field, None)
+                for child in value if isinstance(value, list) else [value]:
+                    if isinstance(child, base) and type(child).__name__ != "arguments":
+                        children.append(child)
+            stack.extend(reversed(children))
+        return out
+    out = {}
+    for g, c in zip(nodes(parsed, ast.AST),
+                    nodes(gast.Module(body=[tree], type_ignores=[]), gast.AST)):
+        if type(g).__name__ != type(c).__name__:
+            break
+        loc = origin.of(c)
+        if loc is not None and getattr(g, "lineno", None) is not None:
+            out.setdefault(g.lineno, (loc.filename, loc.lineno))
+    return out
+
+
+def _origins(tree):
+    return [(type(n).__name__, origin.of(n)) for n in ast.walk(tree)]
+
+
+def _without_origins(tree):
+    for n in ast.walk(tree):
+        anno.delanno(n, anno.Key.ORIGIN)
+    return tree
+
+
+ORIGIN_PROGRAMS = [_jumps, _sample_fn, _with_del, _check, _load, _early_returns,
+                   test_source_block_matches_inspect]
+
+
+@pytest.mark.parametrize("fn", ORIGIN_PROGRAMS)
+def test_origin_walks_and_line_map_are_the_plain_ones(fn, monkeypatch):
+    """origin.annotate, origin.fill_from_parents and conversion._line_map (direct
+    annotation reads and writes, one list per walk) give what ast's walks gave."""
+    parsed, _ = parser.parse_function(fn)
+    mine = _origins(parsed)
+    assert any(loc is not None for _, loc in mine)
+    theirs = _without_origins(clone.copy(parsed))
+    filename, line, col = next(loc for _, loc in mine if loc is not None)
+    first = next(n for n in ast.walk(parsed) if origin.of(n) is not None)
+    _plain_annotate(theirs, filename, line - first.lineno, col - first.col_offset)
+    assert _origins(theirs) == mine
+
+    held = []       # the converted tree before fill_from_parents, and after it
+    real = origin.fill_from_parents
+    monkeypatch.setattr(origin, "fill_from_parents",
+                        lambda tree: (held.append(clone.copy(tree)), real(tree)))
+    try:
+        tree = conversion._convert_tree(fn)
+    except Exception:  # noqa: BLE001 - a refused program: nothing generated to compare
+        return
+    (before,) = held
+    _plain_fill_from_parents(before)
+    assert _origins(before) == _origins(tree)
+    source, parsed_source = codegen.to_source_and_ast(tree)
+    line_map = conversion._line_map(tree, parsed_source)
+    assert line_map and line_map == _plain_line_map(tree, parsed_source)
+    assert max(line_map) <= len(source.splitlines())
+
+
+@pytest.mark.parametrize("op", ["call", "and_", "ifexp", "fstring"])
+@pytest.mark.parametrize("where", ["node", "location", "none"])
+def test_tg_call_gives_the_template_s_nodes(op, where):
+    from transpiler.converters import base
+    from transpiler.pyct import templates
+    source = gast.parse("x + 1").body[0]
+    if where != "none":
+        origin.annotate(source, "user.py", 41, 4)
+    at = origin.of(source) if where == "location" else source
+    args = [gast.Name(id="a", ctx=gast.Load(), annotation=None, type_comment=None)]
+    keywords = [gast.keyword(arg="k", value=gast.Constant(value=1, kind=None))]
+    expected = templates.replace_as_expression(f"tg.{op}()", at)
+    expected.args, expected.keywords = list(args), list(keywords)
+    got = base.tg_call(op, args, at, keywords)
+    assert gast.dump(got, include_attributes=True) == \
+        gast.dump(expected, include_attributes=True)
+    assert _origins(got) == _origins(expected)
+    assert (origin.of(got) is not None) == (where != "none")
+    assert got.args[0] is args[0] and got.keywords[0] is keywords[0]   # not copied
+    assert got.func.ctx is not got.func.value.ctx
+
+
+def _plain_inherit(nodes, source):
+    loc = source if isinstance(source, origin.Location) else origin.of(source)
+    if loc is None:
+        return
+    stack = list(nodes) if isinstance(nodes, list) else [nodes]
+    while stack:
+        node = stack.pop()
+        if anno.hasanno(node, anno.Key.ORIGIN):
+            continue
+        anno.setanno(node, anno.Key.ORIGIN, loc)
+        stack.extend(ast.iter_child_nodes(node))
+
+
+@pytest.mark.parametrize("fn", ORIGIN_PROGRAMS)
+def test_inherit_is_the_plain_one(fn):
+    """origin.inherit: nodes without an origin take the source's, nodes with one are not
+    entered (their unannotated children keep none), as ast's walk gave."""
+    parsed, _ = parser.parse_function(fn)
+    for i, node in enumerate(ast.walk(parsed)):
+        if i % 3:
+            anno.delanno(node, anno.Key.ORIGIN)     # a mix, as a template around user code
+    where = origin.Location("template.py", 7, 0)
+    for source in (where, gast.Pass()):              # (a source without an origin: none)
+        mine, theirs = clone.copy(parsed.body), clone.copy(parsed.body)
+        origin.inherit(mine, source)
+        _plain_inherit(theirs, source)
+        assert [_origins(s) for s in mine] == [_origins(s) for s in theirs]
+        given = sum(loc == where for s in mine for _, loc in _origins(s))
+        assert given if source is where else not given
+
+
+def _expressions(x, y, n):
+    a = x if n > 0 else y
+    b = (x if n else y) and (y if n < 1 < 2 else x) or (n if x is True else -n)
+    c = n and (x if y else n) or y
+    d = [v if v and not n else -v for v in range(n)]
+    f = lambda q: q if 0 < q < n <= (x if y else 3) else (not q)   # noqa: E731
+    while (x if n else y) and n:
+        n = n - 1 if n > 1 and n is not False else 0
+    return a, b, c, d, f(n), (x if y else n) if (n or x) else (y and x or n)
+
+
+@pytest.mark.parametrize("fn", [_expressions, _jumps, _sample_fn, _early_returns])
+def test_one_walk_for_conditional_expressions_and_logical(fn, monkeypatch):
+    """``conversion._Expressions`` (one walk) gives the source the two passes gave."""
+    from transpiler.converters import conditional_expressions, control_flow, logical, loops
+    merged = conversion.to_source(fn)
+    assert "tg.ifexp(" in merged or fn is not _expressions
+    monkeypatch.setattr(conversion, "AFTER_ANALYSIS",
+                        (control_flow, loops, conditional_expressions, logical))
+    assert conversion.to_source(fn) == merged
+
+
+def _tensor_expressions(x, y, n):
+    a = x if n > 0 else y
+    b = (x if n else y) * 2 if (x.sum() > 0) and (y.sum() < 1) or n > 2 else -x
+    c = x * 2 if 0 < n < 3 else (y if x.sum() > 0 else x)
+    while (x.sum() > 0 if n else y.sum() > 0) and n > 0:
+        x = x - 1 if n > 1 and n is not False else x * 0.5
+        n -= 1
+    return a, b, c, x, n
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_expressions_match_eager(strict):
+    assert "tg.ifexp(" in conversion.to_source(_tensor_expressions)
+    g = to_graph(_tensor_expressions, strict=strict)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for x, y, n in [([2.0, 1.0], [-1.0, 0.0], 3), ([0.0, -1.0], [1.5, 2.0], 1),
+                        ([3.0, 0.5], [0.25, 0.0], 2), ([-1.0, 0.0], [2.0, 2.0], 0)]:
+            x, y = torch.tensor(x), torch.tensor(y)
+            assert_same(g(x, y, n), _tensor_expressions(x, y, n))

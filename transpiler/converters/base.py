@@ -135,9 +135,19 @@ def state_call(state, call, origin):
 
 
 def tg_call(op, args, origin, keywords=()):
-    """``tg.<op>(*args, **keywords)`` (args are used as given, not copied)."""
-    call = templates.replace_as_expression(f'tg.{op}()', origin)
-    call.args, call.keywords = list(args), list(keywords)
+    """``tg.<op>(*args, **keywords)`` (args are used as given, not copied): the nodes
+    ``templates.replace_as_expression(f'tg.{op}()', origin)`` gives (same fields, the
+    template's positions, ``origin``'s origin on each), built directly (the template's
+    copy and walks were a tenth of converting a function)."""
+    name = gast.Name(id='tg', ctx=gast.Load(), annotation=None, type_comment=None)
+    func = gast.Attribute(value=name, attr=op, ctx=gast.Load())
+    call = gast.Call(func=func, args=list(args), keywords=list(keywords))
+    for node, end in ((name, 2), (func, 3 + len(op)), (call, 5 + len(op))):
+        node.lineno, node.col_offset, node.end_lineno, node.end_col_offset = 1, 0, 1, end
+    loc = origin if isinstance(origin, tuple) else anno.getanno(origin, anno.Key.ORIGIN)
+    if loc is not None:
+        for node in (call, func, name, func.ctx, name.ctx):
+            anno.setanno(node, anno.Key.ORIGIN, loc)
     return call
 
 

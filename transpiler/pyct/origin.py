@@ -14,11 +14,21 @@ Location = collections.namedtuple('Location', 'filename lineno col_offset')
 
 
 def annotate(tree, filename, line_offset, col_offset):
-    """Set ORIGIN on every node with a position: parsed line 1 is user line 1 + line_offset."""
-    for node in traversal.walk(tree):
-        if getattr(node, 'lineno', None) is not None:
-            loc = Location(filename, node.lineno + line_offset, node.col_offset + col_offset)
-            anno.setanno(node, anno.Key.ORIGIN, loc)
+    """Set ORIGIN on every node with a position: parsed line 1 is user line 1 + line_offset.
+    (Any order: each node's origin is its own; the annotation dict written directly.)"""
+    key, attr, children_of = anno.Key.ORIGIN, anno._ATTR, traversal._children
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        children_of(node, todo)
+        line = getattr(node, 'lineno', None)
+        if line is not None:
+            loc = Location(filename, line + line_offset, node.col_offset + col_offset)
+            annos = node.__dict__.get(attr)
+            if annos is None:
+                node.__dict__[attr] = {key: loc}
+            else:
+                annos[key] = loc
 
 
 def of(node):
@@ -36,22 +46,40 @@ def inherit(nodes, source):
     loc = source if isinstance(source, Location) else of(source)
     if loc is None:
         return
+    key, attr, children_of = anno.Key.ORIGIN, anno._ATTR, traversal._children
     stack = list(nodes) if isinstance(nodes, list) else [nodes]
     while stack:
         node = stack.pop()
-        if anno.hasanno(node, anno.Key.ORIGIN):
+        annos = node.__dict__.get(attr)
+        if annos is None:
+            node.__dict__[attr] = {key: loc}
+        elif key in annos:
             continue
-        anno.setanno(node, anno.Key.ORIGIN, loc)
-        stack.extend(traversal.iter_child_nodes(node))
+        else:
+            annos[key] = loc
+        children_of(node, stack)
 
 
 def fill_from_parents(tree):
-    """Nodes still without an origin take the origin of their nearest ancestor."""
-    stack = [(tree, None)]
+    """Nodes still without an origin take the origin of their nearest ancestor.
+    (Reads and writes the annotation dict directly, pushing a node's children with its
+    origin in one list: a generator, three calls and a tuple per node were most of it.)"""
+    key, attr, children_of = anno.Key.ORIGIN, anno._ATTR, traversal._children
+    stack, children = [tree], []
+    origins = [None]                    # the origin each node on ``stack`` inherits
     while stack:
-        node, loc = stack.pop()
-        if anno.hasanno(node, anno.Key.ORIGIN):
-            loc = of(node) or loc
+        node, loc = stack.pop(), origins.pop()
+        state = node.__dict__
+        annos = state.get(attr)
+        if annos is not None and key in annos:
+            loc = annos[key] or loc
         elif loc is not None:
-            anno.setanno(node, anno.Key.ORIGIN, loc)
-        stack.extend([(child, loc) for child in traversal.iter_child_nodes(node)])
+            if annos is None:
+                state[attr] = {key: loc}
+            else:
+                annos[key] = loc
+        children_of(node, children)
+        if children:
+            stack += children
+            origins += [loc] * len(children)
+            children.clear()
