@@ -34,6 +34,7 @@ from runtime import operators as tg
 from runtime import control_flow, path_values, region_state, subgraphs, tensor_state, trace_reads
 from runtime import argument_objects, autograd_effects, carried_numbers, training_attributes
 from runtime.errors import GraphError
+from runtime.module_flags import TrainingFlags
 from runtime.options import options
 from runtime.operators.module_hooks import backward_hooked
 from runtime.executor import Unstack, located, lower
@@ -342,6 +343,7 @@ class GraphFunction:
         owner = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
         self._module = owner if isinstance(owner, torch.nn.Module) else None
         self._submodules = list(self._module.modules()) if self._module is not None else []
+        self._training = TrainingFlags(self._module) if self._module is not None else None
         self._fast = self._entries.fast     # flat positional key -> entry (the same cache)
         self._dynamic = DynamicShapes(dynamic)      # to_graph(fn, dynamic=...)
         self._hot = HotShapes()         # a size a dynamic graph serves often: traced static
@@ -382,7 +384,7 @@ class GraphFunction:
         if fast is not None:                   # the fast path: flat arguments
             fast += (torch.is_grad_enabled(), _call_modes())
             if self._module is not None:
-                fast += tuple(map(_TRAINING, self._submodules))     # (C-level: ~100 modules)
+                fast += self._training()        # (read again when the tree changed)
             entry = self._fast.get(fast)
             if entry is not None:
                 cache = self._entries           # a hit: counted, and stamped for LRU

@@ -232,3 +232,62 @@ def test_backend_flag_readers_answer_as_the_attribute_walk():
     assert tr.backend_flags() == walk()
     with torch.backends.mkldnn.flags(enabled=False):
         assert tr.backend_flags()[0] is False and tr.backend_flags() == walk()
+
+
+# ------------------------------------------------- the module tree's training flags
+class _Flagged(nn.Module):
+    @property
+    def training(self):             # a class that decides ``training`` itself
+        return self.__dict__.get("_mode", False)
+
+    @training.setter
+    def training(self, value):
+        self.__dict__["_mode"] = value
+
+    def forward(self, x):
+        return x
+
+
+def test_training_flags_follow_every_change_of_the_tree():
+    from runtime.module_flags import TrainingFlags
+    m = nn.Sequential(nn.Linear(3, 3), nn.Sequential(nn.Dropout(0.5), nn.ReLU())).eval()
+    flags = TrainingFlags(m)
+    read = lambda: tuple(x.training for x in m.modules())  # noqa: E731
+    assert flags() == read() and flags() is flags()          # kept while nothing moved
+    m[1][0].train()
+    assert flags() == read() and flags()[3] is True
+    m[1][0].training = False
+    assert flags() == read()
+    m[1].append(nn.Dropout(0.1).train())                     # the tree grows
+    assert flags() == read() and len(flags()) == 6
+    m[1][1] = nn.GELU()                                      # a submodule replaced
+    assert flags() == read()
+    m.train()
+    assert flags() == read() and all(flags())
+    odd = nn.Sequential(_Flagged(), nn.ReLU())
+    odd_flags = TrainingFlags(odd)
+    assert odd_flags() == tuple(x.training for x in odd.modules())
+    odd[0].__dict__["_mode"] = True                          # no tag of its own to watch
+    assert odd_flags()[1] is True
+
+
+def test_converted_module_switches_modes_on_the_fast_path():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.Linear(8, 2)).eval()
+    g = to_graph(m, strict=True)
+    x = torch.randn(4, 8)
+    for _ in range(2):
+        assert torch.equal(g(x), m(x))
+        m[1].train()                        # a submodule alone: dropout on
+        torch.manual_seed(1)
+        got = g(x)
+        torch.manual_seed(1)
+        assert torch.equal(got, m(x))
+        m[1].eval()
+        assert torch.equal(g(x), m(x))
+        m[1] = nn.Dropout(0.25).train()     # replaced by a training one
+        torch.manual_seed(2)
+        got = g(x)
+        torch.manual_seed(2)
+        assert torch.equal(got, m(x))
+        m[1] = nn.Dropout(0.5).eval()
