@@ -944,6 +944,197 @@ def prog_compiled_model_eager_loop_nanogpt():
     return step, [raw, optimizer], _token_batches(STEPS)
 
 
+def prog_ddpm_step():
+    """lucidrains/denoising-diffusion-pytorch GaussianDiffusion.p_losses / forward: random
+    timesteps, noise, q_sample through ``extract(a, t, x_shape)`` (gather, reshape to
+    broadcast), the model predicting the noise from (x_t, t), an MSE loss weighted per
+    timestep with reduce over the non-batch dims, Adam, an EMA of the model."""
+    timesteps = 10
+    betas = torch.linspace(1e-4, 0.02, timesteps, dtype=torch.float64)
+    alphas_cumprod = torch.cumprod(1. - betas, dim=0)
+    sqrt_alphas_cumprod = torch.sqrt(alphas_cumprod).float()
+    sqrt_one_minus_alphas_cumprod = torch.sqrt(1. - alphas_cumprod).float()
+    loss_weight = (alphas_cumprod / (1 - alphas_cumprod)).clamp(max=5.).float()
+
+    def extract(a, t, x_shape):
+        b, *_ = t.shape
+        out = a.gather(-1, t)
+        return out.reshape(b, *((1,) * (len(x_shape) - 1)))
+
+    class Denoiser(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.time_mlp = torch.nn.Sequential(torch.nn.Embedding(timesteps, 8),
+                                                torch.nn.SiLU(), torch.nn.Linear(8, 4))
+            self.conv_in = torch.nn.Conv2d(1, 4, 3, padding=1)
+            self.norm = torch.nn.GroupNorm(2, 4)
+            self.conv_out = torch.nn.Conv2d(4, 1, 3, padding=1)
+
+        def forward(self, x, time):
+            h = self.conv_in(x) + self.time_mlp(time)[:, :, None, None]
+            return self.conv_out(F.silu(self.norm(h)))
+
+    model = Denoiser()
+    ema = Denoiser()
+    ema.load_state_dict(model.state_dict())
+    ema.requires_grad_(False)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.99))
+
+    def step(x_start, _):
+        b = x_start.shape[0]
+        t = torch.randint(0, timesteps, (b,)).long()
+        noise = torch.randn_like(x_start)
+        x = extract(sqrt_alphas_cumprod, t, x_start.shape) * x_start + \
+            extract(sqrt_one_minus_alphas_cumprod, t, x_start.shape) * noise
+        model_out = model(x, t)
+        loss = F.mse_loss(model_out, noise, reduction='none')
+        loss = loss.mean(dim=tuple(range(1, loss.dim())))
+        loss = loss * extract(loss_weight, t, loss.shape)
+        loss = loss.mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            for pe, p in zip(ema.parameters(), model.parameters()):
+                pe.lerp_(p, 1 - 0.9)
+        return loss.item()
+
+    return step, [model, ema, opt], _batches(STEPS, (3, 1, 6, 6))
+
+
+def prog_ppo_update():
+    """vwxyzjhu/cleanrl ppo.py's update: epochs over shuffled minibatches
+    (torch.randperm), new log-probs and entropy from a Categorical, ratio = exp(logratio),
+    approx_kl logged, clipped surrogate, clipped value loss, entropy bonus,
+    clip_grad_norm_(max_grad_norm)."""
+    class Agent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.critic = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(),
+                                              torch.nn.Linear(16, 1))
+            self.actor = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(),
+                                             torch.nn.Linear(16, 2))
+
+        def get_value(self, x):
+            return self.critic(x)
+
+        def get_action_and_value(self, x, action=None):
+            logits = self.actor(x)
+            probs = torch.distributions.Categorical(logits=logits)
+            if action is None:
+                action = probs.sample()
+            return action, probs.log_prob(action), probs.entropy(), self.critic(x)
+
+    agent = Agent()
+    optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-3, eps=1e-5)
+    clip_coef, ent_coef, vf_coef, max_grad_norm = 0.2, 0.01, 0.5, 0.5
+    batch_size, minibatch_size, update_epochs = 8, 4, 2
+
+    def update(b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values):
+        clipfracs = []
+        for epoch in range(update_epochs):
+            b_inds = torch.randperm(batch_size)
+            for start in range(0, batch_size, minibatch_size):
+                mb_inds = b_inds[start:start + minibatch_size]
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(
+                    b_obs[mb_inds], b_actions.long()[mb_inds])
+                logratio = newlogprob - b_logprobs[mb_inds]
+                ratio = logratio.exp()
+                with torch.no_grad():
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfracs += [((ratio - 1.0).abs() > clip_coef).float().mean().item()]
+                mb_advantages = b_advantages[mb_inds]
+                mb_advantages = (mb_advantages - mb_advantages.mean()) / (
+                    mb_advantages.std() + 1e-8)
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
+                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                newvalue = newvalue.view(-1)
+                v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                v_clipped = b_values[mb_inds] + torch.clamp(
+                    newvalue - b_values[mb_inds], -clip_coef, clip_coef)
+                v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                entropy_loss = entropy.mean()
+                loss = pg_loss - ent_coef * entropy_loss + v_loss * vf_coef
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(agent.parameters(), max_grad_norm)
+                optimizer.step()
+        return v_loss.item(), pg_loss.item(), approx_kl.item(), sum(clipfracs) / len(clipfracs)
+
+    g = torch.Generator().manual_seed(12)
+    batches = [(torch.randn(8, 4, generator=g), torch.randint(0, 2, (8,), generator=g).float(),
+                -torch.rand(8, generator=g), torch.randn(8, generator=g),
+                torch.randn(8, generator=g), torch.randn(8, generator=g)) for _ in range(3)]
+    return update, [agent, optimizer], batches
+
+
+def prog_distillation_kl():
+    """Hinton-style knowledge distillation as in many repos (e.g. haitongli/knowledge-
+    distillation-pytorch loss_fn_kd): KLDivLoss(log_softmax(s / T), softmax(t / T)) * T * T
+    * alpha + CE * (1 - alpha), the teacher in eval under no_grad."""
+    teacher = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.5),
+                                  torch.nn.Linear(16, 4))
+    student = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.ReLU(), torch.nn.Linear(6, 4))
+    optimizer = torch.optim.SGD(student.parameters(), lr=0.1, momentum=0.9)
+    alpha, T = 0.9, 4.0
+
+    def loss_fn_kd(outputs, labels, teacher_outputs):
+        return torch.nn.KLDivLoss(reduction="batchmean")(
+            F.log_softmax(outputs / T, dim=1), F.softmax(teacher_outputs / T, dim=1)) * \
+            (alpha * T * T) + F.cross_entropy(outputs, labels) * (1. - alpha)
+
+    def step(x, y):
+        student.train()
+        teacher.eval()
+        with torch.no_grad():
+            output_teacher_batch = teacher(x)
+        output_batch = student(x)
+        loss = loss_fn_kd(output_batch, y, output_teacher_batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return step, [teacher, student, optimizer], _batches(STEPS, (6, 8), 4)
+
+
+def prog_hf_bert_classification():
+    """transformers' documented PyTorch training loop (the 'Train in native PyTorch'
+    tutorial): outputs = model(**batch); loss = outputs.loss; backward; optimizer.step();
+    lr_scheduler.step(); optimizer.zero_grad(), with a BERT sequence classifier and a
+    batch dict holding labels."""
+    pytest.importorskip("transformers")
+    import_torchvision()
+    from transformers import BertConfig, BertForSequenceClassification, get_scheduler
+    cfg = BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=16, max_position_embeddings=8, num_labels=3,
+                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = BertForSequenceClassification(cfg)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
+    lr_scheduler = get_scheduler(name="linear", optimizer=optimizer, num_warmup_steps=1,
+                                 num_training_steps=10)
+
+    def step(input_ids, attention_mask, labels):
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+        outputs = model(**batch)
+        loss = outputs.loss
+        loss.backward()
+        optimizer.step()
+        lr_scheduler.step()
+        optimizer.zero_grad()
+        return loss.detach(), outputs.logits.detach()
+
+    g = torch.Generator().manual_seed(13)
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[1, 4:] = 0
+    batches = [(torch.randint(0, 20, (2, 6), generator=g), mask,
+                torch.randint(0, 3, (2,), generator=g)) for _ in range(STEPS)]
+    return step, [model, optimizer, lr_scheduler], batches
+
+
 PROGRAMS = {name[5:]: fn for name, fn in dict(globals()).items() if name.startswith("prog_")}
 
 # What falls back (strict: ConversionError), naming the line, and why.
@@ -959,6 +1150,9 @@ FALLS_BACK = {
     "swa_averaged_model_ema": "a tensor if inside torch.optim.swa_utils (not converted)",
     # torch.func.grad/vmap transforms of a function of the closure's model
     "per_sample_grads": "torch.func transforms meet the trace's meta tensors",
+    # teacher.eval() in the step flips a fresh (training) teacher on the first call
+    # only: that call runs eagerly (strict: refused); the next ones convert
+    "distillation_kl": "the first call changes the teacher's training flag",
 }
 
 
