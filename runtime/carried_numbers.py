@@ -125,8 +125,11 @@ def candidates(cells, globals_, owner=None) -> List[Tuple[Slot, Any]]:
 def rebound(before) -> List[Slot]:
     """The slots among ``before`` (``candidates``) the trace rebound to a number of the
     same kind (or a graph value standing for one: ``running + loss.item()``)."""
-    out = []
+    out, seen = [], set()
     for slot, value in before:
+        if (slot.kind, id(slot.holder), slot.key) in seen:
+            continue
+        seen.add((slot.kind, id(slot.holder), slot.key))
         try:
             now = slot.get()
         except (ValueError, KeyError):

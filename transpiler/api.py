@@ -129,9 +129,16 @@ def _made_by_converted_code(fn) -> bool:
     return code is not None and code.co_filename.startswith("<tograph generated")
 
 
+_WATCHING = PerThreadList()   # the side-effect snapshot of the trace this thread runs
+
+
 def _recursive_converter(fn):
     """How ``tg.call`` converts a user function it meets; None when there is no source."""
     _CALLED.append(fn)
+    if _WATCHING and not _made_by_converted_code(fn):
+        _WATCHING[-1].include_new(getattr(fn, "__func__", fn))   # (what its globals and
+        # closure hold changing is the call's change too; a method's object is not taken
+        # here: the call may have made it)
     if _made_by_converted_code(fn):
         return None                      # defined inside converted code: converted already
     try:
@@ -692,7 +699,9 @@ class GraphFunction:
         sargs, skwargs = pytree.tree_unflatten(sym[:spec.num_leaves], spec)
         snapshot = Snapshot.take(target, sargs, skwargs)   # what the trace really receives
         numbers = carried_numbers.candidates(*snapshot.bindings()) if carry is None else ()
-        graph.carried_slots = carry or []        # (counters kept as graph state: the guard)
+        for fn in carry[1] if carry is not None else ():   # (helpers the first trace met:
+            snapshot.include_new(fn)                        # their globals before the call)
+        graph.carried_slots = carry[0] if carry is not None else []     # (for the guard)
         found = getattr(flat, "found", None)     # argument objects: placeholders installed
         installed = argument_objects.Installed(found, sym) if found is not None else None
         take_converted()
@@ -707,9 +716,13 @@ class GraphFunction:
                                                 list(skwargs.items())), \
                         training_attributes.served(graph, snapshot.roots() +
                                                    pytree.tree_leaves((sargs, skwargs))), \
-                        carried_numbers.serving(carry or []):
+                        carried_numbers.serving(graph.carried_slots):
                     graph.tensor_reads = reads      # what it asked of real tensors: guarded
-                    out = converted(*sargs, **skwargs)
+                    _WATCHING.append(snapshot)
+                    try:
+                        out = converted(*sargs, **skwargs)
+                    finally:
+                        _WATCHING.pop()
             except BaseException as e:
                 if installed is not None:
                     installed.restore()
@@ -748,12 +761,14 @@ class GraphFunction:
                 except BaseException:
                     snapshot.restore()
                     raise
-            slots = carried_numbers.rebound(numbers) if changed else None
+            slots = carried_numbers.rebound(numbers + carried_numbers.candidates(
+                *snapshot.bindings()[:2])) if changed else None     # (helpers' bindings too)
             if slots:           # a counter rebound (``nonlocal step; step += 1``): carried
                 snapshot.restore()
                 try:
                     return self._trace_graph(args, kwargs, flat, spec, dynamic,
-                                             sized_examples, set_up, carry=slots)
+                                             sized_examples, set_up,
+                                             carry=(slots, list(_CALLED)))
                 except Exception:   # noqa: BLE001 - the first trace's reason is said
                     snapshot.restore()
             if changed:

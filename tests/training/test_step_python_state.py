@@ -603,3 +603,36 @@ def prog_counter_read_by_lr_lambda():
 def test_counter_read_by_a_staged_step_is_set_before_it():
     assert _compare(prog_counter_read_by_lr_lambda) == \
         {"default": "converted", "strict": "converted"}
+
+
+HELPER_ITER = 0
+
+
+def _next_lr():
+    """A helper the step calls: advances a global and returns its lr."""
+    global HELPER_ITER
+    HELPER_ITER += 1
+    return get_lr(HELPER_ITER, warmup=3, max_lr=0.05, min_lr=0.005)
+
+
+def prog_counter_in_a_helper():
+    """A global rebound by a helper the step calls (before, the trace's increment was
+    the only one: the graph kept the first lr and the global stopped at 1, silently)."""
+    global HELPER_ITER
+    HELPER_ITER = 0
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def step(x, y):
+        opt.param_groups[0]["lr"] = _next_lr()
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach(), HELPER_ITER
+    return step, (model, opt, None), _inputs()
+
+
+def test_counter_rebound_by_a_helper_is_carried():
+    assert _compare(prog_counter_in_a_helper) == {"default": "converted", "strict": "converted"}
+    assert HELPER_ITER == STEPS
