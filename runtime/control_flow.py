@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 import torch.utils._pytree as pytree
 
-from . import grad_flags, path_values, region_state, tensor_state, views
+from . import grad_flags, made_objects, path_values, region_state, tensor_state, views
 from .errors import BranchMismatchError, GraphError
 from .graph import same_tuple
 from .grad_flags import grad_of
@@ -79,6 +79,7 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
         else_tree = (else_tree, region_state.values_on(else_carry, locations, else_g),
                      else_idx)
     then_tree, else_tree = reconcile(then_tree, else_tree)
+    then_tree, else_tree = made_objects.unify(then_tree, else_tree, operands)   # (one per path)
     then_tree, else_tree = _grown_lists(then_g, then_tree, else_g, else_tree)
     if carried:         # (the state only: carried locations get no PathChoice)
         (then_state, *then_rest), (else_state, *else_rest) = then_tree, else_tree

@@ -269,6 +269,91 @@ def slots_object_counter_bumped(x, o):
     return x * o.n
 
 
+# ------------------- an object made anew on each path of a tensor if (made_objects)
+class Plain:
+    def __init__(self, t, k=0):
+        self.t = t
+        self.k = k
+
+
+@dataclasses.dataclass
+class Out:
+    logits: object
+    loss: object = None
+
+
+KEPT = Plain(torch.ones(3), 7)
+
+
+@case(lambda s: (_sign(s),))
+def object_made_on_each_path(x):
+    if x.sum() > 0:
+        r = Plain(x * 2)
+    else:
+        r = Plain(-x)
+    return r.t + 1, r
+
+
+@case(lambda s: (_sign(s), T(s + 3)))
+def model_output_dataclass_per_path(x, y):
+    if x.sum() > 0:
+        out = Out(x * y, (x - y).pow(2).mean())
+    else:
+        out = Out(x + y, (x + y).abs().mean())
+    return out
+
+
+@case(lambda s: (_sign(s),))
+def object_made_per_path_then_changed(x):
+    if x.sum() > 0:
+        r = Plain(x, 1)
+    else:
+        r = Plain(x * 3, 2)
+    r.t = r.t + r.k
+    return r.t
+
+
+@case(lambda s: (_sign(s),), expect="falls back")
+def existing_object_on_one_path_kept_by_a_local(x):
+    keep = Plain(x, 1)
+    if x.sum() > 0:
+        r = keep
+    else:
+        r = Plain(x * 3, 5)
+    r.t = r.t + 1           # eager: keep changes too on the first path only
+    return keep.t, r.t
+
+
+@case(lambda s: (_sign(s),), expect="falls back")
+def global_object_on_one_path(x):
+    if x.sum() > 0:
+        r = KEPT
+    else:
+        r = Plain(x * 3, 5)
+    return r.t + 1
+
+
+@case(lambda s: (_sign(s),), expect="falls back")
+def one_made_object_twice_on_one_path(x):
+    if x.sum() > 0:
+        a = Plain(x * 2)
+        b = a
+    else:
+        a = Plain(x)
+        b = Plain(x)
+    a.t = a.t * 0
+    return b.t
+
+
+@case(lambda s: (_sign(s),), expect="falls back")
+def made_objects_of_two_classes(x):
+    if x.sum() > 0:
+        r = Plain(x)
+    else:
+        r = Out(x)
+    return r
+
+
 @pytest.mark.parametrize("fn,make,expect", list(CASES.values()))
 def test_against_eager(fn, make, expect):
     found = differences(fn, make)
