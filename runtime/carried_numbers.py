@@ -139,7 +139,6 @@ def rebound(before) -> List[Slot]:
     return out
 
 
-@torch.no_grad()
 def read_slot(slot: Slot, anchor: torch.Tensor, kind: str) -> torch.Tensor:
     """The number ``slot`` holds when the graph runs, as a 0-d int64/float64 tensor."""
     if anchor.is_meta:
