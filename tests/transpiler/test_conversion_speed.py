@@ -802,3 +802,18 @@ def test_expressions_match_eager(strict):
                         ([3.0, 0.5], [0.25, 0.0], 2), ([-1.0, 0.0], [2.0, 2.0], 0)]:
             x, y = torch.tensor(x), torch.tensor(y)
             assert_same(g(x, y, n), _tensor_expressions(x, y, n))
+
+
+@pytest.mark.parametrize("body", [
+    "x = 1", "del x", "if a:\n    pass\nelse:\n    del x", "while a:\n    pass\nelse:\n    del x",
+    "try:\n    pass\nexcept E:\n    del x", "try:\n    pass\nfinally:\n    del x",
+    "try:\n    pass\nexcept E:\n    pass\nelse:\n    del x[0]",
+    "with m:\n    for i in r:\n        del x.a", "def g():\n    del x",
+    "class C:\n    del x", "match a:\n    case 1:\n        del x",
+    "f = lambda: [y for y in x if y]\ng = x if a else y"])
+def test_holds_del_walks_statements_only_with_the_same_answer(body):
+    from transpiler.converters import base
+    tree = gast.parse("def f(x, a):\n" + textwrap.indent(body, "    ")).body[0]
+    expected = any(isinstance(n, gast.Delete) for n in ast.walk(tree))
+    assert base.holds_del(tree) == expected
+    assert expected == ("del " in body)

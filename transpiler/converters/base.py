@@ -67,8 +67,24 @@ def declarations(block, scope):
     return out
 
 
+_STATEMENT_LISTS = ('body', 'orelse', 'finalbody', 'handlers', 'cases')
+
+
 def holds_del(tree):
-    return any(isinstance(n, gast.Delete) for n in traversal.walk(tree))
+    """Whether ``tree`` has a ``del`` statement. Statements sit only in statement lists
+    (a lambda's, an ``IfExp``'s body is an expression; comprehensions hold none), so
+    only those are walked, not every expression node."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, gast.Delete):
+            return True
+        state = node.__dict__
+        for field in _STATEMENT_LISTS:
+            value = state.get(field)
+            if type(value) is list:
+                stack += value
+    return False
 
 
 def check_no_del(block, state, construct, ctx=None):
