@@ -218,6 +218,37 @@ def list_argument_appended_on_one_path(x, items):
     return x
 
 
+def _list_and_object(s):
+    items = _list(s)
+    return (_sign(s), items, Holder(items))
+
+
+@case(_list_and_object)
+def list_argument_also_held_by_an_object_in_tensor_if(x, items, o):
+    if x.sum() > 0:
+        items[0] = items[0] + x
+    items.append(x)
+    return o.items[0] * len(o.items)
+
+
+def _sets_in_branch(d, x):
+    if x.sum() > 0:
+        d["k"] = d["k"] + x
+    return d["k"]
+
+
+@case(lambda s: (_sign(s), {"k": T(s)}))
+def dict_argument_changed_by_a_helper_in_tensor_if(x, d):
+    return _sets_in_branch(d, x) * 2
+
+
+@case(lambda s: (_sign(s), _list(s)))
+def list_argument_extended_with_itself(x, items):
+    items.extend(items)
+    items[0] = x
+    return items
+
+
 # ----------------------------------- __slots__ argument objects (kind "slots" holders)
 class Slotted:
     __slots__ = ("t", "u", "n")
