@@ -121,9 +121,10 @@ class _Group(collections.abc.MutableMapping):
 
     def __init__(self, optimizer, index: int, group: dict):
         self._optimizer, self._index, self._group = optimizer, index, group
+        self._written: dict = {}    # key -> the value this trace set there (its kind)
 
     def __getitem__(self, key):
-        value = self._group[key]
+        value = self._written.get(key, self._group[key])     # (as the run will hold it)
         if key == "params":
             return value
         path = ("param_groups", self._index, key)
@@ -159,6 +160,9 @@ class _Group(collections.abc.MutableMapping):
         path = ("param_groups", self._index, key)
         dispatch_record(set_value, (Held(self._optimizer), owner_params(self._optimizer),
                                     path, value, kind), {})
+        self._written[key] = NUMBER_KINDS[kind_of(value)](0) if kind not in (None, "tuple") \
+            else value if kind is None else tuple(v if k is None else NUMBER_KINDS[k](0)
+                                                  for v, k in value)
         note_owner(self._optimizer)
 
     def __delitem__(self, key) -> None:

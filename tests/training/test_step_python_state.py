@@ -636,3 +636,24 @@ def prog_counter_in_a_helper():
 def test_counter_rebound_by_a_helper_is_carried():
     assert _compare(prog_counter_in_a_helper) == {"default": "converted", "strict": "converted"}
     assert HELPER_ITER == STEPS
+
+
+def prog_write_then_read_other_kind():
+    """``g["weight_decay"] = 0`` (an int where the group held a float) read back in the
+    same step: the read stands for what the run holds then (an int), not the trace's."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, weight_decay=0.1)
+
+    def step(x, y):
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.param_groups[0]["weight_decay"] = 0
+        opt.step()
+        return loss.detach(), opt.param_groups[0]["weight_decay"]
+    return step, (model, opt, None), _inputs(4)
+
+
+def test_a_read_after_a_write_has_the_written_kind():
+    assert _compare(prog_write_then_read_other_kind) == \
+        {"default": "converted", "strict": "converted"}
