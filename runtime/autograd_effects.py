@@ -44,7 +44,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from . import grad_flags, grad_reach, scaler_effects
+from . import grad_flags, grad_reach, module_modes, scaler_effects
 from .errors import GraphError
 from .graph_ops import effect
 from .source_info import format_location, user_location
@@ -454,6 +454,10 @@ def staged_call(f, args, kwargs) -> Any:
             _torch_own(type(owner), "zero_grad"):
         _zero_grad(owner, args, kwargs)
         return None
+    if isinstance(owner, torch.nn.Module) and name in ("train", "eval"):
+        staged = module_modes.staged(owner, name, args, kwargs)     # model.train()/eval()
+        if staged is not module_modes.NOT_STAGED:
+            return staged
     if f is torch.nn.utils.clip_grad_norm_ or f is torch.nn.utils.clip_grad_value_:
         return _clip(f, args, kwargs)
     return NOT_STAGED

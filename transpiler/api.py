@@ -33,6 +33,7 @@ import runtime
 from runtime import operators as tg
 from runtime import control_flow, path_values, region_state, subgraphs, tensor_state, trace_reads
 from runtime import argument_objects, autograd_effects, carried_numbers, training_attributes
+from runtime import module_modes
 from runtime.errors import GraphError
 from runtime.module_flags import TrainingFlags
 from runtime.options import options
@@ -723,6 +724,7 @@ class GraphFunction:
                         out = converted(*sargs, **skwargs)
                     finally:
                         _WATCHING.pop()
+                        module_modes.restore(graph)     # (the graph's run sets them)
             except BaseException as e:
                 if installed is not None:
                     installed.restore()

@@ -1150,9 +1150,6 @@ FALLS_BACK = {
     "swa_averaged_model_ema": "a tensor if inside torch.optim.swa_utils (not converted)",
     # torch.func.grad/vmap transforms of a function of the closure's model
     "per_sample_grads": "torch.func transforms meet the trace's meta tensors",
-    # teacher.eval() in the step flips a fresh (training) teacher on the first call
-    # only: that call runs eagerly (strict: refused); the next ones convert
-    "distillation_kl": "the first call changes the teacher's training flag",
 }
 
 
@@ -1223,3 +1220,89 @@ def test_list_of_run_time_sized_rows_falls_back(strict):
     with pytest.warns(FallbackWarning, match=rf"{THIS_FILE}:\d+"):
         assert torch.equal(g(ix), _windows(ix))
     assert torch.equal(g(torch.tensor([0, 16])), _windows(torch.tensor([0, 16])))
+
+
+def _mnist_epochs(convert, strict):
+    """pytorch/examples mnist/main.py's main loop: for each epoch train() (model.train()
+    first) then test() (model.eval(), no_grad, summed loss, correct count), each
+    converted on its own: every call finds the model in the other function's mode."""
+    torch.manual_seed(0)
+    model = MLPBN()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def train(data, target):
+        model.train()
+        optimizer.zero_grad()
+        loss = F.nll_loss(F.log_softmax(model(data), 1), target)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    def test(data, target):
+        model.eval()
+        test_loss, correct = 0, 0
+        with torch.no_grad():
+            output = F.log_softmax(model(data), 1)
+            test_loss += F.nll_loss(output, target, reduction='sum').item()
+            pred = output.argmax(dim=1, keepdim=True)
+            correct += pred.eq(target.view_as(pred)).sum().item()
+        return test_loss / len(data), correct
+
+    if convert:
+        train, test = to_graph(train, strict=strict), to_graph(test, strict=strict)
+    out = []
+    torch.manual_seed(1)
+    for x, y in _batches(4, (6, 8), 4):
+        out.append((train(x, y), model.training, test(x, y), model.training))
+    return out, _state([model, optimizer])
+
+
+class MLPBN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 12)
+        self.bn = torch.nn.BatchNorm1d(12)
+        self.drop = torch.nn.Dropout(0.3)
+        self.fc2 = torch.nn.Linear(12, 4)
+
+    def forward(self, x):
+        return self.fc2(self.drop(F.relu(self.bn(self.fc1(x)))))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_train_eval_switch_each_epoch_converts(strict):
+    """``model.train()``/``model.eval()`` inside converted functions are staged
+    (``runtime.module_modes``): the graph sets the mode when it runs, and the guard holds
+    the mode the call found (before, train() fell back on every epoch: the trace flipped
+    the model and the side-effect check refused it)."""
+    exp = _mnist_epochs(False, strict)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        got = _mnist_epochs(True, strict)
+    assert_same(got[0], exp[0])
+    assert_same(_norm(got[1]), _norm(exp[1]))
+
+
+def _eval_in_branch(x):
+    if x.sum() > 0:
+        _BRANCH_MODEL.eval()
+    return _BRANCH_MODEL(x)
+
+
+_BRANCH_MODEL = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.0))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_mode_switch_in_a_tensor_branch_is_refused(strict):
+    _BRANCH_MODEL.train()
+    g = to_graph(_eval_in_branch, strict=strict)
+    x = torch.ones(2, 3)
+    if strict:
+        with pytest.raises(ConversionError, match="tensor-dependent branch"):
+            g(x)
+        assert _BRANCH_MODEL.training            # put back as the call found it
+        return
+    with pytest.warns(FallbackWarning, match=rf"{THIS_FILE}:\d+"):
+        got = g(x)
+    assert not _BRANCH_MODEL.training            # eager's run flipped it
+    assert_same(got, _BRANCH_MODEL(x))
