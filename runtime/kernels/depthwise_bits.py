@@ -17,10 +17,11 @@ oneDNN spends 1.3-4.4 ms on one 5x5 weight gradient at mobilenet_v3_small's trai
 (batch 8, 64x64: about half a training step on 1 thread) and 0.2-0.6 ms on each small
 forward or input gradient, mostly fixed costs and layout reorders; the loops here take a
 fraction of that. Which order torch uses depends on the shape, the thread count, the CPU
-and oneDNN's version, so ``plan`` asks: the first time it sees a (shapes, stride, padding,
-dilation, threads) key it runs torch's forward and ``convolution_backward`` on random
-tensors of that shape and keeps each loop whose bits equal torch's (the caller runs
-torch's op for the others). Channels are independent, so the loops split them over
+and oneDNN's version, so ``plan`` asks: the first time it sees a key (shapes, stride,
+padding, dilation, thread count, oneDNN's enabled/deterministic flags and torch's
+deterministic mode) it runs torch's forward and ``convolution_backward`` on random tensors
+of that shape and keeps each loop whose bits equal torch's (the caller runs torch's op for
+the others). Channels are independent, so the loops split them over
 threads without changing a bit.
 
 Built in the background (``built_once(background=True)``); until it is built, and where no
@@ -209,7 +210,7 @@ class Plan:
     and ``weight_mode`` (a ``MODES`` value or None)."""
 
     def __init__(self, loops: _Loops, key: Key):
-        xs, ws, ys, stride, padding, dilation, _ = key
+        xs, ws, ys, stride, padding, dilation = key
         self.loops, self.dims = loops, torch.tensor(
             [*xs, ys[2], ys[3], ws[2], ws[3], *stride, *padding, *dilation],
             dtype=torch.int64)
@@ -276,7 +277,9 @@ def plan(x: torch.Tensor, weight: torch.Tensor, stride, padding,
     if loops is None:
         return None
     xs, ws = tuple(x.shape), tuple(weight.shape)
-    key = (xs, ws, stride, padding, dilation, torch.get_num_threads())
+    key = (xs, ws, stride, padding, dilation, torch.get_num_threads(),
+           torch._C._get_mkldnn_enabled(), torch._C._get_mkldnn_deterministic(),
+           torch.are_deterministic_algorithms_enabled())
     found = _plans.get(key)
     if found is None:
         with _lock:
@@ -286,5 +289,5 @@ def plan(x: torch.Tensor, weight: torch.Tensor, stride, padding,
                 ow = (xs[3] + 2 * padding[1] - dilation[1] * (ws[3] - 1) - 1) // stride[1] + 1
                 with torch.no_grad():
                     found = _plans[key] = Plan(loops, (xs, ws, (xs[0], xs[1], oh, ow),
-                                                       stride, padding, dilation, key[-1]))
+                                                       stride, padding, dilation))
     return found

@@ -15,7 +15,7 @@ compiler, for an output gradient that is not contiguous. A recorded backward
 
 Anything else (no autograd, other dtypes, layouts, a bias, grouped but not depthwise,
 tensor subclasses, functorch transforms, forward-mode AD: the node has no jvp or vmap
-rule) calls ``torch_fn`` unchanged.
+rule; CPU autocast, which would cast the call) calls ``torch_fn`` unchanged.
 """
 from __future__ import annotations
 
@@ -93,7 +93,8 @@ class DepthwiseConvTrain:
                 weight.dim() != 4 or input.shape[1] != groups or \
                 tuple(weight.shape[:2]) != (groups, 1) or not input.is_contiguous() or \
                 not weight.is_contiguous() or torch.overrides.has_torch_function(
-                    (input, weight)) or _transforms_active() or _forward_ad_level() >= 0:
+                    (input, weight)) or _transforms_active() or _forward_ad_level() >= 0 or \
+                torch.is_autocast_enabled("cpu"):
             return fn(input, weight, bias, stride, padding, dilation, groups)
         return _DepthwiseConv.apply(input, weight, *pairs, fn)
 

@@ -426,3 +426,33 @@ def test_pass_retargets_only_grouped_convs_that_record():
     with torch.no_grad():
         plain = to_graph(f, strict=True).graph(*args).optimize()
     assert not any(isinstance(n.target, DepthwiseConvTrain) for n in plain.walk())
+
+
+def test_depthwise_under_cpu_autocast_and_without_onednn_equal_eager(monkeypatch):
+    """CPU autocast casts the convolution (the node calls torch's op, which autocast
+    sees); with oneDNN off torch sums in other orders (the plan is checked again under
+    that flag): eager's bits in both."""
+    _dw_kernel()
+    ran = _dw_calls(monkeypatch)
+
+    def f(x, w):
+        return F.hardswish(F.conv2d(x, w, None, 1, 2, 1, x.shape[1]))
+
+    for strict in (False, True):
+        converted = to_graph(f, strict=strict)
+        for call in range(2):
+            g = torch.Generator().manual_seed(call)
+            x0 = torch.randn(4, 16, 4, 4, generator=g)
+            w0 = torch.randn(16, 1, 5, 5, generator=g)
+            results = []
+            for fn in (f, converted):
+                x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    y = fn(x, w)
+                y.float().square().sum().backward()
+                results.append((y, x.grad, w.grad))
+            for a, b in zip(*results):
+                assert a.dtype == b.dtype and torch.equal(a, b), (strict, call)
+    assert ran() == {"forward": 0, "input_grad": 0, "weight_grad": 0}, ran()
+    with torch.backends.mkldnn.flags(enabled=False):
+        _train_both(_dw_model(3), wrap=to_graph, mode="oneDNN off")
