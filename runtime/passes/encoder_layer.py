@@ -19,6 +19,10 @@ runs (fast path enabled, no autocast, no autograd recording, CPU/CUDA tensors, p
 tensors), so its result is eager's, bit for bit; otherwise it runs the slow path's own ops
 (``_slow_path``: the same functional calls the layer makes), which autograd records.
 Masks, odd head counts, unequal eps, other activations keep the ops they traced.
+Blocks written out in the same pre-norm form (torchvision's ViT ``EncoderBlock``:
+``x = attn(ln_1(input)) + input; return x + mlp(ln_2(x))``) become the node too; eager
+runs those as separate ops, so there the results agree to float rounding (as with
+``open_attention``), not bit for bit.
 """
 from __future__ import annotations
 
