@@ -555,16 +555,32 @@ class Snapshot:
         self._codes += other._codes
 
     def include_new(self, fn) -> None:
-        """Also watch, from now on, the globals and closure of ``fn`` (a user function the
-        trace meets: a helper bumping ``global N``), but those already recorded (their
-        value from before the call is kept)."""
-        other = Snapshot.take(fn, (), {})
-        cells = {id(c) for _, c, _ in self._cells}
-        bound = {(id(ns), name) for ns, name, _ in self._globals}
-        objects = {id(o) for _, o, _, _ in self._objects}
-        self._globals += [e for e in other._globals if (id(e[0]), e[1]) not in bound]
-        self._cells += [e for e in other._cells if id(e[1]) not in cells]
-        self._objects += [e for e in other._objects if id(e[1]) not in objects]
+        """Also watch, from now on, the bindings of the globals and closure cells of
+        ``fn`` (a user function the trace meets: a helper rebinding ``global N``), but
+        those already recorded (their value from before the call is kept). Only the
+        bindings: what the objects they hold keep is watched as before (cheap: a trace
+        of GPT-2 meets ~60 such functions)."""
+        func = getattr(fn, "__func__", fn)
+        code = getattr(func, "__code__", None)
+        if code is None:
+            return
+        ns = getattr(func, "__globals__", {})
+        known = getattr(self, "_known", None)
+        if known is None:       # (kept across calls: a trace meets many functions)
+            known = self._known = {(id(space), name) for space, name, _ in self._globals} | \
+                {id(c) for _, c, _ in self._cells}
+        for name in _names_used(code):
+            if name in ns and (id(ns), name) not in known:
+                known.add((id(ns), name))
+                self._globals.append((ns, name, ns[name]))
+        for name, cell in zip(code.co_freevars, func.__closure__ or ()):
+            if id(cell) not in known:
+                known.add(id(cell))
+                try:
+                    value = cell.cell_contents
+                except ValueError:
+                    value = _EMPTY
+                self._cells.append((name, cell, value))
 
     def restore(self) -> None:
         hook_snapshot.restore(getattr(self, "_hooks", hook_snapshot.NOTHING))
