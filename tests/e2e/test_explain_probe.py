@@ -149,20 +149,22 @@ def test_explain_fallback_on_global_mutation():
     assert COUNTER == []                                   # the trace's append was undone
 
 
-G = 0
+G = []
 
 
 def assigns_global(x):
+    # (a global number the call advances is carried as graph state; a global list of
+    # tensors rebound per call is a side effect a graph cannot repeat)
     global G
-    G += 1
-    return x + G
+    G = G + [x.sum()]
+    return x * len(G)
 
 
 def test_explain_global_assignment_points_at_the_assignment():
     e = to_graph(assigns_global).explain(torch.ones(2))
     assert e.fell_back
     assert [ev.lineno for ev in e.lines if ev.what == "fallback"] == \
-        [line_of(assigns_global, "G += 1")]
+        [line_of(assigns_global, "G = G + [x.sum()]")]
 
 
 def test_explain_retrace_history_says_what_changed():
@@ -590,9 +592,14 @@ def test_probe_names_bound_in_branches_with_keyword_arguments(sign, flag):
     assert torch.equal(p.result, branches(x, flag=flag))
 
 
-def appends_to_argument(x, seen):
+SEEN = []
+
+
+def appends_to_global(x):
+    # (a list argument the call appends to converts: the append is written back; a global
+    # list grown on every call is a side effect a graph cannot repeat)
     y = x * 2
-    seen.append(y)
+    SEEN.append(y)
     return y
 
 
@@ -604,7 +611,7 @@ class KeepsLast(torch.nn.Module):
 
 
 @pytest.mark.parametrize("fn, args, text", [
-    (appends_to_argument, (T([1.0]), []), "seen.append(y)"),
+    (appends_to_global, (T([1.0]),), "SEEN.append(y)"),
     (KeepsLast(), (T([1.0]),), "self.last = h")], ids=["append", "self_attribute"])
 def test_side_effect_fallbacks_name_the_mutating_line(fn, args, text):
     target = fn.forward if isinstance(fn, torch.nn.Module) else fn
