@@ -109,9 +109,10 @@ def test_optimize_off_returns_the_verified_copy():
 def test_pass_list_runs_final_passes_last():
     names = [p.__name__ for p in PASSES]
     # grad_out_of_place only marks nodes: it runs after plan_memory so that the in-place
-    # activations memory planning makes are marked too
-    assert names[-3:] == [fuse_elementwise.__name__, plan_memory.__name__,
-                          "grad_out_of_place"]
+    # activations memory planning makes are marked too; depthwise_train then points the
+    # grouped convolutions autograd records at their bit-exact loops
+    assert names[-4:] == [fuse_elementwise.__name__, plan_memory.__name__,
+                          "grad_out_of_place", "depthwise_train"]
     assert names.index("fuse_patterns") > max(names.index(p.__name__) for p in CLEANUP)
 
 
