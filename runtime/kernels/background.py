@@ -43,6 +43,7 @@ _queue: Deque[Tuple[object, list, Callable]] = collections.deque()
 _running = [0]                       # builds taken by the worker and not finished
 _worker: List[Optional[threading.Thread]] = [None]
 _closing = [False]
+WORKER_NAME = "tograph-kernel-build"    # the worker thread's name (its compilers run niced)
 
 
 def submit(job, kernels: list, bind: Callable) -> None:
@@ -54,7 +55,7 @@ def submit(job, kernels: list, bind: Callable) -> None:
     with _lock:
         _queue.append((job, kernels, bind))
         if _worker[0] is None or not _worker[0].is_alive():
-            _worker[0] = threading.Thread(target=_work, name="tograph-kernel-build",
+            _worker[0] = threading.Thread(target=_work, name=WORKER_NAME,
                                           daemon=True)
             _worker[0].start()
 
@@ -146,7 +147,7 @@ def _after_fork() -> None:
     _worker[0] = None
     _running[0] = 0             # (the parent's running build is its own: those kernels
     if _queue:                  # stay on torch ops here)
-        _worker[0] = threading.Thread(target=_work, name="tograph-kernel-build", daemon=True)
+        _worker[0] = threading.Thread(target=_work, name=WORKER_NAME, daemon=True)
         _worker[0].start()
 
 
