@@ -77,7 +77,8 @@ def test_first_calls_run_torch_ops_until_built_then_the_kernel(held, strict):
     (k,) = kernels(g, *a)
     assert k.building and not k.compiled
     assert k in globals_of(g, *a).values()             # the lowered code calls the kernel
-    assert background.pending() == 1 and not runtime.kernels.wait(0)
+    # (>= 1: the guard's C helpers may be queued too on a cold cache)
+    assert background.pending() >= 1 and not runtime.kernels.wait(0)
     held.set()
     assert runtime.kernels.wait(120) and background.pending() == 0
     assert k.compiled and not k.building
