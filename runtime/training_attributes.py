@@ -87,12 +87,8 @@ def _text(path) -> str:
 
 # ------------------------------------------------------------------------- trace stand-ins
 def _refuse(what: str) -> GraphError:
-    from .source_info import format_location, user_location
-    location = user_location()
-    error = GraphError(f"{format_location(location)}: {what} inside a converted function "
-                       f"cannot be part of a graph")
-    error.location = location
-    return error
+    from .autograd_effects import _refuse as refuse     # (autograd_effects imports late)
+    return refuse(what)
 
 
 def _anchor(optimizer) -> torch.Tensor:
