@@ -182,9 +182,12 @@ def _converted_run(report, gf, args, kwargs, eager_in, eager_out, rtol, atol, ti
     try:
         entry = gf._entries.get(key)
         if entry is None or (not isinstance(entry, _Fallback) and not entry.holds()):
+            held = gf._held
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")       # the report carries the reason
                 entry = gf._build(key, graph_args, graph_kwargs, flat, spec)
+            if gf._held is not held:   # the trace held a list/dict argument whole, as a call
+                key, flat, spec = gf._signature(graph_args, graph_kwargs)
         if isinstance(entry, _Fallback):
             report.fell_back = True
             report.fallback_reason = entry.reason
