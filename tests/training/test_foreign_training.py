@@ -14,7 +14,6 @@ import collections
 import contextlib
 import io
 import math
-import re
 import warnings
 
 import pytest
@@ -23,7 +22,7 @@ import torch.nn.functional as F
 
 from benchmarks.torchvision_cpu import import_torchvision
 from tests.e2e.e2e_helpers import assert_same
-from tests.training.test_training_programs import _batches, _norm, _state
+from tests.training.test_training_programs import _batches, _norm, _state, compare_runs
 from transpiler import ConversionError, FallbackWarning, to_graph
 
 STEPS = 4
@@ -56,24 +55,7 @@ def _run(program, mode):
 
 
 def _compare(program):
-    exp_out, exp_state, exp_print, _ = _run(program, "eager")
-    results = {}
-    for mode in ("default", "strict"):
-        try:
-            got_out, got_state, got_print, fbs = _run(program, mode)
-        except ConversionError as e:
-            assert mode == "strict", f"{mode}: ConversionError outside strict mode: {e}"
-            results[mode] = "refused"
-            continue
-        for w in fbs:
-            msg = str(w.message)
-            assert THIS_FILE in msg and re.search(r":\d+", msg), \
-                f"fallback does not name the user's line: {msg}"
-        assert_same(got_out, exp_out, f"{mode}.returned")
-        assert_same(_norm(got_state), _norm(exp_state), f"{mode}.state")
-        assert got_print == exp_print, f"{mode}: printed {got_print!r} != {exp_print!r}"
-        results[mode] = "fallback: " + str(fbs[0].message) if fbs else "converted"
-    return results
+    return compare_runs(lambda mode: _run(program, mode), THIS_FILE)
 
 
 def model_only(fn):

@@ -91,25 +91,33 @@ def _run(program, mode, steps=STEPS):
     return outs, _state(objs), buf.getvalue(), fallbacks
 
 
-def _compare(program, modes=("default", "strict"), steps=STEPS):
-    exp_out, exp_state, exp_print, _ = _run(program, "eager", steps)
+def compare_runs(run, this_file, modes=("default", "strict")):
+    """``run(mode)`` -> (returned, state, printed, fallbacks) for 'eager' and each mode:
+    each mode equals eager, a fallback names ``this_file``'s line, strict raises only
+    ConversionError. Returns {mode: 'converted' | 'refused' | 'fallback: <message>'}."""
+    exp_out, exp_state, exp_print, _ = run("eager")
     results = {}
     for mode in modes:
         try:
-            got_out, got_state, got_print, fbs = _run(program, mode, steps)
+            got_out, got_state, got_print, fbs = run(mode)
         except ConversionError as e:
             assert mode == "strict", f"{mode}: ConversionError outside strict mode: {e}"
             results[mode] = "refused"
             continue
         for w in fbs:
             msg = str(w.message)
-            assert THIS_FILE in msg and re.search(r":\d+", msg), \
+            assert this_file in msg and re.search(r":\d+", msg), \
                 f"fallback does not name the user's line: {msg}"
         assert_same(got_out, exp_out, f"{mode}.returned")
         assert_same(_norm(got_state), _norm(exp_state), f"{mode}.state")
         assert got_print == exp_print, f"{mode}: printed {got_print!r} != {exp_print!r}"
-        results[mode] = "fallback" if fbs else "converted"
+        results[mode] = "fallback: " + str(fbs[0].message) if fbs else "converted"
     return results
+
+
+def _compare(program, modes=("default", "strict"), steps=STEPS):
+    results = compare_runs(lambda mode: _run(program, mode, steps), THIS_FILE, modes)
+    return {mode: r.split(":")[0] for mode, r in results.items()}
 
 
 # ----------------------------------------------------------------------------- models
