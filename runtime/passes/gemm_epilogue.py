@@ -14,7 +14,9 @@ has the kernel's float type, the product is read by that kernel only, every othe
 of the kernel broadcasts to ``M x N`` statically, and nothing between the product and the
 kernel could change what the product reads or how autograd records it: no node with an
 effect (an in-place write, a grad-mode switch, a random draw) and no ``cond``/``while``
-(whose bodies may write) — the product moves to where the kernel runs.
+(whose bodies may write) — the product moves to where the kernel runs. The steps of an
+unrolled loop that ``roll_steps`` will run as one loop (``unrolled_steps``) take the loop
+body's limits.
 
 The sums are fused multiply-adds in ``k`` order: a different rounding order than a
 library GEMM's blocked one, within float tolerance as any two GEMMs are. Without a
@@ -34,6 +36,7 @@ from ..kernels.codegen import KernelSpec, read_mode
 from ..kernels.launch import DTYPES, FusedKernel
 from ..meta import TensorMeta
 from .rewrite import has_effect
+from .roll_steps import unrolled_steps
 
 MAX_WORK = 1 << 17      # multiply-adds; 16x64 @ 64x64 (an RNN step) is 65536
 # In a loop body the library call is paid every step, and a body left as one kernel runs
@@ -56,6 +59,7 @@ def absorb_products(graph: Graph, kernels: List[FusedKernel], in_loop: bool = Fa
             absorb_products(sub, kernels, in_loop or node.op == "while")
     max_work = max(MAX_WORK, LOOP_MAX_WORK) if in_loop else MAX_WORK
     min_n = min(MIN_N, LOOP_MIN_N) if in_loop else MIN_N
+    steps = set() if in_loop else unrolled_steps(graph)    # rolled up later: a loop's body
     readers: Dict[int, int] = {}
     for node in graph.nodes:
         for value in node.inputs:
@@ -71,7 +75,10 @@ def absorb_products(graph: Graph, kernels: List[FusedKernel], in_loop: bool = Fa
     for node in graph.nodes:
         if node.op != "fused" or not isinstance(node.target, FusedKernel):
             continue
-        found = _product_input(node, readers, barriers, position, max_work, min_n)
+        loop_like = id(node) in steps
+        found = _product_input(node, readers, barriers, position,
+                               max(max_work, LOOP_MAX_WORK) if loop_like else max_work,
+                               min(min_n, LOOP_MIN_N) if loop_like else min_n)
         if found is None:
             continue
         slot, product = found

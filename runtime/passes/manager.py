@@ -41,6 +41,7 @@ from .licm import licm
 from .patch_conv import patch_conv
 from .patterns import fuse_patterns
 from .plan_memory import plan_memory
+from .roll_steps import roll_steps
 from .rotary import rotary
 from .squeeze_excite import squeeze_excite
 from .rewrite import EDITS
@@ -52,8 +53,8 @@ Pass = Callable[[Graph], Graph]
 MAX_ROUNDS = 4
 CLEANUP: List[Pass] = [fold, fold_cond, simplify, drop_identity, cse, dce, licm]
 CONV: List[Pass] = [fold_batchnorm, conv_epilogue]      # eval batch norms, conv epilogues
-FINAL: List[Pass] = [unbind_rows, fuse_elementwise, plan_memory, grad_out_of_place,
-                     depthwise_train]
+FINAL: List[Pass] = [unbind_rows, fuse_elementwise, roll_steps, plan_memory,
+                     grad_out_of_place, depthwise_train]
 PASSES: List[Pass] = CLEANUP + CONV + [counted_loops, encoder_layers, open_attention,
                                      attention_arguments,
                                      patch_conv,

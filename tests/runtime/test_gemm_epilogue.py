@@ -272,9 +272,14 @@ def rnn_loop(x, h, w, v, b):
 
 
 def test_unrolled_rnn_takes_every_step_in():
+    """Every step takes its product in; the 12 equal steps then run as one loop
+    (``passes/roll_steps``) of that kernel."""
     x, h = randn(12, 4, 8), randn(4, 16, seed=1)
     w, v, b = randn(8, 16, seed=2) * 0.3, randn(16, 16, seed=3) * 0.3, randn(16, seed=4)
-    run(rnn_loop, x, h, w, v, b, absorbed=12)
+    _, graph = run(rnn_loop, x, h, w, v, b, absorbed=0)
+    loops = [n for n in graph.walk() if n.op == "kernel_loop"]
+    assert len(loops) == 1 and loops[0].attrs["steps"] == 12, graph
+    assert loops[0].target.kernel.spec.gemm and loops[0].target.kernel.compiled == HAS_CC
 
 
 def while_rnn(h, v, b):
