@@ -68,9 +68,14 @@ from .notices import warn_once
 
 # -fno-trapping-math lets gcc if-convert NaN-aware selects (relu, clamp) into vector blends
 # (values unchanged: only FP exception flags are given up); -ffp-contract=off keeps a*b+c
-# rounded twice, as torch's separate ops round it.
+# rounded twice, as torch's separate ops round it. -fno-builtin-{sin,cos}[f]: gcc merges a
+# sin(x) and a cos(x) of one x (a backward kernel recomputing sin's forward next to its
+# derivative) into one scalar sincosf call, which stops the loop vectorizing (loop_100's
+# backward at 65537 elements: 99 scalar sincosf per element, 4x eager's time); not builtins,
+# they stay separate calls of their declared vector versions (libmvec).
 FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math",
-         "-ffp-contract=off", "-fPIC", "-shared", "-std=c11")
+         "-ffp-contract=off", "-fno-builtin-sinf", "-fno-builtin-cosf", "-fno-builtin-sin",
+         "-fno-builtin-cos", "-fPIC", "-shared", "-std=c11")
 LIBS = ("-lmvec", "-lm")
 FORMAT_VERSION = 2              # bump when the cache layout or trailer changes
 COMPILE_TIMEOUT_S = 120
