@@ -23,7 +23,9 @@ attributes of plain objects (user classes without their own ``__setattr__``) the
 and the attributes of the method's object (a Trainer's ``self.global_step``). Only a
 slot whose new value is a number of the same kind is carried (an int that becomes a
 float, a number that becomes a tensor or a string fall back as before, naming the line);
-so is nothing held by an ``nn.Module`` (its state is guarded as the model's).
+so is nothing held by an ``nn.Module`` (its state is guarded as the model's). An int that
+becomes a float is carried too (an AverageMeter's ``self.sum = 0``): the guard holds the
+kind of each slot (``check``), so the next call, finding a float, traces once more.
 """
 from __future__ import annotations
 
@@ -77,10 +79,31 @@ def _number(value) -> Optional[str]:
     return "int" if type(value) is int else "float" if type(value) is float else None
 
 
+def _form(value):
+    """What a slot may carry: "int", "float", or ("tensor", dtype, shape) for a plain CPU
+    tensor that needs no gradient (hidden state kept across calls); None otherwise."""
+    kind = _number(value)
+    if kind is not None or not isinstance(value, torch.Tensor):
+        return kind
+    if getattr(value, "_node", None) is not None:       # (a graph value of this trace)
+        kind = kind_of(value)
+        if kind is not None:
+            return kind
+        shape = tuple(value.shape)
+        if grad_flags.grad_of(value) is not False or \
+                not all(type(d) is int for d in shape):
+            return None
+        return ("tensor", value.dtype, shape)
+    if type(value) is not torch.Tensor or value.requires_grad or \
+            value.device.type != "cpu" or value.layout != torch.strided:
+        return None
+    return ("tensor", value.dtype, tuple(value.shape))
+
+
 _LIMIT = 32         # items or attributes of one holder looked at
 
 
-def _plain(value) -> bool:
+def plain(value) -> bool:
     """An instance of a user class whose ``__dict__`` holds its state (not a module, a
     torch object or a class)."""
     cls = type(value)
@@ -95,10 +118,13 @@ def _held(value, label: str) -> List[Tuple[Slot, Any]]:
     """The numbers a list (its items) or a plain object (its attributes) holds."""
     if type(value) is list and len(value) <= _LIMIT:
         return [(Slot("item", value, i, f"{label}[{i}]"), v) for i, v in enumerate(value)
-                if _number(v) is not None]
-    if _plain(value) and len(vars(value)) <= _LIMIT:
+                if _form(v) is not None]
+    if type(value) is dict and len(value) <= _LIMIT:
+        return [(Slot("item", value, k, f"{label}[{k!r}]"), v) for k, v in value.items()
+                if type(k) is str and _form(v) is not None]
+    if plain(value) and len(vars(value)) <= _LIMIT:
         return [(Slot("attr", value, k, f"{label}.{k}"), v) for k, v in vars(value).items()
-                if _number(v) is not None]
+                if _form(v) is not None]
     return []
 
 
@@ -108,18 +134,41 @@ def candidates(cells, globals_, owner=None) -> List[Tuple[Slot, Any]]:
     plain objects they hold, and by the attributes of the method's object ``owner``."""
     found = []
     for name, cell, value in cells:
-        if _number(value) is not None:
+        if _form(value) is not None:
             found.append((Slot("cell", cell, None, f"nonlocal variable {name!r}"), value))
         else:
             found += _held(value, name)
     for ns, name, value in globals_:
-        if _number(value) is not None:
+        if _form(value) is not None:
             found.append((Slot("global", ns, name, f"global {name!r}"), value))
         else:
             found += _held(value, name)
     if owner is not None:
         found += _held(owner, "self")
     return found
+
+
+def _carries(was, now) -> bool:
+    """Whether a slot holding a ``was`` number may be set to a ``now`` one: the same kind,
+    or an int that becomes a float (an AverageMeter's ``self.sum = 0`` then
+    ``self.sum += val * n``: the guard's ``check`` then traces once more for the float)."""
+    return was is not None and (now == was or (was, now) == ("int", "float"))
+
+
+def check(slots: List[Slot]):
+    """A guard's check ``() -> bool``: each of ``slots`` still holds a number of the kind
+    the trace read there (the values themselves are the graph's to read)."""
+    kinds = [(slot, _form(slot.get())) for slot in slots]
+
+    def carried_kinds() -> bool:
+        for slot, kind in kinds:
+            try:
+                if _form(slot.get()) != kind:
+                    return False
+            except (ValueError, KeyError, IndexError):
+                return False
+        return True
+    return carried_kinds
 
 
 def rebound(before) -> List[Slot]:
@@ -134,20 +183,23 @@ def rebound(before) -> List[Slot]:
             now = slot.get()
         except (ValueError, KeyError):
             continue
-        if now is not value and kind_of(now) == _number(value):   # (or its stand-in)
+        if now is not value and _carries(_form(value), _form(now)):   # (or its stand-in)
             out.append(slot)
     return out
 
 
-def read_slot(slot: Slot, anchor: torch.Tensor, kind: str) -> torch.Tensor:
-    """The number ``slot`` holds when the graph runs, as a 0-d int64/float64 tensor."""
+def read_slot(slot: Slot, anchor: torch.Tensor, kind) -> torch.Tensor:
+    """The number ``slot`` holds when the graph runs, as a 0-d int64/float64 tensor (or
+    the tensor it holds, ``kind`` ("tensor", dtype, shape))."""
     if anchor.is_meta:
+        if type(kind) is tuple:
+            return torch.empty(kind[2], dtype=kind[1], device="meta")
         return torch.empty((), dtype=_DTYPES[kind], device="meta")
     value = slot.get()
-    if _number(value) != kind:
+    if _form(value) != kind:
         raise RuntimeError(f"{slot.label} holds {value!r} when the graph runs; the graph "
                            f"was traced with a {kind} there")
-    return torch.tensor(value, dtype=_DTYPES[kind])
+    return value if type(kind) is tuple else torch.tensor(value, dtype=_DTYPES[kind])
 
 
 read_slot._tograph_impure = True      # (ops.is_impure: never merged, dropped or moved)
@@ -156,8 +208,10 @@ read_slot._tograph_impure = True      # (ops.is_impure: never merged, dropped or
 @effect
 def write_slot(slot: Slot, value, kind: Optional[str]) -> None:
     """``slot = value`` when the graph runs (``kind``: the number a graph value stands
-    for; None: a Python number of the trace)."""
-    slot.set(NUMBER_KINDS[kind](value.item()) if kind is not None else value)
+    for, or "tensor": a tensor of the run, kept as a copy, as the executor may reuse its
+    memory; None: a Python number of the trace)."""
+    slot.set(value.clone() if kind == "tensor" else
+             NUMBER_KINDS[kind](value.item()) if kind is not None else value)
 
 
 _SERVED = PerThreadList()     # per thread: the [(slot, its own value, last set)] served
@@ -183,10 +237,12 @@ class _Lazy:
 RUNS_PYTHON = _Lazy()
 
 
-def _stand_in(slot: Slot, kind: str):
+def _stand_in(slot: Slot, kind):
     from .symbolic import dispatch_record
     stand_in = dispatch_record(read_slot, (slot, _ANCHOR, kind), {})
     stand_in._node.attrs[grad_flags.KEY] = False       # (a number: no gradient)
+    if type(kind) is tuple:
+        return stand_in
     mark(stand_in, kind)
     if kind == "int":
         stand_in._node.attrs["python_int"] = True
@@ -202,28 +258,48 @@ def _flush(served) -> None:
         now = slot.get()
         if now is last:
             continue
-        kind = kind_of(now)
-        if kind != _number(value) or not isinstance(now, (int, float, torch.Tensor)):
-            raise GraphError(f"the function sets {slot.label} to a value that is not a "
-                             f"{_number(value)} (a Python side effect that a graph cannot "
-                             f"repeat on every call)")
+        form = _form(now)
+        if not _carries(_form(value), form) or (type(form) is tuple and getattr(
+                now, "_node", None) is None):
+            what = "a tensor of that shape and dtype computed by the function" \
+                if type(_form(value)) is tuple else f"a {_number(value)}"
+            raise GraphError(f"the function sets {slot.label} to a value that is not "
+                             f"{what} (a Python side effect that a graph cannot repeat on "
+                             f"every call)")
+        kind = "tensor" if type(form) is tuple else form
         dispatch_record(write_slot, (slot, now, kind if isinstance(now, torch.Tensor)
                                      else None), {})
         entry[2] = now
 
 
-def around_python(record):
+def serve_attributes(obj, graph) -> None:
+    """Serve the number attributes of the plain object ``obj`` from now on in this trace
+    (``deferred_calls``: a method the graph runs changes them): read when the graph runs
+    after the next node running Python, set back at the end, guarded by kind only."""
+    served = _SERVED[-1]
+    known = {(id(entry[0].holder), entry[0].key) for entry in served}
+    for key, value in vars(obj).items():
+        if _number(value) is not None and (id(obj), key) not in known:
+            slot = Slot("attr", obj, key, f"{type(obj).__name__}.{key}")
+            served.append([slot, value, value])
+            graph.root.carried_slots.append(slot)
+
+
+def around_python(record, kinds=None):
     """``record()`` of a node that runs Python code when the graph runs (a backward's
     hooks, an optimizer's or scheduler's step: an ``lr_lambda`` reading ``iter_num``):
     the served slots are set before it, as eager's code has set them by then, and read
-    again after it (it may change them)."""
+    again after it (it may change them; ``kinds``: {(id(holder), key): kind} a slot
+    holds after it, where that is not the kind it had)."""
     served = _SERVED[-1] if _SERVED else None
     if not served:
         return record()
     _flush(served)
     result = record()
     for entry in served:
-        entry[2] = _stand_in(entry[0], _number(entry[1]))
+        kind = (kinds or {}).get((id(entry[0].holder), entry[0].key),
+                                 _form(entry[2]) or _form(entry[1]))   # (as it holds now)
+        entry[2] = _stand_in(entry[0], kind)
         entry[0].set(entry[2])
     return result
 
@@ -237,7 +313,7 @@ def serving(slots: List[Slot]):
     _SERVED.append(served)
     try:
         for entry in served:
-            entry[2] = _stand_in(entry[0], _number(entry[1]))
+            entry[2] = _stand_in(entry[0], _form(entry[1]))
             entry[0].set(entry[2])
         yield
         _flush(served)

@@ -28,6 +28,7 @@ import inspect
 import types
 from typing import Any, List, Tuple
 
+from runtime import carried_numbers
 from runtime.builtin_state import slot_names, state_of
 from runtime.errors import GraphError
 from runtime.guard_tags import EMPTY, Bindings, ShallowState, Tags, TaggedPrint
@@ -84,6 +85,7 @@ _CHECK_NAMES = (("module_state", "the state of a module tree (submodules, parame
                                  "buffers, attributes, hooks)"),
                 ("backend_flags", "a torch.backends flag"),
                 ("environment", "the process environment (os.environ)"),
+                ("carried_kinds", "the kind of a number the graph carries"),
                 ("trace_reads", "what the trace asked of a real tensor (requires_grad, "
                                 "shape, values)"))
 
@@ -307,6 +309,7 @@ class Snapshot:
         still guarded, by a print that leaves that item or attribute out."""
         if not slots:
             return
+        self._checks.append(carried_numbers.check(slots))      # (their kinds)
         cells = {id(s.holder) for s in slots if s.kind == "cell"}
         names = {(id(s.holder), s.key) for s in slots if s.kind == "global"}
         self._cells = [e for e in self._cells if id(e[1]) not in cells]
@@ -326,9 +329,14 @@ class Snapshot:
 
     def _mask(self) -> None:
         """Re-make the prints of ``_held`` that see what the graph changes itself."""
-        self._held = [_masked(p, getattr(self, "_staged", ()),
-                              getattr(self, "_carried", {}).get(id(p.value), ()), self._names)
-                      for p in self._held]
+        carried = getattr(self, "_carried", {})
+        staged = getattr(self, "_staged", ())
+        self._held = [_masked(p, staged, carried.get(id(p.value), ()), self._names,
+                              carried.keys() - {id(p.value)}) for p in self._held]
+        if carried:     # (in place: the module check holds this list)
+            self._module_prints[:] = [
+                _masked(p, staged, carried.get(id(p.value), ()), self._names,
+                        carried.keys() - {id(p.value)}) for p in self._module_prints]
 
     def argument_holders(self, objects) -> None:
         """Stop watching ``objects`` by identity of what they hold (one level deep: a
@@ -624,30 +632,40 @@ def _holds_containers(v) -> bool:
     return any(_plain_holder(h) and not isinstance(h, type) for h in held)
 
 
-def _masked(print_: TaggedPrint, drop, keys, names) -> TaggedPrint:
-    """``print_``, or where its list or object holds what the graph changes on every
-    run -- one of the objects ``drop`` names (a Trainer's ``self.optimizer``: staged
-    calls change its contents) or a number at one of ``keys`` (a counter the graph
-    carries: ``runtime.carried_numbers``) -- a print of a view counting the first by
-    identity and leaving the second out (else every step would trace again)."""
+def _masked(print_: TaggedPrint, drop, keys, names, holders=frozenset()) -> TaggedPrint:
+    """``print_``, or where its list, dict or object holds what the graph changes on
+    every run -- one of the objects ``drop`` names (a Trainer's ``self.optimizer``: staged
+    calls change its contents), a number or tensor at one of ``keys`` (state the graph
+    carries: ``runtime.carried_numbers``) or one of the objects ``holders`` holding such
+    state (a dict of meters: each guarded by its own masked print) -- a print of a view
+    counting the first and third by identity and leaving the second out (else every step
+    would trace again)."""
     value = print_.value
-    if print_.how is None:
-        return print_
-    if type(value) is list:
-        if not keys:
-            return print_
-
-        def view():
-            return [("carried",) if i in keys else v for i, v in enumerate(value)]
+    if type(value) in (list, dict):
+        items = value.items() if type(value) is dict else enumerate(value)
     else:
         attrs = getattr(value, "__dict__", None)
-        if type(attrs) is not dict or not keys and \
-                not any(id(v) in drop for v in attrs.values()):
+        if type(attrs) is not dict:
             return print_
+        items = attrs.items()
+    if not keys and not any(id(v) in drop or id(v) in holders for _, v in items):
+        return print_
 
+    def token(k, v):
+        return ("staged", id(v)) if id(v) in drop else ("carried",) if k in keys else \
+            ("holder", id(v)) if id(v) in holders else v
+
+    if type(value) is list:
         def view():
-            return {k: ("staged", id(v)) if id(v) in drop else ("carried",) if k in keys
-                    else v for k, v in vars(value).items()}
+            return [token(i, v) for i, v in enumerate(value)]
+    elif type(value) is dict:
+        def view():
+            return {k: token(k, v) for k, v in value.items()}
+    else:
+        def view():
+            return {k: token(k, v) for k, v in vars(value).items()}
+    if print_.how is None:          # (a module's plain object: one level, as it was)
+        return TaggedPrint(value, view)
     return TaggedPrint(value, view, deep=True, names=names, modules=[])
 
 

@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .. import autograd_effects, flag_arguments, item_values, tensor_state
+from .. import autograd_effects, deferred_calls, flag_arguments, item_values, tensor_state
 from ..distributed_modules import refuse_distributed_module
 from ..errors import GraphError
 from ..introspection import RunTimeSize, mark, python_class
@@ -320,6 +320,9 @@ def call(f, *args, **kwargs):
         staged = autograd_effects.staged_call(f, args, kwargs)    # opt.step(), ...
         if staged is not autograd_effects.NOT_STAGED:
             return staged
+        deferred = deferred_calls.deferred_call(f, args, kwargs)   # meter.update(loss.item())
+        if deferred is not deferred_calls.NOT_DEFERRED:
+            return deferred
         refuse_unseen_call(f, args)     # a C object's method the effect watch cannot see
     special = _SYMBOLIC_BUILTINS.get(f) if _hashable(f) else None
     if special is not None:

@@ -1124,10 +1124,10 @@ FALLS_BACK = {
     # get_batch between micro-steps: windows data[i:i + block] at traced offsets stacked
     # from a tensor loop; their length is known only when the graph runs
     "nanogpt_micro_steps": "a list of rows of run-time size built in a tensor loop",
-    # ``logits, self.loss = model(x, y)`` on the trainer, and timm's AverageMeter.update:
-    # attributes of a closure object written by the step (a Python side effect)
+    # ``logits, self.loss = model(x, y)`` on the trainer (None before the first step), and
+    # a callback appending ``trainer.loss.item()`` to a list (timm's AverageMeter.update
+    # converts: runtime.deferred_calls)
     "mingpt_trainer_run": "the step writes trainer.loss (a closure object's attribute)",
-    "timm_train_one_epoch": "AverageMeter.update writes the meter's attributes",
     # AveragedModel.update_parameters: ``if self.n_averaged == 0`` in torch's own code
     "swa_averaged_model_ema": "a tensor if inside torch.optim.swa_utils (not converted)",
     # torch.func.grad/vmap transforms of a function of the closure's model

@@ -499,7 +499,8 @@ def prog_counter_changes_kind():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        count = count + 0.5         # an int becomes a float: not carried
+        count = count + 0.5         # an int becomes a float: carried, one more trace
+                                    # (test_step_fallbacks_closed.py)
         return loss.detach(), count
     return step, (model, opt, None), _inputs(4)
 
@@ -569,8 +570,7 @@ def prog_counter_on_a_module():
     return step, (model, opt, None), _inputs(4)
 
 
-@pytest.mark.parametrize("program", [prog_counter_changes_kind, prog_counter_on_a_module],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("program", [prog_counter_on_a_module], ids=lambda f: f.__name__)
 def test_counters_not_carried_fall_back(program):
     assert _compare(program) == {"default": "fallback", "strict": "refused"}
 
