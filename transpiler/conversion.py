@@ -38,10 +38,10 @@ from transpiler.converters import try_statements
 from transpiler.converters import unsupported
 from transpiler.converters import walrus_tests
 from transpiler.pyct import anno
+from transpiler.pyct import census
 from transpiler.pyct import codegen
 from transpiler.pyct import loader
 from transpiler.pyct import naming
-from transpiler.pyct import origin
 from transpiler.pyct import parser
 from transpiler.pyct import traversal
 
@@ -62,6 +62,29 @@ class _Expressions(logical.LogicalTransformer, conditional_expressions.IfExpTran
 
 
 AFTER_ANALYSIS = (control_flow, loops, _Expressions)
+
+_LOOPS = (gast.For, gast.While, gast.ListComp)       # (comprehensions makes list
+                                                     # comprehensions ``for`` loops)
+# converter -> the node kinds without which it changes nothing (none of the converters
+# before it makes them): skipped on a function whose census (pyct.census) has none
+_TRIGGERS = {
+    unsupported: unsupported.REFUSED_KINDS,         # (and a Name 'tg': checked apart)
+    walrus_tests: (gast.NamedExpr,),
+    comprehensions: (gast.ListComp,),
+    formatted_strings: (gast.JoinedStr, gast.Mod),   # f-strings, ``'%d' % n``
+    asserts: (gast.Assert,),
+    try_statements: (gast.Try,),
+    break_statements: _LOOPS,
+    continue_statements: _LOOPS,
+    loops: _LOOPS,
+}
+
+
+def _has_work(converter, found):
+    kinds = _TRIGGERS.get(converter)
+    if kinds is None:
+        return True
+    return found.holds(kinds) or (converter is unsupported and 'tg' in found.ids)
 
 
 @dataclasses.dataclass
@@ -106,12 +129,14 @@ def _strip_signature(node):
 
 def _convert_tree(fn, probed=()):
     node, filename = parser.parse_function(fn)
-    namer = naming.Namer.for_tree(node, fn.__code__.co_freevars + fn.__code__.co_names)
+    found = census.take(node)
+    namer = naming.Namer(found.names.union(fn.__code__.co_freevars, fn.__code__.co_names))
     if isinstance(node, gast.Lambda):
         node = functions.as_function_def(node, namer.new('lam'))
     ctx = base.Context(namer=namer, filename=filename)
     for converter in BEFORE_ANALYSIS:
-        node = converter.transform(node, ctx)
+        if _has_work(converter, found):
+            node = converter.transform(node, ctx)
         if converter is call_trees:         # probes are operator calls, not user calls
             node = probes.transform(node, ctx, probed)
     ctx.holds_del = base.holds_del(node)     # (no converter writes a ``del``)
@@ -121,59 +146,62 @@ def _convert_tree(fn, probed=()):
         state.analyze(fn_node)
         reaching_defs.analyze(fn_node)
     for converter in AFTER_ANALYSIS:
-        node = converter.transform(node, ctx)
+        if _has_work(converter, found):
+            node = converter.transform(node, ctx)
     _strip_signature(node)
-    origin.fill_from_parents(node)
     return node
 
 
-_SKIPPED_FIELDS = ('annotation', 'returns', 'type_comment', 'type_params')
-_walked_fields = {}     # node class -> the fields _generated_nodes enters, last first
-
-
-def _generated_nodes(node, base):
-    """All nodes (instances of ``base``) in a fixed pre-order, skipping the parts gast and
-    ast spell differently. (Fields read from the node's ``__dict__``, children pushed in
-    reverse: the same order as a per-node list reversed, at half the cost.)"""
-    out, stack = [], [node]
-    walked = _walked_fields
-    while stack:
-        node = stack.pop()
-        out.append(node)
-        cls = type(node)
-        fields = walked.get(cls)
-        if fields is None:
-            fields = walked[cls] = tuple(reversed([
-                f for f in cls._fields if f not in _SKIPPED_FIELDS and
-                not (cls.__name__ == 'ExceptHandler' and f == 'name')]))
-        state = node.__dict__
-        for field in fields:            # (last field first)
-            value = state.get(field)
-            if isinstance(value, list):
-                for child in reversed(value):
-                    if isinstance(child, base) and type(child).__name__ != 'arguments':
-                        stack.append(child)
-            elif isinstance(value, base) and type(value).__name__ != 'arguments':
-                stack.append(value)
-    return out
+# the fields holding the nodes that start lines of the generated source (statements, except
+# clauses, decorators, case patterns), read from statements, except clauses and cases
+_LINE_FIELDS = {'body', 'orelse', 'finalbody', 'handlers', 'cases', 'decorator_list', 'pattern'}
+_line_fields = {}       # node class name -> its _LINE_FIELDS, in field order
+_HOLDERS = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
 def _line_map(tree, parsed):
-    """{generated line: (user file, line)}; ``parsed``: the generated source's ast.Module."""
+    """{generated line: (user file, line)}; ``parsed``: the generated source's ast.Module.
+
+    Each generated line is named by its first node (in pre-order) with an origin, that
+    node's own origin or else its nearest ancestor's. A line starts with a statement, an
+    ``except`` clause, a decorator or a case pattern (astunparse writes each on a line of
+    its own and never breaks an expression over lines), and that node comes first on it:
+    so only those are paired, the generated ones with the converted ones, and no origin
+    is written into the tree (filling every expression's origin, then walking every node
+    of both trees, was a tenth of converting a function). Two holders of different kinds,
+    or statement lists of different lengths, end the pairing, as a node of another kind
+    ended the node-by-node walk (which also stopped at expressions of different kinds:
+    none in any function the model zoo's transformers reach)."""
     out = {}
-    gen_nodes = _generated_nodes(parsed, ast.AST)
-    conv_nodes = _generated_nodes(gast.Module(body=[tree], type_ignores=[]), gast.AST)
     attr, key = anno._ATTR, anno.Key.ORIGIN
-    for g, c in zip(gen_nodes, conv_nodes):
-        if type(g).__name__ != type(c).__name__:
+    if len(parsed.body) != 1:
+        return out
+    stack = [(parsed.body[0], tree, None)]
+    while stack:
+        g, c, outer = stack.pop()
+        name = type(g).__name__
+        if name != type(c).__name__:
             break
-        line = getattr(g, 'lineno', None)
-        if line is None or line in out:     # (a line's first node with an origin names it)
-            continue
         annos = c.__dict__.get(attr)
-        loc = annos.get(key) if annos else None
-        if loc is not None:
+        loc = (annos.get(key) if annos else None) or outer
+        line = g.__dict__.get('lineno')
+        if line is not None and loc is not None and line not in out:
             out[line] = (loc.filename, loc.lineno)
+        if not isinstance(g, _HOLDERS):
+            continue
+        fields = _line_fields.get(name)
+        if fields is None:
+            fields = _line_fields[name] = [f for f in type(g)._fields if f in _LINE_FIELDS]
+        pairs = []
+        for field in fields:
+            gv, cv = getattr(g, field, None), getattr(c, field, None)
+            if type(gv) is list and type(cv) is list and len(gv) == len(cv):
+                pairs += [(x, y, loc) for x, y in zip(gv, cv)]
+            elif isinstance(gv, ast.AST) and isinstance(cv, gast.AST):
+                pairs.append((gv, cv, loc))
+            elif gv or cv:
+                return out
+        stack += reversed(pairs)
     return out
 
 

@@ -16,8 +16,11 @@ _REFUSED = {
 }
 
 
+REFUSED_KINDS = tuple(kind for kind in _REFUSED if kind)
+
+
 def transform(node, ctx):
-    refused = tuple(kind for kind in _REFUSED if kind)
+    refused = REFUSED_KINDS
     for n in traversal.walk(node):
         if isinstance(n, refused):
             reason = next(r for kind, r in _REFUSED.items() if kind and isinstance(n, kind))

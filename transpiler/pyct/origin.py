@@ -40,9 +40,9 @@ def inherit(nodes, source):
 
     A node that has one is not entered: it is user code (parsed, its positioned nodes
     annotated) or was given origins when it was made, and whatever under it still has
-    none takes its nearest ancestor's (``fill_from_parents``). (Entering them made a
-    template's origins cost the size of the user statements spliced into it, once per
-    enclosing ``if``/loop.)"""
+    none counts as having its nearest ancestor's (``conversion._line_map``). (Entering
+    them made a template's origins cost the size of the user statements spliced into it,
+    once per enclosing ``if``/loop.)"""
     loc = source if isinstance(source, Location) else of(source)
     if loc is None:
         return
@@ -58,28 +58,3 @@ def inherit(nodes, source):
         else:
             annos[key] = loc
         children_of(node, stack)
-
-
-def fill_from_parents(tree):
-    """Nodes still without an origin take the origin of their nearest ancestor.
-    (Reads and writes the annotation dict directly, pushing a node's children with its
-    origin in one list: a generator, three calls and a tuple per node were most of it.)"""
-    key, attr, children_of = anno.Key.ORIGIN, anno._ATTR, traversal._children
-    stack, children = [tree], []
-    origins = [None]                    # the origin each node on ``stack`` inherits
-    while stack:
-        node, loc = stack.pop(), origins.pop()
-        state = node.__dict__
-        annos = state.get(attr)
-        if annos is not None and key in annos:
-            loc = annos[key] or loc
-        elif loc is not None:
-            if annos is None:
-                state[attr] = {key: loc}
-            else:
-                annos[key] = loc
-        children_of(node, children)
-        if children:
-            stack += children
-            origins += [loc] * len(children)
-            children.clear()
