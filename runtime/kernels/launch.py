@@ -50,6 +50,9 @@ class FusedKernel:
         self._row_shape = row_shape
         self._out_dtypes = [DTYPES[dt] for _, dt in spec.outputs]
         self._single = len(spec.outputs) == 1
+        # only bool (or integer) results: autograd has nothing to record (a loop test), so
+        # the C path serves it even when an input requires grad
+        self._differentiable = any(dt.is_floating_point for dt in self._out_dtypes)
         self._c = None
         self._test_c = None                     # name_test: the one bool, returned
         self._fast: Optional[Callable] = None   # the generated launcher, made on first use
@@ -123,7 +126,8 @@ class FusedKernel:
     # ---------------------------------------------------------------- calling
     def __call__(self, *xs, out=None):
         plain = self._c is not None and all(x.is_cpu and x.is_contiguous() for x in xs)
-        if not plain or (torch.is_grad_enabled() and any(x.requires_grad for x in xs)):
+        if not plain or (self._differentiable and torch.is_grad_enabled() and
+                         any(x.requires_grad for x in xs)):
             # no kernel, another device, autograd, or an input whose layout eager's result
             # would follow (a transposed view): torch ops give eager's strides; under
             # autograd, one node with a generated backward kernel where it can be written
@@ -234,7 +238,8 @@ def _generate_launcher(kernel: FusedKernel, predicate: bool = False) -> Callable
     for k, want in enumerate(kernel._in_shapes):
         env[f"_s{k}"] = torch.Size(want)
         checks.append(f"x{k}.shape != _s{k} or not x{k}.is_contiguous() or not x{k}.is_cpu")
-    grads = " or ".join(f"{x}.requires_grad" for x in xs) or "False"
+    grads = " or ".join(f"{x}.requires_grad" for x in xs) if kernel._differentiable else ""
+    grads = grads or "False"
     ptrs = "".join(f"{x}.data_ptr(), " for x in xs)
     guard = f"    if ({grads}) and _grad() or {' or '.join(checks) or 'False'}:"
     if not kernel._single:
