@@ -36,6 +36,7 @@ import types
 from typing import Any, Optional
 
 from . import carried_numbers
+from .autograd_effects import Held
 from .graph_ops import effect
 from .introspection import NUMBER_KINDS, kind_of
 
@@ -44,32 +45,14 @@ _PYTHON_VALUES = (int, float, str, bool, type(None))
 _LIMIT = 32          # attributes of a meter
 
 
-class _Method:
-    """The bound method a node calls: shared by copies of the graph, printed by name."""
-
-    __slots__ = ("method",)
-
-    def __init__(self, method):
-        self.method = method
-
-    def __repr__(self) -> str:
-        return f"<{getattr(self.method, '__qualname__', 'method')}>"
-
-    def __copy__(self):
-        return self
-
-    def __deepcopy__(self, memo):
-        return self
-
-
 @effect
-def call_later(target: _Method, kinds: tuple, names: tuple, *values) -> None:
-    """``target.method(*args, **kwargs)`` when the graph runs: ``values`` are the
+def call_later(target: Held, kinds: tuple, names: tuple, *values) -> None:
+    """``target.obj(*args, **kwargs)`` (a bound method) when the graph runs: ``values`` are the
     positional then keyword (``names``) arguments; a value whose ``kinds`` entry is a
     number kind is a 0-d tensor standing for that Python number."""
     args = [NUMBER_KINDS[k](v.item()) if k is not None else v for v, k in zip(values, kinds)]
     split = len(args) - len(names)
-    target.method(*args[:split], **dict(zip(names, args[split:])))
+    target.obj(*args[:split], **dict(zip(names, args[split:])))
 
 
 def _kind(value) -> Optional[str]:
@@ -157,7 +140,7 @@ def deferred_call(f, args, kwargs) -> Any:
         return NOT_DEFERRED
     carried_numbers.serve_attributes(obj, graph)
     carried_numbers.around_python(lambda: dispatch_record(
-        call_later, (_Method(f), kinds, tuple(kwargs)) + values, {}), after)
+        call_later, (Held(f), kinds, tuple(kwargs)) + values, {}), after)
     return None
 
 

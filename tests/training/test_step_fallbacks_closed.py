@@ -103,7 +103,7 @@ class TimmAverageMeter:
         self.avg = self.sum / self.count if self.count else 0
 
 
-class ImageNetAverageMeter:
+class ImageNetAverageMeter(TimmAverageMeter):
     """pytorch/examples imagenet/main.py's AverageMeter: a name and a format string too,
     so its update is traced (converted), the numbers carried."""
 
@@ -111,12 +111,6 @@ class ImageNetAverageMeter:
         self.name = name
         self.fmt = fmt
         self.reset()
-
-    def reset(self):
-        self.val = 0
-        self.avg = 0
-        self.sum = 0
-        self.count = 0
 
     def update(self, val, n=1):
         self.val = val
@@ -171,22 +165,26 @@ def prog_imagenet_meters():
 
 
 def prog_counter_becomes_float():
-    """A closure counter that starts as an int and becomes a float (``t = 0`` then
-    ``t += 0.5``): carried, one more trace when the float is first found."""
+    """Progress kept on a plain object whose int becomes a float (``progress.epoch = 0``,
+    then ``+= 1 / steps_per_epoch``): carried, one more trace when the float is found."""
+    class Progress:
+        def __init__(self):
+            self.epoch = 0
+            self.samples = 0
+
     model = _mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    t = 0
+    progress = Progress()
 
     def step(x, y):
-        nonlocal t
-        loss = F.cross_entropy(model(x), y)
         opt.zero_grad()
-        loss.backward()
+        F.cross_entropy(model(x), y).backward()
         opt.step()
-        t = t + 0.5
-        return loss.detach(), t
+        progress.samples += x.shape[0]
+        progress.epoch += 1 / 3
+        return progress.epoch * 2
 
-    return step, [model, opt], _batches(STEPS, (5, 8), 4), lambda: t
+    return step, [model, opt], _batches(STEPS, (5, 8), 4), lambda: dict(vars(progress))
 
 
 # ----------------------------------------------------------------------- tensor state
