@@ -23,6 +23,7 @@ from ..verifier import verify
 from .attention import open_attention
 from .attention_arguments import attention_arguments
 from .batch_matmul import batch_matmul
+from .batchnorm_train import batchnorm_train
 from .channels_last import channels_last
 from .conv_epilogue import conv_epilogue
 from .counted_loops import counted_loops
@@ -53,7 +54,7 @@ Pass = Callable[[Graph], Graph]
 MAX_ROUNDS = 4
 CLEANUP: List[Pass] = [fold, fold_cond, simplify, drop_identity, cse, dce, licm]
 CONV: List[Pass] = [fold_batchnorm, conv_epilogue]      # eval batch norms, conv epilogues
-FINAL: List[Pass] = [unbind_rows, fuse_elementwise, roll_steps, plan_memory,
+FINAL: List[Pass] = [unbind_rows, fuse_elementwise, roll_steps, batchnorm_train, plan_memory,
                      grad_out_of_place, depthwise_train]
 PASSES: List[Pass] = CLEANUP + CONV + [counted_loops, encoder_layers, open_attention,
                                      attention_arguments,
