@@ -17,9 +17,8 @@ from typing import Callable, Dict, List, Sequence, Tuple
 Call = Callable[..., object]
 
 
-def _run_calls(fn: Call, inputs: Sequence[tuple], n: int) -> float:
+def _run_calls(fn: Call, inputs: Sequence[tuple], n: int, perf=time.perf_counter) -> float:
     k = len(inputs)
-    perf = time.perf_counter
     if k == 1:
         args = inputs[0]
         t0 = perf()
@@ -32,12 +31,13 @@ def _run_calls(fn: Call, inputs: Sequence[tuple], n: int) -> float:
     return perf() - t0
 
 
-def calibrate(fn: Call, inputs: Sequence[tuple], round_s: float, max_calls: int = 100_000) -> int:
+def calibrate(fn: Call, inputs: Sequence[tuple], round_s: float, max_calls: int = 100_000,
+              clock=time.perf_counter) -> int:
     """How many calls (a multiple of the number of input tuples) take about ``round_s``."""
     k = len(inputs)
     n = k
     while True:
-        elapsed = _run_calls(fn, inputs, n)
+        elapsed = _run_calls(fn, inputs, n, clock)
         if elapsed >= round_s / 4 or n >= max_calls:
             break
         n *= 4
@@ -50,21 +50,32 @@ def calibrate(fn: Call, inputs: Sequence[tuple], round_s: float, max_calls: int 
 def interleaved(contenders: Dict[str, Call], inputs: Sequence[tuple], rounds: int,
                 round_s: float, warmup: int = 3) -> Dict[str, Dict[str, float]]:
     """Median seconds per call of each contender; each warmed up ``warmup`` times per input."""
+    samples, calls = interleaved_samples(contenders, inputs, rounds, round_s, warmup)
+    return {name: {"median_s": statistics.median(s), "min_s": min(s), "max_s": max(s),
+                   "calls_per_round": calls[name], "rounds": len(s)}
+            for name, s in samples.items()}
+
+
+def interleaved_samples(contenders: Dict[str, Call], inputs: Sequence[tuple], rounds: int,
+                        round_s: float, warmup: int = 3, clock=time.perf_counter
+                        ) -> Tuple[Dict[str, List[float]], Dict[str, int]]:
+    """Seconds per call of each contender in each round (round ``r`` of every contender
+    ran side by side, so ``a[r] / b[r]`` is a ratio under one machine state) and the calls
+    per round. ``clock``: ``time.thread_time`` counts this thread's CPU time only (other
+    processes on a loaded machine do not count; right with one torch thread)."""
     names = list(contenders)
     for name in names:
         for _ in range(warmup):
             for args in inputs:
                 contenders[name](*args)
-    calls = {name: calibrate(contenders[name], inputs, round_s) for name in names}
+    calls = {name: calibrate(contenders[name], inputs, round_s, clock=clock) for name in names}
     samples: Dict[str, List[float]] = {name: [] for name in names}
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
             n = calls[name]
-            samples[name].append(_run_calls(contenders[name], inputs, n) / n)
-    return {name: {"median_s": statistics.median(s), "min_s": min(s), "max_s": max(s),
-                   "calls_per_round": calls[name], "rounds": len(s)}
-            for name, s in samples.items()}
+            samples[name].append(_run_calls(contenders[name], inputs, n, clock) / n)
+    return samples, calls
 
 
 def first_call(make: Callable[[], Call], args: tuple) -> Tuple[float, Call, object]:

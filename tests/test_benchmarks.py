@@ -186,3 +186,19 @@ def test_every_size_of_a_workload_converts_and_matches_eager(family):
             for args in (inputs, other):
                 torch.testing.assert_close(fn(*args), workload.fn(*args), rtol=1e-5,
                                            atol=workload.atol, msg=workload.name)
+
+
+def test_sweep_cells_match_eager_and_are_written(tmp_path):
+    """``benchmarks.sweep``: every spelling of two families at the suite's size, inference
+    and training, in one process; each cell's result (and gradients) is checked against
+    eager's, the table and the json are written."""
+    from benchmarks import sweep
+    sweep.main(["--only", "rnn,gelu", "--quick", "--rounds", "1", "--round-s", "0.001",
+                "--out", str(tmp_path)])
+    cells = json.loads((tmp_path / "sweep.json").read_text())["cells"]
+    spellings = {(c["family"], c["spelling"], c["mode"]) for c in cells}
+    assert len(spellings) == 2 * (5 + 3) == len(cells)
+    assert all(c["error"] < 1e-4 and not c["fallback"] and c["ratio"] > 0 for c in cells), \
+        [c for c in cells if c["error"] >= 1e-4 or c["fallback"]]
+    table = (tmp_path / "SWEEP.md").read_text()
+    assert table.count("| rnn |") == 10 and "(suite's)" in table
