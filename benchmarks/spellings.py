@@ -1,8 +1,8 @@
 """Other spellings of the benchmark workloads (issue 13): the same computation written the
 other ways a user writes it, so a speedup that holds for one spelling only shows.
 
-Each function takes the arguments of the ``workloads.py`` function it respells (the list
-RNN takes a list of step tensors instead of one stacked tensor).
+Each function takes the arguments of the ``workloads.py`` function it respells. (An RNN
+over a list of step tensors is ``workloads.rnn_for`` itself, given a list.)
 """
 from __future__ import annotations
 
@@ -23,13 +23,6 @@ def rnn_while(xs, h, w_ih, w_hh, bias):
 
 def rnn_unbind(xs, h, w_ih, w_hh, bias):
     for xt in xs.unbind(0):
-        h = torch.tanh(xt @ w_ih + h @ w_hh + bias)
-    return h
-
-
-def rnn_list(steps, h, w_ih, w_hh, bias):
-    """``steps``: a Python list of (batch, d_in) tensors."""
-    for xt in steps:
         h = torch.tanh(xt @ w_ih + h @ w_hh + bias)
     return h
 

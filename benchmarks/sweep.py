@@ -99,7 +99,7 @@ def _conv(size, spelling):
 FAMILIES: List[Family] = [
     Family("rnn", {"for xt in xs": workloads.rnn_for, "for t in range": workloads.rnn_cell,
                    "while t < T": spellings.rnn_while, "xs.unbind(0)": spellings.rnn_unbind,
-                   "list": spellings.rnn_list},
+                   "list": workloads.rnn_for},          # (given a list of steps)
            {"50x32x64": (50, 32, 64), "50x1x16": (50, 1, 16), "50x1x64": (50, 1, 64),
             "50x3x100": (50, 3, 100), "50x64x256": (50, 64, 256), "400x32x64": (400, 32, 64)},
            _rnn, suite="50x32x64", grads=(2, 3, 4)),
@@ -198,23 +198,40 @@ def _cells(only: Optional[str], modes: Sequence[str], quick: bool):
                     yield fam, mode, label, size, spelling, fn
 
 
-def _row(cell: dict) -> str:
+def _key(cell: dict) -> tuple:
+    return cell["family"], cell["spelling"], cell["size"], cell["mode"]
+
+
+def _row(cell: dict, before: Optional[dict] = None) -> str:
     size = cell["size"] + (" (suite's)" if cell["suite"] else "")
     check = "ok" if cell["error"] < 1e-4 else f"**differs {cell['error']:.0e}**"
     note = f"fallback: {cell['fallback'][0]}" if cell["fallback"] else ""
     ratio = f"{cell['ratio']:.2f}x"
     if cell["ratio"] < 1.0:
         ratio = f"**{ratio}**"
+    old = "" if before is None else " - |"
+    if before and _key(cell) in before:
+        was = before[_key(cell)]
+        old = f" {was['ratio']:.2f}x ({was['ratio_min']:.2f}-{was['ratio_max']:.2f}) |"
     return (f"| {cell['family']} | {cell['spelling']} | {size} | {cell['mode']} | "
             f"{cell['eager_us']:,.1f} | {cell['tograph_us']:,.1f} | {ratio} | "
-            f"{cell['ratio_min']:.2f}-{cell['ratio_max']:.2f} | {check} | {note} |")
+            f"{cell['ratio_min']:.2f}-{cell['ratio_max']:.2f} |{old} {check} | {note} |")
 
 
-def write(out: str, cells: List[dict], meta: dict) -> str:
+def write(out: str, cells: List[dict], meta: dict, before: Optional[str] = None) -> str:
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "sweep.json"), "w") as f:
         json.dump({"meta": meta, "cells": cells}, f, indent=1)
     slow = [c for c in cells if c["ratio"] < 1.0]
+    old, was = None, []
+    if before:
+        with open(before) as f:
+            earlier = json.load(f)
+        old = {_key(c): c for c in earlier["cells"]}
+        m = earlier["meta"]
+        was = [f"`before`: the same cells in an earlier run ({m['date']}, load "
+               f"{m['load_before']:.2f} -> {m['load_after']:.2f}; "
+               f"{sum(c['ratio'] < 1.0 for c in earlier['cells'])} cells below 1.0x then).", ""]
     lines = [
         "# Sweep: every workload at several sizes and spellings",
         "",
@@ -229,9 +246,12 @@ def write(out: str, cells: List[dict], meta: dict) -> str:
         "",
         f"{len(cells)} cells, {len(slow)} below 1.0x.",
         "",
-        "| family | spelling | size | mode | eager µs | tograph µs | x | range | check | note |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: | --- | --- | --- |",
-        *[_row(c) for c in cells],
+        *was,
+        "| family | spelling | size | mode | eager µs | tograph µs | x | range |"
+        + (" before |" if old is not None else "") + " check | note |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | --- |"
+        + (" --- |" if old is not None else "") + " --- | --- |",
+        *[_row(c, old) for c in cells],
         "",
     ]
     path = os.path.join(out, "SWEEP.md")
@@ -249,6 +269,7 @@ def main(argv=None):
     p.add_argument("--round-s", type=float, default=0.05)
     p.add_argument("--quick", action="store_true", help="the suite's size only")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--before", help="an earlier run's sweep.json: its ratios side by side")
     args = p.parse_args(argv)
     from runtime.options import options
     options.kernel_build = "sync"
@@ -268,7 +289,7 @@ def main(argv=None):
         print(_row(cell), flush=True)
         cells.append(cell)
     meta.update(load_after=os.getloadavg()[0], seconds=time.perf_counter() - t0)
-    print(write(args.out, cells, meta))
+    print(write(args.out, cells, meta, args.before))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 behind them (passes/batch_matmul.py: ``xs.unbind(0)`` rows and a list of inputs).
 
 An RNN spelled ``while t < T``, ``for xt in xs.unbind(0)``, ``for t in range(T)`` or over
-a list of step tensors unrolls at trace time; its equal steps become one ``kernel_loop``
+a list of step tensors (the programs of ``benchmarks/spellings.py`` and ``workloads.py``)
+unrolls at trace time; its equal steps become one ``kernel_loop``
 node (a ``KernelLoop`` or, with a library product per step, a ``ProductLoop``). Each test
 checks the path taken (the node, its step count) and compares values, dtypes and, for
 training, gradients with eager on two calls with different values. Chains that must not
@@ -12,6 +13,8 @@ steps) are checked to stay unrolled and still match.
 import pytest
 import torch
 
+from benchmarks.spellings import rnn_unbind, rnn_while
+from benchmarks.workloads import rnn_cell as rnn_range, rnn_for as rnn_list
 from runtime.kernels import compiler
 from runtime.options import options
 from runtime.passes.roll_steps import MIN_STEPS
@@ -20,32 +23,6 @@ from transpiler import to_graph
 HAS_CC = compiler.compiler_available()
 
 pytestmark = pytest.mark.usefixtures("module_kernel_cache")
-
-
-def rnn_while(xs, h, w_ih, w_hh, bias):
-    t = 0
-    while t < xs.shape[0]:
-        h = torch.tanh(xs[t] @ w_ih + h @ w_hh + bias)
-        t += 1
-    return h
-
-
-def rnn_unbind(xs, h, w_ih, w_hh, bias):
-    for xt in xs.unbind(0):
-        h = torch.tanh(xt @ w_ih + h @ w_hh + bias)
-    return h
-
-
-def rnn_range(xs, h, w_ih, w_hh, bias):
-    for t in range(xs.shape[0]):
-        h = torch.sigmoid(xs[t] @ w_ih + h @ w_hh + bias)
-    return h
-
-
-def rnn_list(steps, h, w_ih, w_hh, bias):
-    for xt in steps:
-        h = torch.tanh(xt @ w_ih + h @ w_hh + bias)
-    return h
 
 
 def inputs(steps, batch, d_in, hidden, seed=0, as_list=False):
