@@ -332,7 +332,9 @@ def call(f, *args, **kwargs):
             return special(*args, **kwargs)
     if current_graph() is not None:
         f = torchscript_calls.unscripted(f, args, kwargs)   # (its Python original)
-        custom_functions.refuse_custom_backward(f, args, kwargs)
+        applied = custom_functions.applied(f, args, kwargs)     # its own backward
+        if applied is not custom_functions.NOT_APPLIED:
+            return applied
     if current_graph() is not None and isinstance(f, torch.nn.Module):
         module_hooks.refuse_backward_hooks((f,))
     target = _converted(f)

@@ -1073,9 +1073,10 @@ class GradReverse(torch.autograd.Function):
         return grad_output.neg() * ctx.lambd, None
 
 
-def test_custom_autograd_function_under_autograd_falls_back():
-    """Its backward is not in a traced graph: with autograd recording, the graph's
-    gradients would not be reversed (they were, silently); without, forward converts."""
+def test_custom_autograd_function_under_autograd_keeps_its_backward():
+    """With autograd recording, the graph calls ``GradReverse.apply`` itself, so the
+    gradients are reversed (traced as forward's ops they were not, silently; then it fell
+    back); without autograd, forward's ops are traced."""
     def make():
         m = nn.Linear(4, 2)
 
@@ -1084,8 +1085,7 @@ def test_custom_autograd_function_under_autograd_falls_back():
             loss.backward()
             return loss, m.weight.grad.clone()
         return step
-    run_program(make, [(torch.randn(3, 4), 0.5), (torch.randn(2, 4), 1.0)], grad=True,
-                falls_back_at="loss = GradReverse.apply(m(x), lambd).square().mean()")
+    run_program(make, [(torch.randn(3, 4), 0.5), (torch.randn(2, 4), 1.0)], grad=True)
 
     def make_eval():
         m = nn.Linear(4, 2)
