@@ -26,7 +26,8 @@ from ..path_values import check_call
 from ..region_effects import refuse_unseen_call
 from ..source_info import format_location, user_location
 from ..symbolic import contains_symbolic, current_graph, is_symbolic
-from . import custom_functions, module_hooks, torchscript_calls, truth_builtins
+from . import (custom_functions, module_hooks, torch_checks, torchscript_calls,
+               truth_builtins)
 from .effects import print_, torch_assert
 from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicReversed,
                         TensorList, is_symbolic_iterable, length_of, zip_of)
@@ -298,6 +299,10 @@ def call(f, *args, **kwargs):
         return print_(*args, **kwargs)
     if f is torch._assert and current_graph() is not None:
         return torch_assert(*args, **kwargs)
+    if current_graph() is not None:
+        checked = torch_checks.staged_check(f, args, kwargs)    # torch._check(n == 1)
+        if checked is not torch_checks.NOT_CHECK:
+            return checked
     said = staged_message(f, args, kwargs)      # sys.stdout.write, warnings.warn
     if said is not NOT_STAGED:
         return said
