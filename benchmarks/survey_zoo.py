@@ -6,6 +6,11 @@ ConvNeXtV2, LeViT (transformers); timm mixer, ghostnet, cspresnet, dla, hrnet, r
 poolformer, fastvit, coat, edgenext; torchvision mnasnet, mobilenet_v2/v3_large, resnext50,
 wide_resnet50, alexnet.
 
+Added by h34 (``FRESH_EYES``): XLM-R token classification, BLOOM and BART sequence
+classification; ViT, BEiT, Swin, ConvNeXt (transformers); torchvision inception_v3 and
+googlenet with their aux logits, swin_v2_t; timm eva02, nf_resnet, resnest, sequencer2d,
+xcit, cait, davit, tnt, pvt_v2.
+
 Added by h24 (``NEW_USER``): Gemma3, OLMo, OLMo2, CodeGen, GPT-Neo, StarCoder2, Granite,
 Qwen3-MoE, RWKV, mBART, Pegasus, Marian, M2M100, SigLIP (transformers); timm levit_128s,
 regnetx_002, efficientnetv2_rw_t, maxvit_nano, coatnet_nano.
@@ -34,6 +39,8 @@ import_torchvision()
 
 WIDTH = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
              num_attention_heads=4, max_position_embeddings=64)
+VISION = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+              image_size=32, patch_size=8, num_labels=3)
 
 
 def no_dropout(model: torch.nn.Module) -> torch.nn.Module:
@@ -584,6 +591,110 @@ def timm_coatnet(mask=False):
     return _timm("coatnet_nano_rw_224", size=64, img_size=64)
 
 
+# ------------------------------------------------------------------ fresh eyes (h34)
+def xlm_roberta(mask=False):
+    return _text(_hf("XLMRobertaConfig", "XLMRobertaForTokenClassification", pad_token_id=1,
+                     num_labels=3, **WIDTH), mask)
+
+
+def bloom_classifier(mask=False):
+    """BLOOM's head on the last non-pad token; its MLP calls ``GeLUFunction.apply`` in
+    train mode (a user autograd.Function: one node calling it)."""
+    return _text(_hf("BloomConfig", "BloomForSequenceClassification", vocab_size=VOCAB,
+                     hidden_size=64, n_layer=2, n_head=4, num_labels=3, pad_token_id=0,
+                     attn="eager"), mask)
+
+
+def bart_classifier(mask=False):
+    """BART's head reads the last ``<eos>`` of each row and checks (``torch._check``)
+    that all rows hold as many."""
+    m = _bart_like("BartConfig", "BartForSequenceClassification", num_labels=3)
+    eos = m.config.eos_token_id
+
+    def make(b, s):
+        (ids,), kwargs = _tokens(b, s, mask)
+        ids[ids == eos] = 5
+        ids[:, -1] = eos
+        return (ids,), kwargs
+    return m, make
+
+
+def vit(mask=False):
+    return _hf("ViTConfig", "ViTForImageClassification", **VISION), _images(32)
+
+
+def beit(mask=False):
+    return _hf("BeitConfig", "BeitForImageClassification", use_relative_position_bias=True,
+               **VISION), _images(32)
+
+
+def hf_swin(mask=False):
+    return _hf("SwinConfig", "SwinForImageClassification", image_size=32, patch_size=2,
+               embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4,
+               num_labels=3), _images(32)
+
+
+def hf_convnext(mask=False):
+    return _hf("ConvNextConfig", "ConvNextForImageClassification", num_stages=2,
+               hidden_sizes=[16, 32], depths=[1, 1], num_labels=3, attn="eager"), _images(32)
+
+
+def tv_inception_v3_aux(mask=False):
+    """Train mode returns ``InceptionOutputs`` with the aux logits (which need 299x299)."""
+    return _tv("inception_v3", size=299, aux_logits=True, init_weights=False)
+
+
+def tv_googlenet_aux(mask=False):
+    return _tv("googlenet", size=32, aux_logits=True, init_weights=False)
+
+
+def tv_swin_v2_t(mask=False):
+    return _tv("swin_v2_t", size=32)
+
+
+def timm_eva02(mask=False):
+    return _timm("eva02_tiny_patch14_224", size=28, img_size=28, patch_size=7)
+
+
+def timm_nfnet(mask=False):
+    return _timm("nf_resnet26", size=32)
+
+
+def timm_resnest(mask=False):
+    return _timm("resnest14d", size=32)
+
+
+def timm_sequencer(mask=False):
+    return _timm("sequencer2d_s")
+
+
+def timm_xcit(mask=False):
+    return _timm("xcit_nano_12_p16_224", size=32, img_size=32)
+
+
+def timm_cait(mask=False):
+    return _timm("cait_xxs24_224", size=32, img_size=32, patch_size=8)
+
+
+def timm_davit(mask=False):
+    return _timm("davit_tiny")
+
+
+def timm_tnt(mask=False):
+    return _timm("tnt_s_patch16_224", size=32, img_size=32)
+
+
+def timm_pvt_v2(mask=False):
+    return _timm("pvt_v2_b0")
+
+
+FRESH_EYES_TEXT = ("xlm_roberta", "bloom_classifier", "bart_classifier")
+FRESH_EYES = FRESH_EYES_TEXT + (
+    "vit", "beit", "hf_swin", "hf_convnext", "tv_inception_v3_aux", "tv_googlenet_aux",
+    "tv_swin_v2_t", "timm_eva02", "timm_nfnet", "timm_resnest", "timm_sequencer", "timm_xcit",
+    "timm_cait", "timm_davit", "timm_tnt", "timm_pvt_v2")
+
+
 NEW_USER_TEXT = ("gemma3", "olmo", "olmo2", "codegen", "gpt_neo", "starcoder2", "granite",
                  "qwen3_moe", "rwkv", "mbart", "pegasus", "marian", "m2m100", "siglip")
 NEW_USER = NEW_USER_TEXT + ("timm_levit", "timm_regnet", "timm_efficientnetv2",
@@ -594,7 +705,7 @@ TEXT = ("mistral", "qwen2", "phi", "phi3", "gemma", "gemma2", "opt", "gpt_neox",
         "falcon", "mixtral", "qwen2_moe", "distilbert", "roberta", "albert", "electra",
         "bart", "whisper", "clip", "bloom", "mpt", "gpt_bigcode", "persimmon", "stablelm",
         "qwen3", "deberta_v2", "xlnet", "funnel", "mobilebert", "squeezebert", "convbert") \
-    + NEW_USER_TEXT
+    + NEW_USER_TEXT + FRESH_EYES_TEXT
 SURVEY: Dict[str, Callable] = {name: globals()[name] for name in TEXT + (
     "timm_resnet", "timm_efficientnet", "timm_convnext", "timm_deit", "timm_swin",
     "timm_mobilevit", "tv_vgg11", "tv_densenet121", "tv_efficientnet_b0",
@@ -603,4 +714,5 @@ SURVEY: Dict[str, Callable] = {name: globals()[name] for name in TEXT + (
     "levit", "tv_mnasnet", "tv_mobilenet_v2", "tv_mobilenet_v3_large", "tv_resnext",
     "tv_wide_resnet", "tv_alexnet", "timm_mixer", "timm_ghostnet", "timm_cspresnet",
     "timm_dla", "timm_hrnet", "timm_repvgg", "timm_rexnet", "timm_poolformer", "timm_fastvit",
-    "timm_coat", "timm_edgenext") + NEW_USER[len(NEW_USER_TEXT):]}
+    "timm_coat", "timm_edgenext") + NEW_USER[len(NEW_USER_TEXT):]
+    + FRESH_EYES[len(FRESH_EYES_TEXT):]}
