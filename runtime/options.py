@@ -8,6 +8,9 @@
     TOGRAPH_OPTIMIZE=0        skip the optimizer: the executor runs the traced graph as is
     TOGRAPH_FOLD_BATCHNORM=0  keep eval-mode batch norms after convolutions as they are
                               (folding misses parameter writes through ``p.data``)
+    TOGRAPH_ONEDNN_LINEAR=on  linear layers under autograd through oneDNN's matmul: "on",
+                              "off", or "auto" (default: where MKL lacks AVX-512 code,
+                              an AVX-512 CPU that is not Intel's; ``kernels.onednn_linear``)
     TOGRAPH_KERNEL_BUILD=sync compile a graph's kernels before its first call returns
                               (default ``background``: a cold first call runs the fused
                               groups as torch ops while a thread compiles them; then they
@@ -47,6 +50,12 @@ def _kernel_build() -> str:
     return value
 
 
+def _onednn_linear() -> str:
+    value = os.environ.get("TOGRAPH_ONEDNN_LINEAR", "").strip().lower() or "auto"
+    return value if value in ("on", "off", "auto") else \
+        ("on" if _flag("TOGRAPH_ONEDNN_LINEAR", False) else "off")
+
+
 @dataclass
 class Options:
     compiler: bool = True          # build fused groups into C kernels when a compiler exists
@@ -57,6 +66,7 @@ class Options:
     fold_batchnorm: bool = True    # fold eval batch norms into the convolution before them
     channels_last: bool = True     # run eval conv_bn chains channels-last (NHWC)
     kernel_build: str = "background"   # "sync": kernels compiled before the first call runs
+    onednn_linear: str = "auto"    # "on" / "off" / "auto": kernels.onednn_linear.available
 
     @classmethod
     def from_environment(cls) -> "Options":
@@ -67,7 +77,8 @@ class Options:
                    optimize=_flag("TOGRAPH_OPTIMIZE", True),
                    fold_batchnorm=_flag("TOGRAPH_FOLD_BATCHNORM", True),
                    channels_last=_flag("TOGRAPH_CHANNELS_LAST", True),
-                   kernel_build=_kernel_build())
+                   kernel_build=_kernel_build(),
+                   onednn_linear=_onednn_linear())
 
     @contextlib.contextmanager
     def override(self, **changes):

@@ -39,6 +39,7 @@ from .fold_parameters import fold_parameters
 from .fuse_elementwise import fuse_elementwise
 from .grad_out_of_place import grad_out_of_place
 from .licm import licm
+from .onednn_linear import onednn_linear
 from .patch_conv import patch_conv
 from .patterns import fuse_patterns
 from .plan_memory import plan_memory
@@ -55,7 +56,7 @@ MAX_ROUNDS = 4
 CLEANUP: List[Pass] = [fold, fold_cond, simplify, drop_identity, cse, dce, licm]
 CONV: List[Pass] = [fold_batchnorm, conv_epilogue]      # eval batch norms, conv epilogues
 FINAL: List[Pass] = [unbind_rows, fuse_elementwise, roll_steps, batchnorm_train, plan_memory,
-                     grad_out_of_place, depthwise_train]
+                     grad_out_of_place, depthwise_train, onednn_linear]
 PASSES: List[Pass] = CLEANUP + CONV + [counted_loops, encoder_layers, open_attention,
                                      attention_arguments,
                                      patch_conv,
