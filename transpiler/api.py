@@ -699,6 +699,7 @@ class GraphFunction:
                 sym.append(value)
         sargs, skwargs = pytree.tree_unflatten(sym[:spec.num_leaves], spec)
         snapshot = Snapshot.take(target, sargs, skwargs)   # what the trace really receives
+        snapshot.include_new(target)        # (what it keeps across calls: function_state)
         numbers = carried_numbers.candidates(*snapshot.bindings()) if carry is None else ()
         for fn in carry[1] if carry is not None else ():   # (helpers the first trace met:
             snapshot.include_new(fn)                        # their globals before the call)
@@ -780,7 +781,9 @@ class GraphFunction:
                     raise held_arguments.Changed(changed, held)
                 error = GraphError(f"{changed} (a Python side effect that a graph cannot repeat "
                                    f"on every call)")
-                error.location = _assignment_line(target, changed)
+                error.location = _assignment_line(target, changed) or (
+                    _assignment_line(snapshot.changed_owner, changed)
+                    if getattr(snapshot, "changed_owner", None) is not None else None)
                 raise error
             existed = _existed(snapshot, sargs, skwargs)
             shared = region_state.shared_touched(touched, existed, argument_objects.written(
@@ -946,7 +949,8 @@ def _changed_name(fn, change: str) -> Optional[str]:
     """The variable a side-effect message is about: a global, nonlocal or closure
     variable, a parameter (``argument #i``), or ``self`` for the method's object."""
     import re
-    named = re.search(r"(?:global|nonlocal variable|closure variable) '(\w+)'", change)
+    named = re.search(r"(?:global|nonlocal variable|closure variable|parameter|function) "
+                      r"'(\w+)'", change)
     if named:
         return named.group(1)
     params = _param_names(inspect.unwrap(getattr(fn, "__func__", fn)))

@@ -36,7 +36,7 @@ from runtime.python_state import (DEPTH, difference, fingerprint, is_tensor, res
                                   strings_used, user_classes)
 from runtime.source_info import _is_library
 
-from . import hook_snapshot, module_containers
+from . import function_state, hook_snapshot, module_containers
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None))
 
@@ -427,6 +427,10 @@ class Snapshot:
                 where = difference(print_, now)
                 return f"the function mutates {label}" + (f" (its {where.lstrip('.')})"
                                                           if where else "")
+        kept = getattr(self, "_functions", None) and self._functions.changed()
+        if kept:                            # (a helper's default, closure, attribute)
+            self.changed_owner = kept[1]
+            return kept[0]
         replaced = hook_snapshot.replaced_tensor(getattr(self, "_hooks", hook_snapshot.NOTHING)) \
             or hook_snapshot.replaced_tensor(getattr(self, "_trees", hook_snapshot.NOTHING))
         if replaced is not None:
@@ -589,9 +593,14 @@ class Snapshot:
                 except ValueError:
                     value = _EMPTY
                 self._cells.append((name, cell, value))
+        if not hasattr(self, "_functions"):      # (and what it keeps across calls)
+            self._functions = function_state.Watch()
+        self._functions.function(func, [(n, ns[n]) for n in _names_used(code) if n in ns])
 
     def restore(self) -> None:
         hook_snapshot.restore(getattr(self, "_hooks", hook_snapshot.NOTHING))
+        if hasattr(self, "_functions"):
+            self._functions.restore()
         hook_snapshot.restore(getattr(self, "_trees", hook_snapshot.NOTHING))
         for label, obj, print_, containers in self._deep:
             if fingerprint(obj) != print_:
