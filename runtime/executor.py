@@ -69,6 +69,13 @@ def located(e: Exception) -> Exception:
         tb = tb.tb_next
     if node is None or getattr(e, "_tograph_located", False):
         return e
+    if getattr(e, "_tograph_exact", False):     # the program's own error (a failing assert):
+        new = type(e)(*e.args)                  # eager's type and text; where, in a note
+        new.add_note(f"{format_location(node.location)}: raised by the graph's "
+                     f"{node.op!r} (node %{node.name})\n  generated code: {generated}")
+        new._tograph_located = True
+        new.location = node.location
+        return new
     msg = (f"{format_location(node.location)}: error in graph op {node.op!r} "
            f"(node %{node.name}): {e}\n  generated code: {generated}")
     try:

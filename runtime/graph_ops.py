@@ -80,13 +80,17 @@ def effect(fn):
 
 @effect
 def print_values(*args, sep: str = " ", end: str = "\n", flush: bool = False,
-                 layout=None, stream: str = "stdout") -> None:
+                 layout=None, stream: str = "stdout", grad_fns=None) -> None:
     """``print`` as a graph op: prints the run-time values every time the graph runs.
     ``layout``: one ``text_layout`` part tuple per printed argument, rendered from ``args``
     (f-strings, Python numbers standing as 0-d tensors); None: print ``args`` as they are.
     ``stream``: ``"stdout"`` or ``"stderr"``, the stream ``sys`` holds when the graph runs
-    (``print(..., file=sys.stderr)``)."""
+    (``print(..., file=sys.stderr)``). ``grad_fns``: the autograd node names eager's
+    tensors show (``runtime.grad_fn_names``)."""
     import sys
+    if grad_fns is not None:
+        from .grad_fn_names import shown
+        args = shown(args, grad_fns)
     if layout is not None:
         args = [render(parts, args) for parts in layout]
     print(*args, sep=sep, end=end, flush=flush, file=getattr(sys, stream))
@@ -186,9 +190,11 @@ def assert_true(test: torch.Tensor, where: str, message=None, *values, layout=No
     if not bool(test):
         kind = AssertionError if error is None else getattr(builtins, error)
         if layout is not None:
-            raise kind(render(layout, values))
-        text = f"{where}: assertion failed" if message is None else str(message)
-        raise kind(text)
+            failed = kind(render(layout, values))
+        else:       # eager's own error, to the letter (``assert t`` has no message)
+            failed = kind() if message is None else kind(message)
+        failed._tograph_exact = True    # (executor.located names ``where`` in a note)
+        raise failed
 
 
 @effect

@@ -11,7 +11,7 @@ import builtins
 import contextlib
 import sys
 
-from .. import graph_ops
+from .. import grad_fn_names, graph_ops
 from ..errors import GraphError, TracingError
 from ..graph import node_count
 from ..symbolic import (contains_symbolic, current_graph, dispatch_record, is_symbolic,
@@ -42,6 +42,9 @@ def print_(*args, **kwargs):
                  for a in args)
     if needs_layout(args):              # text made at run time: f-strings, Python numbers
         args, options["layout"] = layout(args)
+    names = grad_fn_names.names(args)   # (eager's grad_fn=<...> in a tensor's text)
+    if names is not None:
+        options["grad_fns"] = names
     dispatch_record(graph_ops.print_values, args, options)
     return None
 
