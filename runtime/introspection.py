@@ -82,7 +82,7 @@ _PYTHON_OPS = {
     "floor_divide": operator.floordiv, "remainder": operator.mod,
     "neg": operator.neg, "pos": operator.pos, "abs": abs,
     "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
-    "eq": operator.eq, "ne": operator.ne,
+    "eq": operator.eq, "ne": operator.ne, "pow": operator.pow, "rpow": lambda a, b: b ** a,
 }
 
 
@@ -107,6 +107,12 @@ def arithmetic_kind(name: str, args) -> Optional[str]:
         return None
     if MIXED in kinds:
         return MIXED
+    if name in ("pow", "rpow"):     # (an int's power of a negative int is a float)
+        samples = [a if type(a) in (int, float) else _SAMPLES[k] for a, k in zip(args, kinds)]
+        try:
+            return type(fn(*samples)).__name__
+        except (ArithmeticError, ValueError):
+            return None
     return type(fn(*[_SAMPLES[k] for k in kinds])).__name__
 
 

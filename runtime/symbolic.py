@@ -494,6 +494,9 @@ def _int_number(value) -> bool:
 def _as_python_numbers(func, args):
     """(args, whether the result is a Python-int stand-in) for arithmetic on stand-ins."""
     name = op_name(func)
+    if name == "pow" and len(args) == 2 and _int_number(args[0]) and \
+            type(args[1]) in (int, float) and (type(args[1]) is float or args[1] < 0):
+        return (args[0].double(), args[1]), False   # Python: 3 ** -1, 3 ** 0.5 are floats
     if name in _INT_ARITHMETIC and any(_int_number(a) for a in args) and \
             all(_int_number(a) or isinstance(a, (int, float)) for a in args) and \
             (name in _TRUE_DIVISION or any(isinstance(a, float) for a in args)):
