@@ -31,6 +31,10 @@ def _falls_through(stmts):
         return False
     if isinstance(last, gast.If):
         return _falls_through(last.body) or _falls_through(last.orelse)
+    if isinstance(last, gast.Try):      # its body, else or a handler ends it; a finally may not
+        ends = (_falls_through(last.body) and (not last.orelse or _falls_through(last.orelse))
+                or any(_falls_through(h.body) for h in last.handlers))
+        return ends and (not last.finalbody or _falls_through(last.finalbody))
     if isinstance(last, gast.While) and isinstance(last.test, gast.Constant) and \
             last.test.value is True:
         return jumps.contains(last.body, gast.Break, False)   # only a break leaves it
