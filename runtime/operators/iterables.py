@@ -80,12 +80,15 @@ class SymbolicZip:
         return tuple(s.item(i) for s in self.sources)
 
 
-def zip_of(*sources):
+def zip_of(*sources, strict=False):
     """``zip(...)`` with a traced source: a ``SymbolicZip`` for a tensor loop, or Python's
     own zip where a source is a list or tuple that is not one stack of tensors
     (``zip(saved_actions, returns)``: namedtuples beside a tensor of returns) and every
     traced source has a length known now: the loop is then as long as the shortest, known
-    while tracing, and unrolled."""
+    while tracing, and unrolled. ``strict=True`` checks the lengths now, raising Python's
+    own error, and is refused where a length is known only when the graph runs."""
+    if strict:
+        _same_lengths(sources)
     python = [s for s in sources if isinstance(s, (list, tuple)) and
               not (s and all(isinstance(v, torch.Tensor) for v in s))]
     if python and all(isinstance(length_of(s), int) for s in sources if is_symbolic(s)) \
@@ -93,6 +96,21 @@ def zip_of(*sources):
                                        SymbolicReversed, TensorList)) for s in sources):
         return zip(*sources)
     return SymbolicZip(*sources)
+
+
+def _same_lengths(sources) -> None:
+    """``zip(..., strict=True)``'s check, on the lengths known while tracing."""
+    lengths = []
+    for s in sources:
+        source = as_source(s) if is_symbolic_iterable(s) else None
+        n = source.length() if source is not None else len(s) if hasattr(s, "__len__") \
+            else None
+        if not isinstance(n, int):
+            raise TracingError(f"{format_location(user_location())}: zip(strict=True) of a "
+                               f"length known only when the graph runs")
+        lengths.append(n)
+    for _ in zip(*[range(n) for n in lengths], strict=True):   # (Python's own error)
+        pass
 
 
 class SymbolicReversed:
