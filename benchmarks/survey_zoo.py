@@ -7,7 +7,7 @@ poolformer, fastvit, coat, edgenext; torchvision mnasnet, mobilenet_v2/v3_large,
 wide_resnet50, alexnet.
 
 Added by h34 (``FRESH_EYES``): XLM-R token classification, BLOOM and BART sequence
-classification; ViT, BEiT, Swin, ConvNeXt (transformers); torchvision inception_v3 and
+classification, LLaVA; ViT, BEiT, Swin, ConvNeXt (transformers); torchvision inception_v3 and
 googlenet with their aux logits, swin_v2_t; timm eva02, nf_resnet, resnest, sequencer2d,
 xcit, cait, davit, tnt, pvt_v2.
 
@@ -619,6 +619,30 @@ def bart_classifier(mask=False):
     return m, make
 
 
+def llava(mask=False):
+    """LLaVA (CLIP vision tower, LLaMA text model): the prompt's image tokens take the
+    projected patch features (2x2 patches of a 16x16 image)."""
+    import transformers
+    cfg = transformers.LlavaConfig(
+        vision_config=dict(model_type="clip_vision_model", hidden_size=32,
+                           intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           image_size=16, patch_size=8),
+        text_config=dict(model_type="llama", num_key_value_heads=2, **WIDTH),
+        image_token_id=VOCAB - 1, vision_feature_layer=-1)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    m = transformers.LlavaForConditionalGeneration(cfg).eval()
+
+    def make(b, s):
+        (ids,), kwargs = _tokens(b, s, mask)
+        ids[ids == VOCAB - 1] = 5
+        ids[:, 1:5] = VOCAB - 1
+        g = torch.Generator().manual_seed(s + 7)
+        kwargs["pixel_values"] = torch.randn(b, 3, 16, 16, generator=g)
+        return (ids,), kwargs
+    return m, make
+
+
 def vit(mask=False):
     return _hf("ViTConfig", "ViTForImageClassification", **VISION), _images(32)
 
@@ -688,7 +712,7 @@ def timm_pvt_v2(mask=False):
     return _timm("pvt_v2_b0")
 
 
-FRESH_EYES_TEXT = ("xlm_roberta", "bloom_classifier", "bart_classifier")
+FRESH_EYES_TEXT = ("xlm_roberta", "bloom_classifier", "bart_classifier", "llava")
 FRESH_EYES = FRESH_EYES_TEXT + (
     "vit", "beit", "hf_swin", "hf_convnext", "tv_inception_v3_aux", "tv_googlenet_aux",
     "tv_swin_v2_t", "timm_eva02", "timm_nfnet", "timm_resnest", "timm_sequencer", "timm_xcit",

@@ -11,7 +11,8 @@ Two shared mechanisms it took (both were fallbacks on every call):
   mode; before: "a custom autograd.Function's backward is not part of a traced graph");
 - ``torch._check(cond)`` and its kin on a condition known only at run time are staged
   checks raising eager's error type (transformers' ``torch_compilable_check``: BART's
-  classification head checks that every row has as many ``<eos>`` tokens).
+  classification head checks that every row has as many ``<eos>`` tokens, LLaVA that the
+  prompt has a token per image feature).
 """
 import copy
 import os
@@ -33,7 +34,7 @@ pytest.importorskip("transformers")
 
 from benchmarks.model_survey import _check  # noqa: E402
 from benchmarks.models import leaves  # noqa: E402
-from benchmarks.survey_zoo import VISION, VOCAB, WIDTH, _hf  # noqa: E402
+from benchmarks.survey_zoo import VISION, VOCAB, WIDTH, _hf, llava  # noqa: E402
 from transpiler import ConversionError, FallbackWarning, to_graph  # noqa: E402
 
 THIS_FILE = os.path.basename(__file__)
@@ -302,6 +303,19 @@ def test_bart_sequence_classification_checks_its_eos_rows():
         model(ids)
     with pytest.raises(RuntimeError):   # (torch._check's error, as under torch.compile)
         g(ids)
+
+
+def test_llava_merges_image_features_under_a_staged_check():
+    """LLaVA checks (``torch_compilable_check`` on a tensor: ``_check_tensor_all``) that
+    the prompt holds as many image tokens as the vision tower gave features, then
+    scatters them in; before, ``torch._check_tensor_all`` on a traced tensor fell back."""
+    model, make = llava()
+    converts_like_eager(model, make, [(1, 1), (3, 2)], [(2, 3)])
+    (ids,), kwargs = make(1, 4)
+    ids[0, -1] = model.config.image_token_id        # one image token too many
+    for fn in (model, to_graph(model)):
+        with pytest.raises((ValueError, RuntimeError)):
+            fn(ids, **kwargs)
 
 
 # ------------------------------------------------------------------- transformers' heads
