@@ -105,6 +105,10 @@ def _fold_graph(graph: Graph, root: Graph) -> None:
             if id(v) in sources and not v.attrs.get("folded") and \
                     all(v is not s for s in used_sources):
                 used_sources.append(v)
+    if facts.grad_switch and any(getattr(v.attrs.get("value"), "requires_grad", False)
+                                 for v in used_sources):
+        return      # (the folded node would run where grad mode may differ from its members':
+        #            spectral_norm's reshape of weight_orig before its no_grad block)
     target = FoldedValues(LazySubgraph(members, used_sources, outputs, "folded"), [m.op for m in members])
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     readers = [index[id(r)] for o in outputs for r in uses.readers(o) if id(r) not in derived]
