@@ -25,6 +25,7 @@ from torch.utils.hooks import RemovableHandle
 
 from .c_guards import DictVersions
 from .guard_tags import Tags, TaggedPrint
+from .module_writes import alike, tree_modules
 from .python_state import fingerprint, user_classes
 
 try:                                    # CPython's dict version tag (PEP 509), as torch
@@ -56,14 +57,12 @@ def _mutable_holder(v) -> bool:
 class ModuleState:
     """What ``check()`` compares: per module, the objects its dicts hold."""
 
-    def __init__(self, roots):
+    def __init__(self, roots, written=None):
         self.modules: List[Any] = []
-        seen = set()
-        for root in roots:
-            for m in root.modules():
-                if id(m) not in seen:
-                    seen.add(id(m))
-                    self.modules.append(m)
+        # {id(module): {name: shaped}} a graph sets or reads when it runs
+        # (``runtime.module_writes``): compared by their tensors' meta, not identity
+        self.written: Dict[int, dict] = written or {}
+        self.modules = tree_modules(roots)
 
     def __bool__(self) -> bool:
         return bool(self.modules)
@@ -127,13 +126,21 @@ class ModuleState:
             env[f"d{k}"], env[f"v{k}"] = mapping, tuple(mapping)
             terms.append(f"_tuple(d{k}) == v{k}" if mapping else f"not d{k}")
 
+        def same_but(mapping, names) -> None:    # the same, ``names`` by their tensors' meta
+            k = len(env)
+            dicts.append(mapping)
+            env[f"f{k}"] = alike(mapping, names)
+            terms.append(f"f{k}()")
+
         objects: Dict[int, Any] = {}        # config objects and user classes, once each
         for m in self.modules:
             attrs = m.__dict__
-            same(attrs)
+            written = self.written.get(id(m))
+            (same_but(attrs, written) if written else same(attrs))
             for name in _TENSOR_DICTS:
                 if isinstance(attrs.get(name), dict):
-                    same(attrs[name])
+                    (same_but(attrs[name], written) if written and name == "_buffers"
+                     else same(attrs[name]))
             for name in HOOK_DICTS:
                 if isinstance(attrs.get(name), dict):
                     keys(attrs[name])

@@ -33,10 +33,11 @@ import runtime
 from runtime import operators as tg
 from runtime import control_flow, path_values, region_state, subgraphs, tensor_state, trace_reads
 from runtime import argument_objects, autograd_effects, carried_numbers, training_attributes
-from runtime import module_modes
+from runtime import module_modes, module_writes
 from runtime.errors import GraphError
 from runtime.module_flags import TrainingFlags
 from runtime.options import options
+from runtime.operators import module_hooks
 from runtime.operators.module_hooks import backward_hooked
 from runtime.executor import Unstack, located, lower
 from runtime.graph import Node, iter_nodes, map_structure
@@ -58,7 +59,7 @@ from . import conversion, held_arguments, lazy_init, method_binding, trace_log
 from .data_parallel import convert_wrapped_module, is_distributed_data_parallel
 from .errors import ConversionError
 from .run_eagerly import _EAGERLY
-from .side_effects import Snapshot
+from .side_effects import Snapshot, module_hooks as tree_hooks
 from .dynamic_shapes import DynamicShapes, argument_leaves
 from .hot_shapes import HotShapes
 from .retracing import (_GRAD_MODE, CacheLimitWarning, RetracingWarning, Retraces,  # noqa: F401
@@ -332,6 +333,7 @@ class GraphFunction:
         self._retraces = Retraces()                 # why it traced: RetracingWarning
         self._leaf_names: List[str] = []            # the last trace's (for cache_info)
         self._held: frozenset = frozenset()     # list/dict arguments changed in place: whole
+        self._served: frozenset = frozenset()   # (id(module), name) read when the graph runs
 
         self._history: List[Any] = self._retraces.history
         self._bound = weakref.WeakKeyDictionary()     # __slots__ objects, classes (method_binding)
@@ -650,7 +652,9 @@ class GraphFunction:
         guard = Snapshot.take(target, (), {})
         for fn in list(_CALLED):
             guard.include(fn)
+        guard.module_writes(getattr(graph, "module_writes", ()))
         guard.watch_arguments(flat)
+        guard.dict_writes(getattr(graph, "dict_writes", ()))
         if getattr(flat, "found", None) is not None:
             guard.argument_holders([c for c, _ in flat.found.holders])
         guard.watch_reads(getattr(graph, "tensor_reads", None),
@@ -668,16 +672,19 @@ class GraphFunction:
         (else at 2: an export's example may have size 1, which broadcasts). ``set_up``:
         a retrace after a one-time set-up kept (``lazy_init``)."""
         target = _python_function(self._fn)
-        if isinstance(self._fn, torch.nn.Module) and _call_hooks(self._fn):
-            raise GraphError(f"{type(self._fn).__name__} has forward or backward hooks (its "
-                             f"own or torch's global ones), which calling it runs around "
-                             f"forward; the graph is of forward only")
+        around = isinstance(self._fn, torch.nn.Module) and _call_hooks(self._fn)
+        if around and not module_hooks.forward_hooks_only(self._fn):
+            raise GraphError(f"{type(self._fn).__name__} has backward or always-called "
+                             f"hooks (its own or torch's global ones), which calling it runs "
+                             f"around forward; the graph is of forward only")
         hooked = [name for name, m in self._fn.named_modules() if backward_hooked(m)] \
             if isinstance(self._fn, torch.nn.Module) else []
         if hooked:
             raise GraphError(f"submodule {hooked[0]!r} has backward hooks, which autograd "
                              f"runs on its gradients; a graph of the forward cannot call them")
         converted = convert_function(target, self._probed)
+        if around:      # its forward hooks (and pre-hooks) traced around it, in call order
+            converted = module_hooks.hooked_call(self._fn, converted, tg.call)
         graph = runtime.Graph(name=getattr(target, "__name__", "graph"))
         names = _leaf_names(self._param_names, args, kwargs, len(flat))
         sym = []
@@ -706,6 +713,9 @@ class GraphFunction:
         graph.carried_slots = carry[0] if carry is not None else []     # (for the guard)
         found = getattr(flat, "found", None)     # argument objects: placeholders installed
         installed = argument_objects.Installed(found, sym) if found is not None else None
+        watch = module_writes.Watch([v for v in [self._module] + snapshot.roots()
+                                     if isinstance(v, torch.nn.Module)], self._served)
+        dicts = module_writes.DictWatch(tree_hooks(self._module))   # (activations stored)
         take_converted()
         del _CALLED[:]
         touched = len(region_state.TOUCHED)
@@ -722,11 +732,19 @@ class GraphFunction:
                     graph.tensor_reads = reads      # what it asked of real tensors: guarded
                     _WATCHING.append(snapshot)
                     try:
+                        watch.serve(_record)
                         out = converted(*sargs, **skwargs)
+                        stored = watch.writes(graph)    # (tensors set on modules: put back)
+                        again = module_writes.read_first(graph, stored, watch)
+                        items = dicts.writes(graph)     # (and in a hook's dict)
+                        module_writes.refuse_read_items(graph, items)
+                        module_writes.record_writes(() if again else stored + items, _record)
                     finally:
                         _WATCHING.pop()
                         module_modes.restore(graph)     # (the graph's run sets them)
             except BaseException as e:
+                watch.restore()
+                dicts.restore()
                 if installed is not None:
                     installed.restore()
                 control_flow.copies_changed(copies)
@@ -736,6 +754,16 @@ class GraphFunction:
                 if held:        # a region changes a list/dict argument: trace it held
                     raise held_arguments.Changed(str(e), held) from e
                 raise
+            if again:   # an old tensor read before its name is rebound: read when it runs
+                if installed is not None:
+                    installed.restore()
+                region_state.untouch(touched)
+                snapshot.restore()
+                self._served = self._served | {(id(m), name) for m, name in again}
+                return self._trace_graph(args, kwargs, flat, spec, dynamic, sized_examples,
+                                         set_up, carry)
+            graph.module_writes = module_writes.shaped(stored, graph.tensor_reads, watch.served)
+            graph.dict_writes = module_writes.shaped(items, graph.tensor_reads)
             writes = installed.writes() if installed is not None else ()
             counted = installed.refused(writes) if writes else None
             if counted is not None:
@@ -781,7 +809,9 @@ class GraphFunction:
                     raise held_arguments.Changed(changed, held)
                 error = GraphError(f"{changed} (a Python side effect that a graph cannot repeat "
                                    f"on every call)")
-                error.location = _assignment_line(target, changed) or (
+                error.location = _assignment_line(target, changed) or next(
+                    filter(None, (_assignment_line(hook, changed) for hook in
+                                  tree_hooks(self._module))), None) or (
                     _assignment_line(snapshot.changed_owner, changed)
                     if getattr(snapshot, "changed_owner", None) is not None else None)
                 raise error
@@ -812,6 +842,12 @@ class GraphFunction:
 
     def __repr__(self) -> str:
         return f"<to_graph {getattr(self, '__qualname__', self._fn)!r}>"
+
+
+def _record(fn, args):
+    """A node calling ``fn(*args)`` in the graph being traced."""
+    from runtime.symbolic import dispatch_record
+    return dispatch_record(fn, args, {})
 
 
 def _call_hooks(module) -> bool:

@@ -158,7 +158,7 @@ class Snapshot:
         if owner is not None:
             snap._watch("an attribute of the object the method belongs to", owner)
         taking = _taking | {_hook_key(fn)}      # (a hook that is a method of the module)
-        for hook in _module_hooks(owner):   # they run while tracing: what they change too
+        for hook in module_hooks(owner):   # they run while tracing: what they change too
             if _hook_key(hook) not in taking:
                 snap.include(hook, taking)
         for i, a in enumerate(args):
@@ -251,7 +251,7 @@ class Snapshot:
                  and callable(getattr(v, "modules", None))]
         if roots:
             from runtime.module_state import ModuleState
-            state = ModuleState(roots)
+            state = ModuleState(roots, getattr(self, "_written", None))
             self._modules.update(id(m) for m in state.modules)
             start = len(self._module_prints)
             self._checks.append(state.check(prints=self._module_prints))
@@ -265,6 +265,28 @@ class Snapshot:
             held = [m for m in held if id(m) not in self._modules]
             if held:
                 self._watch_modules(held)
+
+    def module_writes(self, names) -> None:
+        """The (module, name, shaped) a graph sets or reads when it runs
+        (``runtime.module_writes``): the module guard compares their tensors by meta
+        (with their shape where ``shaped``), not identity. Before ``watch_arguments``."""
+        self._written = {}
+        for m, name, shaped in names:
+            self._written.setdefault(id(m), {})[name] = shaped
+
+    def dict_writes(self, pairs) -> None:
+        """The (dict, key, shaped) a graph sets when it runs (``runtime.module_writes``: a hook's
+        dict of activations): those dicts are compared by an ``alike`` check, those keys'
+        tensors by meta, not identity. After ``watch_arguments``."""
+        keys: dict = {}
+        for d, key, shaped in pairs:
+            keys.setdefault(id(d), (d, {}))[1][key] = shaped
+        if not keys:
+            return
+        from runtime.module_writes import alike
+        self._objects = [e for e in self._objects if id(e[1]) not in keys]
+        self._held = [p for p in self._held if id(p.value) not in keys]
+        self._checks += [alike(d, names) for d, names in keys.values()]
 
     def release(self, objects, served=None) -> None:
         """Stop guarding the contents of ``objects`` (an optimizer, an lr scheduler whose
@@ -700,7 +722,7 @@ def _hook_key(fn) -> tuple:
     return id(getattr(fn, "__func__", fn)), id(getattr(fn, "__self__", None))
 
 
-def _module_hooks(owner) -> list:
+def module_hooks(owner) -> list:
     """The hook functions registered on the modules of ``owner``'s tree (an ``nn.Module``)
     and torch's global module hooks: a trace of the forward runs them (a hook storing a
     submodule's output in a dict of the user's is a side effect a graph cannot repeat)."""

@@ -40,11 +40,19 @@ def refuse_backward_hooks(modules) -> None:
                              f"a graph of its forward cannot call them")
 
 
-def _hooks_supported(module: torch.nn.Module) -> bool:
+def forward_hooks_only(module: torch.nn.Module) -> bool:
+    """Whether the hooks calling ``module`` runs (its own and torch's global ones) are
+    forward hooks and pre-hooks that ``hooked_call`` replays (no backward hooks, no
+    ``always_call`` hook, run when forward raises)."""
     if module._backward_hooks or module._backward_pre_hooks or \
             _m._global_backward_hooks or _m._global_backward_pre_hooks:
         return False
-    if module._forward_hooks_always_called or _m._global_forward_hooks_always_called:
+    return not (module._forward_hooks_always_called or
+                _m._global_forward_hooks_always_called)
+
+
+def _hooks_supported(module: torch.nn.Module) -> bool:
+    if not forward_hooks_only(module):
         return False
     return bool(module._forward_hooks or module._forward_pre_hooks or
                 _m._global_forward_hooks or _m._global_forward_pre_hooks)

@@ -186,7 +186,8 @@ class Facts:
 
     def _scan(self, graph: Graph, is_root: bool) -> None:
         for node in graph.nodes:
-            if node.op == "constant" or (node.op == "placeholder" and is_root):
+            if node.op == "constant" or (node.op == "placeholder" and is_root) or \
+                    getattr(node.target, "_tograph_external", False):   # (a module's tensor)
                 self._flag(node, _EXTERNAL)
             inputs = inputs_of(node)
             if node.subgraphs:
@@ -198,6 +199,9 @@ class Facts:
                     self.union(node, value)
             if node.op in GLOBAL_STATE:
                 self.grad_switch = True
+            if getattr(node.target, "_tograph_stores", False):   # (kept after the run)
+                for value in inputs:
+                    self._flag(value, _ESCAPES)
             if mutates(node):
                 self.any_mutation = True
                 for value in inputs:

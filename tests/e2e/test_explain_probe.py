@@ -603,16 +603,23 @@ def appends_to_global(x):
     return y
 
 
-class KeepsLast(torch.nn.Module):
+class KeepsHistory(torch.nn.Module):
+    # (a tensor stored as ``self.last = h`` converts: the graph sets it when it runs,
+    # runtime.module_writes; a list attribute grown on every call is a side effect)
+    def __init__(self):
+        super().__init__()
+        self.history = []
+
     def forward(self, x):
         h = x * 2
-        self.last = h
+        self.history.append(h)
         return h
 
 
 @pytest.mark.parametrize("fn, args, text", [
     (appends_to_global, (T([1.0]),), "SEEN.append(y)"),
-    (KeepsLast(), (T([1.0]),), "self.last = h")], ids=["append", "self_attribute"])
+    (KeepsHistory(), (T([1.0]),), "self.history.append(h)")],
+    ids=["append", "self_attribute"])
 def test_side_effect_fallbacks_name_the_mutating_line(fn, args, text):
     target = fn.forward if isinstance(fn, torch.nn.Module) else fn
     e = to_graph(fn).explain(*args)
