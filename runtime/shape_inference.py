@@ -20,7 +20,7 @@ from typing import Any, Dict, NamedTuple, Optional
 
 import torch
 
-from . import graph_ops
+from . import graph_ops, value_bounds
 from .errors import GraphError
 from .meta import TensorMeta
 from .ops import is_inplace
@@ -374,6 +374,15 @@ def _hinted_slice(v: slice) -> slice:
     return slice(*bounds)
 
 
+def _proved_width(data, v: slice) -> Optional[int]:
+    """``data[i:i + c]`` on dimension 0 with ``0 <= i <= len - c`` proved by the graph
+    (``value_bounds``: nanoGPT's windows at ``randint`` offsets): ``c``, else None."""
+    shape = getattr(data, "shape", None)
+    if v.step is not None or not shape or type(shape[0]) is not int:
+        return None
+    return value_bounds.static_width(shape[0], v.start, v.stop)
+
+
 def _infer_indexing(func, args, kwargs) -> Inferred:
     """Indexing with 0-d integer tensors (``x[i]`` in a tensor loop) or tensor slice bounds
     (``x[:n]``): meta tensors have no values, so infer with 0 / a full slice, and mark the
@@ -386,8 +395,10 @@ def _infer_indexing(func, args, kwargs) -> Inferred:
             meta_items.append(0)
         elif isinstance(v, slice) and any(isinstance(b, torch.Tensor)
                                           for b in (v.start, v.stop, v.step)):
-            meta_items.append(_hinted_slice(v))
-            dynamic.append(position)
+            width = _proved_width(args[0], v) if not meta_items else None
+            meta_items.append(_hinted_slice(v) if width is None else slice(0, width))
+            if width is None:
+                dynamic.append(position)
             position += 1
         else:
             meta_items.append(v)

@@ -1119,11 +1119,9 @@ def prog_hf_bert_classification():
 
 PROGRAMS = {name[5:]: fn for name, fn in dict(globals()).items() if name.startswith("prog_")}
 
-# What falls back (strict: ConversionError), naming the line, and why.
+# What falls back (strict: ConversionError), naming the line, and why. (nanoGPT's
+# get_batch converts: its windows at randint offsets have a proved size, runtime.value_bounds)
 FALLS_BACK = {
-    # get_batch between micro-steps: windows data[i:i + block] at traced offsets stacked
-    # from a tensor loop; their length is known only when the graph runs
-    "nanogpt_micro_steps": "a list of rows of run-time size built in a tensor loop",
     # ``logits, self.loss = model(x, y)`` on the trainer (None before the first step), and
     # a callback appending ``trainer.loss.item()`` to a list (timm's AverageMeter.update
     # converts: runtime.deferred_calls)

@@ -643,3 +643,47 @@ PROJECT_STYLE = [prog_lightning_manual_optimization, prog_fairseq_meters,
 def test_project_style_program_converts(program):
     traces = STEPS if program is prog_hf_trainer_accumulation else 2    # (see its docstring)
     assert _compare(program, traces) == {"default": "converted", "strict": "converted"}
+
+
+# ------------------------------------------- windows at randint offsets (value_bounds)
+_TEXT = torch.arange(40) * 3
+
+
+def _get_batch(low=0):
+    """nanoGPT's get_batch: rows ``data[i:i + block]`` at ``torch.randint`` offsets,
+    targets shifted by one (``data[i + 1:i + 1 + block]``)."""
+    block, batch = 6, 4
+    ix = torch.randint(low, len(_TEXT) - block, (batch,)) if low else \
+        torch.randint(len(_TEXT) - block, (batch,))
+    x = torch.stack([_TEXT[i:i + block] for i in ix])
+    y = torch.stack([_TEXT[i + 1:i + 1 + block] for i in ix])
+    return x, y
+
+
+def _get_batch_low():
+    return _get_batch(low=3)
+
+
+def _unbounded_windows():
+    """Offsets up to ``len(data) - 1``: a window near the end is shorter (eager's
+    stack then fails or not by chance): no size to prove, refused at the line."""
+    ix = torch.randint(len(_TEXT) - 2, (4,))
+    return torch.stack([_TEXT[i:i + 6] for i in ix])
+
+
+@pytest.mark.parametrize("fn", [_get_batch, _get_batch_low], ids=["high", "low_high"])
+def test_windows_at_randint_offsets_convert(fn):
+    g = to_graph(fn, strict=True)
+    for seed in range(4):
+        torch.manual_seed(seed)
+        exp = fn()
+        torch.manual_seed(seed)
+        assert_same(g(), exp)
+    graph = g.graph()
+    assert "while" in [n.op for n in graph.nodes]
+    assert graph.outputs[0].meta.shape[1:] == (6,)       # (a static row size)
+
+
+def test_windows_not_proved_in_range_still_fall_back():
+    with pytest.raises(ConversionError, match=rf"{THIS_FILE}:\d+: a list built in a tensor"):
+        to_graph(_unbounded_windows, strict=True)()
