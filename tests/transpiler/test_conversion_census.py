@@ -184,6 +184,8 @@ def f(a, b: int = 2, /, c=3, *args: "x", d, e: float = 1.0, **kw: dict) -> int:
             x = 4
     (z): int = 5
     w: int = 6
+    kw.update(a=1)
+    w.add_(tg.call(args.append, 1) if a else a.pop())
     v = 1 .real + 1.5 .real + (-1) .real + "s".upper()
     try:
         pass
@@ -243,3 +245,49 @@ def test_text_astunparse_gets_wrong_is_the_standard_library_s():
     assert source == codegen._without_blank_lines(ast.unparse(ast.Module(
         body=[gast_bridge.gast_to_ast(tree)], type_ignores=[])).strip("\n") + "\n")
     assert "a[1:2, ::3]" in source
+
+
+# ----------------------------------------------- activity's expression walk, on a stack
+def _plain_expr(self, node):
+    """Effects.expr as it recursed (the reference its stack walk must match)."""
+    from transpiler.analysis import activity
+    from transpiler.pyct import traversal
+    if node is None:
+        return
+    if isinstance(node, gast.Name):
+        (self.reads if isinstance(node.ctx, gast.Load) else self.binds).add(node.id)
+    elif isinstance(node, (gast.Lambda,) + activity._COMPS):
+        if not self.bindings_only:
+            self.reads |= activity.free_names(node)
+    elif isinstance(node, gast.NamedExpr):
+        self.expr(node.value)
+        self.target(node.target)
+    else:
+        if isinstance(node, gast.Call) and activity._mutated_receiver(node) is not None:
+            self.mutated.add(activity._mutated_receiver(node))
+        for child in traversal.iter_child_nodes(node):
+            self.expr(child)
+
+
+def _activity(tree):
+    from transpiler.analysis import activity
+    from transpiler.pyct import anno
+    scopes = [activity.analyze(fn) for fn in gast.walk(tree) if isinstance(fn, gast.FunctionDef)]
+    keys = (anno.Key.READ, anno.Key.MODIFIED, anno.Key.COMPOSITES)
+    return scopes, [(type(n).__name__, [anno.getanno(n, k) for k in keys])
+                    for n in gast.walk(tree)], \
+        [activity.block_bound(fn.body) for fn in gast.walk(tree)
+         if isinstance(fn, gast.FunctionDef)]
+
+
+@pytest.mark.parametrize("fn", PROGRAMS + ["UNPARSED"])
+def test_activity_stack_walk_is_the_recursion(fn, monkeypatch):
+    from transpiler.analysis import activity
+    def tree():
+        if fn == "UNPARSED":
+            return gast.parse(UNPARSED).body[0]
+        return parser.parse_function(fn)[0]
+    mine = _activity(tree())
+    monkeypatch.setattr(activity.Effects, "expr", _plain_expr)
+    assert _activity(tree()) == mine
+    assert any(reads for _, (reads, _, _) in mine[1] if reads)

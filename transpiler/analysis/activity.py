@@ -19,6 +19,7 @@ from transpiler.pyct import traversal
 
 _FUNCS = (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda)
 _COMPS = (gast.ListComp, gast.SetComp, gast.DictComp, gast.GeneratorExp)
+_SCOPED = frozenset((gast.Lambda,) + _COMPS)     # (their names are their own)
 # Methods that mutate their receiver in place: ``lst.append(v)`` modifies ``lst``.
 _MUTATORS = frozenset({'append', 'extend', 'insert', 'pop', 'remove', 'clear', 'update',
                        'setdefault', 'add', 'discard', 'sort', 'reverse', 'popitem'})
@@ -64,23 +65,28 @@ class Effects:
     bindings_only: bool = False
 
     def expr(self, node):
+        """(A stack, not recursion: the sets come out the same in any order, and this
+        walk of every expression was most of the analyses' time.)"""
         if node is None:
             return
-        if isinstance(node, gast.Name):
-            (self.reads if isinstance(node.ctx, gast.Load) else self.binds).add(node.id)
-        elif isinstance(node, (gast.Lambda,) + _COMPS):
-            if not self.bindings_only:
-                self.reads |= free_names(node)
-        elif isinstance(node, gast.NamedExpr):
-            self.expr(node.value)
-            self.target(node.target)
-        elif isinstance(node, gast.Call) and _mutated_receiver(node) is not None:
-            self.mutated.add(_mutated_receiver(node))
-            for child in traversal.iter_child_nodes(node):
-                self.expr(child)
-        else:
-            for child in traversal.iter_child_nodes(node):
-                self.expr(child)
+        stack, children_of, load = [node], traversal._children, gast.Load
+        while stack:
+            node = stack.pop()
+            cls = type(node)
+            if cls is gast.Name:
+                (self.reads if type(node.ctx) is load else self.binds).add(node.id)
+            elif cls in _SCOPED:
+                if not self.bindings_only:
+                    self.reads |= free_names(node)
+            elif cls is gast.NamedExpr:
+                stack.append(node.value)
+                self.target(node.target)
+            else:
+                if cls is gast.Call:
+                    receiver = _mutated_receiver(node)
+                    if receiver is not None:
+                        self.mutated.add(receiver)
+                children_of(node, stack)
 
     def target(self, node, deleting=False):
         if isinstance(node, gast.Name):

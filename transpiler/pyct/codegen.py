@@ -81,6 +81,15 @@ class _GastUnparser(astunparse.Unparser):
             vararg=_arg(t.vararg), kwonlyargs=[_arg(a) for a in t.kwonlyargs],
             kw_defaults=t.kw_defaults, kwarg=_arg(t.kwarg), defaults=t.defaults))
 
+    def _Subscript(self, t):
+        if isinstance(t.slice, gast.Tuple) and any(isinstance(e, gast.Slice)
+                                                   for e in t.slice.elts):
+            # astunparse writes ``a[1:2, ::3]`` as ``a[(1:2, ::3)]``, which does not
+            # parse: the text is ast.unparse's (to_source_and_ast), found without
+            # unparsing the rest and parsing it
+            raise SyntaxError('a slice in a subscript tuple')
+        super()._Subscript(t)
+
     def _JoinedStr(self, t):
         super()._JoinedStr(gast_bridge.gast_to_ast(t))
 
