@@ -22,7 +22,8 @@ our measurements, ~1e-7 relative above): not eager's bits, within the 1e-5 check
 ``available()`` decides once per process: the option ``options.onednn_linear`` ("auto":
 torch's CPU capability is AVX512 and the CPU is not Intel's; "on"; "off"). Anything else
 (no autograd, other dtypes or devices, layouts, broadcast biases, tensor subclasses,
-functorch transforms, forward-mode AD, CPU autocast) calls ``torch_fn`` unchanged. A
+functorch transforms, forward-mode AD, CPU autocast, ``torch.backends.mkldnn`` switched
+off) calls ``torch_fn`` unchanged. A
 recorded backward (``create_graph=True``) computes the gradients with torch's ops, recorded.
 """
 from __future__ import annotations
@@ -38,6 +39,7 @@ _grad_enabled = torch.is_grad_enabled
 _transforms_active = torch._C._are_functorch_transforms_active
 _has_torch_function = torch.overrides.has_torch_function
 _autocast = torch.is_autocast_enabled
+_mkldnn_enabled = torch._C._get_mkldnn_enabled
 _f32 = torch.float32
 
 
@@ -164,8 +166,10 @@ class OneDNNLinear:
         if bias is not None and (bias.dtype != _f32 or not bias.is_cpu or bias.dim() != 1 or
                                  bias.shape[0] != w.shape[1 if self.kn else 0]):
             return False
-        return not (_has_torch_function((x, w) if bias is None else (x, w, bias)) or _transforms_active() or
-                    _forward_ad_level() >= 0 or _autocast("cpu"))
+        tensors = (x, w) if bias is None else (x, w, bias)
+        return _mkldnn_enabled() and not (_has_torch_function(tensors) or
+                                          _transforms_active() or _forward_ad_level() >= 0 or
+                                          _autocast("cpu"))
 
     def __repr__(self) -> str:
         return f"OneDNNLinear({self.torch_fn!r})"

@@ -3,13 +3,14 @@
 An ``addmm(bias, x, w)`` node (``torch.addmm``: transformers' ``Conv1D``) or a
 ``linear(x, w, bias)`` node (``F.linear``) whose result requires grad gets
 ``OneDNNLinear(target)`` where ``onednn_linear.available()`` (an AVX-512 CPU whose MKL
-runs its AVX2 code) and its static shapes make at least ``MIN_WORK`` multiply-adds: oneDNN's
-per-call cost (primitive lookup, its kernels' code and data out of cache among a step's
-other ops) and the Python node's eat the faster product below that. GPT-2 at width 64
-(128 rows: 128x64x256 = 2.1M) took 1.32x -> 1.14x eager per training step retargeted (1
-thread); at width 128 (128x128x512 = 8.4M) it gains ~10%. At run time it takes oneDNN's product under autograd where its
-conditions hold and calls the original target otherwise (no autograd: the node computes
-what it did), so the node's meaning does not change. Run last: the other passes look for
+runs its AVX2 code) and its static shapes make at least ``MIN_WORK`` multiply-adds:
+oneDNN's per-call cost (primitive lookup, its kernels' code and data out of cache among a
+step's other ops) and the Python node's eat the faster product below that. GPT-2 at width
+64 (128 rows: 128x64x256 = 2.1M) took 1.32x -> 1.14x eager per training step retargeted
+(1 thread); at width 128 (128x128x512 = 8.4M) it gains ~10%. At run time the target takes
+oneDNN's product under autograd where its conditions hold and calls the original target
+otherwise (no autograd: the node computes what it did), so the node's meaning does not
+change. Run last: the other passes look for
 ``torch.addmm`` / ``F.linear`` targets.
 """
 from __future__ import annotations

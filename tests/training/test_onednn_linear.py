@@ -153,7 +153,7 @@ def test_backward_formulas_gradcheck_in_float64(kn):
 
 
 @pytest.mark.parametrize("case", ["no_grad", "float64", "noncontiguous", "bias2d", "kwargs",
-                                  "nothing_needs_grad"])
+                                  "nothing_needs_grad", "mkldnn_off"])
 def test_other_calls_stay_torch(case):
     op = kernel.OneDNNLinear(torch.addmm, kn=True)
     b, x, w = leaves((8,), (4, 6), (6, 8))
@@ -168,6 +168,15 @@ def test_other_calls_stay_torch(case):
         kwargs = {"beta": 0.5}
     elif case == "nothing_needs_grad":
         b, x, w = (t.detach() for t in (b, x, w))
+    if case == "mkldnn_off":              # torch.backends.mkldnn switched off: MKL's op
+        torch.backends.mkldnn.enabled = False
+        try:
+            out = op(b, x, w)
+        finally:
+            torch.backends.mkldnn.enabled = True
+        assert type(out.grad_fn).__name__ == "AddmmBackward0"
+        assert torch.equal(out, torch.addmm(b, x, w))
+        return
     if case == "no_grad":
         with torch.no_grad():
             out = op(b, x, w)
