@@ -6,8 +6,9 @@ code, a pruned LeNet (PyTorch's pruning tutorial), WaveNet/Tacotron-style old
 ``weight_norm``, minGPT/ViT attention caching its causal mask on ``self``, DINO's loss with
 its EMA ``center`` buffer rebound, a custom norm updating a running mean in place, hooks
 on the model itself (a pre-hook normalizing the input, a hook post-processing the output),
-and the forums' feature-extraction recipe (``get_activation(name)`` hooks storing
-activations in a dict). Each runs eagerly and through ``to_graph`` (default and
+the forums' feature-extraction recipe (``get_activation(name)`` hooks storing
+activations in a dict), and DANN with BinaryNet's straight-through sign and the gradient
+reversal layer (custom ``autograd.Function``s: their own backward). Each runs eagerly and through ``to_graph`` (default and
 strict: no fallback) on calls with other inputs, in train and eval mode where they differ;
 the results, the module state after every call (``state_dict`` and the tensors held as
 plain attributes: the cached mask, spectral norm's ``weight``), and, where it trains, the
@@ -548,3 +549,57 @@ def test_feature_hooks_appending_to_a_list_fall_back_naming_the_hook():
     line = int(str(err.value).split(f"{THIS_FILE}:")[1].split(":")[0])
     with open(__file__) as f:
         assert "# the append" in f.read().splitlines()[line - 1]
+
+
+# ------------------------------------------- custom autograd.Functions in models
+class BinarizeSTE(torch.autograd.Function):
+    """BinaryNet's sign with a straight-through estimator clipped to |x| <= 1
+    (``ctx.save_for_backward``)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sign()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, = ctx.saved_tensors
+        return grad_output * (x.abs() <= 1).to(grad_output.dtype)
+
+
+class ReverseLayer(torch.autograd.Function):
+    """DANN's gradient reversal layer, in torch 2's spelling: ``forward`` without ``ctx``
+    and a ``setup_context`` keeping ``alpha`` (a None gradient for it)."""
+
+    @staticmethod
+    def forward(x, alpha):
+        return x.view_as(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.alpha = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return -ctx.alpha * grad_output, None
+
+
+class DANN(nn.Module):
+    """DANN: a feature extractor with binarized activations, a label classifier, and a
+    domain classifier behind the gradient reversal layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Linear(6, 8), nn.Tanh())
+        self.classifier = nn.Linear(8, 3)
+        self.domain = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 2))
+
+    def forward(self, x, lambd: float = 0.5):
+        h = BinarizeSTE.apply(self.features(x) * 2)
+        return self.classifier(h), self.domain(ReverseLayer.apply(h, lambd))
+
+
+def test_dann_with_custom_autograd_functions_gradients():
+    inputs = [(torch.randn(4, 6),), (torch.randn(5, 6),), (torch.randn(4, 6),)]
+    runs_like_eager(DANN, inputs, train=True,
+                    loss=lambda out: out[0].logsumexp(-1).mean() + out[1].square().mean())
