@@ -15,6 +15,8 @@ where its reader runs past in-place mutations of its operands, and across grad-m
 switches (``torch.no_grad()``/``torch.enable_grad()``); ``gemm_epilogue`` now leaves a
 product where it is when an effect or a ``cond``/``while`` lies between it and its reader.
 """
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -41,8 +43,16 @@ def randn(*shape, seed=0, dtype=torch.float32):
 
 
 def products(graph):
-    """Fused nodes of ``graph`` (subgraphs too) that begin with an absorbed product."""
-    return [n for n in graph.walk() if n.op == "fused" and n.target.spec.gemm]
+    """Fused nodes of ``graph`` (subgraphs too) that begin with an absorbed product; the
+    steps an unrolled loop's ``kernel_loop`` runs (``passes/roll_steps``) count once each,
+    as stand-ins holding its kernel."""
+    found = []
+    for n in graph.walk():
+        if n.op == "fused" and n.target.spec.gemm:
+            found.append(n)
+        elif n.op == "kernel_loop" and n.target.kernel.spec.gemm:
+            found += [SimpleNamespace(target=n.target.kernel, attrs={})] * n.attrs["steps"]
+    return found
 
 
 def predicate_calls(graph):
