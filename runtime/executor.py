@@ -55,8 +55,10 @@ class Unstack:
         self.node = node
 
 
-def located(e: Exception) -> Exception:
-    """The same kind of error, naming the failing node's op and user source line."""
+def located(e: Exception, exact: bool = False) -> Exception:
+    """The same kind of error, naming the failing node's op and user source line: before
+    its text, or (``exact``: a converted function's error, which eager raises with its own
+    text; and a failing assert's, always) in a note, leaving the text as eager's."""
     tb = e.__traceback__
     node = generated = None
     while tb is not None:
@@ -69,8 +71,11 @@ def located(e: Exception) -> Exception:
         tb = tb.tb_next
     if node is None or getattr(e, "_tograph_located", False):
         return e
-    if getattr(e, "_tograph_exact", False):     # the program's own error (a failing assert):
-        new = type(e)(*e.args)                  # eager's type and text; where, in a note
+    if exact or getattr(e, "_tograph_exact", False):    # eager's type and text; where,
+        try:                                                # in a note
+            new = type(e)(*e.args)
+        except Exception:       # noqa: BLE001 - an error class built otherwise: the same one
+            new = e
         new.add_note(f"{format_location(node.location)}: raised by the graph's "
                      f"{node.op!r} (node %{node.name})\n  generated code: {generated}")
         new._tograph_located = True

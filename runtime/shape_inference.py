@@ -418,16 +418,17 @@ _VERIFY_LIMIT = 1 << 24     # elements: a bigger stand-in is not worth making to
 _NAMES_META = re.compile(r"\bmeta\b", re.IGNORECASE)
 
 
-def fails_eagerly(func, args, kwargs, error: Exception) -> bool:
-    """Whether ``func`` fails the same way (``type(error)``) on real tensors: the symbolic
-    tensors replaced by zero-filled CPU tensors of their shapes and dtypes, concrete ones
-    by copies. Then shape inference's error is the user's own, the one eager raises. False
-    when it cannot be checked (a size known only at run time, a symbolic number standing
-    for a Python int, a tensor inside a slice): the failure may be ours, not the user's."""
+def fails_eagerly(func, args, kwargs, error: Exception) -> Optional[Exception]:
+    """The error ``func`` raises on real tensors if it fails the same way (``type(error)``):
+    the symbolic tensors replaced by zero-filled CPU tensors of their shapes and dtypes,
+    concrete ones by copies. Then shape inference's error is the user's own, and this one
+    has the text eager gives. None when it cannot be checked (a size known only at run
+    time, a symbolic number standing for a Python int, a tensor inside a slice): the
+    failure may be ours, not the user's."""
     if "on meta tensors" in str(error):
-        return False    # a value read from a traced tensor (``view(n_t, ...)``): zeros lie
+        return None     # a value read from a traced tensor (``view(n_t, ...)``): zeros lie
     if _NAMES_META.search(str(error)):
-        return False    # an op refusing meta tensors themselves (pack_padded_sequence's
+        return None     # an op refusing meta tensors themselves (pack_padded_sequence's
         # lengths "should be a 1D CPU int64 tensor, but got 1D meta Long tensor"): zeros
         # would fail another way (a zero length) and pass for the user's error
     checkable, total = [True], [0]
@@ -469,15 +470,15 @@ def fails_eagerly(func, args, kwargs, error: Exception) -> bool:
     with torch._C.DisableTorchFunction():
         rargs, rkwargs = walk(tuple(args)), walk(dict(kwargs))
         if not checkable[0]:
-            return False
+            return None
         try:
             with torch.no_grad():
                 func(*rargs, **rkwargs)
-        except type(error):
-            return True
+        except type(error) as e:
+            return e
         except Exception:   # noqa: BLE001 - a different failure: not the one we saw
-            return False
-    return False
+            return None
+    return None
 
 
 def infer(func, args, kwargs) -> Inferred:

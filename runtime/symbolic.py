@@ -652,7 +652,8 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
     except Exception as e:
         # the user's own error only where eager surely runs the op (not in a traced branch
         # or loop body, which eager may skip) and it fails there on real tensors too
-        if graph.parent is not None or not fails_eagerly(func, args, kwargs, e):
+        eager = None if graph.parent is not None else fails_eagerly(func, args, kwargs, e)
+        if eager is None:
             why = "it depends on a tensor's value (a size or number read from a tensor), " \
                 "known only when the graph runs" if "on meta tensors" in str(e) else \
                 f"{type(e).__name__}: {e}"
@@ -660,9 +661,10 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
                                f"shape could not be inferred ({why})")
             error.location = location
             raise error from e
-        # the same error eager torch gives on these shapes and dtypes, at the user's line
-        error = type(e)(f"{format_location(location)}: {op_name(func)}: {e}") \
-            if _simple_ctor(e) else e
+        # the error eager torch gives on these shapes and dtypes (its text); the user's
+        # line in a note
+        error = eager
+        error.add_note(f"{format_location(location)}: {op_name(func)} (found while tracing)")
         error._tograph_user_error = True
         error.location = location
         raise error from None
@@ -709,14 +711,6 @@ def _note_grad(node: Node, func, args, kwargs, meta) -> None:
     node.attrs[grad_flags.KEY] = grad_flags.result_grad(
         op_name(func), tensors if op_name(func) != "requires_grad_" else list(args),
         kwargs, dtype, target)
-
-
-def _simple_ctor(e: Exception) -> bool:
-    try:
-        type(e)("x")
-        return True
-    except Exception:
-        return False
 
 
 def _wrap_result(node: Node, example, meta):

@@ -294,7 +294,7 @@ class _Traced:
         try:
             return self.fn(*flat)
         except Exception as e:
-            raise located(e) from e
+            raise located(e, exact=True) from e
 
 
 def _holds(entry, flat) -> bool:
@@ -407,7 +407,7 @@ class GraphFunction:
                         return entry.fn(*args, *kwargs.values()) if kwargs else \
                             entry.fn(*args)
                     except Exception as e:
-                        raise located(e) from e
+                        raise located(e, exact=True) from e
         return self._call(args, kwargs, fast)
 
     def _call(self, args, kwargs, fast=None):
@@ -707,7 +707,7 @@ class GraphFunction:
         sargs, skwargs = pytree.tree_unflatten(sym[:spec.num_leaves], spec)
         snapshot = Snapshot.take(target, sargs, skwargs)   # what the trace really receives
         snapshot.include_new(target)        # (what it keeps across calls: function_state)
-        numbers = carried_numbers.candidates(*snapshot.bindings()) if carry is None else ()
+        numbers = carried_numbers.candidates(*snapshot.bindings())
         for fn in carry[1] if carry is not None else ():   # (helpers the first trace met:
             snapshot.include_new(fn)                        # their globals before the call)
         graph.carried_slots = carry[0] if carry is not None else []     # (for the guard)
@@ -794,6 +794,8 @@ class GraphFunction:
                     raise
             slots = carried_numbers.rebound(numbers + carried_numbers.candidates(
                 *snapshot.bindings()[:2])) if changed else None     # (helpers' bindings too)
+            if slots and carry is not None:     # (set only once the served ones were:
+                slots = carry[0] + slots        # ``if (state.step + 1) % k == 0:``)
             if slots:           # a counter rebound (``nonlocal step; step += 1``): carried
                 snapshot.restore()
                 try:
@@ -817,7 +819,7 @@ class GraphFunction:
                 raise error
             existed = _existed(snapshot, sargs, skwargs)
             shared = region_state.shared_touched(touched, existed, argument_objects.written(
-                installed))
+                installed) | carried_numbers.attributes(graph.carried_slots))
             if shared is not None:
                 snapshot.restore()
                 raise GraphError(f"a tensor-dependent region changes {shared} of an object that "
