@@ -16,6 +16,8 @@ from __future__ import annotations
 import types
 from typing import Any, List, Optional, Tuple
 
+from runtime.python_state import restore
+
 _ATOMS = (int, float, complex, str, bytes, bool, type(None))
 
 
@@ -73,17 +75,8 @@ class Watch:
         return None
 
     def restore(self) -> None:
-        for _, _, obj, state, copy in self.entries:
-            if _state(obj) == state:
-                continue
-            if isinstance(obj, list):
-                obj[:] = copy
-            elif isinstance(obj, (dict, set)):
-                obj.clear()
-                obj.update(copy)
-            else:
-                vars(obj).clear()
-                vars(obj).update(copy)
+        restore([(obj, copy) for _, _, obj, state, copy in self.entries
+                 if _state(obj) != state])
 
 
 def _plain(obj) -> bool:
@@ -108,10 +101,5 @@ def _state(obj) -> Any:
 
 
 def _copy(obj):
-    if isinstance(obj, list):
-        return list(obj)
-    if isinstance(obj, dict):
-        return dict(obj)
-    if isinstance(obj, set):
-        return set(obj)
-    return dict(vars(obj))
+    from .side_effects import _copy as shallow_copy     # (side_effects imports this module)
+    return shallow_copy(obj)

@@ -234,6 +234,48 @@ def test_failing_assert_raises_eagers_error(fn, text):
         assert "raised by the graph's 'assert_true'" in "".join(got.value.__notes__)
 
 
+def shape_error(x):
+    return x + torch.ones(3)
+
+
+def index_error_in_branch(x):
+    if x.sum() > 0:
+        return x[5]
+    return x[0]
+
+
+def _eager_error(fn, *args):
+    try:
+        fn(*args)
+    except Exception as e:      # noqa: BLE001 - the error eager raises
+        return e
+    raise AssertionError("eager raised nothing")
+
+
+def test_shape_error_has_eagers_text():
+    """An op that fails while tracing, as it does eagerly: eager's error, its text (it was
+    the meta kernel's: 'Attempting to broadcast a dimension of length 3')."""
+    want = _eager_error(shape_error, V(1.0, 2.0))
+    for strict in (True, False):
+        with pytest.raises(RuntimeError) as got:
+            to_graph(shape_error, strict=strict)(V(1.0, 2.0))
+        assert str(got.value) == str(want) and not isinstance(got.value, ConversionError)
+        assert __file__ in "".join(got.value.__notes__)
+
+
+def test_error_in_a_running_graph_has_eagers_text():
+    """An op failing when the graph runs (in a branch the trace could not decide):
+    eager's type and text, the line and node in a note."""
+    x = V(-1.0, 2.0, 4.0, 5.0)
+    want = _eager_error(index_error_in_branch, x)
+    g = to_graph(index_error_in_branch, dynamic=True)
+    assert_same(g(V(-1.0, -2.0, 0.0)), index_error_in_branch(V(-1.0, -2.0, 0.0)))
+    with pytest.raises(IndexError) as got:
+        g(x)
+    assert str(got.value) == str(want)
+    assert "raised by the graph's" in "".join(got.value.__notes__)
+
+
 # ---------------------------------------------------------------- printing grad tensors
 def print_grad_chain(x):
     y = x * 2 + 1
@@ -323,28 +365,8 @@ def match_on_python_value(x, k):
             return x
 
 
-@pytest.mark.xfail(strict=True, reason="match statements fall back ('use if/elif'), also "
-                                       "on Python values")
-def test_match_statement_converts():
-    converts(match_on_python_value, (POS, 1), (NEG, (2, 3)), (POS, "z"))
-
-
 def any_of_rows(x):
     return any(r > 2 for r in x), all(r > -5 for r in x)
-
-
-@pytest.mark.xfail(strict=True, reason="any()/all() over a generator of tensor "
-                                       "comparisons falls back (bool() of a traced tensor)")
-def test_any_all_over_rows_converts():
-    converts(any_of_rows, (V(1.0, 3.0),), (V(-1.0, 2.0),))
-
-
-def any_of_rows_falls_back(x):
-    return any(r > 2 for r in x)
-
-
-def test_any_of_rows_falls_back_cleanly():
-    falls_back(any_of_rows_falls_back, (V(1.0, 3.0),), (V(-1.0, 2.0),))
 
 
 def code_after_try_finally(x):
@@ -357,22 +379,9 @@ def code_after_try_finally(x):
     return y
 
 
-@pytest.mark.xfail(strict=True, reason="a variable set after a tensor-if return inside a "
-                                       "try/finally and read after the try: 'assigned on "
-                                       "only one path' (fallback)")
-def test_code_after_try_finally_converts():
-    converts(code_after_try_finally, (POS,), (NEG,))
-
-
 def walrus_in_comprehension(x):
     ys = [y for r in x if (y := r * 2) > 0]
     return ys, y
-
-
-@pytest.mark.xfail(strict=True, reason="a walrus in a comprehension's filter over tensor "
-                                       "rows falls back (bool() of a traced tensor)")
-def test_walrus_in_comprehension_converts():
-    converts(walrus_in_comprehension, (V(1.0, 3.0),), (V(-1.0, 2.0),))
 
 
 def float_carried_precision(x):
@@ -382,13 +391,6 @@ def float_carried_precision(x):
     return s + 1e-9 > s, int(s * 1e9)
 
 
-@pytest.mark.xfail(strict=True, reason="SILENT WRONG (documented): a Python float carried "
-                                       "through a tensor if is a float32, so s + 1e-9 > s "
-                                       "is False and int(s * 1e9) is off")
-def test_carried_float_keeps_double_precision():
-    converts(float_carried_precision, (POS,), (NEG,))
-
-
 def divmod_of_carried_int(x):
     k = 7
     if x.sum() > 0:
@@ -396,7 +398,32 @@ def divmod_of_carried_int(x):
     return divmod(k, 3)
 
 
-@pytest.mark.xfail(strict=True, reason="divmod() of a carried int falls back (TypeError "
-                                       "on the traced value)")
-def test_divmod_of_carried_int_converts():
-    converts(divmod_of_carried_int, (POS,), (NEG,))
+def _open(fn, inputs, reason):
+    return pytest.param(fn, inputs, id=fn.__name__,
+                        marks=pytest.mark.xfail(strict=True, reason=reason))
+
+
+@pytest.mark.parametrize("fn,inputs", [
+    _open(match_on_python_value, ((POS, 1), (NEG, (2, 3)), (POS, "z")),
+          "match statements fall back ('use if/elif'), also on Python values"),
+    _open(any_of_rows, ((V(1.0, 3.0),), (V(-1.0, 2.0),)),
+          "any()/all() over a generator of tensor comparisons falls back (bool() of a "
+          "traced tensor)"),
+    _open(code_after_try_finally, ((POS,), (NEG,)),
+          "a variable set after a tensor-if return inside a try/finally and read after the "
+          "try: 'assigned on only one path' (fallback)"),
+    _open(walrus_in_comprehension, ((V(1.0, 3.0),), (V(-1.0, 2.0),)),
+          "a walrus in a comprehension's filter over tensor rows falls back (bool() of a "
+          "traced tensor)"),
+    _open(float_carried_precision, ((POS,), (NEG,)),
+          "SILENT WRONG (documented): a Python float carried through a tensor if is a "
+          "float32, so s + 1e-9 > s is False and int(s * 1e9) is off"),
+    _open(divmod_of_carried_int, ((POS,), (NEG,)),
+          "divmod() of a carried int falls back (TypeError on the traced value)"),
+])
+def test_open_finding_converts(fn, inputs):
+    converts(fn, *inputs)
+
+
+def test_any_of_rows_falls_back_cleanly():
+    falls_back(any_of_rows, (V(1.0, 3.0),), (V(-1.0, 2.0),))
