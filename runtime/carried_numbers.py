@@ -75,6 +75,12 @@ class Slot:
         return self
 
 
+def attributes(slots: List[Slot]) -> set:
+    """(id(object), name) of the attribute slots among ``slots``: the graph sets them
+    when it runs, so a tensor branch may change them (``region_state.shared_touched``)."""
+    return {(id(s.holder), s.key) for s in slots if s.kind == "attr"}
+
+
 def _number(value) -> Optional[str]:
     return "int" if type(value) is int else "float" if type(value) is float else None
 
@@ -291,17 +297,54 @@ def around_python(record, kinds=None):
     the served slots are set before it, as eager's code has set them by then, and read
     again after it (it may change them; ``kinds``: {(id(holder), key): kind} a slot
     holds after it, where that is not the kind it had)."""
+    from .symbolic import current_graph, dispatch_record
     served = _SERVED[-1] if _SERVED else None
     if not served:
         return record()
+    lasts = [entry[2] for entry in served]
     _flush(served)
     result = record()
+    if current_graph().parent is not None:
+        _unchanged_in_branch(served, dispatch_record)
+        for entry, last in zip(served, lasts):      # (the branch's writes run only when
+            entry[2] = last                         # it is taken: written again after)
+        return result
     for entry in served:
         kind = (kinds or {}).get((id(entry[0].holder), entry[0].key),
                                  _form(entry[2]) or _form(entry[1]))   # (as it holds now)
         entry[2] = _stand_in(entry[0], kind)
         entry[0].set(entry[2])
     return result
+
+
+def _unchanged_in_branch(served, dispatch_record) -> None:
+    """After a node running Python in a tensor branch or loop body (``opt.step()`` under
+    ``if (state.step + 1) % accum == 0:``): a value read there would not outlive the body,
+    so the slots keep what the trace set, and a node checks on each run that the Python
+    code left each number or tensor as it was (else a run-time error, never a stale
+    value)."""
+    for slot, value, now in served:
+        dispatch_record(expect_slot, (slot, now, type(_form(value)) is tuple), {})
+
+
+@effect
+def expect_slot(slot: Slot, value, tensor: bool) -> None:
+    """Raise if ``slot`` does not hold ``value`` (a number, a 0-d tensor standing for one,
+    or with ``tensor`` a tensor of equal values) when the graph runs."""
+    held = slot.get()
+    if tensor:
+        if not (isinstance(held, torch.Tensor) and held.shape == value.shape and
+                held.dtype == value.dtype and torch.equal(held, value)):
+            raise RuntimeError(f"{slot.label} was changed by Python code the graph ran in a "
+                               f"tensor branch or loop body (a hook, an lr_lambda): the "
+                               f"graph does not read it back there")
+        return
+    expected = value.item() if isinstance(value, torch.Tensor) else value
+    if held != expected:
+        raise RuntimeError(f"{slot.label} was changed by Python code the graph ran in a "
+                           f"tensor branch or loop body (a hook, an lr_lambda): the graph "
+                           f"does not read it back there; eager would see "
+                           f"{slot.get()!r}, not {expected!r}")
 
 
 @contextlib.contextmanager

@@ -179,10 +179,12 @@ def shared_touched(start: int, existed, written=None) -> Optional[str]:
     """After a trace: the attribute (``'CM.enters'``) a region carried on an object that
     existed before the call (``existed(obj)``), its changes put back; else None (the
     record since ``start`` is dropped). ``written``: (ids of) the argument objects whose
-    attributes the call writes back (``argument_objects``): their attributes may change."""
+    attributes the call writes back (``argument_objects``): their attributes may change;
+    or (id, name) pairs: one attribute the graph sets itself (``carried_numbers``)."""
     noted = TOUCHED[start:]
     for obj, name, before in noted:
-        if name is not None and id(obj) in (written or ()) and \
+        if name is not None and (id(obj) in (written or ()) or
+                                 (id(obj), name) in (written or ())) and \
                 not isinstance(before, list):       # (not a list's contents: region_state)
             continue
         if existed(obj):

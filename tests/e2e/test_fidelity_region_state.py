@@ -429,10 +429,19 @@ def test_a_cell_that_is_also_a_state_variable_falls_back(fn):
     falls_back(fn, match="changes while tracing")
 
 
-def test_global_state_keeps_falling_back():
-    before = SHARED.enters
-    falls_back(cm_global, match="SHARED")
-    assert SHARED.enters == before + 2    # eager's entries (POS, twice) only, none from traces
+def test_global_state_counted_in_a_branch_converts():
+    """A global context manager's counters changed in a tensor branch are numbers the
+    graph carries (``runtime.carried_numbers``: read when it runs, set back after the
+    cond), so each call counts as eager does; before, the call fell back."""
+    g = to_graph(cm_global, strict=True)
+    for x in (POS, NEG, POS, NEG):
+        before = (SHARED.enters, SHARED.exits)
+        exp = x + 1 if x.sum() > 0 else x
+        assert_same(g(x.clone()), exp)
+        taken = int(x.sum() > 0)
+        assert (SHARED.enters, SHARED.exits) == (before[0] + taken, before[1] + taken)
+        assert type(SHARED.enters) is int and SHARED.tag == "new"
+    assert g.cache_info().traces == 1
 
 
 def test_argument_state_keeps_falling_back():

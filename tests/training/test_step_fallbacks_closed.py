@@ -524,8 +524,7 @@ def prog_hf_trainer_accumulation():
     ``tr_loss`` kept as a tensor, and on ``(step + 1) % accum == 0`` (``step`` from the
     loop's enumerate, an int argument: one trace per value): clip, ``optimizer.step()``,
     ``lr_scheduler.step()``, ``zero_grad()``, the state's ``global_step += 1`` and
-    ``epoch``. (A step counted on the state instead, ``if (state.step + 1) % accum``,
-    puts the staged step in a tensor branch with a carried counter: that falls back.)"""
+    ``epoch``. (``prog_hf_trainer_state_counter``: the step counted on the state.)"""
     class TrainerState:
         def __init__(self):
             self.global_step = 0
@@ -554,6 +553,41 @@ def prog_hf_trainer_accumulation():
     batches = [(x, y, i) for i, (x, y) in enumerate(_batches(STEPS, (6, 8), 4))]
     return step, [model, optimizer, lr_scheduler], batches, \
         lambda: (state.global_step, state.epoch, tr["loss"].clone())
+
+
+def prog_hf_trainer_state_counter():
+    """The same loop with the micro-step counted on the trainer's state: ``if
+    (state.step + 1) % accum == 0:`` is a branch on a carried number, holding the staged
+    steps and the state's writes (one trace; the tensor ``tr_loss`` written before it)."""
+    class TrainerState:
+        def __init__(self):
+            self.global_step = 0
+            self.step = 0
+            self.epoch = 0.0
+
+    model = _mlp()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (1 + s))
+    state = TrainerState()
+    tr = {"loss": torch.tensor(0.0)}
+    accum = 2
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y) / accum
+        loss.backward()
+        tr["loss"] = tr["loss"] + loss.detach()
+        if (state.step + 1) % accum == 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            lr_scheduler.step()
+            optimizer.zero_grad()
+            state.global_step += 1
+            state.epoch = (state.step + 1) / STEPS
+        state.step += 1
+        return tr["loss"] / max(state.global_step, 1)
+
+    return step, [model, optimizer, lr_scheduler], _batches(STEPS + 1, (6, 8), 4), \
+        lambda: (vars(state).copy(), tr["loss"].clone())
 
 
 def prog_dcgan_two_optimizers_meters():
@@ -635,8 +669,8 @@ def prog_clip_scheduler_eval():
 
 
 PROJECT_STYLE = [prog_lightning_manual_optimization, prog_fairseq_meters,
-                 prog_hf_trainer_accumulation, prog_dcgan_two_optimizers_meters,
-                 prog_clip_scheduler_eval]
+                 prog_hf_trainer_accumulation, prog_hf_trainer_state_counter,
+                 prog_dcgan_two_optimizers_meters, prog_clip_scheduler_eval]
 
 
 @pytest.mark.parametrize("program", PROJECT_STYLE, ids=lambda f: f.__name__[5:])
