@@ -519,22 +519,28 @@ def prog_fairseq_meters():
         lambda: {k: dict(vars(m)) for k, m in meters.items()}
 
 
+class _HFTrainerState:
+    def __init__(self):
+        self.global_step = 0
+        self.step = 0
+        self.epoch = 0.0
+
+
+def _hf_parts():
+    """transformers' Trainer pieces: model, AdamW, a LambdaLR, the state, ``tr_loss``."""
+    model = _mlp()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (1 + s))
+    return model, optimizer, lr_scheduler, _HFTrainerState(), {"loss": torch.tensor(0.0)}
+
+
 def prog_hf_trainer_accumulation():
     """transformers' Trainer inner loop: the loss divided by the accumulation steps,
     ``tr_loss`` kept as a tensor, and on ``(step + 1) % accum == 0`` (``step`` from the
     loop's enumerate, an int argument: one trace per value): clip, ``optimizer.step()``,
     ``lr_scheduler.step()``, ``zero_grad()``, the state's ``global_step += 1`` and
     ``epoch``. (``prog_hf_trainer_state_counter``: the step counted on the state.)"""
-    class TrainerState:
-        def __init__(self):
-            self.global_step = 0
-            self.epoch = 0.0
-
-    model = _mlp()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
-    lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (1 + s))
-    state = TrainerState()
-    tr = {"loss": torch.tensor(0.0)}
+    model, optimizer, lr_scheduler, state, tr = _hf_parts()
     accum, steps_in_epoch = 2, STEPS
 
     def step(x, y, index):
@@ -558,29 +564,22 @@ def prog_hf_trainer_accumulation():
 def prog_hf_trainer_state_counter():
     """The same loop with the micro-step counted on the trainer's state: ``if
     (state.step + 1) % accum == 0:`` is a branch on a carried number, holding the staged
-    steps and the state's writes (one trace; the tensor ``tr_loss`` written before it)."""
-    class TrainerState:
-        def __init__(self):
-            self.global_step = 0
-            self.step = 0
-            self.epoch = 0.0
-
-    model = _mlp()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
-    lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (1 + s))
-    state = TrainerState()
-    tr = {"loss": torch.tensor(0.0)}
+    steps and the state's writes (one trace; the tensor ``tr_loss`` written before it),
+    here with the optimizer step and clip in a helper as Trainer's own method."""
+    model, optimizer, lr_scheduler, state, tr = _hf_parts()
     accum = 2
 
+    def optimizer_step():
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        lr_scheduler.step()
+        model.zero_grad()
+
     def step(x, y):
-        loss = F.cross_entropy(model(x), y) / accum
-        loss.backward()
-        tr["loss"] = tr["loss"] + loss.detach()
+        tr["loss"] = tr["loss"] + (F.cross_entropy(model(x), y) / accum).detach()
+        (F.cross_entropy(model(x), y) / accum).backward()
         if (state.step + 1) % accum == 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            lr_scheduler.step()
-            optimizer.zero_grad()
+            optimizer_step()
             state.global_step += 1
             state.epoch = (state.step + 1) / STEPS
         state.step += 1
