@@ -26,6 +26,7 @@ CPU.
 from __future__ import annotations
 
 import heapq
+import math
 from typing import Dict, List, Optional, Set, Tuple
 
 import torch
@@ -46,6 +47,14 @@ _BARRIERS = ("cond", "while")
 # Ops worth a kernel of their own: torch's CPU GELU was measured ~1.5-1.8x slower than
 # the generated kernel on transformer MLP activations (1x17x128 to 8x17x128, 1 thread).
 ALONE = frozenset({"gelu"})
+# ... up to this many elements for the exact (erf) GELU: past it torch's own is the faster
+# (1 thread, CPU time: 16K elements 9.6 us against 9.2, 64x512 12.8 against 20.3, 1024x512
+# 113 against 227, 2048x1024 902 against 929), until outputs are large enough that the
+# kernel's recycled output (kernels/launch.LARGE_BYTES) saves torch's page faults (1024x3072
+# 1367 against 1547: from ALONE_ERF_LARGE on); the tanh form's kernel was 3-4x faster than
+# torch's at every size measured (2K to 3M elements)
+ALONE_ERF_MAX = 16384
+ALONE_ERF_LARGE = 1 << 21
 
 
 class _Group:
@@ -78,7 +87,7 @@ def _fuse_graph(graph: Graph, kernels: List[FusedKernel]) -> None:
         for sub in node.subgraphs:
             _fuse_graph(sub, kernels)
     groups = [g for g in _find_groups(graph) if len(g.members) >= 2 or
-              (len(g.members) == 1 and g.members[0].op in ALONE)]
+              (len(g.members) == 1 and _alone(g.members[0]))]
     if not groups:
         return
     replacements: Dict[int, Node] = {}
@@ -102,6 +111,19 @@ def _fuse_graph(graph: Graph, kernels: List[FusedKernel]) -> None:
     graph.nodes = _toposort(kept + new_nodes, priority)
     for m in (m for g in groups for m in g.members):
         graph._names.pop(m.name, None)
+
+
+def _alone(node: Node) -> bool:
+    """Whether ``node``, a group by itself, is worth a kernel (``ALONE``)."""
+    if node.op not in ALONE:
+        return False
+    approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1
+                                  else "none")
+    meta = node.meta
+    if approximate == "tanh":
+        return True
+    n = math.prod(meta.shape) if isinstance(meta, TensorMeta) and meta.is_static else None
+    return n is not None and (n <= ALONE_ERF_MAX or n >= ALONE_ERF_LARGE)
 
 
 # ----------------------------------------------------------------------------- grouping
