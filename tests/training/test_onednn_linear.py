@@ -275,24 +275,13 @@ def test_gpt2_width_128_trains_as_eager(onednn_on):
     with its linear layers on oneDNN equal eager's within 1e-5 (losses, every gradient,
     final weights), and the converted forward holds the oneDNN nodes."""
     from benchmarks.training_check import Run, train_side_by_side
-    from benchmarks.training_tasks import Task, _lm_loss, _no_dropout
-
-    def build():
-        cfg = transformers.GPT2Config(vocab_size=256, n_positions=64, n_embd=128, n_layer=2,
-                                      n_head=4, use_cache=False, bos_token_id=0,
-                                      eos_token_id=0)
-        cfg._attn_implementation = "sdpa"
-        torch.manual_seed(0)
-        return _no_dropout(transformers.GPT2LMHeadModel(cfg).train())
-
-    def batch(s):
-        ids = torch.randint(0, 256, (4, 32), generator=torch.Generator().manual_seed(s))
-        return (ids,), ids
-    task = Task("gpt2", "width 128, batch 4 x 32", build, batch, _lm_loss)
-    runs = {"eager": Run(task), "tograph": Run(task, wrap=lambda m: to_graph(m, strict=True))}
-    diffs = train_side_by_side(task, runs, 20)
-    assert runs["tograph"].error is None and runs["tograph"].fallbacks == []
-    assert diffs["tograph"]["max_rel_diff"] <= 1e-5, diffs["tograph"]
+    from benchmarks.training_tasks import TASKS
+    task = TASKS["gpt2_w128"]("bench")
+    converted = Run(task, wrap=lambda m: to_graph(m, strict=True))
+    runs = {"eager": Run(task), "tograph": converted}
+    worst = train_side_by_side(task, runs, 20)["tograph"]
+    assert converted.error is None and converted.fallbacks == [], converted.error
+    assert worst["max_rel_diff"] <= 1e-5, worst
     model = runs["tograph"].called
     (ids,), target = task.batch(0)
     loss = task.loss(model(ids), target)
