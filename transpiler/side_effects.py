@@ -49,7 +49,8 @@ def _state_of(obj) -> Any:
         return ("dict", tuple((k, id(v)) for k, v in obj.items() if _hashable(k)))
     if isinstance(obj, (set, bytearray)):
         return ("set", frozenset(id(v) for v in obj)) if isinstance(obj, set) else bytes(obj)
-    if isinstance(obj, (types.ModuleType, types.FunctionType, type, types.BuiltinFunctionType)):
+    if isinstance(obj, (types.ModuleType, types.FunctionType, type, types.BuiltinFunctionType,
+                        types.MethodType)):     # (a method's __dict__ is its function's)
         return None
     attrs = getattr(obj, "__dict__", None)
     if isinstance(attrs, dict) and not is_tensor(obj):   # (a traced tensor too)
@@ -615,9 +616,19 @@ class Snapshot:
                 except ValueError:
                     value = _EMPTY
                 self._cells.append((name, cell, value))
-        if not hasattr(self, "_functions"):      # (and what it keeps across calls)
-            self._functions = function_state.Watch()
+        if not hasattr(self, "_functions"):      # (and what it keeps across calls; not
+            self._functions = function_state.Watch(self._argument_ids())    # the arguments)
         self._functions.function(func, [(n, ns[n]) for n in _names_used(code) if n in ns])
+
+    def _argument_ids(self) -> set:
+        """The ids of the arguments and of what they hold (their changes are the argument
+        objects' and held arguments' to carry or refuse)."""
+        ids = {id(obj) for label, obj, _, _ in self._objects if label.startswith("argument ")}
+        for label, obj, _, containers in self._deep:
+            if label.startswith("argument "):
+                ids.add(id(obj))
+                ids.update(id(held) for held, _ in containers)
+        return ids
 
     def restore(self) -> None:
         hook_snapshot.restore(getattr(self, "_hooks", hook_snapshot.NOTHING))
