@@ -13,7 +13,7 @@ multiplied by one ``w`` (``for xt in steps`` over a list passed in) are rows too
 """
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -77,7 +77,7 @@ def _row_product(node: Node):
     a, w = node.args
     if not isinstance(a, Node) or not isinstance(w, Node):
         return None
-    row = _row(a)
+    row = row_of(a)
     if row is None:
         return None
     x, t = row
@@ -89,9 +89,11 @@ def _row_product(node: Node):
     return x, w, t
 
 
-def _row(a: Node):
+def row_of(a) -> Optional[Tuple[Node, int]]:
     """(x, t) when ``a`` is ``x[t]`` or ``get`` ``t`` of ``x.unbind(0)``, ``t`` a constant
     int; else None."""
+    if not isinstance(a, Node):
+        return None
     if a.op == "getitem" and len(a.args) == 2 and not a.kwargs and type(a.args[1]) is int:
         return a.args[0], a.args[1]
     if a.op == "get" and isinstance(a.args[0], Node) and a.args[0].op == "unbind":

@@ -30,6 +30,7 @@ from ..kernels.launch import FusedKernel
 from ..kernels.loop import KernelLoop
 from ..kernels.loop_product import ProductLoop
 from ..meta import TensorMeta
+from .batch_matmul import row_of
 from .rewrite import Uses, graphs_post_order, has_effect
 
 MIN_STEPS = 4
@@ -152,19 +153,9 @@ def _follow(first: _Step, uses: Uses) -> List[_Step]:
 
 
 def _row(value) -> Optional[Tuple[Node, int]]:
-    """(X, i) when ``value`` is row ``i`` of ``X``: ``get`` ``i`` of ``X.unbind(0)`` or
-    ``X[i]`` with a constant int ``i``."""
-    if not isinstance(value, Node):
-        return None
-    if value.op == "get" and isinstance(value.args[0], Node) and value.args[0].op == "unbind":
-        unbound = value.args[0]
-        dim = unbound.args[1] if len(unbound.args) > 1 else unbound.kwargs.get("dim", 0)
-        if len(unbound.args) <= 2 and set(unbound.kwargs) <= {"dim"} and dim == 0:
-            return unbound.args[0], value.attrs["index"]
-    if value.op == "getitem" and len(value.args) == 2 and not value.kwargs and \
-            type(value.args[1]) is int and value.args[1] >= 0:
-        return value.args[0], value.args[1]
-    return None
+    """(X, i) when ``value`` is row ``i >= 0`` of ``X`` (``batch_matmul.row_of``)."""
+    found = row_of(value)
+    return found if found is not None and found[1] >= 0 else None
 
 
 class _Roles:
