@@ -141,10 +141,11 @@ def _convert_tree(fn, probed=()):
             node = probes.transform(node, ctx, probed)
     ctx.holds_del = base.holds_del(node)     # (no converter writes a ``del``)
     for fn_node in [n for n in traversal.walk(node) if isinstance(n, gast.FunctionDef)]:
-        activity.analyze(fn_node)
-        liveness.analyze(fn_node)
+        memo = {}           # (each statement's effects, found once for the analyses)
+        activity.analyze(fn_node, memo)
+        liveness.analyze(fn_node, memo)
         state.analyze(fn_node)
-        reaching_defs.analyze(fn_node)
+        reaching_defs.analyze(fn_node, memo)
     for converter in AFTER_ANALYSIS:
         if _has_work(converter, found):
             node = converter.transform(node, ctx)

@@ -291,3 +291,30 @@ def test_activity_stack_walk_is_the_recursion(fn, monkeypatch):
     monkeypatch.setattr(activity.Effects, "expr", _plain_expr)
     assert _activity(tree()) == mine
     assert any(reads for _, (reads, _, _) in mine[1] if reads)
+
+
+# ------------------------------------ the analyses sharing each statement's effects (memo)
+def _analysed(fn, share):
+    from transpiler.analysis import activity, liveness, reaching_defs, state
+    from transpiler.pyct import anno
+    tree, _ = parser.parse_function(fn)
+    for fn_node in [n for n in gast.walk(tree) if isinstance(n, gast.FunctionDef)]:
+        memo = {} if share else None
+        activity.analyze(fn_node, memo)
+        liveness.analyze(fn_node, memo if share else None)
+        state.analyze(fn_node)
+        reaching_defs.analyze(fn_node, memo if share else None)
+    keys = [k for k in anno.Key if k not in (anno.Key.ORIGIN, anno.Key.EXTRA_LOOP_TEST)]
+    return [(type(n).__name__, [anno.getanno(n, k) for k in keys]) for n in gast.walk(tree)]
+
+
+@pytest.mark.parametrize("fn", PROGRAMS)
+def test_shared_effects_give_the_same_analyses(fn, monkeypatch):
+    """Each statement's effects found once (``memo``) annotate as finding them again in
+    every analysis did (the memo dropped: each call finds them anew)."""
+    from transpiler.analysis import activity
+    shared = _analysed(fn, True)
+    real = activity.header_effects
+    monkeypatch.setattr(activity, "header_effects",
+                        lambda s, bindings_only=False, memo=None: real(s, bindings_only))
+    assert _analysed(fn, False) == shared

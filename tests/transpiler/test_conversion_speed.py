@@ -515,7 +515,8 @@ def test_statement_converters_skip_expressions_with_the_same_result(fn, monkeypa
         assert cls.statements_only
         monkeypatch.setattr(cls, "statements_only", False)
     real = activity.header_effects
-    monkeypatch.setattr(activity, "header_effects", lambda s, bindings_only=False: real(s))
+    monkeypatch.setattr(activity, "header_effects",
+                        lambda s, bindings_only=False, memo=None: real(s, memo=memo))
     monkeypatch.setattr(base, "holds_del", lambda tree: True)
     try:
         assert source() == fast

@@ -123,9 +123,17 @@ def free_names(node):
     return read - bound
 
 
-def header_effects(stmt, bindings_only=False):
+def header_effects(stmt, bindings_only=False, memo=None):
     """Effects of ``stmt`` itself, not of the blocks it contains (``bindings_only``: only
-    its ``binds`` and ``deleted`` are complete)."""
+    its ``binds`` and ``deleted`` are complete). ``memo``: a dict the analyses of one
+    function share (``conversion._convert_tree``), which do not change the tree: each
+    statement's full effects are found once, not once per analysis and per enclosing
+    block or loop iteration (the result is shared: read it, do not change it)."""
+    if memo is not None:
+        found = memo.get(id(stmt))
+        if found is None:
+            found = memo[id(stmt)] = header_effects(stmt)
+        return found
     e = Effects(bindings_only=bindings_only)
     if isinstance(stmt, gast.Assign):
         e.expr(stmt.value)
@@ -196,10 +204,10 @@ def blocks(stmt):
     return out
 
 
-def _analyze_block(stmts):
+def _analyze_block(stmts, memo):
     read, modified, composites = set(), set(), set()
     for stmt in stmts:
-        e = header_effects(stmt)
+        e = header_effects(stmt, memo=memo)
         r, m, c = set(e.reads), e.binds | e.mutated | e.deleted, set(e.composites)
         for h in getattr(stmt, 'handlers', []):
             if h.type is not None:
@@ -207,7 +215,7 @@ def _analyze_block(stmts):
             if h.name is not None:
                 m.add(h.name.id)
         for block in blocks(stmt):
-            br, bm, bc = _analyze_block(block)
+            br, bm, bc = _analyze_block(block, memo)
             r, m, c = r | br, m | bm, c | bc
         anno.setanno(stmt, anno.Key.READ, frozenset(r))
         anno.setanno(stmt, anno.Key.MODIFIED, frozenset(m))
@@ -230,14 +238,14 @@ def block_modified(stmts):
     return frozenset().union(*[anno.getanno(s, anno.Key.MODIFIED, frozenset()) for s in stmts])
 
 
-def block_bound(stmts):
+def block_bound(stmts, memo=None):
     """Names that ``stmts`` may bind or delete (as plain names), nested blocks included:
     the locals a generated body function holding ``stmts`` has besides its parameters."""
     bound = set()
     stack = list(stmts)
     while stack:
         stmt = stack.pop()
-        e = header_effects(stmt, bindings_only=True)
+        e = header_effects(stmt, bindings_only=True, memo=memo)
         bound |= e.binds | e.deleted
         bound |= {h.name.id for h in getattr(stmt, 'handlers', []) if h.name is not None}
         for block in blocks(stmt):
@@ -245,7 +253,7 @@ def block_bound(stmts):
     return frozenset(bound)
 
 
-def _scope(fn):
+def _scope(fn, memo):
     a = fn.args
     params = {x.id for x in a.posonlyargs + a.args + a.kwonlyargs}
     params |= {x.id for x in (a.vararg, a.kwarg) if x is not None}
@@ -259,7 +267,7 @@ def _scope(fn):
             declared_nl |= set(stmt.names)
         for block in blocks(stmt):
             stack.extend(block)
-    locals_ = (set(params) | block_bound(fn.body)) - declared_g - declared_nl
+    locals_ = (set(params) | block_bound(fn.body, memo)) - declared_g - declared_nl
     captured = set()
     for stmt in fn.body:
         for node in traversal.walk(stmt):
@@ -269,9 +277,11 @@ def _scope(fn):
                  frozenset(captured & locals_))
 
 
-def analyze(fn):
-    """Annotate the statements of FunctionDef ``fn`` and return its Scope."""
-    _analyze_block(fn.body)
-    scope = _scope(fn)
+def analyze(fn, memo=None):
+    """Annotate the statements of FunctionDef ``fn`` and return its Scope (``memo``: see
+    ``header_effects``)."""
+    memo = {} if memo is None else memo
+    _analyze_block(fn.body, memo)
+    scope = _scope(fn, memo)
     anno.setanno(fn, anno.Key.SCOPE, scope)
     return scope

@@ -17,15 +17,15 @@ from transpiler.analysis import activity
 from transpiler.pyct import anno
 
 
-def _block(stmts, defined, scope):
+def _block(stmts, defined, scope, memo):
     for stmt in stmts:
-        defined = _stmt(stmt, defined, scope)
+        defined = _stmt(stmt, defined, scope, memo)
     return defined
 
 
-def _stmt(stmt, defined, scope):
+def _stmt(stmt, defined, scope, memo):
     anno.setanno(stmt, anno.Key.DEFINED_IN, frozenset(defined))
-    e = activity.header_effects(stmt)
+    e = activity.header_effects(stmt, memo=memo)
     if isinstance(stmt, (gast.If, gast.While, gast.For)):
         state = set(anno.getanno(stmt, anno.Key.STATE))
         inside = defined | state
@@ -33,19 +33,20 @@ def _stmt(stmt, defined, scope):
         # at entry unless it is a parameter (state, the for target).
         params = state | (e.binds if isinstance(stmt, gast.For) else set())
         for block in (stmt.body, stmt.orelse):
-            _block(block, (defined - (activity.block_bound(block) - scope.declared)) | params,
-                   scope)
+            _block(block, (defined - (activity.block_bound(block, memo) - scope.declared))
+                   | params, scope, memo)
         return inside
     if isinstance(stmt, gast.With):
-        return _block(stmt.body, defined | e.binds, scope)
+        return _block(stmt.body, defined | e.binds, scope, memo)
     if isinstance(stmt, gast.Try):
         for block in activity.blocks(stmt):
-            _block(block, defined, scope)
+            _block(block, defined, scope, memo)
         return defined | anno.getanno(stmt, anno.Key.MODIFIED, frozenset())
     return (defined | e.binds) - e.deleted
 
 
-def analyze(fn):
-    """Annotate every statement of FunctionDef ``fn`` (analysed by activity and liveness)."""
+def analyze(fn, memo=None):
+    """Annotate every statement of FunctionDef ``fn`` (analysed by activity and liveness;
+    ``memo``: see ``activity.header_effects``)."""
     scope = anno.getanno(fn, anno.Key.SCOPE)
-    _block(fn.body, set(scope.params), scope)
+    _block(fn.body, set(scope.params), scope, {} if memo is None else memo)
