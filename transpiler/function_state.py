@@ -24,10 +24,10 @@ _ATOMS = (int, float, complex, str, bytes, bool, type(None))
 class Watch:
     """(label, owner function, object, state before, copy) for each watched object."""
 
-    def __init__(self):
+    def __init__(self, skip=frozenset()):
         self.entries: List[Tuple[str, Any, Any, Any, Any]] = []
         self._met: set = set()          # ids of the functions met
-        self._seen: set = set()         # ids of the objects watched
+        self._seen: set = set(skip)     # ids of the objects watched (or not to watch)
 
     def function(self, func, globals_used) -> None:
         """Watch what ``func`` keeps across calls and the attributes of the functions its

@@ -616,9 +616,19 @@ class Snapshot:
                 except ValueError:
                     value = _EMPTY
                 self._cells.append((name, cell, value))
-        if not hasattr(self, "_functions"):      # (and what it keeps across calls)
-            self._functions = function_state.Watch()
+        if not hasattr(self, "_functions"):      # (and what it keeps across calls; not
+            self._functions = function_state.Watch(self._argument_ids())    # the arguments)
         self._functions.function(func, [(n, ns[n]) for n in _names_used(code) if n in ns])
+
+    def _argument_ids(self) -> set:
+        """The ids of the arguments and of what they hold (their changes are the argument
+        objects' and held arguments' to carry or refuse)."""
+        ids = {id(obj) for label, obj, _, _ in self._objects if label.startswith("argument ")}
+        for label, obj, _, containers in self._deep:
+            if label.startswith("argument "):
+                ids.add(id(obj))
+                ids.update(id(held) for held, _ in containers)
+        return ids
 
     def restore(self) -> None:
         hook_snapshot.restore(getattr(self, "_hooks", hook_snapshot.NOTHING))

@@ -142,6 +142,35 @@ def test_state_put_back_before_the_eager_run():
     assert helper.__defaults__[0] == [1]        # once, by the eager run (not twice)
 
 
+class Box:
+    def __init__(self, t):
+        self.t = t
+
+
+def test_helper_closure_holding_an_argument_converts():
+    """A helper whose closure holds an argument object (written back by the graph as an
+    argument object) is the argument's business, not state kept across calls."""
+    def run(x, bump, box):
+        bump(x)
+        return box.t * 2
+
+    for strict in (True, False):
+        box_e, box_g = Box(V(1.0, 1.0)), Box(V(1.0, 1.0))
+
+        def bumper(box):
+            def bump(x):
+                box.t = box.t + x
+            return bump
+        g = to_graph(run, strict=strict)
+        for x in (POS, NEG):
+            exp = run(x, bumper(box_e), box_e)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FallbackWarning)
+                got = g(x, bumper(box_g), box_g)
+            assert_same(got, exp)
+            assert_same(box_g.t, box_e.t)
+
+
 def make_memo():
     def scale(n, cache={}):         # noqa: B006 - a memo: filled once per key
         if n not in cache:
