@@ -119,6 +119,14 @@ class SymbolicTensor(torch.Tensor):
     def as_subclass(self, cls):         # (torch's own skips __torch_function__)
         return _as_subclass(self, cls)
 
+    def __divmod__(self, other):        # ``divmod(k, 3)`` of a Python number's stand-in
+        _number_operand(self, other)
+        return self // other, self % other
+
+    def __rdivmod__(self, other):
+        _number_operand(self, other)
+        return other // self, other % self
+
     def __setattr__(self, name, value):
         tensor_state.check_setattr(self, name)     # a user's attribute: refused
         super().__setattr__(name, value)
@@ -129,6 +137,13 @@ class SymbolicTensor(torch.Tensor):
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         return dispatch(func, args, kwargs or {})
+
+
+def _number_operand(t: SymbolicTensor, other) -> None:
+    """``divmod`` takes Python numbers (and their stand-ins), not tensors, as eager's."""
+    if kind_of(t) not in ("int", "float", "bool"):
+        raise TypeError(f"unsupported operand type(s) for divmod(): 'Tensor' and "
+                        f"'{type(other).__name__}'")
 
 
 def describe(t: SymbolicTensor) -> str:

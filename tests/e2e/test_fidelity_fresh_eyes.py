@@ -1,8 +1,8 @@
 """Fresh-eyes round of Python fidelity: ordinary programs (helpers with mutable defaults,
 counters made by factories, function attributes, Python-number powers, failing asserts,
 try/finally, zip(strict=True)), each compared with eager: results, what the call leaves in
-Python state over several calls, exceptions (type and text). Open findings are strict
-expected failures naming the case."""
+Python state over several calls, exceptions (type and text), divmod of carried numbers.
+Open findings are strict expected failures naming the case."""
 import warnings
 
 import pytest
@@ -219,6 +219,32 @@ def test_int_stand_in_powers():
     converts(int_powers, (POS,), (NEG,))
 
 
+def divmod_of_carried_numbers(x):
+    k, s = 7, 7.5
+    if x.sum() > 0:
+        k, s = -7, -2.5
+    q, r = divmod(k, 3)
+    return divmod(k, -2), divmod(s, 2), divmod(10, k), q * 2, r, type(q).__name__
+
+
+def test_divmod_of_carried_numbers():
+    """``divmod`` of a carried int or float is Python's (floor, sign of the divisor); it
+    fell back (TypeError: unsupported operand type(s) for divmod())."""
+    converts(divmod_of_carried_numbers, (POS,), (NEG,))
+
+
+def divmod_of_tensor(x):
+    return divmod(x, 3)
+
+
+def test_divmod_of_a_tensor_raises_as_eager():
+    for strict in (True, False):
+        with pytest.raises(TypeError, match="unsupported operand type"), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore", FallbackWarning)
+            to_graph(divmod_of_tensor, strict=strict)(POS)
+
+
 # ---------------------------------------------------------------- failing asserts
 def assert_plain(x):
     assert x.sum() > 0
@@ -420,13 +446,6 @@ def float_carried_precision(x):
     return s + 1e-9 > s, int(s * 1e9)
 
 
-def divmod_of_carried_int(x):
-    k = 7
-    if x.sum() > 0:
-        k = -7
-    return divmod(k, 3)
-
-
 def _open(fn, inputs, reason):
     return pytest.param(fn, inputs, id=fn.__name__,
                         marks=pytest.mark.xfail(strict=True, reason=reason))
@@ -447,8 +466,6 @@ def _open(fn, inputs, reason):
     _open(float_carried_precision, ((POS,), (NEG,)),
           "SILENT WRONG (documented): a Python float carried through a tensor if is a "
           "float32, so s + 1e-9 > s is False and int(s * 1e9) is off"),
-    _open(divmod_of_carried_int, ((POS,), (NEG,)),
-          "divmod() of a carried int falls back (TypeError on the traced value)"),
 ])
 def test_open_finding_converts(fn, inputs):
     converts(fn, *inputs)
