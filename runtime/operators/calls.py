@@ -332,7 +332,7 @@ def call(f, *args, **kwargs):
     special = _SYMBOLIC_BUILTINS.get(f) if _hashable(f) else None
     if special is not None:
         symbolic = any(is_symbolic_iterable(a) for a in args) if f in _ITERATION_BUILTINS \
-            else _has_symbolic(args, kwargs)
+            else _has_symbolic(args, kwargs) or truth_builtins.of_generator(f, args, kwargs)
         if symbolic:
             return special(*args, **kwargs)
     if current_graph() is not None:
