@@ -8,7 +8,7 @@ import torch
 
 from e2e_helpers import assert_same
 from fidelity_checks import converts, falls_back
-from transpiler import ConversionError, FallbackWarning, to_graph
+from transpiler import ConversionError, FallbackWarning, to_code, to_graph
 
 
 def V(*xs):
@@ -140,3 +140,93 @@ def test_error_in_the_rest_falls_back():
     with pytest.raises(TypeError), warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)
         to_graph(raising_after)(NEG)       # eager's own error, after the fallback
+
+
+# ---------------------------------------------------------------- := in a comprehension filter
+def walrus_over_rows(x):
+    ms = [m for r in x if (m := r * 2) > 0]     # a tensor filter: run-time length
+    return ms, m
+
+
+def walrus_over_python_list(x, scales):
+    kept = [y for s in scales if (y := x.sum() * s) is not None]
+    return kept, y
+
+
+def walrus_tensor_filter_over_list(x):
+    ts = [x, -x, x * 3]
+    return [m for t in ts if (m := t.max()) > 0], m
+
+
+def walrus_keeps_outer_names(x):
+    r, m = 10, x                                # the comprehension's r stays its own
+    ms = [m * r for r in (1, 2, 3) if (m := x.sum() + r) > 2]
+    return ms, m, r
+
+
+def walrus_two_filters(x, n):
+    out = [v for i in range(n) if i % 2 == 0 if (v := x[i] + i) > 1]
+    return out, v
+
+
+def walrus_then_print(x):
+    vals = [w for t in (1.0, 2.0) if (w := (x * t).max()) > 3]
+    print("w =", w, "kept", len(vals))
+    return vals
+
+
+@pytest.mark.parametrize("fn,inputs", [
+    (walrus_over_rows, ((V(1.0, 3.0),), (V(-1.0, 2.0),), (V(4.0, -5.0),))),
+    (walrus_over_python_list, ((POS, [1.0, 2.0]), (NEG, [3.0]), (MIXED, [0.5, -1.0, 2.0]))),
+    (walrus_tensor_filter_over_list, THREE),
+    (walrus_keeps_outer_names, THREE),
+    (walrus_two_filters, ((POS, 3), (NEG, 3), (MIXED, 2))),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_walrus_in_comprehension_filter_converts(fn, inputs):
+    converts(fn, *inputs)
+
+
+def test_walrus_filter_is_a_loop_of_the_function():
+    """A tensor filter over tensor rows: a while node, no fallback, no local function."""
+    assert "while" in cond_ops(walrus_over_rows, POS)
+    assert "def listcomp" not in to_code(walrus_over_rows)
+
+
+def test_walrus_printed_output_equals_eager(capsys):
+    for strict in (True, False):
+        g = to_graph(walrus_then_print, strict=strict)
+        for x in (POS, NEG, MIXED):
+            exp = walrus_then_print(x)
+            eager = capsys.readouterr().out
+            got = g(x)
+            assert capsys.readouterr().out == eager
+            assert_same(got, exp)
+
+
+def walrus_not_first(x):
+    return [y for r in x if r > 0 and (y := r * 2) > 1]
+
+
+def test_walrus_not_evaluated_first_stays_python():
+    """The ``:=`` runs only when ``r > 0``: it is not written out (a fallback, as before)."""
+    assert "items.append" not in to_code(walrus_not_first)
+    falls_back(walrus_not_first, (V(1.0, 3.0),))
+
+
+def walrus_zero_items(x, scales):
+    y = x
+    kept = [y for s in scales if (y := x.sum() * s) > 0]
+    return kept, y
+
+
+def test_walrus_with_no_items_keeps_the_value_before():
+    converts(walrus_zero_items, (POS, []), (POS, [1.0]), (NEG, [-1.0, 2.0]))
+
+
+def test_walrus_never_bound_raises_eagers_error():
+    """No item: ``y`` is never bound, eager's ``return kept, y`` raises UnboundLocalError."""
+    with pytest.raises(ConversionError, match="'y'"):
+        to_graph(walrus_over_python_list, strict=True)(POS, [])
+    with pytest.raises(UnboundLocalError), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        to_graph(walrus_over_python_list)(POS, [])

@@ -13,12 +13,15 @@
 The loop and the ``if`` are then converted like any others, so a comprehension over a
 tensor becomes a ``while`` node and its result a list whose length is known at run time;
 over a Python list it stays a Python loop. The function keeps the comprehension's own
-scope for its variables. Comprehensions inside lambdas, and ones using ``:=``, stay as
-they are (set/dict comprehensions and generator expressions too).
+scope for its variables. One whose filter binds a name (``:=``) binds it in the function:
+``walrus_comprehensions`` writes it out as the function's own loop. Comprehensions inside
+lambdas, and other ones using ``:=``, stay as they are (set/dict comprehensions and
+generator expressions too).
 """
 import gast
 
 from transpiler.converters import base
+from transpiler.converters import walrus_comprehensions
 from transpiler.pyct import origin
 from transpiler.pyct import templates
 from transpiler.pyct import traversal
@@ -54,6 +57,12 @@ class ComprehensionTransformer(base.Transformer):
     def _block(self, stmts):
         out = []
         for stmt in stmts:
+            comp = walrus_comprehensions.value_comprehension(stmt)
+            if comp is not None:        # (binds in this function: a loop of its own)
+                built, items = walrus_comprehensions.write_out(comp, self.ctx.namer)
+                _replace(comp, gast.Name(id=items, ctx=gast.Load(), annotation=None,
+                                         type_comment=None))
+                out.extend(self.visit(s) for s in built)
             for comp in _outer_listcomps(stmt):
                 out.extend(self._as_function(comp))
             out.append(self.visit(stmt))
