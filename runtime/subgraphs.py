@@ -44,11 +44,21 @@ class KindChange(BranchMismatchError):
 
 
 def python_number_dtype(value) -> torch.dtype:
+    """The dtype of the 0-d graph value standing for ``value``: a Python float is a double
+    (float64, whatever the default dtype), an int an int64. Beside a tensor such a stand-in
+    acts as the Python number (``symbolic._numbers_as_scalars``), not as a float64 tensor."""
     if isinstance(value, bool):
         return torch.bool
     if isinstance(value, int):
         return torch.int64
-    return torch.get_default_dtype()
+    return torch.float64
+
+
+def with_number(dtype: torch.dtype, value) -> torch.dtype:
+    """The dtype torch gives a tensor of ``dtype`` with the Python number ``value`` (a
+    Python scalar promotes by its kind only: a float32 tensor and a float stay float32)."""
+    with torch._C.DisableTorchFunction():
+        return torch.result_type(torch.empty((), dtype=dtype, device="meta"), value)
 
 
 def _leaf_meta(value) -> Optional[TensorMeta]:
@@ -378,9 +388,24 @@ def _merge_leaf(a, b, name: str, where: str):
         raise BranchMismatchError(
             f"{where}: {name} is {_kind(a)} on one path and {_kind(b)} on the other")
     if ma.dtype != mb.dtype:
+        stand_in = _stand_in_beside_tensor(a, ma, b, mb)
+        if stand_in is not None:    # a Python number on one path: the tensor's dtype
+            return "tensor", stand_in
         raise BranchMismatchError(
             f"{where}: {name} has dtype {ma.dtype} on one path and {mb.dtype} on the other")
     return "tensor", ma.join(mb)
+
+
+def _stand_in_beside_tensor(a, ma: TensorMeta, b, mb: TensorMeta) -> Optional[TensorMeta]:
+    """The merged meta where one path's value stands for a Python number (a 0-d float64
+    for a float) and the other's is a tensor of the same kind: the tensor's dtype, as a
+    Python number on that path would merge; else None."""
+    kinds = [introspection.kind_of(a), introspection.kind_of(b)]
+    for number, other, kind in ((ma, mb, kinds), (mb, ma, kinds[::-1])):
+        if kind[0] in introspection.NUMBER_KINDS and kind[1] is None and \
+                number.shape == () and dtype_kind(number.dtype) == dtype_kind(other.dtype):
+            return other.join(TensorMeta((), other.dtype))
+    return None
 
 
 def _is_plain(v) -> bool:

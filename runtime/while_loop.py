@@ -21,7 +21,7 @@ from .source_info import format_location, user_location
 from .subgraphs import (_MAX_RETRACES, _NUMBER, Fill, KindChange, Slot, _align_captures,
                         _check_pred, _describe_spec, _example, _finish, _has_effects,
                         _is_plain, _kind, _leaf_meta, _leaf_name, _owner_graph, _trace,
-                        _trace_tree, _unobservable, dtype_kind, python_number_dtype,
+                        _trace_tree, _unobservable, dtype_kind, python_number_dtype, with_number,
                         reconcile)
 from .symbolic import (SymbolicTensor, building, current_graph, is_symbolic,
                        record_tuple_outputs, to_node)
@@ -297,8 +297,8 @@ def _widen(slot: Slot, new, widenable: bool, name: str, where: str) -> Optional[
             return None
         if isinstance(slot.const, _NUMBER):
             dtype = python_number_dtype(slot.const)
-            if new_meta is not None:
-                dtype = torch.promote_types(dtype, new_meta.dtype)
+            if new_meta is not None:        # (the number beside a tensor: a Python scalar)
+                dtype = with_number(new_meta.dtype, slot.const)
             elif isinstance(new, _NUMBER):
                 dtype = torch.promote_types(dtype, python_number_dtype(new))
             else:
@@ -320,7 +320,7 @@ def _widen(slot: Slot, new, widenable: bool, name: str, where: str) -> Optional[
             f"{where}: loop variable {name} changes from {_kind(slot.const)} to {_kind(new)}")
     if new_meta is None:
         if isinstance(new, _NUMBER):
-            dtype = torch.promote_types(slot.meta.dtype, python_number_dtype(new))
+            dtype = with_number(slot.meta.dtype, new)
             if dtype == slot.meta.dtype:
                 return None
             new_meta = TensorMeta((), dtype)
