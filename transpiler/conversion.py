@@ -31,6 +31,7 @@ from transpiler.converters import control_flow
 from transpiler.converters import formatted_strings
 from transpiler.converters import functions
 from transpiler.converters import logical
+from transpiler.converters import match_statements
 from transpiler.converters import probes
 from transpiler.converters import loops
 from transpiler.converters import return_statements
@@ -45,8 +46,8 @@ from transpiler.pyct import naming
 from transpiler.pyct import parser
 from transpiler.pyct import traversal
 
-BEFORE_ANALYSIS = (unsupported, walrus_tests, comprehensions, functions, call_trees,
-                   formatted_strings, asserts,
+BEFORE_ANALYSIS = (unsupported, match_statements, walrus_tests, comprehensions, functions,
+                   call_trees, formatted_strings, asserts,
                    try_statements, return_statements, break_statements, continue_statements)
 
 
@@ -69,6 +70,7 @@ _LOOPS = (gast.For, gast.While, gast.ListComp)       # (comprehensions makes lis
 # before it makes them): skipped on a function whose census (pyct.census) has none
 _TRIGGERS = {
     unsupported: unsupported.REFUSED_KINDS,         # (and a Name 'tg': checked apart)
+    match_statements: (getattr(gast, 'Match', ()),),
     walrus_tests: (gast.NamedExpr,),
     comprehensions: (gast.ListComp,),
     formatted_strings: (gast.JoinedStr, gast.Mod),   # f-strings, ``'%d' % n``

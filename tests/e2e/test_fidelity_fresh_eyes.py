@@ -452,8 +452,8 @@ def _open(fn, inputs, reason):
 
 
 @pytest.mark.parametrize("fn,inputs", [
-    _open(match_on_python_value, ((POS, 1), (NEG, (2, 3)), (POS, "z")),
-          "match statements fall back ('use if/elif'), also on Python values"),
+    pytest.param(match_on_python_value, ((POS, 1), (NEG, (2, 3)), (POS, "z")),
+                 id="match_on_python_value"),
     pytest.param(any_of_rows, ((V(1.0, 3.0),), (V(-1.0, 2.0),), (V(-9.0, 0.0),)),
                  id="any_of_rows"),
     _open(code_after_try_finally, ((POS,), (NEG,)),

@@ -230,3 +230,147 @@ def test_walrus_never_bound_raises_eagers_error():
     with pytest.raises(UnboundLocalError), warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)
         to_graph(walrus_over_python_list)(POS, [])
+
+
+# ---------------------------------------------------------------- match on Python values
+import enum     # noqa: E402
+
+
+class Mode(enum.Enum):
+    TRAIN = "train"
+    EVAL = "eval"
+
+
+def match_mode_string(x, mode):
+    match mode:
+        case "relu":
+            y = torch.relu(x)
+        case "tanh" | "sigmoid":
+            y = torch.tanh(x) if mode == "tanh" else torch.sigmoid(x)
+        case _:
+            y = x
+    if y.sum() > 0:             # a tensor if after the match
+        y = y * 2
+    return y
+
+
+def match_enum_and_tensor_if(x, mode):
+    match mode:
+        case Mode.TRAIN:
+            if x.sum() > 0:     # tensor code inside a case: a cond
+                out = x - 1
+            else:
+                out = x + 1
+        case Mode.EVAL:
+            out = x * 3
+    return out
+
+
+def match_sequence_and_guard(x, spec):
+    match spec:
+        case (a, b) if a > b:
+            return x * a + b
+        case (a, b):
+            return x * b - a
+        case [n]:
+            return x ** n
+        case {"scale": s, **rest}:
+            return x * s + len(rest)
+        case int(k) as whole:
+            return x + k + whole
+        case other:
+            return other
+
+
+def match_tensor_guard(x, n):
+    match n:
+        case 1 if x.sum() > 0:          # a tensor guard: a tensor if
+            r = x * 10
+        case 1:
+            r = x * -10
+        case _:
+            r = x
+    return r
+
+
+def match_class_pattern(x, v):
+    match v:
+        case torch.Tensor():
+            return x + v
+        case float() | int():
+            return x * v
+    return None
+
+
+def match_in_loop(x, ops):
+    acc = x
+    for op in ops:
+        match op:
+            case "skip":
+                continue
+            case "stop":
+                break
+            case ("add", k):
+                acc = acc + k
+                print("add", k, acc)
+            case "double":
+                acc = acc * 2
+    return acc
+
+
+def match_unmatched(x, k):
+    y = x
+    match k:
+        case 1:
+            y = x + 1
+        case 2:
+            y = x + 2
+    return y
+
+
+@pytest.mark.parametrize("fn,inputs", [
+    (match_mode_string, ((POS, "relu"), (NEG, "tanh"), (MIXED, "sigmoid"), (NEG, "id"))),
+    (match_enum_and_tensor_if, ((POS, Mode.TRAIN), (NEG, Mode.TRAIN), (MIXED, Mode.EVAL))),
+    (match_sequence_and_guard, ((POS, (3, 1)), (NEG, (1, 3)), (MIXED, [2]),
+                                (POS, {"scale": 2.0, "a": 1}), (NEG, 4), (POS, "z"))),
+    (match_tensor_guard, ((POS, 1), (NEG, 1), (MIXED, 2))),
+    (match_class_pattern, ((POS, NEG), (NEG, 2.5), (MIXED, "s"))),
+    (match_unmatched, ((POS, 1), (NEG, 2), (MIXED, 3))),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_match_on_python_subject_converts(fn, inputs):
+    converts(fn, *inputs)
+
+
+def test_match_leaves_no_node_for_the_python_subject():
+    ops = cond_ops(match_enum_and_tensor_if, POS, Mode.TRAIN)
+    assert ops.count("cond") == 1, ops
+    assert "cond" not in cond_ops(match_enum_and_tensor_if, POS, Mode.EVAL)
+    assert "cond" in cond_ops(match_tensor_guard, POS, 1)
+
+
+def test_match_in_loop_printed_output_equals_eager(capsys):
+    for strict in (True, False):
+        g = to_graph(match_in_loop, strict=strict)
+        for x, ops in ((POS, ["double", ("add", 2), "skip", "stop", "double"]),
+                       (NEG, [("add", 1), "double"]), (MIXED, ["stop"])):
+            exp = match_in_loop(x, ops)
+            eager = capsys.readouterr().out
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FallbackWarning)
+                got = g(x, ops)
+            assert capsys.readouterr().out == eager
+            assert_same(got, exp)
+
+
+def match_on_tensor(x):
+    match x.sum():
+        case 0:
+            return x
+        case _:
+            return x * 2
+
+
+def test_match_comparing_a_tensor_falls_back_naming_the_line():
+    line = match_on_tensor.__code__.co_firstlineno + 2     # case 0:
+    falls_back(match_on_tensor, (POS,), (NEG,), match=f"{__file__}:{line}:")
+    falls_back(match_on_tensor, (POS,), match="match on a traced value")

@@ -1,4 +1,4 @@
-"""Constructs we refuse, with the user's file:line: generators, async code, ``match``,
+"""Constructs we refuse, with the user's file:line: generators, async code
 and the name ``tg`` (reserved for the operator module the generated code calls)."""
 import gast
 
@@ -12,7 +12,6 @@ _REFUSED = {
     gast.AsyncFunctionDef: 'async functions are not supported',
     gast.AsyncFor: 'async for is not supported',
     gast.AsyncWith: 'async with is not supported',
-    getattr(gast, 'Match', ()): 'match statements are not supported; use if/elif',
 }
 
 
