@@ -178,8 +178,14 @@ def _compare(rank, world, steps) -> bool:
 
 
 def _spawned(rank, world, port, steps):
-    """A process ``main`` started: exit code 1 when the runs differ."""
-    sys.exit(0 if worker(rank, world, port, steps) else 1)
+    """A process ``main`` started: exit code 1 when the runs differ. It leaves by
+    ``os._exit`` once its output is flushed: once in a CI run the interpreter's teardown
+    after ``destroy_process_group`` aborted ('terminate called without an active
+    exception', exit -6) after every result had been compared and printed."""
+    code = 0 if worker(rank, world, port, steps) else 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def free_port() -> int:

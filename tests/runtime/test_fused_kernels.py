@@ -297,6 +297,10 @@ UNSIGNED_ZEROS = {"gelu", "gelu_tanh", "clamp_tensor_min", "clamp_tensor_max",
                   "clamp_tensor_both", "clamp_min_tensor", "clamp_max_tensor"}
 UNARY += [("gelu", F.gelu, {"gelu"}),
           ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), {"gelu"})]
+# torch's AVX-512 float32 erf-GELU computes x * (1 + erf) before halving: it overflows
+# above ~1.7e38 (gelu(3e38) = inf, gelu(inf) = nan) where its AVX2 kernel and ours give x.
+# Those inputs are left out of gelu's comparison on the CPUs where eager does that.
+OVERFLOWS_EAGERLY = {"gelu"}
 # cases whose result is not a float of the input's dtype (kept out of the float64 batch)
 CASTS = {"eq_float", "not_equal", "greater", "less", "greater_equal", "less_equal",
          "to_dtype", "bool_to_float", "float_of_float", "compare", "where_scalars"}
@@ -313,8 +317,14 @@ def _check_batch(chain, table, *xs):
     got = lower(graph)(*xs)
     failed = []
     for (name, op, _), g in zip(table, got):
+        exp = chain(op, *xs)
+        if name in OVERFLOWS_EAGERLY and len(xs) == 1 and xs[0].dtype == torch.float32:
+            huge = xs[0].abs() > 1e38
+            if not torch.isfinite(op(xs[0][huge])).all():      # eager's kernel overflows
+                keep = ~huge
+                g, exp = [t[keep] for t in g], [t[keep] for t in exp]
         try:
-            assert_same(g, chain(op, *xs), signed_zeros=name not in UNSIGNED_ZEROS)
+            assert_same(g, exp, signed_zeros=name not in UNSIGNED_ZEROS)
         except AssertionError as e:
             failed.append(f"{name}: {str(e).splitlines()[0]}")
     assert not failed, "\n".join(failed)

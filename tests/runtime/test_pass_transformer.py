@@ -401,4 +401,6 @@ def test_lone_gelu_is_a_kernel(approximate, shape, transposed):
     g(xg, w).sum().backward()
     xe = xg.detach().clone().requires_grad_()
     mlp(xe, w).sum().backward()
-    torch.testing.assert_close(xg.grad, xe.grad)
+    # (the fused backward is within the kernels' 1e-5 of eager's, not its bits: on an
+    # AVX-512 CPU torch's tanh-GELU backward differed by 7e-6 relative at one element)
+    torch.testing.assert_close(xg.grad, xe.grad, rtol=1e-5, atol=1e-5)
