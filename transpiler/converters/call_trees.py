@@ -25,6 +25,12 @@ class CallTransformer(base.Transformer):
         self.first_params.pop()
         return node
 
+    def visit_GeneratorExp(self, node):
+        # A generator expression stays lazy (no body function), but its calls go through
+        # tg.call like any other: print/warnings/logging in it were run once, at trace time,
+        # and then dropped from the graph; user functions in it ran unconverted.
+        return self.generic_visit(node)
+
     def visit_Call(self, node):
         node = self.generic_visit(node)
         if isinstance(node.func, gast.Name) and node.func.id in _FRAME_SENSITIVE:
