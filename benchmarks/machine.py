@@ -17,14 +17,8 @@ import torch
 
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from runtime.kernels.compiler import cpu_fields
+    return cpu_fields().get("model name") or platform.processor() or platform.machine()
 
 
 def describe() -> Dict[str, object]:

@@ -178,8 +178,8 @@ def warn_if_unavailable() -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def cpu_key() -> str:
-    """The CPU a ``-march=native`` binary is tied to: model name and feature flags."""
+def cpu_fields() -> dict:
+    """The first processor's ``/proc/cpuinfo`` fields (empty where there is none)."""
     fields = {}
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -190,6 +190,13 @@ def cpu_key() -> str:
                 fields[name.strip()] = value.strip()
     except OSError:
         pass
+    return fields
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_key() -> str:
+    """The CPU a ``-march=native`` binary is tied to: model name and feature flags."""
+    fields = cpu_fields()
     keep = ("vendor_id", "model name", "flags", "CPU implementer", "CPU part", "Features")
     described = "\n".join(f"{k}: {fields[k]}" for k in keep if k in fields)
     return described or f"{platform.machine()} {platform.processor()}"

@@ -36,6 +36,7 @@ from typing import Callable, Optional
 import torch
 
 from ..options import options
+from . import compiler
 
 _grad_enabled = torch.is_grad_enabled
 _transforms_active = torch._C._are_functorch_transforms_active
@@ -57,14 +58,7 @@ _lp = _pointwise()
 
 
 def _cpu_vendor() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+    return compiler.cpu_fields().get("vendor_id", "")
 
 
 @functools.lru_cache(maxsize=None)
