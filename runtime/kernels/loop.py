@@ -23,7 +23,7 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 
-from . import loop_backward, loop_driver
+from . import loop_backward, loop_driver, while_step
 
 
 class KernelLoop:
@@ -95,7 +95,11 @@ class KernelWhile:
     position ``k`` that counts the steps (``start + step`` per step; ``limit``: the most
     steps its own test ``i < N`` allows, None without one). The call then takes both
     loop variables' start values before the captures and returns both, the counter as a
-    0-d int64 tensor."""
+    0-d int64 tensor.
+
+    When the test is a whole-tensor amax/amin and the body a flat kernel of the same
+    space (Newton's), the steps run as ``while_step``'s fused step instead: the body and
+    the test of the value it writes in one pass, split over threads; the same results."""
 
     def __init__(self, test, test_roles: Sequence[Tuple], body, body_roles: Sequence[Tuple],
                  counter: Optional[Tuple] = None):
@@ -103,6 +107,7 @@ class KernelWhile:
         self.test_roles = [tuple(r) for r in test_roles]
         self.body_roles = [tuple(r) for r in body_roles]
         self.counter = counter
+        self._step = False              # not planned yet
 
     def __call__(self, *values):
         if self.counter is None:
@@ -130,6 +135,10 @@ class KernelWhile:
                 var = launch(*_inputs(self.body_roles, var, caps, None))
                 ran += 1
             return var, ran
+        fused = self._fused_step()     # body and next test in one pass, when built
+        done = None if fused is None else fused.run(var, caps, limit)
+        if done is not None:
+            return done
         (tptrs, _, tslots, ttail), (bptrs, _, bslots, btail) = fast
         tc, bc = test._test_c, body._c
         shape, dtype = tuple(body._out_shape), body._out_dtypes[0]
@@ -151,6 +160,13 @@ class KernelWhile:
             turn ^= 1
             ran += 1
         return var, ran
+
+    def _fused_step(self):
+        """``while_step``'s fused step for these kernels (planned once), or None."""
+        if self._step is False:
+            self._step = while_step.plan(self.test, self.test_roles, self.body,
+                                         self.body_roles)
+        return self._step
 
 
 def _inputs(roles, var, caps, i):

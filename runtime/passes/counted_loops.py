@@ -396,8 +396,8 @@ def _while_test(cond: Graph, k: Optional[int], counter) -> Optional[tuple]:
     if len(then.outputs) != 1 or len(other.outputs) != 1:
         return None
     false = other.outputs[0]
-    if not isinstance(false, Node) or not _is_false(false) or \
-            any(n.op != "placeholder" and n is not false for n in other.nodes):
+    if not isinstance(false, Node) or not (_is_false(false) or _given(other, false, branch, lt)) \
+            or any(n.op != "placeholder" and n is not false for n in other.nodes):
         return None
     test = then.outputs[0]
     if not isinstance(test, Node) or any(n.op != "placeholder" and n is not test
@@ -406,13 +406,23 @@ def _while_test(cond: Graph, k: Optional[int], counter) -> Optional[tuple]:
     position = {id(x): j for j, x in enumerate(cond.inputs)}
     operands = branch.args[1:]
     if len(operands) != len(then.inputs) or \
-            not all(isinstance(x, Node) and id(x) in position for x in operands):
+            not all(isinstance(x, Node) and (id(x) in position or x is lt) for x in operands):
         return None
     inputs = [None] * len(cond.inputs)
     for inner, outer in zip(then.inputs, operands):
-        inputs[position[id(outer)]] = inner
+        if outer is not lt:         # (``i < N`` itself: the kernel may not read it)
+            inputs[position[id(outer)]] = inner
     start, step = counter
     return test, inputs, len(range(start, lt.args[1], step))
+
+
+def _given(branch_graph: Graph, value: Node, branch: Node, lt: Node) -> bool:
+    """Whether ``value`` is the input of ``branch_graph`` that ``branch`` binds to ``lt``
+    (the ``else`` of ``i < N and test`` returning the ``i < N`` it was given: False)."""
+    inputs = list(branch_graph.inputs)
+    where = [j for j, x in enumerate(inputs) if x is value]
+    return len(where) == 1 and len(branch.args) == 1 + len(inputs) and \
+        branch.args[1 + where[0]] is lt
 
 
 def _is_false(node: Node) -> bool:

@@ -6,13 +6,16 @@ suite does not use: batch 1, hidden 1, 0 and 1 steps, non-contiguous inputs, flo
 strict and default mode, on two input sets (a value baked at trace time would show). A spy
 on the driver checks the C loop really ran where it should; the same loops with the driver
 off (the Python loop of direct calls) and in small chunks give bit-identical results.
+Newton's two-kernel steps are checked with ``while_step``'s fused step off (it has its own
+tests: ``test_while_step.py``).
 """
 import warnings
 
 import pytest
 import torch
 
-from runtime.kernels import compiler, loop_driver
+from runtime.kernels import compiler, loop_driver, while_step
+from runtime.kernels.loop import KernelWhile
 from tests.runtime.loop_programs import newton, newton_steps, rnn
 from transpiler import to_graph
 
@@ -42,17 +45,25 @@ def positives(n, seed, high=100.0, dtype=torch.float32):
 
 
 class Spy:
-    """Counts the C loops run through ``loop_driver.counted`` / ``while_``."""
+    """Counts the C loops run through ``loop_driver.counted`` / ``while_`` and
+    ``while_step``'s fused steps (``fused``: the runs it served)."""
 
     def __init__(self, monkeypatch):
-        self.calls = {"counted": 0, "while_": 0}
-        for name in self.calls:
+        self.calls = {"counted": 0, "while_": 0, "fused": 0}
+        for name in ("counted", "while_"):
             real = getattr(loop_driver, name)
 
             def wrapped(*a, _real=real, _name=name, **k):
                 self.calls[_name] += 1
                 return _real(*a, **k)
             monkeypatch.setattr(loop_driver, name, wrapped)
+        real_run = while_step.FusedStep.run
+
+        def run(step, *a, **k):
+            done = real_run(step, *a, **k)
+            self.calls["fused"] += done is not None
+            return done
+        monkeypatch.setattr(while_step.FusedStep, "run", run)
 
 
 def compare(fn, arg_sets, strict=True, g=None, tol=1e-5):
@@ -146,6 +157,7 @@ def test_newton_float64_and_strided(n):
 
 @pytest.mark.skipif(not HAS_CC, reason="no C compiler")
 def test_newton_zero_and_one_iterations(monkeypatch):
+    monkeypatch.setattr(KernelWhile, "_fused_step", lambda self: None)
     spy = Spy(monkeypatch)
     g = to_graph(newton, strict=True)
     ones = (torch.ones(100),)                   # converged before the first step
@@ -157,6 +169,7 @@ def test_newton_zero_and_one_iterations(monkeypatch):
 
 @pytest.mark.skipif(not HAS_CC, reason="no C compiler")
 def test_newton_c_steps_equal_python_steps_bitwise(monkeypatch):
+    monkeypatch.setattr(KernelWhile, "_fused_step", lambda self: None)
     args = positives(5000, 7, high=1e6)
     with_c = to_graph(newton, strict=True)(*args)
     monkeypatch.setattr(loop_driver, "CHUNK", 2)
@@ -263,7 +276,7 @@ def test_newton_any_all_run_as_one_kernel_each(n, monkeypatch):
     for fn in (newton_any, newton_all):
         compare(fn, [positives(n, 1), positives(n, 2, high=1e6), (torch.ones(n),)])
         compare(fn, [positives(n, 3)], strict=False)
-    assert spy.calls["while_"] == (8 if HAS_CC else 0)
+    assert spy.calls["while_"] + spy.calls["fused"] == (8 if HAS_CC else 0)
 
 
 @pytest.mark.parametrize("shape", [(1,), (7,), (64, 33), (3, 1, 5)])
@@ -322,11 +335,12 @@ def test_capped_and_counted_newton_in_c(n, strict, monkeypatch):
     assert check_pair(g, newton_steps, positives(n, 3, high=1e6)) > 5
     check_pair(g, newton_steps, (torch.ones(n),))
     compare(newton_capped_y, [positives(n, 4, high=1e6), positives(n, 5)], strict=strict)
-    assert spy.calls["while_"] == (8 if HAS_CC else 0)     # (cap 0: no loop is traced)
+    assert spy.calls["while_"] + spy.calls["fused"] == (8 if HAS_CC else 0)   # (cap 0: none)
 
 
 @pytest.mark.skipif(not HAS_CC, reason="no C compiler")
 def test_capped_newton_c_steps_equal_python_steps(monkeypatch):
+    monkeypatch.setattr(KernelWhile, "_fused_step", lambda self: None)
     args = positives(3000, 7, high=1e6) + (9,)
     with_c = to_graph(newton_capped, strict=True)(*args)
     monkeypatch.setattr(loop_driver, "CHUNK", 2)
