@@ -42,6 +42,24 @@ def _numel(x: torch.Tensor) -> torch.Tensor:
     return torch.scalar_tensor(x.numel(), dtype=torch.int64)
 
 
+# Names: torch.export's tracer (dynamo) names a value after the first plain local it is
+# stored in (not a local a closure reads), else after its op; a ``cond`` in nested loops
+# that receives two values named alike at two nesting levels (the rows of two ``for``
+# loops, both ``x`` inside ``_getitem``, or both ``squeeze``) fails ("duplicate argument
+# 'x_true_branch'"). So every value takes its unique name from the generated code: the
+# helpers below never return a tensor they stored in a local, and a loop's functions get
+# their captured values from ``_loop_test``/``_loop_body``, not from lambdas in the
+# generated code (which would make its locals closure cells).
+def _loop_test(fn, captured):
+    """``while_loop``'s test: ``fn`` (carried values, then ``captured``) -> (bool,)."""
+    return lambda *carried: fn(*carried, *captured)[0]
+
+
+def _loop_body(fn, captured):
+    """``while_loop``'s body: ``fn`` (carried values, then ``captured``) -> new values."""
+    return lambda *carried: fn(*carried, *captured)
+
+
 def _setitem(x: torch.Tensor, index, value) -> torch.Tensor:
     """``x[index] = value`` on a copy. A number is made by an op (no lifted constant); a
     run-time counter index (``y[i] = ...`` in a tensor loop) writes with ``index_put``."""
@@ -50,7 +68,10 @@ def _setitem(x: torch.Tensor, index, value) -> torch.Tensor:
     if _is_counter(index):
         row = torch.where(index < 0, index + x.size(0), index).reshape(1)
         return x.index_put((row,), value.to(x.dtype).expand(x.shape[1:]).unsqueeze(0))
-    out = x.clone()
+    return _written(x.clone(), index, value)
+
+
+def _written(out: torch.Tensor, index, value) -> torch.Tensor:
     out[index] = value
     return out
 
@@ -63,15 +84,18 @@ def _getitem(x, index):
                                                      isinstance(p, (list, torch.Tensor))
                                                      and not _is_counter(p) for p in parts):
         return x[index]
-    dim = 0
-    for part in parts:
-        if _is_counter(part):
-            i = torch.where(part < 0, part + x.size(dim), part).reshape(1)
-            x = x.index_select(dim, i).squeeze(dim)
-        else:
-            x = x[(slice(None),) * dim + (part,)]
-            dim += isinstance(part, slice)
-    return x
+    return _select(x, parts, 0)
+
+
+def _select(x, parts, dim: int):
+    """``x`` indexed by ``parts`` from dimension ``dim`` on, one part per call."""
+    if not parts:
+        return x
+    part, rest = parts[0], parts[1:]
+    if _is_counter(part):
+        i = torch.where(part < 0, part + x.size(dim), part).reshape(1)
+        return _select(x.index_select(dim, i).squeeze(dim), rest, dim)
+    return _select(x[(slice(None),) * dim + (part,)], rest, dim + isinstance(part, slice))
 
 
 def _is_counter(part) -> bool:
@@ -149,6 +173,7 @@ class ExportLowering(_Lowering):
         self.free = False                   # no ``del``: closures may still read values
         self.globals["_torch_cond"] = torch.cond
         self.globals["_while_loop"] = while_loop
+        self.globals["_loop_test"], self.globals["_loop_body"] = _loop_test, _loop_body
 
     def function(self, graph, fname, inputs, outputs, keep_effects=True, structure=_FLAT):
         super().function(graph, fname, inputs, outputs, False, structure)   # no effects
@@ -165,9 +190,9 @@ class ExportLowering(_Lowering):
             n = node.attrs["n_vars"]
             fc, fb = self.sub_functions(node, extra)
             carried = "".join(a + ", " for a in args[:n])
-            captured = "".join(", " + a for a in args[n:])      # closures: lifted by export
-            return [f"{bind(node)} = _while_loop(lambda *a: {fc}(*a{captured})[0], "
-                    f"lambda *a: {fb}(*a{captured}), ({carried}))"], extra
+            captured = "".join(a + ", " for a in args[n:])      # closures: lifted by export
+            return [f"{bind(node)} = _while_loop(_loop_test({fc}, ({captured})), "
+                    f"_loop_body({fb}, ({captured})), ({carried}))"], extra
         if node.op in ("constant", "get") or node.target is None:
             return super().node_code(node, names, bind)
         target = _SUBSTITUTES.get(node.target) or _BY_OP.get(node.op) or node.target

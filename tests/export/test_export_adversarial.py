@@ -403,10 +403,6 @@ def test_float64_size_arithmetic_keeps_float64_precision():
         torch.testing.assert_close(ep.module()(x), ap.batch_over_three(x), rtol=1e-12, atol=0)
 
 
-@pytest.mark.xfail(reason="BUG: a for over a tensor nested in a for over a tensor, with a "
-                          "tensor if inside, does not export: torch.export fails at the "
-                          "outer 'while' with \"SyntaxError: duplicate argument "
-                          "'x_true_branch'\"", strict=True)
 def test_nested_for_loops_over_tensors_export():
     w = torch.tensor([[1., 0, 0, 1], [-1, -1, 0, 0]])
     ep = to_torch_export(to_graph(ap.nested_for), (rows(3, 1), w))
