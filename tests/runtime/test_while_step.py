@@ -14,26 +14,11 @@ import torch
 import runtime.kernels
 from runtime.kernels import compiler, while_step
 from runtime.kernels.loop import KernelWhile
+from tests.runtime.loop_programs import newton, newton_steps
 from transpiler import to_graph
 
 pytestmark = [pytest.mark.usefixtures("module_kernel_cache"),
               pytest.mark.skipif(not compiler.compiler_available(), reason="no C compiler")]
-
-
-def newton(x):
-    y = 0.5 * (x + 1.0)
-    while torch.max(torch.abs(y * y - x) / x) > 1e-5:
-        y = 0.5 * (y + x / y)
-    return y
-
-
-def newton_steps(x):
-    y = 0.5 * (x + 1.0)
-    steps = torch.tensor(0)
-    while torch.max(torch.abs(y * y - x) / x) > 1e-5:
-        y = 0.5 * (y + x / y)
-        steps = steps + 1
-    return y, steps
 
 
 def newton_capped(x):
