@@ -1,0 +1,183 @@
+"""Training and inference programs written as other projects write them, run as a new user
+would (fresh eyes, second round).
+
+The programs live in ``fresh_eyes_programs2.py`` (one ``p_<name>`` builder each, written
+after pytorch/examples, d2l.ai, nanoGPT/minGPT/makemore, torchvision references,
+lucidrains, Hugging Face custom loops, CleanRL, the PyTorch tutorials, and textbook
+algorithms over tensors). ``run`` builds each twice from one seed, runs one copy eagerly
+and one through ``to_graph`` on 3+ calls with other values, sizes, dtypes and structures,
+and compares after every call: results (values, dtypes, structure, ``requires_grad``),
+printed text, the arguments (in-place writes, ``.grad``), the global RNG state, which
+outputs are the arguments, and the program's state (parameters, gradients, buffers,
+optimizer lr, Python lists, counters and objects).
+
+Verdicts:
+- ``CONVERTS``: converts with no fallback and equals eager.
+- ``FALLS_BACK``: a FallbackWarning naming the program's own line, results equal eager;
+  strict mode raises ConversionError naming the same line.
+- ``NEEDLESS``: falls back (equal to eager) where a graph could hold the program: strict
+  xfails asserting it converts.
+- ``BUGS``: silently different from eager (a traced tensor left in the user's objects, a
+  Python side effect frozen or run twice): strict xfails.
+"""
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+import torch
+
+import fresh_eyes_programs2 as programs
+from fresh_eyes_programs2 import PROGRAMS, run
+from transpiler import ConversionError, to_graph
+
+CONVERTS = [
+    "mnist_train_step", "mnist_test_loop", "mnist_log_print", "word_lm_train_step",
+    "time_sequence_prediction", "dcgan_step", "vae_train_step", "reinforce_finish_episode",
+    "actor_critic_episode", "discounted_returns_tensor", "ppo_gae", "d2l_additive_attention",
+    "d2l_masked_softmax_ce_loss", "d2l_train_epoch_accumulator", "seq2seq_teacher_forcing_train",
+    "seq2seq_greedy_evaluate", "early_stopping_no_mode_switch", "ema_clip_cosine_step",
+    "autocast_bf16_step", "onecycle_and_warm_restarts", "mixup_cutmix_batch",
+    "focal_and_smoothing_losses", "nt_xent", "contrastive_triplet", "gumbel_softmax",
+    "beam_search", "top_k_top_p_sampling", "mingpt_generate", "ctc_greedy_decode",
+    "ctc_greedy_decode_tensor", "nms_by_hand", "nms_matrix_keep_mask", "score_threshold_topk",
+    "kmeans", "gmm_em", "crf_forward_algorithm_nll", "dijkstra", "bfs_levels",
+    "torchvision_train_one_epoch", "hf_custom_loop_accumulation", "hf_eval_hidden_states",
+    "batchnorm_by_hand_buffers", "batchnorm_by_hand_module", "lucidrains_transformer",
+    "lucidrains_transformer_grads", "lru_cached_causal_mask", "power_iteration",
+    "conjugate_gradient", "sinkhorn", "perceptron", "gcd_and_binary_search", "edit_distance",
+    "scratch_lstm_dataclass_state", "per_class_metrics_dict", "psnr_eval", "saliency_map",
+    "seeded_sampling", "inplace_normalize_returns_arg", "mlm_mask_tokens",
+    "kv_cache_dict_argument", "knn_classifier", "collate_pad_sort", "meter_isinstance_item",
+    "nonfinite_loss_raises", "view_alias_writes", "item_range_loop",
+    "dropout_in_data_dependent_loop",
+]
+
+# program -> text of its line the fallback must name
+FALLS_BACK = {
+    "early_stopping_fit": "model.train()",                       # train() in a tensor loop
+    "bfs_python_queue": ".tolist():",
+    "makemore_sample_until_dot": "out.append(ix)",               # a str built from draws
+    "running_loss_list_in_closure": 'counters["epoch"] += 1',    # with losses.append(item)
+    "char_rnn_classify": "return all_categories[category_i]",
+    "time_sequence_lbfgs": "optimizer.step(closure)",
+    "fgsm_test_loop": "data_grad = data.grad.data",              # backward after a tensor continue
+    "predict_numpy_and_tolist": ".numpy()",
+    "timed_step": "time.perf_counter()",
+    "random_resized_crop": ".uniform_(log_ratio[0], log_ratio[1])",
+    "group_by_label": "groups[int(y)].append(x)",
+    "sorted_by_tensor_key": "sorted(list(dets), key=",
+    "python_max_over_tensors": "min(range(len(val_losses)), key=",
+    "dict_key_from_tensor_branch": "return {mode: x * 2}",
+    "work_list_split": "while stack:",
+    "list_argument_appended": "for score, idx in zip(",         # tuples appended in a loop
+    "custom_optimizer_lion": "opt.step()",
+}
+
+NEEDLESS = {
+    "d2l_rnn_scratch_train_step":
+        "needless fallback: d2l's sgd(), `param -= lr * param.grad / bs` then "
+        "`param.grad.zero_()` on a closure leaf under no_grad: after the in-place `-=` the "
+        "traced param has no .grad ('tracing failed with AttributeError: NoneType ... zero_')",
+    "viterbi_crf":
+        "needless fallback: `best_path.reverse()` on a list of .item() ints built in a loop "
+        "('TensorList' object has no attribute 'reverse')",
+    "lr_finder":
+        "needless fallback: lists of Python floats appended in a tensor-broken loop (`lrs` "
+        "of a carried float, `losses` of .item()) refused as float32 vs float64 0-d items",
+    "nanogpt_train_step_with_lr_schedule":
+        "needless fallback: nanoGPT's `if lossf < best_val_loss: best_val_loss = lossf` on a "
+        "carried number in a closure dict, set in a tensor branch",
+    "early_stopper_object":
+        "needless fallback: the EarlyStopper object's counter/min loss (plain numbers on a "
+        "plain object) changed in tensor branches; the message names `def epoch`, not the "
+        "line that mutates",
+    "dqn_epsilon_greedy_and_td_step":
+        "needless fallback: a closure dict counter `steps['done'] += 1` in the helper "
+        "select_action (the DQN tutorial's epsilon decay)",
+    "d2l_grad_clipping_helper":
+        "needless fallback: d2l's grad_clipping(params, theta) converted on its own: .grad "
+        "of argument leaves refused",
+    "d2l_sgd_on_argument_params":
+        "needless fallback: d2l's sgd(params, lr, batch_size) converted on its own: .grad "
+        "of argument leaves refused",
+    "grad_cam":
+        "needless fallback: Grad-CAM reading the activation a forward hook stored in a "
+        "closure dict during the same call (names `def gradcam`, not the hook's line)",
+    "grad_cam_def_hook":
+        "needless fallback: Grad-CAM with a def hook storing the output in a closure dict, "
+        "read back by autograd.grad in the same call (names `def gradcam`)",
+}
+
+BUGS = {
+    "forward_hook_features":
+        "BUG: a forward hook storing output.detach() in a closure dict, with the model "
+        "called from a converted function (not to_graph(model)): the dict holds a "
+        "SymbolicTensor after every call, not the activation",
+    "replay_memory_push":
+        "BUG: ReplayMemory.push appending to a collections.deque held by an object: the "
+        "deque keeps the trace's SymbolicTensor and never grows again (len 1 on every call)",
+    "history_default_argument":
+        "BUG: an object bound as a default argument (`def step(x, y, history=history)`) "
+        "whose list attribute is appended: it keeps a SymbolicTensor and stops growing",
+    "dqn_select_action_global_counter":
+        "BUG: a module-level dict counter incremented in a helper (`STATE['steps_done'] += "
+        "1`): run once at trace time, frozen after; the epsilon read from it never decays",
+    "infinite_loader_next":
+        "BUG: next() of a generator (the `while True: yield from loader` idiom) in the step: "
+        "the refused trace consumes a batch it cannot roll back, so the converted run skips "
+        "it (trains on batch 1, 2, 3 where eager trains on 0, 1, 2)",
+    "itertools_count_warmup":
+        "BUG: next(itertools.count(1)) in the step: the refused trace advances the counter "
+        "and the eager re-run advances it again (warmup scale 2/4 where eager has 1/4)",
+}
+
+
+def _names_line(message, text):
+    """The message names fresh_eyes_programs2.py and the line holding ``text``."""
+    m = re.search(re.escape(programs.THIS_FILE) + r":(\d+)", message)
+    assert m, f"fallback does not name the program's line: {message}"
+    with open(programs.__file__) as f:
+        line = f.read().splitlines()[int(m.group(1)) - 1]
+    assert text in line, f"named line {m.group(1)} is {line.strip()!r}, not {text!r}"
+
+
+def test_every_program_has_a_verdict():
+    verdicts = CONVERTS + list(FALLS_BACK) + list(NEEDLESS) + list(BUGS)
+    assert len(verdicts) == len(set(verdicts))
+    assert set(verdicts) == set(PROGRAMS)
+
+
+@pytest.mark.parametrize("name", CONVERTS)
+def test_converts_and_equals_eager(name):
+    fallbacks = run(PROGRAMS[name])
+    assert not fallbacks, fallbacks[0]
+
+
+@pytest.mark.parametrize("name", list(FALLS_BACK))
+def test_falls_back_naming_its_line_and_equals_eager(name):
+    fallbacks = run(PROGRAMS[name])
+    assert fallbacks, "expected a FallbackWarning"
+    _names_line(fallbacks[0], FALLS_BACK[name])
+    torch.manual_seed(0)
+    prog = PROGRAMS[name]()
+    g = to_graph(prog.fn, strict=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ConversionError) as err:
+            g(*prog.inputs[0])
+    _names_line(str(err.value), FALLS_BACK[name])
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=r))
+                                  for n, r in NEEDLESS.items()])
+def test_needless_fallback(name):
+    fallbacks = run(PROGRAMS[name])
+    assert not fallbacks, fallbacks[0]
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=r))
+                                  for n, r in BUGS.items()])
+def test_silently_different_from_eager(name):
+    run(PROGRAMS[name])
