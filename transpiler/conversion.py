@@ -17,6 +17,7 @@ import gast
 
 from transpiler import conversion_cache
 from transpiler.analysis import activity
+from transpiler.analysis import definite_assignment
 from transpiler.analysis import liveness
 from transpiler.analysis import reaching_defs
 from transpiler.analysis import state
@@ -66,6 +67,7 @@ AFTER_ANALYSIS = (control_flow, loops, _Expressions)
 
 _LOOPS = (gast.For, gast.While, gast.ListComp)       # (comprehensions makes list
                                                      # comprehensions ``for`` loops)
+_BRANCHES = _LOOPS + (gast.If, getattr(gast, 'Match', gast.If))   # (what needs state)
 # converter -> the node kinds without which it changes nothing (none of the converters
 # before it makes them): skipped on a function whose census (pyct.census) has none
 _TRIGGERS = {
@@ -136,6 +138,8 @@ def _convert_tree(fn, probed=()):
     if isinstance(node, gast.Lambda):
         node = functions.as_function_def(node, namer.new('lam'))
     ctx = base.Context(namer=namer, filename=filename)
+    if found.holds(_BRANCHES):     # (on the user's code: before jumps become flags)
+        definite_assignment.analyze(node)
     for converter in BEFORE_ANALYSIS:
         if _has_work(converter, found):
             node = converter.transform(node, ctx)

@@ -4,29 +4,36 @@
 reading it raises the error Python would (``UnboundLocalError`` naming the variable).
 ``UndefinedReturn()`` is the return value before any ``return`` ran: no path can observe
 it, so a tensor branch that returns pairs with a placeholder on the other side.
+``Unassigned('y')`` is a variable not assigned yet that the user code reads only where
+Python has bound it (``transpiler.analysis.definite_assignment``: ``y = row; break`` in a
+loop and ``y = ...`` in its ``else:``): no path observes it either, so it pairs with a
+placeholder too; read as a Python value it still raises ``UnboundLocalError``.
 """
 from __future__ import annotations
 
 from ..subgraphs import Unobservable
 
 
-class Undefined:
-    """A variable that has not been assigned on this path."""
+class _Unbound:
+    """A variable not assigned yet: every use raises Python's ``UnboundLocalError``."""
 
-    __slots__ = ("name",)
-    __tograph_undefined__ = True
+    __slots__ = ()
 
     def __init__(self, name: str):
         object.__setattr__(self, "name", name)
 
     def __repr__(self) -> str:
-        return f"Undefined({self.name!r})"
+        return f"{type(self).__name__}({self.name!r})"
 
     def _fail(self, *args, **kwargs):
         raise UnboundLocalError(
             f"local variable {self.name!r} referenced before assignment")
 
-    __getattr__ = _fail
+    def __getattr__(self, attr):
+        if attr.startswith("__"):       # (a protocol asked of any value: not a read)
+            raise AttributeError(attr)
+        self._fail()
+
     __call__ = _fail
     __bool__ = _fail
     __iter__ = _fail
@@ -34,6 +41,19 @@ class Undefined:
     __getitem__ = _fail
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _fail
     __truediv__ = __rtruediv__ = __neg__ = __lt__ = __gt__ = __le__ = __ge__ = _fail
+
+
+class Undefined(_Unbound):
+    """A variable that has not been assigned on this path."""
+
+    __slots__ = ("name",)
+    __tograph_undefined__ = True
+
+
+class Unassigned(_Unbound, Unobservable):
+    """A variable not assigned on this path that no later code reads on it."""
+
+    __slots__ = ("name",)
 
 
 class UndefinedReturn(Unobservable):
@@ -59,4 +79,4 @@ UNREAD = Unread()
 
 
 def is_undefined(value) -> bool:
-    return isinstance(value, (Undefined, UndefinedReturn))
+    return isinstance(value, (_Unbound, UndefinedReturn))

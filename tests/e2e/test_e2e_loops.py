@@ -289,9 +289,7 @@ def range_int_with_tensor_break(x):
     return x
 
 
-@case((M,), (M2,), (M3,), cond=True, loop=True,
-      xfail="BUG: for/else over a tensor: variable set before break and in else is "
-            "reported as defined on only one path")
+@case((M,), (M2,), (M3,), cond=True, loop=True)
 def for_else(x):
     for row in x:
         if row.sum() > 5:

@@ -21,6 +21,10 @@ class Undefined:
         raise NameError(f'{self.name!r} is not defined')
 
 
+class Unassigned(Undefined):
+    pass
+
+
 class UndefinedReturn:
     def __repr__(self):
         return 'UndefinedReturn()'
@@ -134,7 +138,7 @@ UNREAD = object()   # a branch's value for a variable no later code reads
 
 class _Module:
     """``tg`` as the generated code sees it."""
-    Undefined = Undefined
+    Undefined, Unassigned = Undefined, Unassigned
     UNREAD = UNREAD
     UndefinedReturn = UndefinedReturn
     if_stmt, while_stmt, for_stmt = staticmethod(if_stmt), staticmethod(while_stmt), staticmethod(for_stmt)

@@ -28,7 +28,7 @@ def test_if_else():
             def else_body(y):
                 y = (- x)
                 return (y,)
-            y = tg.Undefined('y')
+            y = tg.Unassigned('y')
             (y,) = tg.if_stmt((tg.call(x.sum) > 0), if_body, else_body, (y,), ('y',))
             return y
     ''')

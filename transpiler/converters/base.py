@@ -28,6 +28,7 @@ class Transformer(traversal.Transformer):
     def __init__(self, ctx):
         self.ctx = ctx
         self.scopes = []
+        self.read_when_bound = []   # per scope: its READ_WHEN_BOUND (definite_assignment)
 
     @property
     def scope(self):
@@ -42,9 +43,12 @@ class Transformer(traversal.Transformer):
         scope = anno.getanno(node, anno.Key.SCOPE)
         if scope is not None:
             self.scopes.append(scope)
+            self.read_when_bound.append(anno.getanno(node, anno.Key.READ_WHEN_BOUND,
+                                                     frozenset()))
         node = self.generic_visit(node)
         if scope is not None:
             self.scopes.pop()
+            self.read_when_bound.pop()
         return node
 
 
@@ -130,13 +134,17 @@ def body_function(name, params, block, state, scope, origin, namer, returns=None
         state=list(returns if returns is not None else state))
 
 
-def undefined_inits(stmt, state):
-    """``v = tg.Undefined('v')`` for each state variable that may be unbound before ``stmt``."""
+def undefined_inits(stmt, state, read_when_bound=frozenset()):
+    """``v = tg.Undefined('v')`` for each state variable that may be unbound before
+    ``stmt``; ``tg.Unassigned('v')`` for one of ``read_when_bound``, which the user code
+    reads only where Python has bound it (``analysis.definite_assignment``): no path
+    reads that value, so a tensor construct may pair it with a placeholder."""
     defined = anno.getanno(stmt, anno.Key.DEFINED_IN, frozenset())
     out = []
     for v in state:
         if v not in defined:
-            out += templates.replace('var = tg.Undefined(var_name)', stmt, var=v,
+            kind = 'Unassigned' if v in read_when_bound else 'Undefined'
+            out += templates.replace(f'var = tg.{kind}(var_name)', stmt, var=v,
                                      var_name=gast.Constant(value=v, kind=None))
     return out
 

@@ -41,7 +41,7 @@ class IfTransformer(base.Transformer):
                                    namer, returns)
                 + base.body_function(else_name, state, node.orelse, state, self.scope, node,
                                      namer, returns)
-                + base.undefined_inits(node, state)
+                + base.undefined_inits(node, state, self.read_when_bound[-1])
                 + base.state_call(state, call, node))
 
 

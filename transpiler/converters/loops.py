@@ -48,7 +48,8 @@ class LoopTransformer(base.Transformer):
             body_name=body_name, state=list(state), names=base.names_tuple(state))
         return (loop_test + base.body_function(body_name, state, node.body, state, self.scope, node,
                                      self.ctx.namer)
-                + base.undefined_inits(node, state) + base.state_call(state, call, node))
+                + base.undefined_inits(node, state, self.read_when_bound[-1])
+                + base.state_call(state, call, node))
 
     def visit_For(self, node):
         node, state = self._prepare(node, 'for')
@@ -70,7 +71,8 @@ class LoopTransformer(base.Transformer):
             names=base.names_tuple(state))
         return (base.body_function(body_name, [item] + list(state), body, state, self.scope,
                                      node, self.ctx.namer)
-                + base.undefined_inits(node, state) + base.state_call(state, call, node))
+                + base.undefined_inits(node, state, self.read_when_bound[-1])
+                + base.state_call(state, call, node))
 
 
 def transform(node, ctx):
