@@ -27,6 +27,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from e2e_helpers import assert_same
+from test_fidelity_adversarial2 import x_masked_softmax_d2l as masked_softmax
+from test_fidelity_adversarial2 import x_sequence_mask as sequence_mask
 from transpiler import FallbackWarning, to_graph
 
 THIS_FILE = __file__.rsplit("/", 1)[-1]
@@ -255,63 +257,6 @@ def p_mnist_test_loop():
     return Program(test, inputs)
 
 
-# --- pytorch/examples word_language_model: LSTM with repackaged hidden, manual SGD ------
-class RNNModel(nn.Module):
-    def __init__(self, ntoken=17, ninp=8, nhid=8, nlayers=2):
-        super().__init__()
-        self.drop = nn.Dropout(0.2)
-        self.encoder = nn.Embedding(ntoken, ninp)
-        self.rnn = nn.LSTM(ninp, nhid, nlayers, dropout=0.2)
-        self.decoder = nn.Linear(nhid, ntoken)
-        self.nlayers, self.nhid, self.ntoken = nlayers, nhid, ntoken
-
-    def forward(self, input, hidden):
-        emb = self.drop(self.encoder(input))
-        output, hidden = self.rnn(emb, hidden)
-        output = self.drop(output)
-        decoded = self.decoder(output).view(-1, self.ntoken)
-        return F.log_softmax(decoded, dim=1), hidden
-
-    def init_hidden(self, bsz):
-        weight = next(self.parameters())
-        return (weight.new_zeros(self.nlayers, bsz, self.nhid),
-                weight.new_zeros(self.nlayers, bsz, self.nhid))
-
-
-def repackage_hidden(h):
-    """Wraps hidden states in new Tensors, to detach them from their history."""
-    if isinstance(h, torch.Tensor):
-        return h.detach()
-    else:
-        return tuple(repackage_hidden(v) for v in h)
-
-
-def p_word_lm_train_step():
-    model = RNNModel()
-    criterion = nn.NLLLoss()
-    lr, clip = 5.0, 0.25
-
-    def train_chunk(data, targets, hidden):
-        model.train()
-        hidden = repackage_hidden(hidden)
-        model.zero_grad()
-        output, hidden = model(data, hidden)
-        loss = criterion(output, targets)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        for p in model.parameters():
-            p.data.add_(p.grad, alpha=-lr)
-        return loss.item(), hidden
-
-    g = gen(3)
-    inputs = []
-    for k in range(3):
-        data = torch.randint(0, 17, (5, 2), generator=g)
-        inputs.append((data, torch.randint(0, 17, (10,), generator=g),
-                       (torch.randn(2, 2, 8, generator=g), torch.randn(2, 2, 8, generator=g))))
-    return Program(train_chunk, inputs, lambda: params_of(model))
-
-
 # --- pytorch/examples time_sequence_prediction: LSTMCell loop + future ----------------
 class Sequence(nn.Module):
     def __init__(self):
@@ -346,101 +291,6 @@ def p_time_sequence_prediction():
     inputs = [(torch.randn(3, 7, generator=g), 0), (torch.randn(3, 7, generator=g), 4),
               (torch.randn(2, 9, generator=g), 2), (torch.randn(2, 6, generator=g, dtype=torch.float64), 1)]
     return Program(seq, inputs)
-
-
-# --- pytorch/examples dcgan: D and G steps, BCELoss, label.fill_ ------------------------
-def p_dcgan_step():
-    nz = 4
-    netG = nn.Sequential(nn.Linear(nz, 16), nn.BatchNorm1d(16), nn.ReLU(True), nn.Linear(16, 12), nn.Tanh())
-    netD = nn.Sequential(nn.Linear(12, 16), nn.LeakyReLU(0.2, inplace=True), nn.Linear(16, 1), nn.Sigmoid())
-    criterion = nn.BCELoss()
-    optimizerD = torch.optim.Adam(netD.parameters(), lr=2e-3, betas=(0.5, 0.999))
-    optimizerG = torch.optim.Adam(netG.parameters(), lr=2e-3, betas=(0.5, 0.999))
-    real_label, fake_label = 1.0, 0.0
-
-    def step(real_cpu):
-        netD.zero_grad()
-        batch_size = real_cpu.size(0)
-        label = torch.full((batch_size,), real_label, dtype=real_cpu.dtype)
-        output = netD(real_cpu).view(-1)
-        errD_real = criterion(output, label)
-        errD_real.backward()
-        D_x = output.mean().item()
-        noise = torch.randn(batch_size, nz)
-        fake = netG(noise)
-        label.fill_(fake_label)
-        output = netD(fake.detach()).view(-1)
-        errD_fake = criterion(output, label)
-        errD_fake.backward()
-        D_G_z1 = output.mean().item()
-        errD = errD_real + errD_fake
-        optimizerD.step()
-        netG.zero_grad()
-        label.fill_(real_label)
-        output = netD(fake).view(-1)
-        errG = criterion(output, label)
-        errG.backward()
-        D_G_z2 = output.mean().item()
-        optimizerG.step()
-        return errD.item(), errG.item(), D_x, D_G_z1, D_G_z2
-
-    g = gen(5)
-    inputs = [(torch.rand(b, 12, generator=g) * 2 - 1,) for b in (4, 4, 6)]
-    return Program(step, inputs, lambda: params_of(netG, netD))
-
-
-# --- pytorch/examples vae: reparameterize + loss_function -------------------------------
-class VAE(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(16, 8)
-        self.fc21 = nn.Linear(8, 2)
-        self.fc22 = nn.Linear(8, 2)
-        self.fc3 = nn.Linear(2, 8)
-        self.fc4 = nn.Linear(8, 16)
-
-    def encode(self, x):
-        h1 = F.relu(self.fc1(x))
-        return self.fc21(h1), self.fc22(h1)
-
-    def reparameterize(self, mu, logvar):
-        std = torch.exp(0.5 * logvar)
-        eps = torch.randn_like(std)
-        return mu + eps * std
-
-    def decode(self, z):
-        h3 = F.relu(self.fc3(z))
-        return torch.sigmoid(self.fc4(h3))
-
-    def forward(self, x):
-        mu, logvar = self.encode(x.view(-1, 16))
-        z = self.reparameterize(mu, logvar)
-        return self.decode(z), mu, logvar
-
-
-def vae_loss_function(recon_x, x, mu, logvar):
-    BCE = F.binary_cross_entropy(recon_x, x.view(-1, 16), reduction="sum")
-    KLD = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
-    return BCE + KLD
-
-
-def p_vae_train_step():
-    model = VAE()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-
-    def step(data):
-        model.train()
-        optimizer.zero_grad()
-        recon_batch, mu, logvar = model(data)
-        loss = vae_loss_function(recon_batch, data, mu, logvar)
-        loss.backward()
-        train_loss = loss.item()
-        optimizer.step()
-        return train_loss / len(data)
-
-    g = gen(6)
-    inputs = [(torch.rand(b, 1, 4, 4, generator=g),) for b in (3, 3, 5)]
-    return Program(step, inputs, lambda: params_of(model))
 
 
 # --- pytorch/examples reinforcement_learning/reinforce.py: finish_episode ---------------
@@ -562,27 +412,7 @@ def p_d2l_rnn_scratch_train_step():
     return Program(train_step, inputs, lambda: [p.detach().clone() for p in params])
 
 
-# --- d2l.ai 11.3 attention scoring: masked_softmax with valid_lens ----------------------
-def sequence_mask(X, valid_len, value=0):
-    maxlen = X.size(1)
-    mask = torch.arange((maxlen), dtype=torch.float32)[None, :] < valid_len[:, None]
-    X[~mask] = value
-    return X
-
-
-def masked_softmax(X, valid_lens):
-    if valid_lens is None:
-        return nn.functional.softmax(X, dim=-1)
-    else:
-        shape = X.shape
-        if valid_lens.dim() == 1:
-            valid_lens = torch.repeat_interleave(valid_lens, shape[1])
-        else:
-            valid_lens = valid_lens.reshape(-1)
-        X = sequence_mask(X.reshape(-1, shape[-1]), valid_lens, value=-1e6)
-        return nn.functional.softmax(X.reshape(shape), dim=-1)
-
-
+# --- d2l.ai 11.3 attention scoring (its sequence_mask / masked_softmax: test_fidelity_adversarial2)
 class AdditiveAttention(nn.Module):
     def __init__(self, num_hiddens, dropout=0.0):
         super().__init__()
@@ -748,13 +578,19 @@ def p_early_stopping_fit():
                     break
         return best, epoch, history, best_state
 
-    g = gen(13)
+    return Program(fit, _fit_inputs(13, 8, 3), lambda: params_of(model))
+
+
+def _fit_inputs(seed, n, spread, calls=3):
+    """(x, y, x_val, y_val) per call; the validation inputs spread more on later calls, so
+    the validation loss rises and the patience runs out on some calls."""
+    g = gen(seed)
     inputs = []
-    for k in range(3):
-        x = torch.randn(8, 3, generator=g)
-        inputs.append((x, x.sum(1, keepdim=True), torch.randn(4, 3, generator=g) * (1 + 3 * k),
+    for k in range(calls):
+        x = torch.randn(n, 3, generator=g)
+        inputs.append((x, x.sum(1, keepdim=True), torch.randn(4, 3, generator=g) * (1 + spread * (k % 3)),
                        torch.randn(4, 1, generator=g)))
-    return Program(fit, inputs, lambda: params_of(model))
+    return inputs
 
 
 # --- timm-style: clip + cosine warmup scheduler + EMA of weights ---------------------------
@@ -1080,6 +916,11 @@ def p_ctc_greedy_decode_tensor():
 
 
 # --- non-maximum suppression by hand (the classic while-order loop) -----------------------
+def _boxes(n, g):
+    xy = torch.rand(n, 2, generator=g) * 4
+    return torch.cat([xy, xy + 1 + torch.rand(n, 2, generator=g) * 2], 1)
+
+
 def p_nms_by_hand():
     def nms(boxes, scores, thresh: float = 0.4):
         x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
@@ -1087,28 +928,19 @@ def p_nms_by_hand():
         order = scores.argsort(descending=True)
         keep = []
         while order.numel() > 0:
-            i = order[0]
+            i, rest = order[0], order[1:]
             keep.append(i)
-            if order.numel() == 1:
+            if rest.numel() == 0:
                 break
-            xx1 = torch.maximum(x1[i], x1[order[1:]])
-            yy1 = torch.maximum(y1[i], y1[order[1:]])
-            xx2 = torch.minimum(x2[i], x2[order[1:]])
-            yy2 = torch.minimum(y2[i], y2[order[1:]])
-            w = (xx2 - xx1).clamp(min=0)
-            h = (yy2 - yy1).clamp(min=0)
+            w = (torch.minimum(x2[i], x2[rest]) - torch.maximum(x1[i], x1[rest])).clamp(min=0)
+            h = (torch.minimum(y2[i], y2[rest]) - torch.maximum(y1[i], y1[rest])).clamp(min=0)
             inter = w * h
-            iou = inter / (areas[i] + areas[order[1:]] - inter)
-            inds = torch.where(iou <= thresh)[0]
-            order = order[inds + 1]
+            iou = inter / (areas[i] + areas[rest] - inter)
+            order = rest[iou <= thresh]
         return torch.stack(keep)
 
-    def boxes(n, g):
-        xy = torch.rand(n, 2, generator=g) * 4
-        return torch.cat([xy, xy + 1 + torch.rand(n, 2, generator=g) * 2], 1)
-
     g = gen(22)
-    inputs = [(boxes(n, g), torch.rand(n, generator=g)) for n in (6, 6, 9)]
+    inputs = [(_boxes(n, g), torch.rand(n, generator=g)) for n in (6, 6, 9)]
     return Program(nms, inputs)
 
 
@@ -1131,12 +963,8 @@ def p_nms_matrix_keep_mask():
                 keep = keep & ~suppress
         return order[keep]
 
-    def boxes(n, g):
-        xy = torch.rand(n, 2, generator=g) * 4
-        return torch.cat([xy, xy + 1 + torch.rand(n, 2, generator=g) * 2], 1)
-
     g = gen(23)
-    inputs = [(boxes(n, g), torch.rand(n, generator=g)) for n in (6, 6, 9)]
+    inputs = [(_boxes(n, g), torch.rand(n, generator=g)) for n in (6, 6, 9)]
     return Program(nms, inputs)
 
 
@@ -1673,32 +1501,6 @@ class TinyLM(nn.Module):
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
         return logits, loss
 
-    @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, do_sample=False, top_k=None):
-        for _ in range(max_new_tokens):
-            idx_cond = idx if idx.size(1) <= self.block_size else idx[:, -self.block_size:]
-            logits, _ = self(idx_cond)
-            logits = logits[:, -1, :] / temperature
-            if top_k is not None:
-                v, _ = torch.topk(logits, top_k)
-                logits[logits < v[:, [-1]]] = -float("Inf")
-            probs = F.softmax(logits, dim=-1)
-            if do_sample:
-                idx_next = torch.multinomial(probs, num_samples=1)
-            else:
-                _, idx_next = torch.topk(probs, k=1, dim=-1)
-            idx = torch.cat((idx, idx_next), dim=1)
-        return idx
-
-
-def p_mingpt_generate():
-    model = TinyLM()
-    model.eval()
-    inputs = [(torch.tensor([[1, 2]]), 8, 1.0, True, 3), (torch.tensor([[3, 4]]), 8, 1.0, True, 3),
-              (torch.tensor([[5]]), 4, 0.7, False, None)]
-    return Program(model.generate, inputs)
-
-
 def p_makemore_sample_until_dot():
     """makemore's sampling of one name: ``.item()`` of a draw, Python context list, stop at 0."""
     model = TinyLM()
@@ -1999,76 +1801,7 @@ def p_early_stopping_no_mode_switch():
                     break
         return best, epoch
 
-    g = gen(50)
-    inputs = []
-    for k in range(3):
-        x = torch.randn(6, 3, generator=g)
-        inputs.append((x, x.sum(1, keepdim=True), torch.randn(4, 3, generator=g) * (1 + 4 * k),
-                       torch.randn(4, 1, generator=g)))
-    return Program(fit, inputs, lambda: params_of(model))
-
-
-# --- pytorch/examples actor_critic: saved_actions on the model, finish_episode ----------
-class ActorCritic(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.affine1 = nn.Linear(4, 16)
-        self.action_head = nn.Linear(16, 2)
-        self.value_head = nn.Linear(16, 1)
-        self.saved_actions = []
-        self.rewards = []
-
-    def forward(self, x):
-        x = F.relu(self.affine1(x))
-        action_prob = F.softmax(self.action_head(x), dim=-1)
-        state_values = self.value_head(x)
-        return action_prob, state_values
-
-
-def p_actor_critic_episode():
-    import collections
-    SavedAction = collections.namedtuple("SavedAction", ["log_prob", "value"])
-    model = ActorCritic()
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-2)
-    gamma, eps = 0.99, 1e-6
-
-    def select_action(state):
-        probs, state_value = model(state)
-        m = torch.distributions.Categorical(probs)
-        action = m.sample()
-        model.saved_actions.append(SavedAction(m.log_prob(action), state_value))
-        return action.item()
-
-    def episode(states, rewards):
-        actions = []
-        for state, r in zip(states, rewards):
-            actions.append(select_action(state))
-            model.rewards.append(r)
-        R = 0
-        saved_actions = model.saved_actions
-        policy_losses = []
-        value_losses = []
-        returns = []
-        for r in model.rewards[::-1]:
-            R = r + gamma * R
-            returns.insert(0, R)
-        returns = torch.tensor(returns)
-        returns = (returns - returns.mean()) / (returns.std() + eps)
-        for (log_prob, value), R in zip(saved_actions, returns):
-            advantage = R - value.item()
-            policy_losses.append(-log_prob * advantage)
-            value_losses.append(F.smooth_l1_loss(value, torch.tensor([R])))
-        optimizer.zero_grad()
-        loss = torch.stack(policy_losses).sum() + torch.stack(value_losses).sum()
-        loss.backward()
-        optimizer.step()
-        del model.rewards[:]
-        del model.saved_actions[:]
-        return actions, loss.item()
-
-    g = gen(51)
-    inputs = [(torch.randn(n, 4, generator=g), [float(v) for v in torch.rand(n, generator=g)]) for n in (4, 4, 5)]
-    return Program(episode, inputs, lambda: dict(params_of(model), n=len(model.saved_actions)))
+    return Program(fit, _fit_inputs(50, 6, 4), lambda: params_of(model))
 
 
 # --- d2l.ai 10.7 seq2seq: MaskedSoftmaxCELoss (sets self.reduction in forward) -----------
@@ -2400,6 +2133,13 @@ def p_gmm_em():
 
 
 # --- d2l.ai helpers converted on their own: sgd(params, lr, bs) and grad_clipping --------
+def _leaves_with_grads(g):
+    params = [torch.randn(3, 2, generator=g).requires_grad_(), torch.randn(2, generator=g).requires_grad_()]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=g)
+    return params
+
+
 def p_d2l_grad_clipping_helper():
     def grad_clipping(params, theta):
         """Clip the gradient."""
@@ -2411,9 +2151,7 @@ def p_d2l_grad_clipping_helper():
     g = gen(71)
     inputs = []
     for theta in (0.01, 100.0, 0.5):
-        params = [torch.randn(3, 2, generator=g).requires_grad_(), torch.randn(2, generator=g).requires_grad_()]
-        for p in params:
-            p.grad = torch.randn(p.shape, generator=g)
+        params = _leaves_with_grads(g)
         inputs.append((params, theta))
     return Program(grad_clipping, inputs)
 
@@ -2428,9 +2166,7 @@ def p_d2l_sgd_on_argument_params():
     g = gen(72)
     inputs = []
     for lr in (0.1, 0.5, 0.1):
-        params = [torch.randn(3, 2, generator=g).requires_grad_(), torch.randn(2, generator=g).requires_grad_()]
-        for p in params:
-            p.grad = torch.randn(p.shape, generator=g)
+        params = _leaves_with_grads(g)
         inputs.append((params, lr, 4))
     return Program(sgd, inputs)
 
@@ -2516,29 +2252,6 @@ def p_predict_numpy_and_tolist():
     g = gen(75)
     inputs = [(torch.randn(n, 4, generator=g),) for n in (2, 2, 5)]
     return Program(predict, inputs)
-
-
-# --- mnist's log line printed every log_interval batches ----------------------------------
-def p_mnist_log_print():
-    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 10), nn.LogSoftmax(dim=1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-
-    def train(epoch, batches, log_interval: int = 2, n: int = 24):
-        model.train()
-        for batch_idx, (data, target) in enumerate(batches):
-            optimizer.zero_grad()
-            output = model(data)
-            loss = F.nll_loss(output, target)
-            loss.backward()
-            optimizer.step()
-            if batch_idx % log_interval == 0:
-                print("Train Epoch: {} [{}/{} ({:.0f}%)]\tLoss: {:.6f}".format(
-                    epoch, batch_idx * len(data), n, 100.0 * batch_idx / len(batches), loss.item()))
-
-    g = gen(76)
-    inputs = [(e, [(torch.randn(3, 1, 4, 4, generator=g), torch.randint(0, 10, (3,), generator=g)) for _ in range(3)])
-              for e in (1, 2, 3)]
-    return Program(train, inputs, lambda: params_of(model))
 
 
 # --- seeded sampling inside the function, and an unused timer -----------------------------
@@ -2842,29 +2555,27 @@ def p_dict_key_from_tensor_branch():
 
 
 # --- a timm-style meter that accepts tensors or floats (isinstance on .item()) ------------
-class AverageMeter:
-    def __init__(self):
-        self.reset()
+class TensorAwareMeter:
+    """A meter fed tensors or numbers (timm's update, preceded by an isinstance test)."""
 
-    def reset(self):
-        self.val = 0
-        self.avg = 0
-        self.sum = 0
-        self.count = 0
+    def __init__(self):
+        self.sum, self.count = 0.0, 0
 
     def update(self, val, n=1):
         if isinstance(val, torch.Tensor):
             val = val.item()
-        self.val = val
         self.sum += val * n
         self.count += n
-        self.avg = self.sum / self.count
+
+    @property
+    def avg(self):
+        return self.sum / self.count
 
 
 def p_meter_isinstance_item():
     model = nn.Linear(3, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    meter = AverageMeter()
+    meter = TensorAwareMeter()
 
     def step(x, y):
         loss = F.cross_entropy(model(x), y)
@@ -3006,13 +2717,7 @@ def p_early_stopper_object():
         stop = early_stopper.early_stop(validation_loss)
         return validation_loss, stop
 
-    g = gen(101)
-    inputs = []
-    for k in range(5):
-        x = torch.randn(6, 3, generator=g)
-        inputs.append((x, x.sum(1, keepdim=True), torch.randn(4, 3, generator=g) * (1 + (k % 3)),
-                       torch.randn(4, 1, generator=g)))
-    return Program(epoch, inputs, lambda: dict(params_of(model), counter=early_stopper.counter,
+    return Program(epoch, _fit_inputs(101, 6, 1, calls=5), lambda: dict(params_of(model), counter=early_stopper.counter,
                                                best=early_stopper.min_validation_loss))
 
 
