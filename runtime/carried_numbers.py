@@ -35,7 +35,7 @@ from typing import Any, List, Optional, Tuple
 
 import torch
 
-from . import grad_flags
+from . import appended_lists, grad_flags, module_numbers
 from .graph_ops import effect
 from .introspection import NUMBER_KINDS, kind_of, mark
 from .threads import PerThreadList
@@ -151,7 +151,8 @@ def candidates(cells, globals_, owner=None) -> List[Tuple[Slot, Any]]:
             found += _held(value, name)
     if owner is not None:
         found += _held(owner, "self")
-    return found
+    return found + appended_lists.candidates(cells, globals_, owner, Slot) + \
+        module_numbers.candidates(cells, globals_, owner, Slot)
 
 
 def _carries(was, now) -> bool:
@@ -164,17 +165,21 @@ def _carries(was, now) -> bool:
 def check(slots: List[Slot]):
     """A guard's check ``() -> bool``: each of ``slots`` still holds a number of the kind
     the trace read there (the values themselves are the graph's to read)."""
-    kinds = [(slot, _form(slot.get())) for slot in slots]
+    kinds = [(slot, _guard_form(slot.get())) for slot in slots]
 
     def carried_kinds() -> bool:
         for slot, kind in kinds:
             try:
-                if _form(slot.get()) != kind:
+                if _guard_form(slot.get()) != kind:
                     return False
             except (ValueError, KeyError, IndexError):
                 return False
         return True
     return carried_kinds
+
+
+def _guard_form(value):
+    return _form(value) or appended_lists.form(value)
 
 
 def rebound(before) -> List[Slot]:
@@ -185,6 +190,10 @@ def rebound(before) -> List[Slot]:
         if (slot.kind, id(slot.holder), slot.key) in seen:
             continue
         seen.add((slot.kind, id(slot.holder), slot.key))
+        if isinstance(value, appended_lists.Before):    # (a list appended numbers to)
+            if value.grew_by_numbers():
+                out.append(slot)
+            continue
         try:
             now = slot.get()
         except (ValueError, KeyError):
@@ -268,7 +277,8 @@ def _flush(served) -> None:
         if not _carries(_form(value), form) or (type(form) is tuple and getattr(
                 now, "_node", None) is None):
             what = "a tensor of that shape and dtype computed by the function" \
-                if type(_form(value)) is tuple else f"a {_number(value)}"
+                if type(_form(value)) is tuple else "the list it appends to" \
+                if type(value) is list else f"a {_number(value)}"
             raise GraphError(f"the function sets {slot.label} to a value that is not "
                              f"{what} (a Python side effect that a graph cannot repeat on "
                              f"every call)")
@@ -310,6 +320,8 @@ def around_python(record, kinds=None):
             entry[2] = last                         # it is taken: written again after)
         return result
     for entry in served:
+        if type(entry[1]) is list:      # (an AppendOnly: appends are nodes already)
+            continue
         kind = (kinds or {}).get((id(entry[0].holder), entry[0].key),
                                  _form(entry[2]) or _form(entry[1]))   # (as it holds now)
         entry[2] = _stand_in(entry[0], kind)
@@ -324,6 +336,8 @@ def _unchanged_in_branch(served, dispatch_record) -> None:
     code left each number or tensor as it was (else a run-time error, never a stale
     value)."""
     for slot, value, now in served:
+        if type(value) is list:
+            continue
         dispatch_record(expect_slot, (slot, now, type(_form(value)) is tuple), {})
 
 
@@ -356,7 +370,8 @@ def serving(slots: List[Slot]):
     _SERVED.append(served)
     try:
         for entry in served:
-            entry[2] = _stand_in(entry[0], _form(entry[1]))
+            entry[2] = appended_lists.AppendOnly(entry[0]) if type(entry[1]) is list \
+                else _stand_in(entry[0], _form(entry[1]))
             entry[0].set(entry[2])
         yield
         _flush(served)

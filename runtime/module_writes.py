@@ -92,8 +92,7 @@ def alike(mapping, names: Dict[Any, bool]):
     ({key: shaped}), whose tensors need only the same meta (``guard_meta``; a non-tensor:
     the same object)."""
     keys, values = tuple(mapping), tuple(mapping.values())
-    metas = {k: (guard_meta(v, names[k]), names[k]) for k, v in mapping.items()
-             if k in names}
+    metas = {k: (_meta(v, names[k]), names[k]) for k, v in mapping.items() if k in names}
 
     def check() -> bool:
         if tuple(mapping) != keys:
@@ -101,10 +100,16 @@ def alike(mapping, names: Dict[Any, bool]):
         for k, v, w in zip(keys, mapping.values(), values):
             if v is not w:
                 meta, shaped = metas.get(k, (None, True))
-                if meta is None or guard_meta(v, shaped) != meta:
+                if meta is None or _meta(v, shaped) != meta:
                     return False
         return True
     return check
+
+
+def _meta(value, shaped):
+    """``guard_meta``, or a carried number's Python type (``module_numbers.KIND``)."""
+    from .module_numbers import KIND
+    return ("kind", type(value)) if shaped == KIND else guard_meta(value, shaped)
 
 
 def shaped(writes, reads, served=()) -> List[Tuple[Any, Any, bool]]:
@@ -180,11 +185,16 @@ class Watch:
     def writes(self, graph) -> List[Tuple[Any, str, Any, Any]]:
         """(module, name, old value, new value) of each tensor the trace stored; the old
         values are put back (for all names, served ones too)."""
-        found = []
+        from .introspection import NUMBER_KINDS, kind_of
+        from .module_numbers import carried, number
+        found, counters = [], carried(graph)    # (those: carried_numbers's to set)
         for m, before in zip(self.modules, self.before):
             now = _slots(m)
             for slot in set(before) | set(now):
                 old, new = before.get(slot, _MISSING), now.get(slot, _MISSING)
+                if slot[0] == "attr" and ((id(m), slot[1]) in counters or
+                                          number(old) and kind_of(new) in NUMBER_KINDS):
+                    continue        # (``model.total += loss.item()``: a number to carry)
                 stand_in = self._installed.get((id(m), slot[1]), _MISSING)
                 if new is old or new is stand_in:
                     if new is stand_in:

@@ -32,6 +32,7 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import torch
 
+from . import batchnorm_average
 from .errors import GraphError
 from .graph_ops import effect
 from .introspection import NUMBER_KINDS, kind_of, mark
@@ -265,7 +266,8 @@ def served(graph, roots):
                 undo.append((obj, cls))
                 names[id(obj)] = {"last_epoch", "optimizer"}   # (never rebound by a step)
         graph.served_attributes = names
-        yield
+        with batchnorm_average.swapped(roots):      # (BatchNorm with momentum=None)
+            yield
     finally:
         for obj, real in reversed(undo):
             if isinstance(real, type):

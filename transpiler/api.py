@@ -33,7 +33,7 @@ import runtime
 from runtime import operators as tg
 from runtime import control_flow, path_values, region_state, subgraphs, tensor_state, trace_reads
 from runtime import argument_objects, autograd_effects, carried_numbers, training_attributes
-from runtime import module_modes, module_writes
+from runtime import module_modes, module_numbers, module_writes
 from runtime.errors import GraphError
 from runtime.module_flags import TrainingFlags
 from runtime.options import options
@@ -652,7 +652,8 @@ class GraphFunction:
         guard = Snapshot.take(target, (), {})
         for fn in list(_CALLED):
             guard.include(fn)
-        guard.module_writes(getattr(graph, "module_writes", ()))
+        guard.module_writes(list(getattr(graph, "module_writes", ())) +   # (and counters)
+                            module_numbers.guarded(graph.carried_slots))
         guard.watch_arguments(flat)
         guard.dict_writes(getattr(graph, "dict_writes", ()))
         if getattr(flat, "found", None) is not None:

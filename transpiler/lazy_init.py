@@ -14,7 +14,8 @@ changes nothing, the graph is what every later call runs (eager's later calls sk
 set-up too, and the guard holds the set-up state), and this call's set-up is done, as
 eager's would be. If the second trace changes state again (a counter: no one-time
 set-up), everything goes back as before the first trace and the call falls back as it
-did.
+did. An int or float that was one before (``self.step += 1``) is no set-up: the front door
+carries it (``runtime.module_numbers``).
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ def kept(snapshot) -> bool:
     values = hook_snapshot.set_attributes(taken)
     if not values or not all(type(v) in _ATOMS for _, _, _, v in values):
         return False
+    if any(type(v) in (int, float) and type(before) is type(v) for _, _, before, v in values):
+        return False    # a number counted on (``self.step += 1``): carried, not set up once
     hooks = hook_snapshot.added(taken)
     for m, k, before, _ in values:      # are these (and the hooks) the only change?
         if before is hook_snapshot.MISSING:

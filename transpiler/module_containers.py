@@ -11,6 +11,10 @@ identity), ``changed`` names the first whose items differ after a trace (the cal
 back, strict: ``ConversionError``), ``restore`` puts their items back after a refused
 trace. A trace that appends and clears again (the actor-critic's ``del model.rewards[:]``
 at the end of the step) leaves nothing changed and converts.
+
+The numbers a module holds are taken alike (``Held``: ``self.calls += 1`` in a
+submodule's forward was baked into the graph, the count frozen at 1): a changed one is a
+change, which the front door carries (``runtime.module_numbers``) or refuses.
 """
 from __future__ import annotations
 
@@ -25,17 +29,38 @@ _INTERNAL_PREFIXES = ("_parameters", "_buffers", "_modules", "_non_persistent_bu
 Entry = Tuple[str, str, object, object]     # (module's path, attribute, container, copy)
 
 
+class Held:
+    """A module's number attribute (an entry's container: ``get``, ``set``)."""
+
+    __slots__ = ("module", "name")
+
+    def __init__(self, module, name: str):
+        self.module, self.name = module, name
+
+    def get(self):
+        return vars(self.module).get(self.name)
+
+    def set(self, value) -> None:
+        vars(self.module)[self.name] = value
+
+
 def take(path: str, module) -> List[Entry]:
-    """A copy of each list, dict and set held in ``module``'s own attributes."""
+    """A copy of each list, dict and set held in ``module``'s own attributes (and each
+    int or float: ``Held``)."""
     found = []
     for name, value in vars(module).items():
         kind = type(value)
         if kind in (list, dict, set) and not name.startswith(_INTERNAL_PREFIXES):
             found.append((path, name, value, kind(value)))
+        elif kind in (int, float):
+            found.append((path, name, Held(module, name), value))
     return found
 
 
 def _same(now, before) -> bool:
+    if isinstance(now, Held):       # (an equal number of the same type: unchanged)
+        value = now.get()
+        return type(value) is type(before) and value == before
     if isinstance(now, dict):
         return now.keys() == before.keys() and all(now[k] is v for k, v in before.items())
     if isinstance(now, set):
@@ -48,13 +73,17 @@ def changed(entries: List[Entry]) -> str:
     for path, name, now, before in entries:
         if not _same(now, before):
             where = f"submodule {path!r}'s" if path else "the model's"
-            return f"the function changes {where} {type(now).__name__} attribute {name!r}"
+            what = "number" if isinstance(now, Held) else type(now).__name__
+            return f"the function changes {where} {what} attribute {name!r}"
     return ""
 
 
 def restore(entries: List[Entry]) -> None:
     """Put back the items of the containers a refused trace changed."""
     for _, _, now, before in entries:
-        if not _same(now, before):
+        if isinstance(now, Held):
+            if not _same(now, before):
+                now.set(before)
+        elif not _same(now, before):
             now.clear()
             now.update(before) if not isinstance(now, list) else now.extend(before)

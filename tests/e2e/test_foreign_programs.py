@@ -993,7 +993,8 @@ def test_one_time_set_up_on_the_first_call_converts(strict):
 
 
 class CountsCalls(nn.Module):
-    """A number set on every call is no set-up: it falls back, counted as eagerly."""
+    """A number set on every call is no set-up: it is carried (``runtime.module_numbers``),
+    counted as eagerly."""
 
     def __init__(self):
         super().__init__()
@@ -1007,16 +1008,11 @@ class CountsCalls(nn.Module):
 
 def test_a_counter_on_the_module_is_not_kept():
     model = CountsCalls()
-    g = to_graph(model)
-    with pytest.warns(FallbackWarning, match="mutates"):
+    g = to_graph(model, strict=True)
+    for i in range(3):                  # (not kept as a set-up: carried, one trace)
         g(torch.randn(2, 4))
-    assert model.calls == 1
-    for i in range(2):                  # (the fallback is cached: warned once)
-        g(torch.randn(2, 4))
-        assert model.calls == i + 2
-    with pytest.raises(ConversionError):
-        to_graph(model, strict=True)(torch.randn(2, 4))
-    assert model.calls == 3
+        assert type(model.calls) is int and model.calls == i + 1
+    assert g.cache_info().traces == 1
 
 
 # ------------------------------------------------- TorchScript helpers, custom Functions

@@ -565,14 +565,14 @@ def prog_counter_on_a_module():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        model.steps += 1            # the model's state: guarded as the model's, not carried
+        model.steps += 1            # carried: runtime.module_numbers
         return loss.detach()
     return step, (model, opt, None), _inputs(4)
 
 
 @pytest.mark.parametrize("program", [prog_counter_on_a_module], ids=lambda f: f.__name__)
-def test_counters_not_carried_fall_back(program):
-    assert _compare(program) == {"default": "fallback", "strict": "refused"}
+def test_counter_on_a_module_is_carried(program):
+    assert _compare(program) == {"default": "converted", "strict": "converted"}
 
 
 SEEN_STEPS = 0

@@ -1,0 +1,146 @@
+"""Lists a converted function appends Python numbers to, kept across calls: the most
+common line of a training script, ``losses.append(loss.item())`` (``history.append(
+float(loss))``, ``self.log.append(...)``), the list held by a closure cell, a global, the
+method's object, a plain object, a dict or an ``nn.Module`` they hold.
+
+A graph repeats tensor work, not Python work, so a trace that appended to such a list used
+to fall back. Here the append is a deferred Python effect, as ``runtime.carried_numbers``
+carries a counter: when the first trace grew such a list by numbers only (an int, float
+or bool, or a graph value standing for one), the front door traces again with the list's
+*slot* (``carried_numbers.Slot``) holding an ``AppendOnly`` stand-in:
+
+- its ``append(v)`` records an ``append_number`` node that appends the number of that run
+  (``loss.item()``'s float, eager's element type) to the list the slot holds when the graph
+  runs, in its place among the step's other effects (an ``lr_lambda`` run by a staged
+  ``sched.step()`` after it sees it), once per call, in eager's order;
+- anything else asked of it (``len(losses)``, ``losses[-1]``, iterating, ``if losses:``)
+  raises GraphError: the trace would bake in what the list held then, so the call falls
+  back as before (naming the line), never a stale length;
+- an append in a tensor branch or loop body, or of anything but a number (a tensor, a
+  dict), raises GraphError as well;
+- the guard compares neither the list's contents nor (for a closure cell or a global) its
+  binding, only that the slot still holds a list (``carried_numbers.check``): a new
+  ``losses = []`` per epoch is neither a retrace nor stale.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from .errors import GraphError
+from .graph_ops import effect
+from .introspection import NUMBER_KINDS, kind_of
+from .source_info import format_location, user_location
+
+
+class Before:
+    """A list as a slot held it before a trace: its object and the ids of its items."""
+
+    __slots__ = ("items", "ids")
+
+    def __init__(self, items: list):
+        self.items, self.ids = items, [id(v) for v in items]
+
+    def grew_by_numbers(self) -> bool:
+        """Whether the list now is what it was plus numbers (or stand-ins for them)."""
+        now, n = self.items, len(self.ids)
+        return len(now) > n and [id(v) for v in now[:n]] == self.ids and \
+            all(kind_of(v) in NUMBER_KINDS for v in now[n:])
+
+
+def held(value, label: str, slot_type) -> list:
+    """(slot, Before) for the lists ``value`` holds (a dict's str keys, a plain object's or
+    an ``nn.Module``'s public attributes)."""
+    from .carried_numbers import plain
+    if type(value) is dict:
+        pairs, kind = [(k, v) for k, v in value.items() if type(k) is str], "item"
+        names = [f"{label}[{k!r}]" for k, _ in pairs]
+    elif plain(value) or _module(value):
+        pairs = [(k, v) for k, v in vars(value).items() if not k.startswith("_")]
+        kind, names = "attr", [f"{label}.{k}" for k, _ in pairs]
+    else:
+        return []
+    return [(slot_type(kind, value, k, name), Before(v))
+            for (k, v), name in zip(pairs, names) if type(v) is list]
+
+
+def _module(value) -> bool:
+    import torch
+    return isinstance(value, torch.nn.Module)
+
+
+def candidates(cells, globals_, owner, slot_type) -> list:
+    """(slot, Before) for the lists a trace may append to: held by the closure cells
+    ``[(name, cell, value)]``, the globals ``[(namespace, name, value)]``, what they hold
+    (one level) and the method's object ``owner`` (and its submodules)."""
+    found = []
+    for name, cell, value in cells:
+        found += [(slot_type("cell", cell, None, f"closure variable {name!r}"),
+                   Before(value))] if type(value) is list else held(value, name, slot_type)
+    for ns, name, value in globals_:
+        found += [(slot_type("global", ns, name, f"global {name!r}"), Before(value))] \
+            if type(value) is list else held(value, name, slot_type)
+    if owner is not None:
+        found += held(owner, "self", slot_type)
+        if _module(owner):
+            for path, m in list(owner.named_modules())[1:64]:
+                found += held(m, f"self.{path}", slot_type)
+    return found
+
+
+class AppendOnly:
+    """What a carried list's slot holds while the graph is traced: ``append`` of a number
+    is a node; anything else asked of it is refused (the module docstring)."""
+
+    __slots__ = ("_slot",)
+
+    def __init__(self, slot):
+        object.__setattr__(self, "_slot", slot)
+
+    def append(self, value) -> None:
+        from .symbolic import current_graph, dispatch_record
+        slot = object.__getattribute__(self, "_slot")
+        kind = kind_of(value)
+        graph = current_graph()
+        if kind not in NUMBER_KINDS:
+            _refuse(f"appends a {type(value).__name__} to {slot.label}, a list the graph "
+                    f"appends numbers to when it runs (numbers only)")
+        dispatch_record(append_number, (slot, kind, value), {})
+
+    def __getattr__(self, name):
+        if name.startswith("_"):        # (what the machinery asks of any object)
+            raise AttributeError(name)
+        _refuse(f"uses {object.__getattribute__(self, '_slot').label} (.{name}), a list it "
+                f"appends to: the graph appends when it runs, a trace would keep what the "
+                f"list held then")
+
+    def _read(self, *args):
+        _refuse(f"reads {object.__getattribute__(self, '_slot').label}, a list it appends "
+                f"to: the graph appends when it runs, a trace would keep what the list "
+                f"held then")
+
+    __len__ = __iter__ = __getitem__ = __setitem__ = __contains__ = __bool__ = _read
+    __eq__ = __add__ = __iadd__ = __reversed__ = __setattr__ = _read
+    __hash__ = None
+
+
+def _refuse(what: str):
+    raise GraphError(f"{format_location(user_location())}: the function {what}")
+
+
+@effect
+def append_number(slot, kind: str, value) -> None:
+    """``slot``'s list ``.append(value)`` when the graph runs: the Python ``kind`` number
+    (a 0-d tensor standing for it, or the trace's Python number)."""
+    import torch
+    slot.get().append(NUMBER_KINDS[kind](value.item()) if isinstance(value, torch.Tensor)
+                      else value)
+
+
+def form(value) -> Optional[str]:
+    """"list" for a list (what a carried list's slot must hold at each call), else None."""
+    return "list" if type(value) is list else None
+
+
+def grown(before: List[tuple]) -> list:
+    """The slots among ``before`` ((slot, Before)) whose list the trace grew by numbers."""
+    return [slot for slot, b in before if b.grew_by_numbers()]
