@@ -60,7 +60,8 @@ def take(path: str, module) -> List[Entry]:
 def _same(now, before) -> bool:
     if isinstance(now, Held):       # (an equal number of the same type: unchanged)
         value = now.get()
-        return type(value) is type(before) and value == before
+        return type(value) is type(before) and (value == before or value != value and
+                                                 before != before)      # (NaN)
     if isinstance(now, dict):
         return now.keys() == before.keys() and all(now[k] is v for k, v in before.items())
     if isinstance(now, set):

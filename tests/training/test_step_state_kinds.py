@@ -260,9 +260,10 @@ def module_forward_counter(size):
 
 
 def step_counts_on_model(size):
-    """fairseq's ``model.num_updates += 1`` and a float total kept on the model."""
+    """fairseq's ``model.num_updates += 1`` and a float total kept on the model (and a
+    NaN the step leaves alone: no change, ``module_containers`` compares NaN as equal)."""
     model = _mlp(size)
-    model.num_updates = 0
+    model.num_updates, model.unset = 0, float("nan")
     model.total = 0.0
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
 
@@ -411,3 +412,25 @@ def test_cumulative_batchnorm_bits():
             assert a.dtype == b.dtype and torch.equal(a, b)
     assert int(conv[1].num_batches_tracked) == 6 and g.cache_info().traces == 1
     assert type(conv[1]) is torch.nn.BatchNorm1d       # (its class back after the trace)
+
+
+# ------------------------------------------------------------------- inference_mode
+def inference_mode_eval(size):
+    """Evaluation inside the training function under ``torch.inference_mode()``: still a
+    clear fallback naming the line (its tensors are inference tensors in eager, which the
+    graph's ops would not make), with eager's results."""
+    model = _mlp(size)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        _update(opt, loss)
+        with torch.inference_mode():
+            val = F.cross_entropy(model(x), y)
+        return loss.detach(), val
+    return step, [model, opt], _data(size), lambda: None
+
+
+def test_inference_mode_in_a_step_falls_back():
+    assert _compare(lambda: inference_mode_eval(SIZES[0])) == {"default": "fallback",
+                                                               "strict": "refused"}
