@@ -149,6 +149,8 @@ def same(got, exp, path="out"):
             for i, (a, b) in enumerate(zip(got, exp)):
                 same(a, b, f"{path}[{i}]")
         return
+    if isinstance(got, torch.Tensor) and not isinstance(exp, torch.Tensor):
+        assert type(got) is torch.Tensor, f"{path}: a {type(got).__name__} where eager has {exp!r}"
     if isinstance(exp, torch.Tensor) and isinstance(got, torch.Tensor):
         assert type(got) is type(exp), f"{path}: a {type(got).__name__} where eager has a {type(exp).__name__}"
         assert got.requires_grad == exp.requires_grad, \
@@ -2913,6 +2915,55 @@ def p_history_default_argument():
     g = gen(113)
     inputs = [(torch.randn(4, 3, generator=g), torch.randn(4, 1, generator=g)) for _ in range(3)]
     return Program(step, inputs, lambda: dict(params_of(model), losses=list(history.losses)))
+
+
+# --- module-level caches and metric logs filled by helper functions ----------------------
+_MASK_CACHE = {}
+
+
+def get_causal_mask(T):
+    """Older HF/fairseq style: build each length's mask once, keep it in a module dict."""
+    if T not in _MASK_CACHE:
+        _MASK_CACHE[T] = torch.triu(torch.full((T, T), float("-inf")), diagonal=1)
+    return _MASK_CACHE[T]
+
+
+def p_global_mask_cache_helper():
+    _MASK_CACHE.clear()
+
+    def attend(q, k, v):
+        att = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + get_causal_mask(q.size(-2))
+        return att.softmax(-1) @ v
+
+    g = gen(120)
+    inputs = [tuple(torch.randn(1, T, 4, generator=g) for _ in range(3)) for T in (3, 3, 4)]
+    return Program(attend, inputs, lambda: dict(_MASK_CACHE))
+
+
+METRICS = {}
+
+
+def log_metric(name, value):
+    """A wandb-less logger: every value of a metric, in a module-level dict of lists."""
+    METRICS.setdefault(name, []).append(value)
+
+
+def p_global_metric_log_helper():
+    METRICS.clear()
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x, y):
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        log_metric("train/loss", loss.item())
+        return loss.detach()
+
+    g = gen(121)
+    inputs = [(torch.randn(4, 3, generator=g), torch.randn(4, 1, generator=g)) for _ in range(3)]
+    return Program(step, inputs, lambda: dict(params_of(model), metrics={k: list(v) for k, v in METRICS.items()}))
 
 
 # ----------------------------------------------------------------------------- registry

@@ -124,6 +124,14 @@ BUGS = {
     "dqn_select_action_global_counter":
         "BUG: a module-level dict counter incremented in a helper (`STATE['steps_done'] += "
         "1`): run once at trace time, frozen after; the epsilon read from it never decays",
+    "global_mask_cache_helper":
+        "BUG: a helper filling a module-level dict cache (`if T not in _MASK_CACHE: "
+        "_MASK_CACHE[T] = torch.triu(...)`): the cache keeps the trace's SymbolicTensor "
+        "(no fallback; eager code reading the cache later gets a traced value)",
+    "global_metric_log_helper":
+        "BUG: a helper appending loss.item() to a module-level dict of lists "
+        "(`METRICS.setdefault(name, []).append(v)`): one SymbolicTensor appended at trace "
+        "time, nothing on later calls",
     "infinite_loader_next":
         "BUG: next() of a generator (the `while True: yield from loader` idiom) in the step: "
         "the refused trace consumes a batch it cannot roll back, so the converted run skips "
