@@ -123,8 +123,16 @@ class AppendOnly:
     __hash__ = None
 
 
+class ReadError(GraphError):
+    """What the trace did with a carried list beyond appending numbers: the call's
+    reason (the front door says it, not the first trace's "mutates")."""
+
+
 def _refuse(what: str):
-    raise GraphError(f"{format_location(user_location())}: the function {what}")
+    location = user_location()
+    error = ReadError(f"{format_location(location)}: the function {what}")
+    error.location = location
+    raise error
 
 
 @effect

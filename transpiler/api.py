@@ -32,7 +32,8 @@ import torch.utils._pytree as pytree
 import runtime
 from runtime import operators as tg
 from runtime import control_flow, path_values, region_state, subgraphs, tensor_state, trace_reads
-from runtime import argument_objects, autograd_effects, carried_numbers, training_attributes
+from runtime import appended_lists, argument_objects, autograd_effects, carried_numbers
+from runtime import training_attributes
 from runtime import module_modes, module_numbers, module_writes
 from runtime.errors import GraphError
 from runtime.module_flags import TrainingFlags
@@ -803,8 +804,10 @@ class GraphFunction:
                     return self._trace_graph(args, kwargs, flat, spec, dynamic,
                                              sized_examples, set_up,
                                              carry=(slots, list(_CALLED)))
-                except Exception:   # noqa: BLE001 - the first trace's reason is said
+                except Exception as e:  # noqa: BLE001 - the first trace's reason is said
                     snapshot.restore()
+                    if isinstance(e, appended_lists.ReadError):
+                        raise           # (but a read of a list it appends to: that line)
             if changed:
                 held = held_arguments.changed(snapshot, sargs, skwargs, self._held)
                 snapshot.restore()

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from tests.training.test_step_fallbacks_closed import _compare as compare_steps, _exact
 from tests.training.test_training_programs import _batches
-from transpiler import FallbackWarning, to_graph
+from transpiler import ConversionError, FallbackWarning, to_graph
 
 STEPS = 5
 THIS_FILE = __file__.rsplit("/", 1)[-1]
@@ -229,6 +229,17 @@ def test_other_list_uses_fall_back(program):
     """Never a stale list: these fall back naming the line (strict: ConversionError),
     with eager's results."""
     assert _compare(lambda: program(SIZES[0])) == {"default": "fallback", "strict": "refused"}
+
+
+def test_a_read_of_the_list_is_the_reason_given():
+    """The refusal names the line reading the list, and why."""
+    step = reads_its_list(SIZES[0])[0]
+    x, y = _data(SIZES[0])[0]
+    line = step.__code__.co_firstlineno + 3
+    with pytest.raises(ConversionError, match=rf"{THIS_FILE}:{line}: the function reads "
+                                              r"closure variable 'losses', a list it "
+                                              r"appends to"):
+        to_graph(step, strict=True)(x, y)
 
 
 # ---------------------------------------------------------------------- module counters
