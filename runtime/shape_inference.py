@@ -126,9 +126,24 @@ def _key_leaf(v):
     return (type(v), v)
 
 
+def _ctc_loss_meta(log_probs, targets, input_lengths, target_lengths, blank=0,
+                   reduction="mean", zero_infinity=False):
+    """``F.ctc_loss``'s result: its kernel's work space (``log_alpha``) is as long as the
+    longest target, a tensor's value, so fake tensors refuse it; the loss is per batch
+    item (``reduction="none"``) or one number."""
+    per_item = reduction == "none" and log_probs.dim() == 3
+    return torch.empty((log_probs.shape[1],) if per_item else (), dtype=log_probs.dtype,
+                       device="meta")
+
+
+# ops whose output shape no meta or fake kernel gives, though it follows the input shapes
+_META_RULES = {torch.nn.functional.ctc_loss: _ctc_loss_meta}
+
+
 def _run(func, args, kwargs):
     # (a factory with no tensor argument, torch.randn(3), runs for real on the CPU: its
     # draw must not advance the caller's generator, which the graph draws from at run time)
+    func = _META_RULES.get(func, func)
     with torch._C.DisableTorchFunction(), torch.no_grad(), torch.random.fork_rng(devices=[]):
         return func(*args, **kwargs)
 
