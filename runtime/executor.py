@@ -463,7 +463,26 @@ def lower(graph: Graph, inputs: Optional[Sequence[Optional[Node]]] = None,
     lowering.function(graph, name, inputs, flat, keep_effects, structure=outputs)
     namespace, source, filename = load_lowered(lowering, "exec")
     logs.code.debug("lowered %s (%s):\n%s", name, filename, source)
-    return Executable(namespace[name], source, filename)
+    fn = namespace[name]
+    if any(n.op == "set_grad_enabled" for n in graph.walk()):
+        fn = _restoring_grad_mode(fn)
+    return Executable(fn, source, filename)
+
+
+def _restoring_grad_mode(fn):
+    """``fn``, leaving autograd's mode as it found it when it raises: a graph switching
+    it (``with torch.no_grad():``) may fail between the switches (a staged ``assert`` or
+    ``raise``), where eager's ``__exit__`` restores the mode."""
+    is_enabled, set_enabled = torch.is_grad_enabled, torch._C._set_grad_enabled
+
+    def run(*args):
+        mode = is_enabled()
+        try:
+            return fn(*args)
+        except BaseException:
+            set_enabled(mode)
+            raise
+    return run
 
 
 class _Lifetime:

@@ -186,9 +186,11 @@ def assert_true(test: torch.Tensor, where: str, message=None, *values, layout=No
     """``assert`` as a graph op: raises ``AssertionError`` on every run where it fails.
     ``layout``: the message's ``text_layout`` parts, rendered from ``values``. ``error``:
     the name of a builtin exception to raise instead (a staged library check that eager
-    raises as ``ValueError``: ``runtime.library_questions``)."""
+    raises as ``ValueError``: ``runtime.library_questions``), a class's ``warning_name``
+    (a staged ``raise``: ``operators.staged_raises``), or the class itself."""
     if not bool(test):
-        kind = AssertionError if error is None else getattr(builtins, error)
+        kind = AssertionError if error is None else error if isinstance(error, type) else \
+            warning_class(error) if "." in error else getattr(builtins, error)
         if layout is not None:
             failed = kind(render(layout, values))
         else:       # eager's own error, to the letter (``assert t`` has no message)

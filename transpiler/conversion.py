@@ -36,6 +36,7 @@ from transpiler.converters import match_statements
 from transpiler.converters import probes
 from transpiler.converters import loops
 from transpiler.converters import return_statements
+from transpiler.converters import staged_raises
 from transpiler.converters import try_statements
 from transpiler.converters import unsupported
 from transpiler.converters import walrus_tests
@@ -48,7 +49,7 @@ from transpiler.pyct import parser
 from transpiler.pyct import traversal
 
 BEFORE_ANALYSIS = (unsupported, match_statements, walrus_tests, comprehensions, functions,
-                   call_trees, formatted_strings, asserts,
+                   call_trees, formatted_strings, asserts, staged_raises,
                    try_statements, return_statements, break_statements, continue_statements)
 
 
@@ -77,6 +78,7 @@ _TRIGGERS = {
     comprehensions: (gast.ListComp,),
     formatted_strings: (gast.JoinedStr, gast.Mod),   # f-strings, ``'%d' % n``
     asserts: (gast.Assert,),
+    staged_raises: (gast.Raise,),
     try_statements: (gast.Try,),
     break_statements: _LOOPS,
     continue_statements: _LOOPS,

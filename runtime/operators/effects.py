@@ -95,6 +95,7 @@ class _TryGuard:
         self.catches = catches
         self.location = user_location()
         self.refusals = _REFUSALS[0]
+        self.staged = set()     # error classes staged checks in the body raise (raise_if)
 
     def _refuse(self, why: str) -> GraphError:
         _REFUSALS[0] += 1
@@ -115,8 +116,9 @@ class _TryGuard:
                 stack.extend(t)
             else:
                 flat.append(t)
-        return any(not isinstance(t, type) or
-                   any(issubclass(err, t) for err in _RUN_TIME_ERRORS) for t in flat)
+        errors = _RUN_TIME_ERRORS + tuple(self.staged)
+        return any(not isinstance(t, type) or any(issubclass(err, t) for err in errors)
+                   for t in flat)
 
     @contextlib.contextmanager
     def body(self, control_flow: bool = False):
@@ -147,6 +149,14 @@ def _first_line(e: BaseException) -> str:
 
 
 _GUARDS = PerThreadList()    # (per thread) the try_guard of each try being run, innermost last
+
+
+def note_staged_error(error: type) -> None:
+    """A check just staged raises ``error`` at run time: every enclosing ``try`` (of this
+    or a calling converted function) must not catch it (``_TryGuard.body``)."""
+    for guard in _GUARDS:
+        if guard is not None:
+            guard.staged.add(error)
 
 
 @contextlib.contextmanager

@@ -7,7 +7,8 @@ bodies excluded -- analyse them on their own):
   MODIFIED   names it may bind, delete or mutate (``x`` of ``x.a = v`` / ``x[i] = v``)
   COMPOSITES composite targets written, as source text (``self.h``, ``x[i]``)
 and on the FunctionDef: SCOPE, a ``Scope`` (its ``cells``: locals a nested function may read
-later, whenever it is called -- a body function must keep them in the enclosing cell).
+later, whenever it is called -- a body function must keep them in the enclosing cell; not
+those of a def marked CALLED_AT_ONCE, which reads them where it is defined).
 """
 import dataclasses
 
@@ -271,7 +272,8 @@ def _scope(fn, memo):
     captured = set()
     for stmt in fn.body:
         for node in traversal.walk(stmt):
-            if isinstance(node, _FUNCS + _COMPS):
+            if isinstance(node, _FUNCS + _COMPS) and \
+                    not anno.getanno(node, anno.Key.CALLED_AT_ONCE):
                 captured |= free_names(node)
     return Scope(frozenset(params), frozenset(locals_), frozenset(declared_g), frozenset(declared_nl),
                  frozenset(captured & locals_))
