@@ -59,7 +59,7 @@ FALLS_BACK = {
     "early_stopping_fit": "model.train()",                       # train() in a tensor loop
     "bfs_python_queue": ".tolist():",
     "makemore_sample_until_dot": "out.append(ix)",               # a str built from draws
-    "running_loss_list_in_closure": 'counters["epoch"] += 1',    # with losses.append(item)
+    "running_loss_list_in_closure": "losses",                    # losses.append(loss.item())
     "char_rnn_classify": "return all_categories[category_i]",
     "time_sequence_lbfgs": "optimizer.step(closure)",
     "fgsm_test_loop": "data_grad = data.grad.data",              # backward after a tensor continue
