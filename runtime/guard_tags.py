@@ -259,7 +259,7 @@ class Bindings:
         self.refs = CellRefs(self.cells, self.values, EMPTY)     # (the cells, read from C)
 
     def __call__(self) -> bool:
-        if not self.refs.unchanged():       # (None: C cannot tell; False: say which here)
+        if self.cells and not self.refs.unchanged():    # (None: C cannot tell; False: which)
             try:
                 if not all(map(_is, map(_contents, self.cells), self.values)):
                     return False

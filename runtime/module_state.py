@@ -89,10 +89,10 @@ class ModuleState:
         if prints is not None:
             prints.extend(held)
             held = []
-        tagged = Tags(held)
+        tagged = Tags(held) if held else None
 
         def check() -> bool:
-            if tagged and not tagged():
+            if tagged is not None and not tagged():
                 return False
             if RemovableHandle.next_id == tags[0] and tags[1].unchanged():
                 return True
