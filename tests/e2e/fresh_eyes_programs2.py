@@ -2966,5 +2966,61 @@ def p_global_metric_log_helper():
     return Program(step, inputs, lambda: dict(params_of(model), metrics={k: list(v) for k, v in METRICS.items()}))
 
 
+# --- DataLoader epochs inside the converted function -------------------------------------
+def _loader_epoch(shuffle):
+    from torch.utils.data import DataLoader, TensorDataset
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = gen(130)
+    loader = DataLoader(TensorDataset(torch.randn(6, 3, generator=g), torch.randn(6, 1, generator=g)),
+                        batch_size=2, shuffle=shuffle)
+
+    def epoch():
+        total = 0.0
+        for x, y in loader:
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            total += loss.item()
+        return total / len(loader)
+
+    return Program(epoch, [()] * 3, lambda: params_of(model))
+
+
+def p_dataloader_epoch():
+    return _loader_epoch(shuffle=False)
+
+
+def p_dataloader_epoch_shuffled():
+    """shuffle=True draws its order from the global RNG inside DataLoader's sampler."""
+    return _loader_epoch(shuffle=True)
+
+
+def batch_iter(X, Y, bs):
+    """A hand-written batching generator (the d2l data_iter spelling)."""
+    for i in range(0, X.size(0), bs):
+        yield X[i:i + bs], Y[i:i + bs]
+
+
+def p_generator_batches():
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def epoch(X, Y):
+        total = 0.0
+        for x, y in batch_iter(X, Y, 2):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            total += loss.item()
+        return total
+
+    g = gen(131)
+    return Program(epoch, [(torch.randn(n, 3, generator=g), torch.randn(n, 1, generator=g)) for n in (4, 4, 6)],
+                   lambda: params_of(model))
+
+
 # ----------------------------------------------------------------------------- registry
 PROGRAMS = {name[2:]: fn for name, fn in list(globals().items()) if name.startswith("p_") and callable(fn)}

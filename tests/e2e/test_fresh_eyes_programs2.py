@@ -51,7 +51,7 @@ CONVERTS = [
     "seeded_sampling", "inplace_normalize_returns_arg", "mlm_mask_tokens",
     "kv_cache_dict_argument", "knn_classifier", "collate_pad_sort", "meter_isinstance_item",
     "nonfinite_loss_raises", "view_alias_writes", "item_range_loop",
-    "dropout_in_data_dependent_loop",
+    "dropout_in_data_dependent_loop", "dataloader_epoch",
 ]
 
 # program -> text of its line the fallback must name
@@ -73,6 +73,8 @@ FALLS_BACK = {
     "work_list_split": "while stack:",
     "list_argument_appended": "for score, idx in zip(",         # tuples appended in a loop
     "custom_optimizer_lion": "opt.step()",
+    "dataloader_epoch_shuffled": "for x, y in loader:",        # RandomSampler's int(seed)
+    "generator_batches": "yield X[i:i + bs], Y[i:i + bs]",      # a user generator
 }
 
 NEEDLESS = {
