@@ -36,7 +36,7 @@ from runtime.python_state import (DEPTH, difference, fingerprint, is_tensor, res
                                   strings_used, user_classes)
 from runtime.source_info import _is_library
 
-from . import function_state, hook_snapshot, module_containers
+from . import function_state, helper_containers, hook_snapshot, module_containers
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None))
 
@@ -456,6 +456,9 @@ class Snapshot:
                 where = difference(print_, now)
                 return f"the function mutates {label}" + (f" (its {where.lstrip('.')})"
                                                           if where else "")
+        filled = helper_containers.left(getattr(self, "_helper_containers", ()))
+        if filled:
+            return filled
         kept = getattr(self, "_functions", None) and self._functions.changed()
         if kept:                            # (a helper's default, closure, attribute)
             self.changed_owner = kept[1]
@@ -616,6 +619,8 @@ class Snapshot:
             if name in ns and (id(ns), name) not in known:
                 known.add((id(ns), name))
                 self._globals.append((ns, name, ns[name]))
+                self._helper_containers = getattr(self, "_helper_containers", [])
+                self._helper_containers += helper_containers.take(name, ns[name])  # (METRICS)
         for name, cell in zip(code.co_freevars, func.__closure__ or ()):
             if id(cell) not in known:
                 known.add(id(cell))
@@ -640,6 +645,7 @@ class Snapshot:
 
     def restore(self) -> None:
         hook_snapshot.restore(getattr(self, "_hooks", hook_snapshot.NOTHING))
+        helper_containers.restore(getattr(self, "_helper_containers", ()))
         if hasattr(self, "_functions"):
             self._functions.restore()
         hook_snapshot.restore(getattr(self, "_trees", hook_snapshot.NOTHING))

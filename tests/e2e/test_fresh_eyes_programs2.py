@@ -56,6 +56,9 @@ CONVERTS = [
 
 # program -> text of its line the fallback must name
 FALLS_BACK = {
+    # a helper leaving a traced value in a module-level dict (transpiler/helper_containers.py)
+    "global_mask_cache_helper": "def attend(q, k, v):",
+    "global_metric_log_helper": "def step(x, y):",
     "early_stopping_fit": "model.train()",                       # train() in a tensor loop
     "bfs_python_queue": ".tolist():",
     "makemore_sample_until_dot": "out.append(ix)",               # a str built from draws
@@ -126,14 +129,6 @@ BUGS = {
     "dqn_select_action_global_counter":
         "BUG: a module-level dict counter incremented in a helper (`STATE['steps_done'] += "
         "1`): run once at trace time, frozen after; the epsilon read from it never decays",
-    "global_mask_cache_helper":
-        "BUG: a helper filling a module-level dict cache (`if T not in _MASK_CACHE: "
-        "_MASK_CACHE[T] = torch.triu(...)`): the cache keeps the trace's SymbolicTensor "
-        "(no fallback; eager code reading the cache later gets a traced value)",
-    "global_metric_log_helper":
-        "BUG: a helper appending loss.item() to a module-level dict of lists "
-        "(`METRICS.setdefault(name, []).append(v)`): one SymbolicTensor appended at trace "
-        "time, nothing on later calls",
     "infinite_loader_next":
         "BUG: next() of a generator (the `while True: yield from loader` idiom) in the step: "
         "the refused trace consumes a batch it cannot roll back, so the converted run skips "
