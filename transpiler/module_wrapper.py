@@ -72,21 +72,19 @@ class ToGraphModule(torch.nn.Module):
 
     # -- calling
     def __call__(self, *args, **kwargs):
-        own = self._own_hooks()
-        if not own and current_graph() is None and self._compiled_call_impl is None:
+        own = self.__dict__     # (read from it: a Module's attribute costs a __getattr__ hook)
+        if not (own["_forward_hooks"] or own["_forward_pre_hooks"] or own["_backward_hooks"] or
+                own["_backward_pre_hooks"]) and own.get("_compiled_call_impl") is None and \
+                current_graph() is None:
             # (no hooks of its own to run; torch's global hooks, if any, run when the
             # GraphFunction falls back to calling the original: not twice)
-            return self._graph_function(*args, **kwargs)
+            return own["_graph_function"]._called(args, kwargs)
         return super().__call__(*args, **kwargs)
 
     def forward(self, *args, **kwargs):
         if current_graph() is not None:     # inside another to_graph function's trace:
             return tg.call(self._orig_mod, *args, **kwargs)      # traced inline there
         return self._graph_function(*args, **kwargs)
-
-    def _own_hooks(self) -> bool:
-        return bool(self._forward_hooks or self._forward_pre_hooks or self._backward_hooks
-                    or self._backward_pre_hooks)
 
     # -- the original's own methods, run on it
     def train(self, mode: bool = True) -> "ToGraphModule":

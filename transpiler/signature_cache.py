@@ -6,13 +6,17 @@ eviction, its fast-path keys, and the counts ``f.cache_info()`` reports.
     cache.get(key); cache.pop(key); cache.items(); len(cache)
     cache.link_fast(fast, entry)    # a flat fast-path key -> the entry it serves
     cache.fast.get(fast)            # the fast path's lookup (a plain dict)
+    cache.add_inline(enter)         # a generated entry function (transpiler.call_entry)
+    cache.inline                    # them, most recent first: tried before any key is built
 
 Entries are ``api._Traced`` / ``api._Fallback`` objects (anything taking attributes): each
 carries ``used``, the hit count at its last use (the fast path stamps it inline with
 ``cache.hits``); the least recently used entry is the one with the smallest stamp, the
 earliest put among equals. Evicting an entry drops its fast-path keys with it. Fast keys
 are a cache of the full lookup (an entry may have several: a dynamic-shape entry has one
-per size seen), kept to ``FAST_PER_ENTRY`` times the limit, oldest dropped first.
+per size seen), kept to ``FAST_PER_ENTRY`` times the limit, oldest dropped first. Entry
+functions (``inline``, at most ``INLINE``) serve an entry while it is cached and linked: an
+entry evicted, replaced or unlinked takes its entry functions with it.
 
 The limit: ``to_graph(fn, cache_limit=N)``, else the environment's ``TOGRAPH_CACHE_LIMIT``
 (read when the function is made), else ``DEFAULT_LIMIT``. Counts are plain attributes,
@@ -31,6 +35,7 @@ from typing import Any, Dict, Iterator, Optional
 
 DEFAULT_LIMIT = 64
 FAST_PER_ENTRY = 4
+INLINE = 4
 ENVIRONMENT = "TOGRAPH_CACHE_LIMIT"
 
 
@@ -78,6 +83,7 @@ class SignatureCache(MutableMapping):
         self._keys: Dict[int, Any] = {}          # id(entry) -> its key
         self._fast_of: Dict[Any, list] = {}      # key -> the fast keys linked to its entry
         self.fast: Dict[Any, Any] = {}           # fast key -> entry (api's fast path)
+        self.inline: tuple = ()                  # entry functions, most recent first
         self.hits = self.misses = self.traces = self.fallbacks = self.evictions = 0
         self.limit_reached = False               # the limit was hit (warned once)
         self._lock = threading.RLock()           # the maps' changes, one thread at a time
@@ -131,6 +137,7 @@ class SignatureCache(MutableMapping):
     def _forget(self, key, entry) -> None:
         if self._keys.get(id(entry)) == key:
             del self._keys[id(entry)]
+        self._drop_inline(entry)
         for fast in self._fast_of.pop(key, ()):
             if self.fast.get(fast) is entry:
                 del self.fast[fast]
@@ -160,9 +167,28 @@ class SignatureCache(MutableMapping):
         """Drop the fast keys that serve ``entry``: their next calls take the full path
         (``hot_shapes``: a size due for a static graph of its own)."""
         with self._lock:
+            self._drop_inline(entry)
             for fast in self._fast_of.pop(self._keys.get(id(entry)), ()):
                 if self.fast.get(fast) is entry:
                     del self.fast[fast]
+
+    def add_inline(self, enter) -> None:
+        """``enter`` (``call_entry.build``'s, serving ``enter.entry``) tried first from now
+        on, while its entry is cached; the oldest beyond ``INLINE`` dropped."""
+        with self._lock:
+            entry = enter.entry
+            key = self._keys.get(id(entry))
+            if key is not None and self._entries.get(key) is entry:
+                self.inline = ((enter,) + self.inline)[:INLINE]
+
+    def drop_inline(self) -> None:
+        """No entry function from now until the next ``add_inline``."""
+        with self._lock:
+            self.inline = ()
+
+    def _drop_inline(self, entry) -> None:
+        if self.inline:
+            self.inline = tuple(e for e in self.inline if e.entry is not entry)
 
     def _unlink(self, fast) -> None:
         entry = self.fast.pop(fast)
@@ -177,6 +203,7 @@ class SignatureCache(MutableMapping):
             self._keys.clear()
             self._fast_of.clear()
             self.fast.clear()
+            self.inline = ()
 
     # -- what cache_info reports
     def info(self, dynamic_dims: Optional[Dict[str, tuple]] = None) -> CacheInfo:
