@@ -26,7 +26,7 @@ from torch.overrides import TorchFunctionMode
 from . import graph_ops, views
 from . import autocast_ops, autograd_effects, item_values
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
-from . import carried_numbers, library_questions, tensor_of_items
+from . import attention_fast_path, carried_numbers, library_questions, tensor_of_items
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
 from .graph import Graph, Node, find_leaves, map_structure
@@ -39,6 +39,7 @@ from .source_info import format_location, user_location
 from .threads import PerThreadList
 
 _BUILD_STACK = PerThreadList()     # the graphs being built, innermost last (per thread)
+_MHA_FORWARD = torch.nn.functional.multi_head_attention_forward
 
 _CONCRETE = {
     torch.Tensor.__bool__: "bool()", torch.Tensor.__int__: "int()",
@@ -388,6 +389,12 @@ def dispatch(func, args, kwargs):
         # ``k += 1`` of a Python number's stand-in rebinds k, as for the number: no
         # in-place write that an alias (``j = k``) would see
         return dispatch_record(REBINDING_OPS[func], args, kwargs)
+    if func is _MHA_FORWARD:                # as eager's fused attention, where it takes it
+        return attention_fast_path.traced_attention(args, kwargs)
+    if func is torch._nested_tensor_from_mask_left_aligned:
+        raise GraphError(f"{format_location(user_location())}: nn.TransformerEncoder asks "
+                         f"whether the padding mask is left-aligned (its nested-tensor path): "
+                         f"a question about the mask's values")
     return dispatch_record(func, args, kwargs)
 
 

@@ -19,6 +19,7 @@ from typing import Callable, Optional
 import torch
 
 from .. import autograd_effects, deferred_calls, flag_arguments, item_values, tensor_state
+from .. import transformer_forwards
 from ..distributed_modules import refuse_distributed_module
 from ..errors import GraphError
 from ..introspection import RunTimeSize, mark, python_class
@@ -264,10 +265,15 @@ _TEXT_OF = ((builtins.str, "s"), (builtins.repr, "r"), (builtins.ascii, "a"), (b
 
 
 def _library_caller() -> bool:
-    """Whether the converted code asking is an installed library's (site-packages)."""
+    """Whether the converted code asking is an installed library's (site-packages), torch's
+    own excepted: its ``is_compiling()`` branches are torch.compile's semantics, not eager's
+    (``nn.TransformerEncoder`` skips its nested-tensor path there: other padded values)."""
     where = user_location()
-    return where is not None and builtins.any(
+    return where is not None and not where[0].startswith(_TORCH_DIR) and builtins.any(
         part in where[0] for part in ("/site-packages/", "/dist-packages/"))
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 
 def _compiling_queries() -> tuple:
@@ -373,6 +379,10 @@ def _converted(f):
     forward = _user_module_forward(f)
     if forward is not None:
         return converter(forward) or f
+    forward = transformer_forwards.called_forward(f, converter)     # (their fast paths)
+    if forward is not None:
+        hooked = module_hooks.hooked_call(f, forward, call)
+        return hooked or (forward if module_hooks.forward_hooks_only(f) else f)
     if isinstance(f, torch.nn.Module) and _is_user_function(type(f).forward):
         forward = converter(f.forward)      # forward hooks around it: run as _call_impl does
         hooked = module_hooks.hooked_call(f, forward, call) if forward else None

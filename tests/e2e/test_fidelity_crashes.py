@@ -391,9 +391,11 @@ def test_run_time_size_gradients():
         assert_same(torch.autograd.grad(out2, x2)[0], torch.autograd.grad(out1, x1)[0])
 
 
-def test_transformer_encoder_nested_fast_path_falls_back():
+def test_transformer_encoder_nested_fast_path_converts():
     """Under no_grad in eval, the encoder asks whether the padding mask is left-aligned (a
-    question about data, answered in torch's own Python): a clean fallback, as eager."""
+    question about data, in torch's own Python): the call now runs a staged form of it
+    (runtime/encoder_nested_path.py) and gives eager's zeros at padded positions; it used
+    to fall back here and, with to_graph(encoder), to differ silently."""
     torch.manual_seed(0)
     encoder = torch.nn.TransformerEncoder(_encoder_layer(True), 2).eval()
     x, mask = _inputs(True, 6)
@@ -401,9 +403,10 @@ def test_transformer_encoder_nested_fast_path_falls_back():
         exp = encoder(x, src_key_padding_mask=mask)
         got, ws = run_default(lambda x, m: encoder(x, src_key_padding_mask=m), x, mask)
         assert_same(got, exp)
-        assert len(ws) == 1
-        with pytest.raises(ConversionError):
-            to_graph(lambda x, m: encoder(x, src_key_padding_mask=m), strict=True)(x, mask)
+        assert not ws
+        strict = to_graph(lambda x, m: encoder(x, src_key_padding_mask=m), strict=True)
+        assert_same(strict(x, mask), exp)
+        assert torch.equal(strict(x, mask)[mask], torch.zeros_like(exp[mask]))
 
 
 class _CausalSelfAttention(torch.nn.Module):
