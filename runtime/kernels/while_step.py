@@ -76,7 +76,7 @@ def plan(test, test_roles: Sequence[Tuple], body, body_roles: Sequence[Tuple]):
 
 def _one_pass(spec: KernelSpec) -> bool:
     """Pointwise steps, then amax/amin reductions of them, then row math on the reduced
-    values only, ending in the bool output."""
+    values and one-element inputs only (a tolerance tensor), ending in the bool output."""
     reduced, row = set(), set()
     for k, step in enumerate(spec.steps):
         vs = {op.value for op in step.operands if op.kind == "v"}
@@ -86,7 +86,8 @@ def _one_pass(spec: KernelSpec) -> bool:
                 return False
             reduced.add(k)
         elif vs & (reduced | row):
-            if not step.row or any(op.kind == "in" for op in step.operands):
+            if not step.row or any(op.kind == "in" and spec.inputs[op.value][1] != "scalar"
+                                   for op in step.operands):
                 return False
             row.add(k)
         elif step.row:
@@ -185,7 +186,7 @@ def source(ts: KernelSpec, test_roles, bs: KernelSpec, body_roles,
     parts = [head + prelude(vector_math()),
              _range(ts, test_roles, bs, body_roles, params, reductions, step=False),
              _range(ts, test_roles, bs, body_roles, params, reductions, step=True),
-             _entry(ts, params, args, reductions, T, out_t, parallel),
+             _entry(ts, test_roles, params, args, reductions, T, out_t, parallel),
              _loop(params, args, out_t)]
     text = "\n".join(parts)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -275,7 +276,7 @@ def _after(spec: KernelSpec, k: int, reductions) -> bool:
     return False
 
 
-def _entry(ts, params, args, reductions, T, out_t, parallel: bool) -> str:
+def _entry(ts, test_roles, params, args, reductions, T, out_t, parallel: bool) -> str:
     """``tg_while_test(..., out or NULL, n, nthreads, parallel_min)``: one pass (with the body
     when ``out``), split over threads, its parts combined into the test's bool."""
     m = len(reductions)
@@ -310,6 +311,9 @@ def _entry(ts, params, args, reductions, T, out_t, parallel: bool) -> str:
                   f"    acc{k} = p {cmp} acc{k} ? p : acc{k}; nan{k} |= (int)parts[t][{m + j}];",
                   "  }",
                   f"  const T tv{k} = nan{k} ? (T)NAN : acc{k};"]
+    lines += [f"  const T ts{k} = (T){_read(role, mode)};"           # (a tolerance tensor)
+              for k, ((_, mode), role) in enumerate(zip(ts.inputs, test_roles))
+              if mode == "scalar"]
     for k, s in enumerate(ts.steps):
         if not s.reduce and _after(ts, k, reductions):
             lines.append(_value(s, k, "t", ts, T))

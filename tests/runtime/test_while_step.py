@@ -51,6 +51,15 @@ def newton_min_test(x):                  # amin, and row math after the reductio
     return y
 
 
+def newton_tol(x, tol):
+    y = 0.5 * (x + 1.0)
+    steps = torch.tensor(0)
+    while torch.max(torch.abs(y * y - x) / x) > tol:
+        y = 0.5 * (y + x / y)
+        steps = steps + 1
+    return y, steps
+
+
 def newton_sum(x):
     y = 0.5 * (x + 1.0)
     while torch.sum(torch.abs(y * y - x)) > 1e-2:
@@ -213,3 +222,17 @@ def test_steps_in_small_chunks_match(monkeypatch):
     same(chunked, whole)
     same(chunked, newton_steps(x))
     assert int(whole[1]) > 4
+
+
+def test_tolerance_tensor_read_on_every_call(threads):
+    # a 0-d tolerance captured by the test's comparison after the reduction: read per call
+    x = positives(100_003, 10)
+    g, kw = converted(newton_tol, x, torch.tensor(1e-5))
+    assert kw._fused_step() is not None
+    counts = set()
+    for tol in (1e-5, 1e-2, 10.0, float("nan")):
+        t = torch.tensor(tol)
+        got = g(x, t)
+        same(got, newton_tol(x, t))
+        counts.add(int(got[1]))
+    assert len(counts) >= 3 and 0 in counts
