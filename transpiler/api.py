@@ -57,7 +57,8 @@ from runtime.symbolic import tracing, wrap_node
 from runtime.tensor_list import take_converted
 from runtime.threads import TRACE_LOCK, PerThreadList
 
-from . import conversion, held_arguments, lazy_init, method_binding, trace_log
+from . import call_entry, conversion, held_arguments, lazy_init, method_binding, trace_log
+from .call_entry import MISS as _MISS
 from .data_parallel import convert_wrapped_module, is_distributed_data_parallel
 from .errors import ConversionError
 from .run_eagerly import _EAGERLY
@@ -67,7 +68,7 @@ from .hot_shapes import HotShapes
 from .retracing import (_GRAD_MODE, CacheLimitWarning, RetracingWarning, Retraces,  # noqa: F401
                         _is_call_modes, _mode, describe_change as _describe_change,
                         warn_cache_limit)
-from .signature_cache import SignatureCache
+from .signature_cache import INLINE, SignatureCache
 
 
 class FallbackWarning(UserWarning):
@@ -388,10 +389,18 @@ class GraphFunction:
         return key + (_call_modes(), _GRAD_MODE[torch.is_grad_enabled()]), flat, spec
 
     def __call__(self, *args, **kwargs):
+        return self._called(args, kwargs)
+
+    def _called(self, args: tuple, kwargs: dict):
+        """``self(*args, **kwargs)`` (``ToGraphModule`` calls it so, its arguments packed)."""
         if self._partial is not None:
             args, kwargs = self._partial[0] + args, {**self._partial[1], **kwargs}
         if _EAGERLY[0]:                         # run_eagerly(True): the original Python
             return self._fn(*args, **kwargs)
+        for enter in self._entries.inline:      # a signature's call as one function
+            out = enter(args, kwargs)           # (transpiler.call_entry)
+            if out is not _MISS:
+                return out
         fast = _flat_key(args) if not kwargs else _flat_call_key(args, kwargs)
         if fast is not None:                   # the fast path: flat arguments
             fast += (torch.is_grad_enabled(), _call_modes())
@@ -405,6 +414,8 @@ class GraphFunction:
                     return self._fn(*args, **kwargs)
                 if entry.holds():
                     entry.used = cache.hits = cache.hits + 1
+                    if entry.__class__ is _Traced and len(cache.inline) < INLINE:
+                        self._inline(entry, args, kwargs)
                     try:
                         return entry.fn(*args, *kwargs.values()) if kwargs else \
                             entry.fn(*args)
@@ -430,6 +441,7 @@ class GraphFunction:
             entry = self._dynamic_entry(key, args, kwargs, flat, spec) or \
                 self._build(key, args, kwargs, flat, spec)
             if self._held is not held:      # the trace held a list/dict argument whole
+                self._entries.drop_inline()     # (entry functions flatten it: none now)
                 key, flat, spec = self._signature(args, kwargs)
             # a size the dynamic graph served often: static (hot_shapes; None: keep it)
             if self._hot.due(entry, flat, self._entries.limit):
@@ -438,6 +450,8 @@ class GraphFunction:
             self._entries.hit(entry)
         if fast is not None:
             self._entries.link_fast(fast, entry)
+        if entry.__class__ is _Traced:
+            self._inline(entry, args, kwargs)
         if isinstance(entry, _Fallback):
             return self._fn(*args, **kwargs)
         if entry.writes:                # to argument objects (a KV cache grown)
@@ -447,6 +461,14 @@ class GraphFunction:
         if entry.argument_refs:         # a list/dict the caller passed in, returned
             return resolve_arguments(entry(flat), args, kwargs)
         return entry(flat)
+
+    def _inline(self, entry, args, kwargs) -> None:
+        """Serve calls like this one, with ``entry``, by a generated entry function first
+        (``transpiler.call_entry``; not for a partial's or held arguments)."""
+        if self._partial is None and not self._held:
+            enter = call_entry.build(entry, args, kwargs, self._entries, self._training)
+            if enter is not None:
+                self._entries.add_inline(enter)
 
     def _dynamic_entry(self, key, args, kwargs, flat, spec) -> Optional[_Traced]:
         """The graph with dynamic dimensions that serves this call (``dynamic_shapes``):
