@@ -52,6 +52,39 @@ class Transformer(traversal.Transformer):
         return node
 
 
+class OperandTransformer(Transformer):
+    """A transformer that puts operands in lambdas (``lazy``), knowing the function it
+    converts (the first ``def`` it visits)."""
+
+    root = None
+
+    def visit_FunctionDef(self, node):
+        if self.root is None:
+            self.root = node
+        return super().visit_FunctionDef(node)
+
+    def lazy(self, expr):
+        """``lambda: expr`` for an operand evaluated later or not at all (the right of
+        ``and``/``or``, a branch of ``x if c else y``). A user's ``:=`` in it binds its
+        name in the lambda, not in the function: a ConversionError naming its line when
+        the function reads that name anywhere else (one a converter made, marked SKIP,
+        binds a temporary the operand itself reads)."""
+        for node in traversal.walk(expr):
+            if isinstance(node, gast.NamedExpr) and not anno.getanno(node, anno.Key.SKIP) \
+                    and _loads(self.root or expr, node.target.id) > _loads(expr, node.target.id):
+                raise ConversionError.at(
+                    node, f'`{node.target.id} := ...` in an operand evaluated only on some '
+                    'paths (the right of `and`/`or`, a branch of `x if c else y`) and read '
+                    'elsewhere: converted code evaluates the operand in a function of its '
+                    'own, where the name would be bound; assign it in a statement first')
+        return thunk(expr)
+
+
+def _loads(tree, name):
+    return sum(1 for n in traversal.walk(tree)
+               if type(n) is gast.Name and n.id == name and type(n.ctx) is gast.Load)
+
+
 def not_(name):
     return gast.UnaryOp(op=gast.Not(), operand=gast.Name(id=name, ctx=gast.Load(), annotation=None,
                                                          type_comment=None))

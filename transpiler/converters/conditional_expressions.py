@@ -2,11 +2,11 @@
 from transpiler.converters import base
 
 
-class IfExpTransformer(base.Transformer):
+class IfExpTransformer(base.OperandTransformer):
 
     def visit_IfExp(self, node):
         node = self.generic_visit(node)
-        return base.tg_call('ifexp', [node.test, base.thunk(node.body), base.thunk(node.orelse)], node)
+        return base.tg_call('ifexp', [node.test, self.lazy(node.body), self.lazy(node.orelse)], node)
 
 
 def transform(node, ctx):

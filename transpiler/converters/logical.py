@@ -13,12 +13,10 @@ import copy
 import gast
 
 from transpiler.converters import base
+from transpiler.pyct import anno
 
 
-_lazy = base.thunk
-
-
-class LogicalTransformer(base.Transformer):
+class LogicalTransformer(base.OperandTransformer):
 
     def visit_BoolOp(self, node):
         if isinstance(node.op, gast.Or) and isinstance(node.values[0], gast.BoolOp) and \
@@ -26,7 +24,7 @@ class LogicalTransformer(base.Transformer):
             return self._and_or(node)
         node = self.generic_visit(node)
         op = 'and_' if isinstance(node.op, gast.And) else 'or_'
-        return self._call(op, [node.values[0]] + [_lazy(v) for v in node.values[1:]], node)
+        return self._call(op, [node.values[0]] + [self.lazy(v) for v in node.values[1:]], node)
 
     def _and_or(self, node):
         """``A and R or D`` (the pre-ternary idiom) -> ``(R or D) if A else D``: the same
@@ -39,7 +37,8 @@ class LogicalTransformer(base.Transformer):
             gast.BoolOp(op=gast.Or(), values=node.values[1:])
         r_or_d = gast.BoolOp(op=gast.Or(), values=[r, copy.deepcopy(d)])
         test = self.visit(first.values[0])
-        return self._call('ifexp', [test, _lazy(self.visit(r_or_d)), _lazy(self.visit(d))], node)
+        return self._call('ifexp', [test, self.lazy(self.visit(r_or_d)),
+                                    self.lazy(self.visit(d))], node)
 
     def visit_UnaryOp(self, node):
         node = self.generic_visit(node)
@@ -59,8 +58,9 @@ class LogicalTransformer(base.Transformer):
                 operands[i + 1] = gast.Name(id=tmp, ctx=gast.Load(), annotation=None, type_comment=None)
                 right = gast.NamedExpr(target=gast.Name(id=tmp, ctx=gast.Store(), annotation=None,
                                                         type_comment=None), value=right)
+                anno.setanno(right, anno.Key.SKIP, True)     # (read by the next link only)
             links.append(gast.Compare(left=operands[i], ops=[op], comparators=[right]))
-        return self._call('and_', [links[0]] + [_lazy(c) for c in links[1:]], node)
+        return self._call('and_', [links[0]] + [self.lazy(c) for c in links[1:]], node)
 
     def _is_bool(self, node):
         """``x is True`` / ``x is not False`` -> ``tg.is_bool(x, True, False)``: ``x`` may
