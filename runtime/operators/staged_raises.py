@@ -23,7 +23,7 @@ import torch
 
 from .. import graph_ops
 from ..errors import GraphError, TracingError
-from ..source_info import format_location, map_location, user_location
+from ..source_info import format_location, user_location
 from ..subgraphs import _check_pred
 from ..symbolic import contains_symbolic, current_graph, dispatch_record, is_symbolic
 from .effects import note_staged_error
@@ -39,9 +39,7 @@ def raise_if(test, parts) -> None:
             error, args = parts()
             raise error if args is None else error(*args)
         return None
-    code = parts.__code__      # (its ``def`` line maps to the user's ``raise``)
-    location = map_location(code.co_filename, code.co_firstlineno) or user_location()
-    where = format_location(location)
+    where = format_location(user_location())     # (the user's ``raise``)
     _check_pred(test, where)
     graph = current_graph()
     before = len(graph.nodes)
@@ -62,9 +60,6 @@ def raise_if(test, parts) -> None:
                         {"layout": text, "error": name})
     else:
         dispatch_record(graph_ops.assert_true, (check, where, message), {"error": name})
-    node = graph.nodes[-1]
-    if node.target is graph_ops.assert_true:    # (recorded at the ``if``: eager's traceback
-        node.location = location                # names the ``raise``)
     note_staged_error(error)
     return None
 

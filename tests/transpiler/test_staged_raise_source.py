@@ -36,10 +36,11 @@ def checked(x, vocab):
 def test_check_with_assignments():
     _golden(checked, '''
         def checked(x, vocab):
+            raise_test = (tg.call(x.max) >= vocab)
             def raise_parts():
                 top = tg.call(x.max)
                 return (ValueError, (tg.fstring('max ', (top, '', ''), ' >= ', (vocab, '', '')),))
-            tg.raise_if((tg.call(x.max) >= vocab), raise_parts)
+            tg.raise_if(raise_test, raise_parts)
             return x
     ''')
 
@@ -61,16 +62,18 @@ def test_elif_chain_and_raise_in_else():
     _golden(chain, '''
         def chain(x):
             y = x
+            raise_test_1 = (x < 0)
             def raise_parts_1():
                 return (ValueError, None)
-            tg.raise_if((x < 0), raise_parts_1)
+            tg.raise_if(raise_test_1, raise_parts_1)
             def if_body(y):
                 y = 10
                 return (y,)
             def else_body(y):
+                raise_test = (x == 5)
                 def raise_parts():
                     return (KeyError, ('five',))
-                tg.raise_if((x == 5), raise_parts)
+                tg.raise_if(raise_test, raise_parts)
                 y = (y + 1)
                 return (y,)
             (y,) = tg.if_stmt((x > 10), if_body, else_body, (y,), ('y',))
@@ -89,9 +92,10 @@ def in_else(x):
 def test_raise_in_else_checks_the_negated_test():
     _golden(in_else, '''
         def in_else(x):
+            raise_test = tg.not_((x > 0))
             def raise_parts():
                 return (RuntimeError, ('non-positive',))
-            tg.raise_if(tg.not_((x > 0)), raise_parts)
+            tg.raise_if(raise_test, raise_parts)
             y = (x * 2)
             return y
     ''')
@@ -179,7 +183,7 @@ def test_converted_under_no_grad_and_in_a_def_a_try_calls():
     assert 'raise_if' in conversion.to_source(in_nested_def_under_try)
 
 
-def test_reads_make_no_cells():
+def test_locations_and_reads_make_no_cells():
     source = conversion.to_source(loop_check)
     assert 'nonlocal' not in source and 'raise_if' in source
 
@@ -216,3 +220,12 @@ def test_python_semantics(fn, cases):
         except Exception as e:  # noqa: BLE001
             got = (type(e), str(e))
         assert got == expected
+
+
+def test_test_on_the_if_line_check_on_the_raise_line():
+    converted = conversion.convert(checked, {'tg': _Tg()})
+    first = checked.__code__.co_firstlineno
+    lines = converted.source.splitlines()
+    where = {text.strip().split(' ')[0]: converted.line_map[i + 1][1]
+             for i, text in enumerate(lines) if i + 1 in converted.line_map}
+    assert where['raise_test'] == first + 1 and where['tg.raise_if(raise_test,'] == first + 3

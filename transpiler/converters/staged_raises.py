@@ -4,11 +4,16 @@ Libraries validate their inputs with a tensor test guarding a ``raise`` (a label
 NaN loss). Traced as an ``if``, both branches run and the raising one stops the trace; as
 a check, the graph raises eager's error when the test holds and otherwise goes on::
 
-    if labels.max() >= vocab:                def raise_parts():
-        m = labels.max()           ->            m = labels.max()
-        raise ValueError(f"{m}")                 return (ValueError, (f"{m}",))
-    y = x * 2                                tg.raise_if(labels.max() >= vocab, raise_parts)
+    if labels.max() >= vocab:                raise_test = labels.max() >= vocab
+        m = labels.max()           ->        def raise_parts():
+        raise ValueError(f"{m}")                 m = labels.max()
+    y = x * 2                                    return (ValueError, (f"{m}",))
+                                             tg.raise_if(raise_test, raise_parts)
                                              y = x * 2
+
+(the test on a line of the ``if``, the check on one of the ``raise``: each error names
+the line eager's traceback would). ``raise_parts`` is marked CALLED_AT_ONCE: the names
+it reads are read right there, so they need no cells (activity).
 
 The other branch follows the check (a raise in the ``else`` branch checks
 ``tg.not_(test)``); ``elif`` chains become one check after another (inner statements are
@@ -30,7 +35,6 @@ import gast
 
 from transpiler.converters import base
 from transpiler.pyct import anno
-from transpiler.pyct import origin
 from transpiler.pyct import templates
 from transpiler.pyct import traversal
 
@@ -167,19 +171,21 @@ class StagedRaiseTransformer(base.Transformer):
             test, rest = base.tg_call('not_', [test], node), node.body
         assignments, parts = staged
         raise_stmt = (node.body if rest is node.orelse else node.orelse)[-1]
-        name = self.ctx.namer.new('raise_parts')
+        namer = self.ctx.namer
+        name, test_name = namer.new('raise_parts'), namer.new('raise_test')
+        # the test on a line of the ``if``, the check on one of the ``raise``: an error in
+        # the test names the one, the raised error (and the graph's check) the other
+        head = templates.replace('test_name = test', node, _owned=('test',),
+                                 test_name=test_name, test=test)
         body = templates.replace('''
             def fn_name():
                 assignments
                 return parts
+            tg.raise_if(test_name, fn_name)
         ''', raise_stmt, _owned=('assignments', 'parts'), fn_name=name,
-            assignments=list(assignments), parts=parts)
+            test_name=test_name, assignments=list(assignments), parts=parts)
         anno.setanno(body[0], anno.Key.CALLED_AT_ONCE, True)    # (its reads make no cells)
-        check = gast.Expr(value=base.tg_call(
-            'raise_if', [test, gast.Name(id=name, ctx=gast.Load(), annotation=None,
-                                         type_comment=None)], node))
-        origin.inherit(check, node)
-        return body + [check] + rest
+        return head + body + rest
 
 
 def transform(node, ctx):
