@@ -76,8 +76,9 @@ class _Miss:
 
 
 MISS = _Miss()
-#: entry functions built per cache entry, at most: a call the ordinary path serves but its
-#: function refuses (a mode the key does not hold, such as a dispatch key) builds no more
+#: builds tried per cache entry, at most (made or refused): a call the ordinary path serves
+#: but its function refuses (a mode the key does not hold, such as a dispatch key), or one
+#: it cannot serve (a namedtuple argument), tries no more
 PER_ENTRY = 8
 _TENSORS = (torch.Tensor, torch.nn.Parameter)
 _SCALARS = (int, bool, str, type(None))
@@ -111,7 +112,7 @@ def _walk(src: _Source, name: str, value) -> bool:
     """Checks and unpacking of ``value`` (held in variable ``name``); False: not built."""
     kind = type(value)
     if kind in _TENSORS:
-        if value.__dict__:
+        if value.__dict__ or value.layout is not torch.strided or value.is_nested:
             return False
         src.leaves.append(name)
         src.tensors.append((name, value))
@@ -169,9 +170,11 @@ def build(entry, args: tuple, kwargs: dict, cache, training=None, held=frozenset
     ``api._Traced`` found for this call now, its guard holding), counting its hits in
     ``cache`` (``SignatureCache``); ``training``: a module's ``TrainingFlags``. None when
     this call is not one it serves (see the module docstring)."""
+    tries = getattr(entry, "inline_tries", 0)
     if TensorGuards is None or entry.writes or entry.argument_refs or \
-            entry.arguments_hold is not None or getattr(entry, "inlined", 0) >= PER_ENTRY:
+            entry.arguments_hold is not None or tries >= PER_ENTRY:
         return None
+    entry.inline_tries = tries + 1
     src = _Source()
     names = [f"a{i}" for i in range(len(args))]
     keywords = [f"k{i}" for i in range(len(kwargs))]
@@ -187,9 +190,12 @@ def build(entry, args: tuple, kwargs: dict, cache, training=None, held=frozenset
         return None
     if src.tensors:
         values = [t for _, t in src.tensors]
-        src.env["tensors"] = TensorGuards(
-            *values, dynamic_dims_sizes=[list(t.shape) for t in values],
-            dynamic_dims_strides=[list(t.stride()) for t in values]).check
+        try:
+            src.env["tensors"] = TensorGuards(
+                *values, dynamic_dims_sizes=[list(t.shape) for t in values],
+                dynamic_dims_strides=[list(t.stride()) for t in values]).check
+        except (RuntimeError, TypeError):       # a tensor it does not take: not built
+            return None
         src.check(" and ".join([f"tensors({', '.join(n for n, _ in src.tensors)})"] + [
             f"{n}.storage_offset() == {t.storage_offset()} and not {n}.__dict__"
             for n, t in src.tensors]))
@@ -208,7 +214,6 @@ def build(entry, args: tuple, kwargs: dict, cache, training=None, held=frozenset
     exec(code, src.env)                 # noqa: S102 -- our own text, from the call's values
     enter = src.env["enter"]
     enter.entry, enter.source = entry, text
-    entry.inlined = getattr(entry, "inlined", 0) + 1
     return enter
 
 

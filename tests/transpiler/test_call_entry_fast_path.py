@@ -187,6 +187,27 @@ def test_a_tensor_with_attributes_or_a_subclass_is_not_served(counter):
     same(counter.served(lambda: f(x, 2.0)), affine(x, 2.0))
 
 
+def test_sparse_and_unsupported_arguments_still_equal_eager(counter):
+    import collections
+    Pair = collections.namedtuple("Pair", "a b")
+
+    def f(x, p):
+        return x * p.a + p.b
+    g = to_graph(f)
+    x = torch.randn(3)
+    for _ in range(call_entry.PER_ENTRY + 3):
+        same(counter.sent_on(lambda: g(x, Pair(2.0, 1.0))), f(x, Pair(2.0, 1.0)))
+    entry, = g._entries.values()
+    assert g._entries.inline == () and entry.inline_tries == call_entry.PER_ENTRY
+    s = torch.eye(3).to_sparse()
+    h = to_graph(lambda m, v: torch.sparse.mm(m, v))
+    v = torch.randn(3, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            same(h(s, v), torch.sparse.mm(s, v))
+
+
 # ------------------------------------------------------------------------------- modes
 def test_grad_mode_default_dtype_and_autocast_are_checked(counter):
     def f(x, w):
