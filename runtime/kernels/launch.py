@@ -58,6 +58,9 @@ class FusedKernel:
         self._fast: Optional[Callable] = None   # the generated launcher, made on first use
         self._predicate: Optional[Callable] = None
         self._parallel_min = max(4096, 262144 // max(1, spec.cost()))
+        # a max/min over an empty row is an error in eager (no identity): such a call runs
+        # the torch ops, which raise it, where the C loop would give -inf/inf
+        self._empty_raises = any(step.reduce in ("amax", "amin") for step in spec.steps)
         self.__name__ = name
 
     # ---------------------------------------------------------------- binding
@@ -84,7 +87,11 @@ class FusedKernel:
     def _launchable(self) -> bool:
         """Compiled, over static shapes: a generated launcher can serve it."""
         return self._c is not None and self._out_shape is not None and \
-            None not in self._in_shapes
+            None not in self._in_shapes and not self._empty_rows(self._out_shape)
+
+    def _empty_rows(self, shape) -> bool:
+        """A max/min reduction over rows of no elements (eager raises; see __init__)."""
+        return self._empty_raises and _sizes(shape, self._split)[1] == 0
 
     @property
     def launcher(self) -> Callable:
@@ -126,6 +133,9 @@ class FusedKernel:
     # ---------------------------------------------------------------- calling
     def __call__(self, *xs, out=None):
         plain = self._c is not None and all(x.is_cpu and x.is_contiguous() for x in xs)
+        if plain and self._empty_raises:
+            plain = not self._empty_rows(self._out_shape if self._out_shape is not None else
+                                         broadcast_shape([x.shape for x in xs]))
         if not plain or (self._differentiable and torch.is_grad_enabled() and
                          any(x.requires_grad for x in xs)):
             # no kernel, another device, autograd, or an input whose layout eager's result
