@@ -171,9 +171,19 @@ def walrus_not_first(xs):
     return i
 
 
+def walrus_behind_and_or(xs):
+    m, k = -1, -2      # (if/elif tests: the later operands become statements)
+    if len(xs) > 1 and (m := xs[1]) > 0 and (k := m * 2) < 10:
+        return m, k
+    elif len(xs) == 0 or (k := xs[0]) > 3:
+        return k, 0
+    return m, k
+
+
 CASES = [
     (walrus_test, [([],), ([2, 3, 4, -1],), ([1, 10, 2],), ([3, 5],)]),
     (walrus_not_first, [([],), ([1, 2, 0, 3],), ([1, 2],)]),
+    (walrus_behind_and_or, [([],), ([1, 2],), ([1, 7],), ([5, -1],), ([1, -1],), ([9],)]),
     (branches, [(3,), (-7,), (-1,)]),
     (while_break_continue, [(0,), (5,), (30,)]),
     (for_else, [([1, 2, 3],), ([1, -1, 3],), ([],)]),

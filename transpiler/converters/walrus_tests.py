@@ -1,4 +1,7 @@
-"""A ``while`` whose test binds a name (``:=``) evaluated first: the binding moves out.
+"""Tests that bind a name (``:=``): the binding moves out of the test.
+
+An ``if`` whose ``and``/``or`` chain binds in an operand after the first evaluates those
+operands by statements (``visit_If``); a ``while`` whose test binds first:
 
     while (s := f(x)) < 20:              s = f(x)
         body                      ->     while s < 20:
@@ -20,6 +23,7 @@ import copy
 import gast
 
 from transpiler.converters import base
+from transpiler.pyct import templates
 from transpiler.pyct import traversal
 
 
@@ -76,6 +80,30 @@ class WalrusTestTransformer(base.Transformer):
         node.body = [s for stmt in node.body for s in _as_list(continues.visit(stmt))]
         node.body.append(_assign(named))
         return [before, node]
+
+
+    def visit_If(self, node):
+        """``if A and (m := B) > 1:`` -> ``t = A``, ``if t: t = (m := B) > 1``, ``if t:``
+        (``or``: ``if not t``): each operand after the first is evaluated by a statement
+        when the ones before let it, as ``and``/``or`` would, so its ``:=`` binds in the
+        function (in a lambda, as converted operands are, it would bind there)."""
+        node = self.generic_visit(node)
+        test = node.test
+        if not isinstance(test, gast.BoolOp) or not any(
+                isinstance(n, gast.NamedExpr) for v in test.values[1:] for n in traversal.walk(v)):
+            return node
+        flag = self.ctx.namer.new('test')
+        load = gast.Name(id=flag, ctx=gast.Load(), annotation=None, type_comment=None)
+        rest = []
+        for value in reversed(test.values[1:]):
+            keep = copy.deepcopy(load) if isinstance(test.op, gast.And) else base.not_(flag)
+            step = templates.replace('if keep:\n    flag = value', value, keep=keep, flag=flag,
+                                     value=value)
+            step[0].body += rest
+            rest = step
+        node.test = gast.copy_location(load, test)
+        return templates.replace('flag = value', test, flag=flag, value=test.values[0]) + \
+            rest + [node]
 
 
 def _as_list(result):
