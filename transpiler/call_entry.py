@@ -51,7 +51,7 @@ difference and nothing is built. Without torch's ``TensorGuards`` nothing is bui
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import torch
 import torch.autograd.forward_ad as forward_ad
@@ -226,8 +226,3 @@ def _same_leaves(src: _Source, args, kwargs, held) -> bool:
     except Exception:       # noqa: BLE001 - a structure the lines do not unpack
         return False
     return len(flat) == len(src.leaves) and all(got[n] is v for n, v in zip(src.leaves, flat))
-
-
-def entry_of(enter) -> Optional[Any]:
-    """The cache entry an entry function serves."""
-    return getattr(enter, "entry", None)
