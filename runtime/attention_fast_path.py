@@ -182,4 +182,6 @@ def fast_path_rows(out, attn_mask, key_padding_mask, heads: int,
     if not takes_fast_path(tensors):
         return out
     rows = fully_masked(attn_mask, key_padding_mask, heads, out.shape[1])   # (batch|1, q|1)
+    if not rows.any():
+        return out                      # (no such row: no copy)
     return out.masked_fill(rows.transpose(0, 1).unsqueeze(-1), float("nan"))
