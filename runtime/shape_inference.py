@@ -20,7 +20,7 @@ from typing import Any, Dict, NamedTuple, Optional
 
 import torch
 
-from . import graph_ops, value_bounds
+from . import graph_ops, size_probes, value_bounds
 from .errors import GraphError
 from .meta import TensorMeta
 from .ops import is_inplace
@@ -43,16 +43,22 @@ def strict_dims():
     size; when the op fails there, ``GraphError`` (it holds only at the sizes it was
     traced with), where outside a failing probe leaves a guess: the dimensions equal to
     an example size are dynamic."""
-    before = getattr(_STRICT, "on", False)
-    _STRICT.on = True
+    before = getattr(_STRICT, "on", False), getattr(_STRICT, "shifted", False)
+    _STRICT.on, _STRICT.shifted = True, size_probes.take_pending()
+    size_probes.clear_failure()
     try:
         yield
     finally:
-        _STRICT.on = before
+        _STRICT.on, _STRICT.shifted = before
 
 
 def _strict() -> bool:
     return getattr(_STRICT, "on", False)
+
+
+def _probes():
+    """``(scale, grow)`` of the sizes a strict trace proves an op at (``size_probes``)."""
+    return size_probes.probes(getattr(_STRICT, "shifted", False))
 
 
 class Inferred(NamedTuple):
@@ -294,19 +300,47 @@ def _proven(func, args, kwargs, dynamic):
     keeps the sizes derived from one another consistent (a batch of 3 flattened with 16
     positions is 48 rows; doubled, 96 rows for a batch of 6, where one bigger would
     give 49 and 4), and moves what follows a size (a stride-2 conv's ``(n - 1) // 2 + 1``
-    is 2 at 3 and 4, 3 at 6). ``GraphError`` when the op does not hold there: it holds
-    only at the sizes it was traced with."""
-    resize = {}
-    for t in dynamic:
-        dims = _symbolic_meta(t).shape
-        resize[id(t)] = [2 * s if d is None else s for s, d in zip(t.shape, dims)]
-    try:
+    is 2 at 3 and 4, 3 at 6). A shifted trace also probes them all grown by the same
+    amount (``size_probes``). ``GraphError`` when the op holds at no probe: it holds only
+    at the sizes it was traced with."""
+    def at(probe):
+        scale, grow = probe
+        resize = {}
+        for t in dynamic:
+            dims = _symbolic_meta(t).shape
+            resize[id(t)] = [s * scale + grow if d is None else s
+                             for s, d in zip(t.shape, dims)]
         margs, mkwargs = _to_meta_args(args, kwargs, resize)
         return _run_any(func, margs, mkwargs).meta
-    except Exception as e:
-        raise GraphError(f"{getattr(func, '__name__', func)} holds only at the sizes it was "
-                         f"traced with: it cannot serve other sizes of a dynamic dimension "
-                         f"({type(e).__name__}: {e})") from None
+    return _at_probes(func, at)
+
+
+def _at_probes(func, at):
+    """``at(probe)`` merged over the strict probes where it holds (``size_probes.merge``);
+    when none holds, ``GraphError``, noting whether a shifted probe would have held."""
+    seconds, error = [], None
+    probes = _probes()
+    for probe in probes:
+        try:
+            meta = at(probe)
+        except Exception as e:  # noqa: BLE001,PERF203 - the next probe
+            error = e
+            continue
+        if meta is not None:
+            seconds.append(meta)
+    if seconds:
+        return size_probes.merge(seconds)
+    shifted = None
+    if size_probes.SHIFTED not in probes:
+        try:
+            shifted = at(size_probes.SHIFTED)
+        except Exception:  # noqa: BLE001 - no shift holds either
+            shifted = None
+    size_probes.note_failure(shifted is not None)
+    detail = f" ({type(error).__name__}: {error})" if error is not None else ""
+    raise GraphError(f"{getattr(func, '__name__', func)} holds only at the sizes it was "
+                     f"traced with: it cannot serve other sizes of a dynamic dimension"
+                     f"{detail}") from None
 
 
 # ops whose output size is the least of an input size and a bound: ``x[:4]`` has 4 rows
@@ -544,12 +578,8 @@ def _infer_sized(func, args, kwargs, sizes, error) -> Inferred:
             return _run_any(func, margs, mkwargs).meta
         except Exception:  # noqa: BLE001 - then other values for the sizes alone
             return None
-    if _strict():       # doubled, as _proven does; no guess when that does not hold
-        second = grown_by(0, scale=2)
-        if second is None:
-            raise GraphError(f"{getattr(func, '__name__', func)} holds only at the sizes it "
-                             f"was traced with: it cannot serve other sizes of a dynamic "
-                             f"dimension")
+    if _strict():       # at the probes _proven uses; no guess when none holds
+        second = _at_probes(func, lambda probe: grown_by(probe[1], scale=probe[0]))
         _same_count(first.meta, second, func)
         if func in _CLAMPING or func in _COUNTED:
             second = _at_one(first.meta, second, grown_by(1, scale=0), func)
@@ -595,7 +625,7 @@ def _infer(func, args, kwargs) -> Inferred:
             key = (func, _key_leaf(tuple(args)), _key_leaf(dict(kwargs))) if flat is None \
                 else (func,) + flat
             if _strict():
-                key += ("strict dims",)
+                key += ("strict dims", getattr(_STRICT, "shifted", False))
             hit = _CACHE.get(key)
             if hit is not None:
                 return hit

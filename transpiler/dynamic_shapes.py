@@ -24,7 +24,12 @@ contiguously take dynamic dims (a trace answers ``stride()`` for a default layou
 A dynamic trace that fails (the code needs a size as a Python number: ``len(x)``, an op
 whose shape cannot be proven for other sizes, ``runtime.shape_inference.strict_dims``)
 is not a fallback: the call is traced static, and its pattern is remembered as refused
-(no retry on every call). State is per ``GraphFunction``; calls that miss the exact
+(no retry on every call). When the probe that refused it would have held with every
+dynamic size grown by the same amount (``runtime.size_probes``: a mask one longer than a
+KV cache, ``S + 1`` against ``S``, where doubling gives ``2S + 2`` against a computed
+``2S + 1``), the pattern is traced *shifted* instead: that graph serves only calls whose
+dynamic sizes keep the traced offsets from the least of them (its key holds them; at
+most ``MAX_SHIFTED`` such graphs per pattern, then static traces). State is per ``GraphFunction``; calls that miss the exact
 signature update it, one thread at a time (the object's lock: a thread reading the
 groups never sees another change them); two threads racing at most trace one pattern
 twice, under the trace lock one after the other.
@@ -37,6 +42,12 @@ from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Set, Tuple
 import torch
 import torch.utils._pytree as pytree
 
+from runtime import size_probes
+
+# shifted graphs (offsets guarded) per pattern: sizes unrelated to one another give new
+# offsets on every call, each a trace; past this many the calls are traced static
+MAX_SHIFTED = 4
+
 
 class Plan(NamedTuple):
     """A dynamic trace for a call: ``key`` (the pattern, an ``_entries`` key) and
@@ -44,6 +55,7 @@ class Plan(NamedTuple):
     key: tuple
     dims: Dict[int, Tuple[int, ...]]
     reuse: tuple = ()       # wider patterns whose graph, traced before, serves it too
+    shifted: bool = False   # probed shifted: serves only the traced offsets (key holds them)
 
 
 def _contiguous(t: torch.Tensor) -> bool:
@@ -122,6 +134,7 @@ class _Group:
         self.refused: Set[tuple] = set()              # patterns whose trace failed
         self.blocked: Set[Tuple[int, int]] = set()    # (leaf, dim) never dynamic again
         self.asked: Set[Tuple[int, int]] = set()      # wanted by dynamic=, not seen to change
+        self.shiftable: Dict[tuple, Set[tuple]] = {}  # refused pattern -> its shifted keys
 
 
 class DynamicShapes:
@@ -137,6 +150,9 @@ class DynamicShapes:
         """The dynamic entry that serves a call with no exact entry, or None: trace it
         static. Notes the call's sizes (automatic mode). ``arguments``: a callable giving
         ``argument_leaves`` (needed on the first call only)."""
+        return _expected(self._plan(key, flat, arguments))
+
+    def _plan(self, key: tuple, flat, arguments) -> Optional[Plan]:
         with self._lock:
             if self.option is False:
                 return None
@@ -182,22 +198,36 @@ class DynamicShapes:
                 reuse = () if pattern in group.refused else (pattern,)
                 dims, pattern = narrow, _pattern(key, flat, narrow)
                 if pattern in group.refused:
-                    return None
+                    return _shifted(group, pattern, flat, dims)
                 return Plan(pattern, dims, reuse)
             if pattern in group.refused:
-                return None
+                return _shifted(group, pattern, flat, dims)
             return Plan(pattern, dims)
 
     def refuse(self, plan: Plan, key: tuple, flat) -> Optional[Plan]:
         """``plan``'s trace failed: calls of its pattern are traced static from now on.
-        When it had dims besides the first of each tensor (a feature or sequence dim the
-        code needs as traced: ``Linear``'s input width), those are never dynamic again in
-        this group, and the plan with the first dims alone (the batch) is returned to try."""
+        When a probe refused it that a shift of every dynamic size would have passed (a
+        mask one longer than a cache), the shifted plan is returned to try (its graph
+        serves the calls whose sizes keep the traced offsets). Else, when it had dims
+        besides the first of each tensor (a feature or sequence dim the code needs as
+        traced: ``Linear``'s input width), those are never dynamic again in this group,
+        and the plan with the first dims alone (the batch) is returned to try."""
+        return _expected(self._refuse(plan, key, flat))
+
+    def _refuse(self, plan: Plan, key: tuple, flat) -> Optional[Plan]:
         with self._lock:
             group = self._groups.get(_erase(key, flat, _tensors(flat)))
             if group is None:
                 return None
             group.refused.add(plan.key)
+            base = _unshifted(plan.key) if plan.shifted else plan.key
+            if plan.shifted:
+                group.shiftable.pop(base, None)         # no shifted graph for it again
+            elif size_probes.failed_by_offset() and len(set(_sizes(flat, plan.dims))) > 1:
+                group.shiftable[base] = set()
+                shifted = _shifted(group, base, flat, plan.dims)
+                if shifted is not None:
+                    return shifted
             others = {(i, d) for i, ds in plan.dims.items() for d in ds if d != 0}
             if not others:
                 return None
@@ -228,6 +258,42 @@ class DynamicShapes:
         traced with dynamic dims (a leaf's dims in any of them)."""
         with self._lock:
             return {i: sorted(ds) for i, ds in sorted(self._traced.items())}
+
+
+def _expected(plan: Optional[Plan]) -> Optional[Plan]:
+    """``plan``, its probes told to the trace that may follow in this thread."""
+    size_probes.expect_shifted(plan is not None and plan.shifted)
+    return plan
+
+
+def _sizes(flat, dims: Dict[int, Tuple[int, ...]]) -> List[int]:
+    """The call's sizes of ``dims``, in the order ``_pattern`` lists them."""
+    return [flat[i].shape[d] for i, ds in sorted(dims.items()) for d in ds]
+
+
+def _shifted(group: _Group, pattern: tuple, flat, dims) -> Optional[Plan]:
+    """The shifted plan for a call whose ``pattern`` was refused by an offset (its key:
+    the pattern's mark ("dynamic", classes) with each dynamic size's offset from the
+    least added), or None: trace static."""
+    tried = group.shiftable.get(pattern)
+    if tried is None:
+        return None
+    sizes = _sizes(flat, dims)
+    shifted = pattern[:-1] + (pattern[-1] + (offsets(sizes),),)
+    if shifted in group.refused or shifted not in tried and len(tried) >= MAX_SHIFTED:
+        return None
+    tried.add(shifted)
+    return Plan(shifted, dims, shifted=True)
+
+
+def offsets(sizes: List[int]) -> Tuple[int, ...]:
+    """Each size's offset from the least: what a shifted graph's calls keep."""
+    low = min(sizes)
+    return tuple(s - low for s in sizes)
+
+
+def _unshifted(key: tuple) -> tuple:
+    return key[:-1] + (key[-1][:2],)
 
 
 def _erase(key: tuple, flat, tensors: List[int]) -> tuple:

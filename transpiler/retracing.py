@@ -88,9 +88,10 @@ def _is_call_modes(item) -> bool:
 def dynamic_mark(key):
     """(``key`` without the mark of a dynamic trace's key, the mark or None): a dynamic
     trace's key (``dynamic_shapes``) has its dynamic sizes None, their layouts
-    "contiguous" and a last item ("dynamic", which of those sizes were equal)."""
+    "contiguous" and a last item ("dynamic", which of those sizes were equal), for a
+    shifted trace also their offsets from the least."""
     last = key[-1] if key else None
-    if isinstance(last, tuple) and len(last) == 2 and last[0] == "dynamic":
+    if isinstance(last, tuple) and len(last) in (2, 3) and last[0] == "dynamic":
         return key[:-1], last
     return key, None
 
@@ -137,8 +138,12 @@ def serves(traced, key) -> bool:
                 and all(x is None or x == y for x, y in zip(a[1], b[1]))):
             return False
         sizes += [y for x, y in zip(a[1], b[1]) if x is None]
+    if not sizes:
+        return True
+    if len(mark) == 3 and tuple(s - min(sizes) for s in sizes) != mark[2]:
+        return False
     first: Dict[int, int] = {}
-    return tuple(first.setdefault(s, len(first)) for s in sizes) == mark[1] or not sizes
+    return tuple(first.setdefault(s, len(first)) for s in sizes) == mark[1]
 
 
 def changes(names: List[str], old, new) -> List[Tuple[str, str]]:
