@@ -268,10 +268,6 @@ case("embeddingbag_padding_last_offset",
               (torch.tensor([0, 0, 2]), torch.tensor([0, 2, 2, 3]))])
 
 # ------------------------------------------------------------------------------ RNNs
-_seq = lambda *s: (lambda: [(R(*s),), (R(*s[:-2], s[-2] + 2, s[-1]) if len(s) == 3 else R(*s),),
-                            (R(*s),)])
-
-
 def _rnn_inputs(bf, feat=4):
     shapes = [(5, 3), (7, 2), (4, 1)]
     return lambda: [(R(b, t, feat) if bf else R(t, b, feat),) for t, b in shapes]
@@ -1049,3 +1045,268 @@ case("conv_channels_last_between_calls", lambda: nn.Conv2d(2, 3, 3), _img(),
      before={1: lambda m: m.to(memory_format=torch.channels_last)})
 case("dropout_inplace", lambda: nn.Dropout(0.5, inplace=True), _drop_in(5),
      combos=("module-eval-nograd", "function-train-nograd"))
+
+# ------------------------------------------- RNG objects, plain tensors, checkpointing
+class WithGenerator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.gen = torch.Generator().manual_seed(123)
+
+    def forward(self, x):
+        noise = torch.randn(x.shape, generator=self.gen)
+        keep = torch.rand(x.shape[0], 1, generator=self.gen) > 0.3
+        return self.lin(x + noise) * keep
+
+
+def _reseed(m):
+    m.gen.manual_seed(5)
+
+
+case("generator_attribute", WithGenerator, _x4, before={2: _reseed})
+
+
+def sampling_ops(self, x):
+    probs = x.softmax(-1)
+    idx = torch.multinomial(probs, 2)
+    b = torch.bernoulli(probs)
+    g = F.gumbel_softmax(x, tau=0.5, hard=True)
+    return idx, b, g, torch.randn_like(x), torch.randint_like(x, 5)
+
+
+case("sampling_ops", lambda: prog(sampling_ops), _x4)
+
+
+def seeded_forward(self, x):
+    torch.manual_seed(42)
+    return F.dropout(self.lin(x), 0.5, True), torch.rand(3)
+
+
+case("manual_seed_in_forward", lambda: prog(seeded_forward, lin=nn.Linear(4, 4)), _x4)
+
+
+def fork_rng_forward(self, x):
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        a = torch.rand(2)
+    return self.lin(x) + a.sum(), torch.rand(2)
+
+
+case("fork_rng_in_forward", lambda: prog(fork_rng_forward, lin=nn.Linear(4, 4)), _x4)
+
+
+class PlainTensorAttr(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+        self.scale = torch.tensor([1.0, 2.0, 3.0])      # neither parameter nor buffer
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def _fill_scale(m):
+    m.scale.fill_(5.0)
+
+
+def _new_scale(m):
+    m.scale = torch.tensor([0.5, -1.0, 2.0])
+
+
+case("plain_tensor_attribute_changed_in_place", PlainTensorAttr, _x4, before={1: _fill_scale})
+case("plain_tensor_attribute_reassigned", PlainTensorAttr, _x4, before={1: _new_scale})
+
+
+class Config:
+    def __init__(self):
+        self.use_gate = True
+        self.eps = 1e-5
+        self.extra = {"mult": 2.0}
+
+
+class Configured(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.config = Config()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        if self.config.use_gate:
+            y = y * torch.sigmoid(y)
+        return y * self.config.extra["mult"] + self.config.eps
+
+
+def _cfg(m):
+    m.config.use_gate = False
+    m.config.extra["mult"] = -1.0
+
+
+case("config_object_changed_between_calls", Configured, _x4, before={1: _cfg})
+
+
+def checkpointed(self, x):
+    h = torch.utils.checkpoint.checkpoint(self.block, x, use_reentrant=False)
+    return self.out(h)
+
+
+case("activation_checkpoint_with_dropout",
+     lambda: prog(checkpointed, block=nn.Sequential(nn.Linear(4, 6), nn.Dropout(0.3), nn.GELU()),
+                  out=nn.Linear(6, 2)), _x4)
+
+
+def flatten_params_lstm(self, x):
+    self.lstm.flatten_parameters()
+    return self.lstm(x)[0]
+
+
+case("lstm_flatten_parameters_in_forward", lambda: prog(flatten_params_lstm, lstm=nn.LSTM(4, 3)),
+     lambda: [(R(3, 2, 4),), (R(3, 2, 4),)])
+
+
+def tied(self, idx):
+    h = self.emb(idx).mean(1)
+    return self.dec(h)
+
+
+def _tied():
+    m = prog(tied, emb=nn.Embedding(10, 4), dec=nn.Linear(4, 10, bias=False))
+    m.dec.weight = m.emb.weight
+    return m
+
+
+case("tied_weights", _tied, _emb_idx, grad_inputs=False)
+
+
+def emb_twice_max_norm(self, idx):
+    a = self.emb(idx)
+    with torch.no_grad():
+        self.emb.weight[idx[0, 0]] *= 4
+    return a, self.emb(idx)
+
+
+case("embedding_max_norm_twice_with_in_place_edit",
+     lambda: prog(emb_twice_max_norm, emb=_emb_max_norm()), _emb_idx, grad_inputs=False)
+
+
+def vec_to_params(self, x, v):
+    nn.utils.vector_to_parameters(v, self.lin.parameters())
+    return self.lin(x)
+
+
+case("vector_to_parameters_in_forward", lambda: prog(vec_to_params, lin=nn.Linear(2, 2)),
+     lambda: [(R(3, 2), R(6)), (R(3, 2), R(6))], grad_inputs=False)
+
+
+def grad_mode_branch(self, x):
+    y = self.lin(x)
+    if torch.is_grad_enabled() and self.training:
+        y = y + 1
+    if torch.compiler.is_compiling():
+        y = y * 100
+    return y
+
+
+case("branch_on_grad_mode_and_is_compiling", lambda: prog(grad_mode_branch, lin=nn.Linear(4, 4)),
+     _x4)
+
+
+def default_dtype_read(self, x):
+    return x.to(torch.get_default_dtype()) + torch.ones(x.shape[-1])
+
+
+case("get_default_dtype_read_some_calls", lambda: prog(default_dtype_read), _x4,
+     around={1: _float64_default})
+
+
+class EmaTeacher(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.student = nn.Linear(4, 4)
+        self.teacher = nn.Linear(4, 4)
+
+    @torch.no_grad()
+    def update(self):
+        for t, s in zip(self.teacher.parameters(), self.student.parameters()):
+            t.mul_(0.9).add_(s, alpha=0.1)
+
+    def forward(self, x):
+        if self.training:
+            self.update()
+        return self.student(x), self.teacher(x)
+
+
+case("no_grad_decorated_method_ema", EmaTeacher, _x4)
+
+
+def enable_grad_inside(self, x):
+    with torch.enable_grad():
+        x = x.detach().requires_grad_(True)
+        y = self.lin(x).pow(2).sum()
+        (gx,) = torch.autograd.grad(y, x)
+    return gx
+
+
+case("enable_grad_inside_forward", lambda: prog(enable_grad_inside, lin=nn.Linear(4, 4)), _x4,
+     grad_inputs=False)
+
+
+
+case("embeddingbag_max_norm", lambda: _scaled(nn.EmbeddingBag(10, 3, mode="sum", max_norm=1.0)),
+     _bag_offsets)
+
+
+def _scaled(m):
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(3.0)
+    return m
+
+
+def adaptive_log_softmax(self, x, target):
+    out = self.asm(x, target)
+    return out.output, out.loss, self.asm.log_prob(x), self.asm.predict(x)
+
+
+case("adaptive_log_softmax_with_loss",
+     lambda: prog(adaptive_log_softmax, asm=nn.AdaptiveLogSoftmaxWithLoss(6, 10, [4, 8], div_value=2.0)),
+     lambda: [(R(5, 6), I(10, 5)), (R(3, 6), torch.tensor([0, 9, 5])), (R(4, 6), torch.tensor([1, 2, 3, 0]))])
+
+
+def grid_sample_prog(self, x, theta):
+    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+
+
+case("affine_grid_sample", lambda: prog(grid_sample_prog),
+     lambda: [(R(2, 3, 5, 6), R(2, 2, 3) * 0.3), (R(1, 3, 4, 4), R(1, 2, 3) * 0.3)])
+
+
+def _assign_param(m):
+    with torch.no_grad():
+        m.weight = torch.eye(4) * 2       # parametrize: right_inverse, original updated in place
+
+
+def _param_sym_inv():
+    lin = nn.Linear(4, 4)
+    nn.utils.parametrize.register_parametrization(lin, "weight", SymmetricInv())
+    return lin
+
+
+class SymmetricInv(Symmetric):
+    def right_inverse(self, w):
+        return w.triu()
+
+
+case("parametrization_assigned_between_calls", _param_sym_inv, _x4, before={1: _assign_param})
+case("old_spectral_norm_hook", lambda: nn.utils.spectral_norm(nn.Linear(4, 3)), _x4)
+
+
+def functional_call_prog(self, x, w, b):
+    return torch.func.functional_call(self.lin, {"weight": w, "bias": b}, (x,)) + self.lin(x)
+
+
+case("functional_call_params_argument", lambda: prog(functional_call_prog, lin=nn.Linear(3, 2)),
+     lambda: [(R(2, 3), R(2, 3), R(2)), (R(4, 3), R(2, 3), R(2)), (R(2, 3), R(2, 3), R(2))])
+case("instancenorm_single_spatial_error", lambda: nn.InstanceNorm1d(3, track_running_stats=True),
+     lambda: [(R(2, 3, 4),), (R(2, 3, 1),), (R(2, 3, 5),)])
