@@ -965,16 +965,15 @@ def _autocast():
     return torch.autocast("cpu", dtype=torch.bfloat16)
 
 
-def _float64_default():
-    @contextlib.contextmanager
-    def ctx():
-        old = torch.get_default_dtype()
+class _Float64Default:
+    """torch.set_default_dtype(torch.float64) for one call, as a user might around it."""
+
+    def __enter__(self):
+        self.old = torch.get_default_dtype()
         torch.set_default_dtype(torch.float64)
-        try:
-            yield
-        finally:
-            torch.set_default_dtype(old)
-    return ctx()
+
+    def __exit__(self, *exc):
+        torch.set_default_dtype(self.old)
 
 
 def lin_plus_new(self, x):
@@ -983,7 +982,7 @@ def lin_plus_new(self, x):
 
 _lin3 = lambda: prog(lin_plus_new, lin=nn.Linear(4, 3))
 case("autocast_cpu_bf16_some_calls", _lin3, _x4, around={1: _autocast, 3: _autocast})
-case("default_dtype_float64_some_calls", _lin3, _x4, around={1: _float64_default})
+case("default_dtype_float64_some_calls", _lin3, _x4, around={1: _Float64Default})
 case("inference_mode_some_calls", lambda: prog(bn_prog, bn=nn.BatchNorm1d(4)), _x4,
      around={1: torch.inference_mode}, combos=("module-train-grad", "function-eval-grad"))
 
@@ -1216,7 +1215,7 @@ def default_dtype_read(self, x):
 
 
 case("get_default_dtype_read_some_calls", lambda: prog(default_dtype_read), _x4,
-     around={1: _float64_default})
+     around={1: _Float64Default})
 
 
 class EmaTeacher(nn.Module):
