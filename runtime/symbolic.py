@@ -811,4 +811,5 @@ def tracing(graph: Graph):
         size_text.check_consumed(graph)
     finally:
         graph.traced_by = None
+        graph.__dict__.pop("made_iterators", None)  # (operators.outside_iterators: its)
         torch._C._set_grad_enabled(grad)

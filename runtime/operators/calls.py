@@ -27,8 +27,8 @@ from ..path_values import check_call
 from ..region_effects import refuse_unseen_call
 from ..source_info import format_location, user_location
 from ..symbolic import contains_symbolic, current_graph, is_symbolic
-from . import (custom_functions, module_hooks, torch_checks, torchscript_calls,
-               truth_builtins)
+from . import (custom_functions, module_hooks, outside_iterators, torch_checks,
+               torchscript_calls, truth_builtins)
 from .effects import print_, torch_assert
 from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicReversed,
                         TensorList, is_symbolic_iterable, length_of, zip_of)
@@ -351,9 +351,12 @@ def call(f, *args, **kwargs):
     target = _converted(f)
     check_call(f if target is f else target, args, kwargs, target is not f)
     if target is f and current_graph() is not None:
+        outside_iterators.refuse(f, args, kwargs)      # next(data) of the caller's: before
         with watch_seed(f):
             try:
-                return f(*args, **kwargs)
+                result = f(*args, **kwargs)
+                outside_iterators.note_made(result, f, args, kwargs)
+                return result
             except TypeError:
                 flags = flag_arguments.flags_in((None,) + args, kwargs)
                 if not flags:   # (a run-time bool where torch needs a real one: per value)

@@ -33,7 +33,7 @@ from ..tensor_list import TensorList, note_converted, stack_list
 from .cells import restoring_cells
 from .decisions import _LISTENERS, note
 from .iterables import _RangeSource, as_source, is_symbolic_iterable
-from . import state_aliases
+from . import outside_iterators, state_aliases
 from .object_state import object_states, unwrap_state, wrap_state, wrapping
 from .fresh_loop_objects import adopting, settle
 from .special_values import Undefined
@@ -81,6 +81,7 @@ def for_stmt(iterable, extra_test, body, state, names):
         return _staged_for(as_source(iterable), extra_test, body, state, names)
     if isinstance(iterable, range):
         return _python_range_for(iterable, extra_test, body, state, names)
+    outside_iterators.refuse_loop(iterable)     # (the caller's generator: before a step)
     iterator = iter(iterable)
     runs = 0
     for item in iterator:

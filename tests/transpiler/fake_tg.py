@@ -97,6 +97,11 @@ def call(f, *args, **kwargs):
 
 
 @_count
+def iterated(iterable):
+    return iterable
+
+
+@_count
 def assert_stmt(test, msg_fn):
     if not test:
         raise AssertionError(msg_fn()) if msg_fn is not None else AssertionError()

@@ -1,6 +1,8 @@
 """Every call ``f(a, *b, k=c, **d)`` -> ``tg.call(f, a, *b, k=c, **d)``; method calls too
 (``tg.call(x.sum, dim=1)``).
 
+What a comprehension's ``for`` iterates: ``tg.iterated(it)`` (see visit_GeneratorExp).
+
 Left alone: calls that inspect their caller's frame (``locals()``, ``globals()``, ``vars()``,
 ``eval``, ``exec``, ``super``). A zero-argument ``super()`` becomes
 ``super(__class__, <first parameter>)`` so that it also works inside body functions.
@@ -28,8 +30,16 @@ class CallTransformer(base.Transformer):
     def visit_GeneratorExp(self, node):
         # A generator expression stays lazy (no body function), but its calls go through
         # tg.call like any other: print/warnings/logging in it were run once, at trace time,
-        # and then dropped from the graph; user functions in it ran unconverted.
-        return self.generic_visit(node)
+        # and then dropped from the graph; user functions in it ran unconverted. So do a
+        # set or dict comprehension's, and what each ``for`` of it iterates goes through
+        # tg.iterated (``{k: v for k, v in it}`` or ``next(it)`` in it, of the caller's
+        # iterator: refused before it runs).
+        node = self.generic_visit(node)
+        for gen in node.generators:
+            gen.iter = base.tg_call('iterated', [gen.iter], gen.iter)
+        return node
+
+    visit_SetComp = visit_DictComp = visit_GeneratorExp
 
     def visit_Call(self, node):
         node = self.generic_visit(node)
