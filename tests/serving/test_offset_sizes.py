@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from runtime import size_probes
 from transpiler import to_graph
 from transpiler.dynamic_shapes import DynamicShapes
+from transpiler.retracing import serves
 
 from tests.e2e.e2e_helpers import assert_same
 
@@ -138,6 +139,8 @@ def test_plan_keys_hold_offsets():
     other, _, _ = plan(9, 2)
     assert again.key == shifted.key and again.shifted
     assert other.key != shifted.key and other.shifted
+    # what the retrace messages and ``explain`` take the graph to serve: the same offsets
+    assert serves(shifted.key, plan(20, 1)[1]) and not serves(shifted.key, plan(20, 3)[1])
     assert size_probes.take_pending()       # the trace that follows is probed shifted
     assert not size_probes.take_pending()
 
