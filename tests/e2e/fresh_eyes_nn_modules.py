@@ -1309,3 +1309,62 @@ case("functional_call_params_argument", lambda: prog(functional_call_prog, lin=n
      lambda: [(R(2, 3), R(2, 3), R(2)), (R(4, 3), R(2, 3), R(2)), (R(2, 3), R(2, 3), R(2))])
 case("instancenorm_single_spatial_error", lambda: nn.InstanceNorm1d(3, track_running_stats=True),
      lambda: [(R(2, 3, 4),), (R(2, 3, 1),), (R(2, 3, 5),)])
+
+
+# ------------------------------------------- eval-mode conv + batchnorm, state changed
+def conv_bn_relu(self, x):
+    return self.bn(self.conv(x)).relu()
+
+
+def _conv_bn():
+    m = prog(conv_bn_relu, conv=nn.Conv2d(2, 4, 3, padding=1), bn=nn.BatchNorm2d(4))
+    with torch.no_grad():
+        m.bn.running_mean.uniform_(-1, 1)
+        m.bn.running_var.uniform_(0.5, 2.0)
+        m.bn.weight.uniform_(0.5, 1.5)
+    return m
+
+
+def _bump_running_stats(m):
+    with torch.no_grad():
+        m.bn.running_mean.add_(0.5)
+        m.bn.running_var.mul_(2.0)
+
+
+def _bump_conv_weight(m):
+    with torch.no_grad():
+        m.conv.weight.mul_(-1.5)
+        m.bn.bias.add_(1.0)
+
+
+def _train_step_between(m):
+    m.train()
+    m(torch.linspace(-2, 4, 180).reshape(3, 2, 5, 6))
+    m.eval()
+
+
+_img4 = lambda: [(R(2, 2, 5, 6),), (R(2, 2, 5, 6),), (R(2, 2, 5, 6),), (R(2, 2, 5, 6),)]
+_eval_combos = ("module-eval-nograd", "function-eval-grad")
+case("conv_bn_eval_running_stats_changed_in_place", _conv_bn, _img4,
+     before={1: _bump_running_stats, 3: _bump_running_stats}, combos=_eval_combos)
+case("conv_bn_eval_weights_changed_in_place", _conv_bn, _img4,
+     before={1: _bump_conv_weight}, combos=_eval_combos)
+case("conv_bn_eval_train_call_between", _conv_bn, _img4,
+     before={1: _train_step_between, 2: _train_step_between}, combos=_eval_combos)
+case("conv_bn_eval_eps_changed", _conv_bn, _img4, before={1: _set("bn", "eps", 0.5)},
+     combos=_eval_combos)
+case("conv_bn_eval_load_state_dict", _conv_bn, _img4, before={2: _load_new_weights},
+     combos=_eval_combos)
+
+
+def linear_bn(self, x):
+    return self.bn(self.lin(x))
+
+
+def _lin_bn():
+    return prog(linear_bn, lin=nn.Linear(4, 3), bn=nn.BatchNorm1d(3))
+
+
+case("linear_bn_eval_stats_changed", _lin_bn, _x4, before={1: _bump_running_stats,
+                                                          2: lambda m: m.bn.reset_parameters()},
+     combos=_eval_combos)
