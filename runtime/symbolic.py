@@ -706,6 +706,7 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
     _note_grad(node, func, args, kwargs, result.meta)
     tensor_state.note_layout(node, leaves if leaves is not None else
                              _symbolic_leaves((args, kwargs)))
+    written = None
     if is_inplace(func, kwargs) and isinstance(result.meta, TensorMeta):
         target = kwargs.get("out") if kwargs.get("out") is not None else args[0]
         if isinstance(target, SymbolicTensor):
@@ -713,7 +714,10 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
             rebound = _rebind(target, node, result.example)
             return None if func is graph_ops.setitem else rebound
         trace_reads.note_written(target)        # a real tensor (a buffer) written in place
+        written = target
     out = _wrap_result(node, result.example, result.meta)
+    if isinstance(written, torch.Tensor) and isinstance(out, SymbolicTensor):
+        tensor_state.note_written_leaf(out, written)    # ``p -= ...``: still the leaf p
     views.note_result(func, args, out)
     return out
 

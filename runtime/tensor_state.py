@@ -126,14 +126,24 @@ def answer(func, t, args, kwargs):
 def _autograd_answer(func, t):
     """``is_leaf``, ``grad_fn``, ``grad`` where the value's requires_grad flag decides
     them: a tensor that does not require grad is a leaf with no grad_fn and no grad; an
-    op's result that requires grad is not a leaf and has no ``.grad``."""
+    op's result that requires grad is not a leaf and has no ``.grad``; the stand-in of a
+    real leaf written in place answers as that leaf (``WRITTEN``)."""
+    real = getattr(t, WRITTEN, None)
+    if real is not None:
+        return _leaf_answer(func, real)
     node = t._node
     flag = grad_flags.grad_of(t)
     name = {torch.Tensor.is_leaf.__get__: "is_leaf", torch.Tensor.grad_fn.__get__: "grad_fn",
             torch.Tensor._grad_fn.__get__: "grad_fn"}.get(func, "grad")
     if name == "grad" and autograd_effects.staged():    # after loss.backward()
         return autograd_effects.read(t)
-    if node.op == "placeholder" and (flag or name == "grad"):
+    if node.op == "placeholder" and name == "grad":
+        raise refusal(".grad", "it is an argument's, and whether the caller's tensor has a "
+                      "gradient (and which tensor) is not part of the call's signature "
+                      "(shapes, dtypes, requires_grad): the graph would keep this call's "
+                      "answer for the next (hold the parameters in a closure or module, or "
+                      "pass the gradients as arguments)")
+    if node.op == "placeholder" and flag:
         raise refusal(f".{name}", "an argument's autograd state is the caller's")
     if flag is None:
         raise refusal(f".{name}", "whether it requires grad depends on the path taken at "
@@ -149,6 +159,39 @@ def _autograd_answer(func, t):
     if name == "grad_fn" and not made_leaf:
         raise refusal(".grad_fn", "its autograd node exists only when the graph runs")
     return None
+
+
+WRITTEN = "_tograph_written"    # attribute of the stand-in of a real leaf written in place
+
+
+def note_written_leaf(out, target: torch.Tensor) -> None:
+    """``out`` is the trace's stand-in for the real tensor ``target`` after an in-place
+    op on it (d2l's ``param -= lr * param.grad / batch_size`` under ``no_grad``, on a
+    parameter a closure holds). Eagerly ``param`` is still that leaf, so its
+    identity-bound autograd state (``.grad``, ``is_leaf``, ``grad_fn``) is the leaf's: a
+    leaf that requires grad, whose stand-in still requires grad, answers as itself."""
+    from . import trace_reads
+    if grad_flags.grad_of(out) is not True:     # (a buffer's add_: nothing to answer)
+        return
+    with torch._C.DisableTorchFunction():
+        leaf, flag = target.is_leaf, target.requires_grad
+    trace_reads.note(torch.Tensor.is_leaf.__get__, (target,), {}, leaf)
+    trace_reads.note(torch.Tensor.requires_grad.__get__, (target,), {}, flag)
+    if leaf and flag:
+        setattr(out, WRITTEN, target)
+
+
+def _leaf_answer(func, real: torch.Tensor):
+    """``func`` (an autograd question) asked of the real leaf ``real``: after a staged
+    backward ``.grad`` is read when the graph runs, else the answer is guarded as any
+    question about a real tensor (``trace_reads``)."""
+    from . import trace_reads
+    if func in (torch.Tensor.grad.__get__, torch.Tensor._grad.__get__) and \
+            autograd_effects.staged():
+        return autograd_effects.read(real)
+    with torch._C.DisableTorchFunction():
+        value = func(real)
+    return trace_reads.note(func, (real,), {}, value)
 
 
 IS_LEAF = "is_leaf"      # node.attrs key of a cond/while output: True, False, None (varies)
