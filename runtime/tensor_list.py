@@ -110,9 +110,7 @@ class TensorList:
     def pop(self, index=-1):
         """Remove and return the element at ``index`` (an int: where the rest closes up
         must be known while tracing)."""
-        if not isinstance(index, int) or isinstance(index, bool):
-            raise TracingError(f"{format_location(user_location())}: pop() of a list built "
-                               f"in a tensor loop needs a Python int index")
+        index = self._position(index, "pop()")
         item = self._read(self.stack[index])
         n = self.length()
         at = index if index >= 0 else n + index
@@ -120,6 +118,95 @@ class TensorList:
                               self.stack[self._bounds(slice(at + 1, None))]], 0),
                    flags=frozenset())
         return item
+
+    def insert(self, index, value) -> None:
+        """``L.insert(i, v)``: ``L[i:i] = [v]`` (a negative or too large ``i`` clamps as a
+        slice bound does)."""
+        at = self._position(index, "insert()")
+        value = self._element(value, "inserting")
+        self._grow(torch.cat([self.stack[self._bounds(slice(None, at))], value.unsqueeze(0),
+                              self.stack[self._bounds(slice(at, None))]], 0), value)
+
+    def reverse(self) -> None:
+        self._grow(torch.flip(self.stack, [0]), flags=frozenset())
+
+    def sort(self, *, key=None, reverse=False) -> None:
+        """``L.sort()`` of integers or bools (Python numbers or 0-d tensors): a stable sort
+        of the stack; a key, float elements (NaN makes Python's order depend on its
+        algorithm) and tensor rows (compared by ``bool()``, an error) are refused."""
+        if key is not None or not isinstance(reverse, bool) or self.stack.dim() != 1 or \
+                self.stack.dtype.is_floating_point or self.stack.dtype.is_complex:
+            raise TracingError(f"{format_location(user_location())}: sort() of a list built "
+                               f"in a tensor loop sorts integers or bools only, with no key "
+                               f"(here {self.stack.dtype} elements of shape "
+                               f"{_text(_dims(self.stack)[1:])}{', a key' if key else ''})")
+        # (equal integers are alike: which of them comes first is moot)
+        self._grow(self.stack.sort(descending=reverse)[0], flags=frozenset())
+
+    def copy(self) -> "TensorList":
+        return TensorList(self.stack)   # (every change makes a new stack: none is shared)
+
+    def clear(self) -> None:
+        self.stack = self.stack[:0]
+        if hasattr(self.stack, "_node"):
+            self.stack._tograph_element_grads = frozenset()
+
+    def __mul__(self, times):
+        """``L * n`` (``n * L``): a new list of ``n`` copies, none for ``n <= 0``."""
+        if isinstance(times, bool) or not isinstance(times, int):
+            return NotImplemented
+        out = TensorList(self.stack)
+        out._grow(self.stack.repeat((max(times, 0),) + (1,) * (self.stack.dim() - 1)),
+                  flags=frozenset())
+        return out
+
+    __rmul__ = __mul__
+
+    def __imul__(self, times):
+        out = self.__mul__(times)
+        if out is NotImplemented:
+            return out
+        self._grow(out.stack, flags=frozenset())
+        return self
+
+    def __delitem__(self, index) -> None:
+        """``del L[i]`` (a Python int), ``del L[a:b]`` (no step): ``L[:a] + L[b:]``, where
+        ``b`` is at least ``a`` (``del L[3:1]`` deletes nothing)."""
+        if not isinstance(index, slice):
+            self.pop(index)
+            return
+        if index.step not in (None, 1):
+            raise TracingError(f"{format_location(user_location())}: del of a slice with a "
+                               f"step from a list built in a tensor loop")
+        n = self.length()
+        start, stop = index.start, index.stop
+        if isinstance(n, int):
+            start, stop, _ = index.indices(n)
+        elif start is not None and stop is not None and not (
+                isinstance(start, int) and isinstance(stop, int) and (start < 0) == (stop < 0)):
+            raise TracingError(f"{format_location(user_location())}: del L[{start}:{stop}] of "
+                               f"a list built in a tensor loop (where the slice ends depends "
+                               f"on the length, known only when the graph runs)")
+        kept = [self.stack[self._bounds(slice(None, 0 if start is None else start))]]
+        if stop is not None:
+            rest = stop if start is None else max(start, stop)
+            kept.append(self.stack[self._bounds(slice(rest, None))])
+        self._grow(torch.cat(kept, 0), flags=frozenset())
+
+    def remove(self, value) -> None:
+        raise _by_value("remove()")
+
+    def index(self, value, *args):
+        raise _by_value("index()")
+
+    def count(self, value):
+        raise _by_value("count()")
+
+    def _position(self, index, what: str) -> int:
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TracingError(f"{format_location(user_location())}: {what} of a list built "
+                               f"in a tensor loop needs a Python int index")
+        return index
 
     def length(self):
         meta = getattr(self.stack, "_node", None)
@@ -196,6 +283,12 @@ def _text(dims) -> str:
     return "(" + ", ".join("?" if d is None else str(d) for d in dims) + ")"
 
 
+def _by_value(what: str) -> TracingError:
+    return TracingError(f"{format_location(user_location())}: {what} of a list built in a "
+                        f"tensor loop finds an element by its value: where it is (or "
+                        f"whether it is there) is known only when the graph runs")
+
+
 def _dynamic(what: str) -> TracingError:
     return TracingError(f"{format_location(user_location())}: {what}: its length is known only "
                         f"when the graph runs; this use needs conversion (@to_graph)")
@@ -246,7 +339,7 @@ def stack_list(items: list, like) -> TensorList:
     TensorList) giving the element type, used when ``items`` is empty."""
     shape, dtype = element_type(like)
     for item in items:
-        if element_type(item) != (shape, dtype):
+        if element_type(item) != (shape, dtype) and not _double(item, shape, dtype):
             raise TracingError(
                 f"{format_location(user_location())}: a list whose length is known only at "
                 f"run time is one stacked tensor: its items must share a shape and dtype, "
@@ -266,6 +359,12 @@ def stack_list(items: list, like) -> TensorList:
     if hasattr(stack, "_node"):
         stack._tograph_element_grads = flags
     return TensorList(stack)
+
+
+def _double(item, shape, dtype) -> bool:
+    """A Python float (a double) in a list of float64 numbers: its row holds it exactly
+    (``lrs = [lr]`` before a loop appending the carried ``lr``)."""
+    return type(item) is float and shape == () and dtype == torch.float64
 
 
 def _check_static_rows(like) -> None:
