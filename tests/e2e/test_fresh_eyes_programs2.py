@@ -52,6 +52,10 @@ CONVERTS = [
     "kv_cache_dict_argument", "knn_classifier", "collate_pad_sort", "meter_isinstance_item",
     "nonfinite_loss_raises", "view_alias_writes", "item_range_loop",
     "dropout_in_data_dependent_loop", "dataloader_epoch",
+    # d2l's sgd() on closure leaves (tensor_state.note_written_leaf), list.reverse() of a
+    # list built in a loop (tensor_list): tests/e2e/test_d2l_training_helpers.py
+    "d2l_rnn_scratch_train_step", "viterbi_crf",
+    "lr_finder",        # a Python float before a loop appending the carried float64 lr
 ]
 
 # program -> text of its line the fallback must name
@@ -78,22 +82,9 @@ FALLS_BACK = {
     "custom_optimizer_lion": "opt.step()",
     "dataloader_epoch_shuffled": "for x, y in loader:",        # RandomSampler's int(seed)
     "generator_batches": "yield X[i:i + bs], Y[i:i + bs]",      # a user generator
-    # the caller's generator / count: refused before next() runs (outside_iterators.py)
-    "infinite_loader_next": "x, y = next(data)",
-    "itertools_count_warmup": "it = next(step_counter)",
 }
 
 NEEDLESS = {
-    "d2l_rnn_scratch_train_step":
-        "needless fallback: d2l's sgd(), `param -= lr * param.grad / bs` then "
-        "`param.grad.zero_()` on a closure leaf under no_grad: after the in-place `-=` the "
-        "traced param has no .grad ('tracing failed with AttributeError: NoneType ... zero_')",
-    "viterbi_crf":
-        "needless fallback: `best_path.reverse()` on a list of .item() ints built in a loop "
-        "('TensorList' object has no attribute 'reverse')",
-    "lr_finder":
-        "needless fallback: lists of Python floats appended in a tensor-broken loop (`lrs` "
-        "of a carried float, `losses` of .item()) refused as float32 vs float64 0-d items",
     "nanogpt_train_step_with_lr_schedule":
         "needless fallback: nanoGPT's `if lossf < best_val_loss: best_val_loss = lossf` on a "
         "carried number in a closure dict, set in a tensor branch",
@@ -132,6 +123,13 @@ BUGS = {
     "dqn_select_action_global_counter":
         "BUG: a module-level dict counter incremented in a helper (`STATE['steps_done'] += "
         "1`): run once at trace time, frozen after; the epsilon read from it never decays",
+    "infinite_loader_next":
+        "BUG: next() of a generator (the `while True: yield from loader` idiom) in the step: "
+        "the refused trace consumes a batch it cannot roll back, so the converted run skips "
+        "it (trains on batch 1, 2, 3 where eager trains on 0, 1, 2)",
+    "itertools_count_warmup":
+        "BUG: next(itertools.count(1)) in the step: the refused trace advances the counter "
+        "and the eager re-run advances it again (warmup scale 2/4 where eager has 1/4)",
 }
 
 
