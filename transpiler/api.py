@@ -738,9 +738,10 @@ class GraphFunction:
         graph.carried_slots = carry[0] if carry is not None else []     # (for the guard)
         found = getattr(flat, "found", None)     # argument objects: placeholders installed
         installed = argument_objects.Installed(found, sym) if found is not None else None
-        watch = module_writes.Watch([v for v in [self._module] + snapshot.roots()
-                                     if isinstance(v, torch.nn.Module)], self._served)
-        dicts = module_writes.DictWatch(tree_hooks(self._module))   # (activations stored)
+        reached = [v for v in [self._module] + snapshot.roots()    # (a model it calls too)
+                   if isinstance(v, torch.nn.Module)]
+        watch = module_writes.Watch(reached, self._served)
+        dicts = module_writes.DictWatch([h for m in reached for h in tree_hooks(m)])  # (stored)
         take_converted()
         del _CALLED[:]
         touched = len(region_state.TOUCHED)
@@ -839,8 +840,8 @@ class GraphFunction:
                 error = GraphError(f"{changed} (a Python side effect that a graph cannot repeat "
                                    f"on every call)")
                 error.location = _assignment_line(target, changed) or next(
-                    filter(None, (_assignment_line(hook, changed) for hook in
-                                  tree_hooks(self._module))), None) or (
+                    filter(None, (_assignment_line(hook, changed) for m in reached
+                                  for hook in tree_hooks(m))), None) or (
                     _assignment_line(snapshot.changed_owner, changed)
                     if getattr(snapshot, "changed_owner", None) is not None else None)
                 raise error

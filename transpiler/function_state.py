@@ -16,13 +16,18 @@ from __future__ import annotations
 import types
 from typing import Any, List, Optional, Tuple
 
-from runtime.python_state import restore
+from runtime.builtin_state import state_of
+from runtime.python_state import difference, fingerprint, restore
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None))
 
 
 class Watch:
-    """(label, owner function, object, state before, copy) for each watched object."""
+    """(label, owner function, object, state before, copy) for each watched object: a
+    function object's attributes shallowly (its code by identity), the other objects to
+    ``python_state``'s depth (a closure's ``store["log"].append(v)``, a deque's items,
+    the list of an object bound as a default: ``def log(v, hist=history)``), their
+    containers' copies put back."""
 
     def __init__(self, skip=frozenset()):
         self.entries: List[Tuple[str, Any, Any, Any, Any]] = []
@@ -61,22 +66,34 @@ class Watch:
     def _add(self, label: str, owner, obj) -> None:
         if isinstance(obj, _ATOMS) or id(obj) in self._seen:
             return
-        state = _state(obj)
-        if state is None:
+        if _state(obj) is None and state_of(obj) is None:
             return
         self._seen.add(id(obj))
-        self.entries.append((label, owner, obj, state, _copy(obj)))
+        if isinstance(obj, types.FunctionType):
+            self.entries.append((label, owner, obj, _state(obj), [(obj, _copy(obj))]))
+            return
+        containers: list = []
+        self.entries.append((label, owner, obj, fingerprint(obj, containers=containers),
+                             containers))
 
     def changed(self) -> Optional[Tuple[str, Any]]:
         """(what changed, the function whose code reaches it) for the first change."""
         for label, owner, obj, state, _ in self.entries:
-            if _state(obj) != state:
-                return f"the function changes {label}", owner
+            if _now(obj) != state:
+                where = difference(state, _now(obj)).lstrip(".")
+                return f"the function changes {label}" + (f" (its {where})" if where
+                                                          else ""), owner
         return None
 
     def restore(self) -> None:
-        restore([(obj, copy) for _, _, obj, state, copy in self.entries
-                 if _state(obj) != state])
+        for _, _, obj, state, containers in self.entries:
+            if _now(obj) != state:
+                restore(containers)
+
+
+def _now(obj):
+    """What ``changed`` compares: a function's shallow state, another object's print."""
+    return _state(obj) if isinstance(obj, types.FunctionType) else fingerprint(obj)
 
 
 def _plain(obj) -> bool:

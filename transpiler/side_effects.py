@@ -148,19 +148,25 @@ class Snapshot:
                     value = _EMPTY
                 snap._cells.append((name, cell, value))
                 snap._watch(f"closure variable {name!r}", value)
-        for i, default in enumerate(getattr(func, "__defaults__", None) or ()):
-            snap._watch(f"default argument #{i} (a mutable default shared by all calls)",
-                        default)
-        for name, default in (getattr(func, "__kwdefaults__", None) or {}).items():
-            snap._watch(f"default of argument {name!r} (shared by all calls)", default)
+        positional = code.co_varnames[:code.co_argcount] if code is not None else ()
+        given = getattr(func, "__defaults__", None) or ()
+        defaults = [(f"the default of parameter {p!r} (a mutable default shared by all "
+                     f"calls)", d) for p, d in zip(positional[len(positional) - len(given):],
+                                                   given)] + \
+            [(f"the default of parameter {name!r} (shared by all calls)", d)
+             for name, d in (getattr(func, "__kwdefaults__", None) or {}).items()]
+        for label, default in defaults:
+            snap._watch(label, default)
         owner = getattr(fn, "__self__", None)
         snap._owner = owner
         snap._hooks = hook_snapshot.take(owner)     # (a library's hooks installed lazily)
         if owner is not None:
             snap._watch("an attribute of the object the method belongs to", owner)
         taking = _taking | {_hook_key(fn)}      # (a hook that is a method of the module)
-        for hook in module_hooks(owner):   # they run while tracing: what they change too
-            if _hook_key(hook) not in taking:
+        reached = [owner] + [value for _, _, value in snap._globals] + \
+            [value for _, _, value in snap._cells]      # (a model the function calls)
+        for hook in {_hook_key(h): h for m in reached for h in module_hooks(m)}.values():
+            if _hook_key(hook) not in taking:   # they run while tracing: what they change
                 snap.include(hook, taking)
         for i, a in enumerate(args):
             snap._watch(f"argument #{i}", a)
@@ -175,6 +181,10 @@ class Snapshot:
             snap._watch_state(f"closure variable {name!r}", value)
             if isinstance(value, type) and user_classes(value) or _holds_containers(value):
                 snap._watch_deep(f"closure variable {name!r}", value)
+        for label, default in defaults:     # ``history=history``'s ``history.losses``
+            snap._watch_state(label, default)
+            if _holds_containers(default):
+                snap._watch_deep(label, default)
         if owner is not None:           # and deeper: ``self.cfg.count += 1``
             snap._watch_deep("an attribute of the object the method belongs to", owner)
         for i, a in enumerate(args):
@@ -189,7 +199,7 @@ class Snapshot:
 
     def _watch_state(self, label: str, obj) -> None:
         """Watch (while tracing) an object keeping its state outside a ``__dict__``."""
-        if _state_of(obj) is None and not _is_value(obj) and state_of(obj) is not None:
+        if _keeps_state(obj):
             self._watch_deep(label, obj)
 
     def _watch_deep(self, label: str, obj) -> None:
@@ -456,8 +466,10 @@ class Snapshot:
                 where = difference(print_, now)
                 return f"the function mutates {label}" + (f" (its {where.lstrip('.')})"
                                                           if where else "")
-        filled = helper_containers.left(getattr(self, "_helper_containers", ()))
+        filled, owner = helper_containers.left(getattr(self, "_helper_containers", ()))
         if filled:
+            if owner is not None:       # (the helper's line that changes it)
+                self.changed_owner = owner
             return filled
         kept = getattr(self, "_functions", None) and self._functions.changed()
         if kept:                            # (a helper's default, closure, attribute)
@@ -620,7 +632,7 @@ class Snapshot:
                 known.add((id(ns), name))
                 self._globals.append((ns, name, ns[name]))
                 self._helper_containers = getattr(self, "_helper_containers", [])
-                self._helper_containers += helper_containers.take(name, ns[name])  # (METRICS)
+                self._helper_containers += helper_containers.take(name, ns[name], func)  # (METRICS)
         for name, cell in zip(code.co_freevars, func.__closure__ or ()):
             if id(cell) not in known:
                 known.add(id(cell))
@@ -685,7 +697,13 @@ def _holds_containers(v) -> bool:
     state = _state_of(v)
     held = v if isinstance(v, (list, tuple, set)) else v.values() if isinstance(v, dict) \
         else vars(v).values() if state is not None else ()
-    return any(_plain_holder(h) and not isinstance(h, type) for h in held)
+    return any(_plain_holder(h) and not isinstance(h, type) or _keeps_state(h) for h in held)
+
+
+def _keeps_state(v) -> bool:
+    """An object keeping its items outside a ``__dict__`` (a ``deque``: a replay memory's
+    ``self.memory.append(...)``), which a fingerprint sees through ``builtin_state``."""
+    return _state_of(v) is None and not _is_value(v) and state_of(v) is not None
 
 
 def _masked(print_: TaggedPrint, drop, keys, names, holders=frozenset()) -> TaggedPrint:

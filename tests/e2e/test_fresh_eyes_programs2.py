@@ -56,6 +56,8 @@ CONVERTS = [
     # list built in a loop (tensor_list): tests/e2e/test_d2l_training_helpers.py
     "d2l_rnn_scratch_train_step", "viterbi_crf",
     "lr_finder",        # a Python float before a loop appending the carried float64 lr
+    # a hook's dict write on a model the function calls: a set_item per run, as to_graph(model)
+    "forward_hook_features", "grad_cam", "grad_cam_def_hook",
 ]
 
 # program -> text of its line the fallback must name
@@ -63,6 +65,10 @@ FALLS_BACK = {
     # a helper leaving a traced value in a module-level dict (transpiler/helper_containers.py)
     "global_mask_cache_helper": "def attend(q, k, v):",
     "global_metric_log_helper": "def step(x, y):",
+    # reachable state the trace changes (tests/e2e/test_reachable_state_mutation.py)
+    "dqn_select_action_global_counter": 'DQN_STATE["steps_done"] += 1',
+    "replay_memory_push": "def act_and_store(",                # (push: not a known mutator)
+    "history_default_argument": "history.losses.append(loss.detach())",
     "early_stopping_fit": "model.train()",                       # train() in a tensor loop
     "bfs_python_queue": ".tolist():",
     "makemore_sample_until_dot": "out.append(ix)",               # a str built from draws
@@ -104,28 +110,9 @@ NEEDLESS = {
     "d2l_sgd_on_argument_params":
         "needless fallback: d2l's sgd(params, lr, batch_size) converted on its own: .grad "
         "of argument leaves refused",
-    "grad_cam":
-        "needless fallback: Grad-CAM reading the activation a forward hook stored in a "
-        "closure dict during the same call (names `def gradcam`, not the hook's line)",
-    "grad_cam_def_hook":
-        "needless fallback: Grad-CAM with a def hook storing the output in a closure dict, "
-        "read back by autograd.grad in the same call (names `def gradcam`)",
 }
 
 BUGS = {
-    "forward_hook_features":
-        "BUG: a forward hook storing output.detach() in a closure dict, with the model "
-        "called from a converted function (not to_graph(model)): the dict holds a "
-        "SymbolicTensor after every call, not the activation",
-    "replay_memory_push":
-        "BUG: ReplayMemory.push appending to a collections.deque held by an object: the "
-        "deque keeps the trace's SymbolicTensor and never grows again (len 1 on every call)",
-    "history_default_argument":
-        "BUG: an object bound as a default argument (`def step(x, y, history=history)`) "
-        "whose list attribute is appended: it keeps a SymbolicTensor and stops growing",
-    "dqn_select_action_global_counter":
-        "BUG: a module-level dict counter incremented in a helper (`STATE['steps_done'] += "
-        "1`): run once at trace time, frozen after; the epsilon read from it never decays",
 }
 
 
