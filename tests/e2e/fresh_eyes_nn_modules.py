@@ -1368,3 +1368,29 @@ def _lin_bn():
 case("linear_bn_eval_stats_changed", _lin_bn, _x4, before={1: _bump_running_stats,
                                                           2: lambda m: m.bn.reset_parameters()},
      combos=_eval_combos)
+
+
+def _swap_bn_buffers(m):
+    m.bn.running_mean.data = torch.linspace(-1, 1, m.bn.num_features)
+    m.bn.running_var.data = torch.linspace(0.5, 3, m.bn.num_features)
+
+
+def _linear_train_between(m):
+    m.train()
+    m(torch.linspace(-2, 4, 24).reshape(6, 4))
+    m.eval()
+
+
+case("conv_bn_eval_buffer_data_swapped", _conv_bn, _img4, before={1: _swap_bn_buffers},
+     combos=_eval_combos)
+case("linear_bn_eval_train_call_between", _lin_bn, _x4, before={1: _linear_train_between},
+     combos=_eval_combos)
+
+
+def _bn_copy_stats(m):
+    with torch.no_grad():
+        m.bn.running_mean.copy_(torch.linspace(-1, 1, 4))
+
+
+case("conv_bn_eval_stats_copied_in", _conv_bn, _img4, before={1: _bn_copy_stats},
+     combos=_eval_combos)
