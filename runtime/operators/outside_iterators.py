@@ -46,10 +46,6 @@ _HARMLESS = frozenset(map(id, (builtins.iter, builtins.isinstance, builtins.issu
 _HARMLESS_METHODS = frozenset(("__length_hint__", "__reduce__", "__reduce_ex__", "__iter__",
                                "__repr__", "__sizeof__", "tell", "fileno", "readable",
                                "writable", "seekable", "isatty", "__enter__"))
-# iterators over a container: what a generator expression's first ``for`` makes of a list
-_CONTAINER_ITERATORS = tuple({type(iter(c)) for c in (
-    [], (), range(0), {}, {}.keys(), {}.values(), {}.items(), set(), frozenset(), "", b"",
-    bytearray())})
 _STREAMS = ("stdout", "stderr", "__stdout__", "__stderr__")
 
 
@@ -82,10 +78,8 @@ def _outside(v, made) -> bool:
     if not _is_iterator(v) or made.get(id(v)) is v:
         return False
     if isinstance(v, types.GeneratorType) and v.gi_code.co_filename.startswith(
-            "<tograph generated"):            # a generator expression of converted code
-        first = v.gi_frame.f_locals.get(".0") if v.gi_frame is not None else None
-        return first is not None and not isinstance(first, _CONTAINER_ITERATORS) and \
-            _outside(first, made)
+            "<tograph generated"):      # a generator expression of converted code: what
+        return False                    # it iterates passed ``iterated`` when it was made
     return True
 
 
