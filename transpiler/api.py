@@ -57,7 +57,8 @@ from runtime.symbolic import tracing, wrap_node
 from runtime.tensor_list import take_converted
 from runtime.threads import TRACE_LOCK, PerThreadList
 
-from . import call_entry, conversion, held_arguments, lazy_init, method_binding, trace_log
+from . import (argument_aliases, call_entry, conversion, held_arguments, lazy_init,
+               method_binding, trace_log)
 from .call_entry import MISS as _MISS
 from .data_parallel import convert_wrapped_module, is_distributed_data_parallel
 from .errors import ConversionError
@@ -244,6 +245,7 @@ def _flat_key(args):
 
 
 _TRAINING = operator.attrgetter("training")
+_aliases = argument_aliases.pattern
 
 
 def _flat_call_key(args, kwargs):
@@ -265,6 +267,7 @@ def signature_of(args, kwargs, held=frozenset()):
     flat = argument_objects.extend(flat)   # (+ the tensors argument objects hold)
     key = (spec,) + tuple(_leaf_key(v) for v in flat)   # TreeSpec hashes
     found = getattr(flat, "found", None)
+    key += argument_aliases.key(flat)      # which tensor leaves are one object (f(x, x))
     return (key if found is None else key + (found.key,)), flat, spec
 
 
@@ -403,7 +406,8 @@ class GraphFunction:
                 return out
         fast = _flat_key(args) if not kwargs else _flat_call_key(args, kwargs)
         if fast is not None:                   # the fast path: flat arguments
-            fast += (torch.is_grad_enabled(), _call_modes())
+            fast += (torch.is_grad_enabled(), _call_modes(),
+                     _aliases(args if not kwargs else args + tuple(kwargs.values())))
             if self._module is not None:
                 fast += self._training()        # (read again when the tree changed)
             entry = self._fast.get(fast)
@@ -671,7 +675,9 @@ class GraphFunction:
                                 lambda v: Unstack(env[id(v.node)]) if isinstance(v, Unstack)
                                 else env[id(v)])
         params = iter(optimized.inputs)
-        inputs = [next(params) if isinstance(v, torch.Tensor) else None for v in flat]
+        repeats = argument_aliases.earlier(flat)    # (one tensor passed twice: one input)
+        inputs = [next(params) if isinstance(v, torch.Tensor) and i not in repeats else None
+                  for i, v in enumerate(flat)]
         executable = lower(optimized, inputs, outputs, name=_fn_name(target))
         guard = Snapshot.take(target, (), {})
         for fn in list(_CALLED):
@@ -713,8 +719,11 @@ class GraphFunction:
         graph = runtime.Graph(name=getattr(target, "__name__", "graph"))
         names = _leaf_names(self._param_names, args, kwargs, len(flat))
         sym = []
+        repeats = argument_aliases.earlier(flat)    # f(x, x): ``a is b`` as in the call
         for index, (value, name) in enumerate(zip(flat, names)):
-            if isinstance(value, torch.Tensor):
+            if index in repeats:
+                sym.append(sym[repeats[index]])
+            elif isinstance(value, torch.Tensor):
                 meta = TensorMeta.of(value)
                 example = None
                 if dynamic.get(index):

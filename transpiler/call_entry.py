@@ -36,9 +36,14 @@ function built here checks the same things against the values of one signature, 
 ``tensors`` is torch's own C tensor check (``TensorGuards``, as dynamo's guards use: class,
 dtype, device, dispatch keys, requires_grad, sizes and strides of each tensor in one C
 call); the storage offset and attribute dict are the two parts of the cache key it does not
-see. Every check is at least as strict as the key it stands for (a check that fails only
-sends the call to the ordinary path, which finds the same entry or traces); a module's call
-also compares its tree's ``training`` flags (``runtime.module_flags``).
+see. A tensor passed twice (``f(x, x)``) is checked as one object (``a1 is a0``), and
+tensors traced as distinct objects that could be one (same class, shape, dtype, device and
+strides) as distinct (``a0 is not a1``; ``len({id(a0), ...}) == n`` for more): the
+pattern is part of the signature (``argument_aliases``); TensorGuards, which refuses a
+tensor given twice, gets each object once. Every check is at least as strict as the key it
+stands for (a check that fails only sends the call to the ordinary path, which finds the
+same entry or traces); a module's call also compares its tree's ``training`` flags
+(``runtime.module_flags``).
 
 Only plain calls are built: exact ``torch.Tensor``/``nn.Parameter`` tensors with no Python
 attributes, ``int``/``float``/``bool``/``str``/``None``, and exact tuples, lists and dicts
@@ -189,16 +194,22 @@ def build(entry, args: tuple, kwargs: dict, cache, training=None, held=frozenset
     if not _same_leaves(src, args, kwargs, held):
         return None
     if src.tensors:
-        values = [t for _, t in src.tensors]
+        same = _identities(src.tensors)     # (a repeat is its first: checked once, after)
+        if same:
+            src.check(same)
+        firsts: Dict[int, tuple] = {}
+        for n, t in src.tensors:
+            firsts.setdefault(id(t), (n, t))
+        values = [t for _, t in firsts.values()]
         try:
             src.env["tensors"] = TensorGuards(
                 *values, dynamic_dims_sizes=[list(t.shape) for t in values],
                 dynamic_dims_strides=[list(t.stride()) for t in values]).check
         except (RuntimeError, TypeError):       # a tensor it does not take: not built
             return None
-        src.check(" and ".join([f"tensors({', '.join(n for n, _ in src.tensors)})"] + [
+        src.check(" and ".join([f"tensors({', '.join(n for n, _ in firsts.values())})"] + [
             f"{n}.storage_offset() == {t.storage_offset()} and not {n}.__dict__"
-            for n, t in src.tensors]))
+            for n, t in firsts.values()]))
     src.check(_modes(src, torch.is_grad_enabled()))
     if training is not None:
         src.env.update(training=training, flags=training())
@@ -215,6 +226,31 @@ def build(entry, args: tuple, kwargs: dict, cache, training=None, held=frozenset
     enter = src.env["enter"]
     enter.entry, enter.source = entry, text
     return enter
+
+
+def _identities(tensors) -> str:
+    """A test that the call's tensors are one object where the traced call's were, and
+    distinct objects where they were (``argument_aliases``: ``f(x, x)`` has a graph of
+    its own), over the tensors that could be one object once the guards hold (same class,
+    shape, dtype, device and strides): '' when none could."""
+    groups: Dict[tuple, List[tuple]] = {}
+    for name, t in tensors:
+        groups.setdefault((type(t), t.shape, t.dtype, t.device, t.stride()), []).append(
+            (name, t))
+    tests = []
+    for group in groups.values():
+        first: Dict[int, str] = {}
+        for name, t in group:
+            if id(t) in first:
+                tests.append(f"{name} is {first[id(t)]}")
+            else:
+                first[id(t)] = name
+        if len(first) == 2:
+            tests.append(" is not ".join(first.values()))
+        elif len(first) > 2:
+            tests.append(f"len({{{', '.join(f'id({n})' for n in first.values())}}}) == "
+                         f"{len(first)}")
+    return " and ".join(tests)
 
 
 def _same_leaves(src: _Source, args, kwargs, held) -> bool:

@@ -25,6 +25,8 @@ import sys
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
+from . import argument_aliases
+
 WARN_AFTER = 4          # retraces of one kind before its warning
 HISTORY = 256           # signatures kept for the messages (``f.explain``)
 
@@ -175,6 +177,10 @@ def _changes(names: List[str], old, new) -> List[Tuple[str, str]]:
             out.append(("modes", f"{a[0]} -> {b[0]}"))
         elif _is_call_modes(a):
             out.append(("modes", f"CPU autocast, default dtype, forward-AD level: {a} -> {b}"))
+        elif argument_aliases.is_key(a):
+            out.append(("aliases", f"one tensor object passed as several arguments: "
+                        f"{argument_aliases.text(a, names)} -> "
+                        f"{argument_aliases.text(b, names)}"))
         elif i >= leaves:           # a Module's (and submodules') train/eval flags
             out.append(("modes", f"training mode: {_mode(a)} -> {_mode(b)}"))
         else:
@@ -222,7 +228,7 @@ def describe_change(names: List[str], old, new) -> str:
     return "; ".join(text for _, text in changes(names, old, new)) or STATE_CHANGED
 
 
-_ORDER = ("values", "shapes", "objects", "tensors", "structure", "modes")
+_ORDER = ("values", "shapes", "objects", "tensors", "aliases", "structure", "modes")
 
 
 def _kind(found: List[Tuple[str, str]]) -> str:
@@ -263,6 +269,9 @@ _ADVICE = {
                "and tensors as arguments",
     "tensors": "Each dtype, device, requires_grad setting and memory layout is its own graph: "
                "pass inputs alike (one dtype, .contiguous())",
+    "aliases": "Which arguments are one tensor object is part of the signature (eager can "
+               "tell: `a is b`, a write through one read through the other): pass them "
+               "alike each call (f(x, x) or f(x, y), not both)",
     "structure": "The number of arguments, their keywords and the lengths and types of "
                  "containers are part of the trace: keep them fixed (a list of varying "
                  "length as one stacked tensor)",

@@ -91,6 +91,11 @@ def _traced(source, args, kwargs, dynamic) -> Tuple[Graph, Any, List[torch.Tenso
                         f"got {type(source).__name__}")
     flat = pytree.tree_leaves((tuple(args), dict(kwargs)))
     names = _tensor_names(source, args, kwargs, len(flat))
+    tensors = [id(v) for v in flat if isinstance(v, torch.Tensor)]
+    if len(set(tensors)) != len(tensors):     # (a trace makes them one input: f(x, x))
+        raise ExportError("the example arguments pass one tensor object as several "
+                          "arguments; an exported program takes each as its own input: "
+                          "pass distinct tensors (x and x.clone())")
     chosen = _flat_dynamic(dynamic, names, flat)
     try:
         graph, structure = source.trace_graph(tuple(args), dict(kwargs), chosen)

@@ -309,10 +309,6 @@ class _TransformerUser(nn.Module):
         return self.model(src, tgt, **kwargs)
 
 
-@pytest.mark.xfail(strict=True, reason="to_graph(nn.MultiheadAttention) called with one "
-                   "tensor as query, key and value gets three inputs: torch's "
-                   "`query is key` test fails in the trace, so the fused op's NaN rows are "
-                   "not repeated (a user's module passing one tensor is handled)")
 def test_multihead_attention_top_level_self_attention():
     mha = nn.MultiheadAttention(E, HEADS, batch_first=True).eval()
     x = torch.randn(3, 6, E)

@@ -25,6 +25,7 @@ import warnings
 from typing import Dict, List, Optional, Tuple
 
 from runtime.operators.decisions import listening
+from .. import argument_aliases
 
 _STATIC_KINDS = {"if_stmt": "if", "ifexp": "ternary", "while_stmt": "while",
                  "for_stmt": "for", "and_": "and/or", "or_": "and/or"}
@@ -152,7 +153,11 @@ def _describe_signature(names: List[str], key) -> str:
     # a Module's train/eval flags, then the caller's autocast, default dtype and forward-AD
     # level, then the grad mode
     extra = [e for e in key[leaves + 1:] if not _is_call_modes(e)]
+    aliases = [argument_aliases.text(e, names) for e in extra if argument_aliases.is_key(e)
+               and e[1] is not None]        # (one tensor object passed twice)
+    extra = [e for e in extra if not argument_aliases.is_key(e)]
     parts_mode = [f"training mode: {_mode(e)}" for e in extra if e not in _GRAD_MODE.values()]
+    parts_mode += aliases
     for autocast, dtype, dual_level in (e for e in key[leaves + 1:] if _is_call_modes(e)):
         parts_mode += ["CPU autocast"] * autocast
         parts_mode += ["forward-mode AD"] * (dual_level >= 0)
