@@ -35,8 +35,9 @@ def _libc_memcmp() -> Optional[Callable]:
 _MEMCMP = _libc_memcmp()
 
 
-class _Copy:
-    """The bytes of one source when the values were computed."""
+class SourceCopy:
+    """The bytes of one source when the values were computed (also kept by
+    ``kernels.folded_conv`` for its small sources)."""
 
     __slots__ = ("tensor", "dtype", "shape", "nbytes", "ptr")
 
@@ -80,7 +81,7 @@ class FoldedValues:
                 all(c.same(s) for c, s in zip(kept[0], sources)):
             return kept[1]
         with self._lock:
-            copies = [_Copy(s) for s in sources]      # before: a source read as it is now
+            copies = [SourceCopy(s) for s in sources]      # before: a source read as it is now
             values = self._fn(*sources)
             self.computed += 1
             self._kept = (copies, values, inference)

@@ -18,8 +18,14 @@ The folded weights are computed once and kept, keyed by each source tensor's ver
 counter and data pointer: an in-place change (``p.mul_()`` under no_grad, an optimizer
 step, ``load_state_dict``, ``nn.init``) bumps the version, a rebinding (``p.data = t``)
 moves the data pointer (the storages of the last fold are kept alive, so a new tensor
-cannot land on the same address), and either refolds on the next call. A write through
-``p.data`` (``p.data.mul_(2)``), which bypasses the version counter, is not seen:
+cannot land on the same address), and either refolds on the next call. Some writes bypass
+the version counter: a train-mode batch norm under no_grad updates its running statistics
+in place without bumping it (torch's own kernel, as our graphs' C kernel), and so does a
+write through ``p.data`` (``p.data.mul_(2)``). So every source of at most
+``MAX_SOURCE_ELEMENTS`` elements (the norm's vectors always, small convolution weights
+too) is also compared byte for byte with a copy kept from the fold, on every call, as
+``folded_values`` does (~1 us each). A write through ``.data`` into a larger convolution
+weight is not seen (comparing it would cost about what the convolution does):
 ``options.fold_batchnorm = False`` turns folding off for code that does that.
 
 Float32 weights of at least ``MIN_PACKED`` elements (2^18) are also reordered, once per fold,
@@ -49,6 +55,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from ..folded_values import MAX_SOURCE_ELEMENTS, SourceCopy
 from .depthwise import Depthwise
 from .conv_params import int_pair as _pair
 
@@ -90,6 +97,16 @@ def _key(tensors) -> tuple:
     return tuple(key)
 
 
+def _copies(tensors) -> tuple:
+    """(position, bytes) of every source small enough to compare on each call."""
+    return tuple((i, SourceCopy(t)) for i, t in enumerate(tensors)
+                 if t.numel() <= MAX_SOURCE_ELEMENTS)
+
+
+def _unchanged(state, key, tensors) -> bool:
+    return state[0] == key and all(c.same(tensors[i]) for i, c in state[4])
+
+
 class FoldedConv:
     """``conv2d -> batch_norm(eval) [-> + other] [-> act]`` with the norm folded; see the
     module docstring. Arguments: ``(x, w, b, running_mean, running_var, weight, bias,
@@ -108,8 +125,9 @@ class FoldedConv:
         self.__name__ = "conv_bn" + (("_add" if residual else "") +
                                      (f"_{act}" if act else ""))
         # (key, (weight, bias) or None where not foldable, the weight in oneDNN's layout
-        # or None, the storages folded from: kept alive so their addresses stay unique)
-        self._state = (None, None, None, ())
+        # or None, the storages folded from: kept alive so their addresses stay unique,
+        # the small sources' bytes when folded)
+        self._state = (None, None, None, (), ())
 
     def with_epilogue(self, act: Optional[str], residual: bool) -> "FoldedConv":
         return FoldedConv(act, residual, self.channels_last)
@@ -130,7 +148,8 @@ class FoldedConv:
                               eps, other)
         key = _key(sources)
         state = self._state             # one tuple: threads sharing the graph see one fold
-        if state[0] != key:
+        if not _unchanged(state, key, sources):
+            copies = _copies(sources)             # before: a source read as it is now
             folded = _fold(w, b, rm, rv, g, beta, eps)
             if folded is not None and self.channels_last and w.is_contiguous():
                 folded = (folded[0].contiguous(memory_format=torch.channels_last), folded[1])
@@ -139,8 +158,8 @@ class FoldedConv:
             if packed is None and folded is not None and self.channels_last:
                 packed = Depthwise.make(folded[0], stride, padding, dilation, groups)
             state = self._state = (key, folded, packed,
-                                   tuple(t.untyped_storage() for t in sources))
-        _, folded, packed, _ = state
+                                   tuple(t.untyped_storage() for t in sources), copies)
+        _, folded, packed, _, _ = state
         if folded is None or x.dtype != folded[0].dtype or x.device != folded[0].device:
             return self.eager(x, w, b, rm, rv, g, beta, stride, padding, dilation, groups,
                               eps, other)

@@ -48,11 +48,6 @@ OPEN = {
             "call retraces, but the optimized graph's fused kernel reads the now-float64 ones "
             "as float32 and returns WRONG VALUES ([1.0, 3.875] for eager's [2., 3.]); "
             "TOGRAPH_OPTIMIZE=0 gives eager's")),
-    "conv_bn_eval_train_call_between": (("module-eval-nograd",), (
-        "BUG: Conv2d+BatchNorm2d in eval under no_grad: after a train-mode forward under "
-        "no_grad (eager on the original or through the graph) moves the running stats, the "
-        "cached eval graph still uses the OLD statistics (max error ~0.1); "
-        "TOGRAPH_FOLD_BATCHNORM=0 gives eager's (the folded conv weights are not refreshed)")),
     "batchnorm1d_batch_1": (_TRAIN, (
         "BUG: BatchNorm1d in train on a batch of 1 raises ValueError in both, but eager has "
         "already counted num_batches_tracked += 1 before raising and the graph has not: "
