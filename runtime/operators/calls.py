@@ -340,7 +340,10 @@ def call(f, *args, **kwargs):
         symbolic = any(is_symbolic_iterable(a) for a in args) if f in _ITERATION_BUILTINS \
             else _has_symbolic(args, kwargs) or truth_builtins.of_generator(f, args, kwargs)
         if symbolic:
-            return special(*args, **kwargs)
+            outside_iterators.refuse(f, args, kwargs)      # (any(data), zip(x, data))
+            result = special(*args, **kwargs)
+            outside_iterators.note_made(result, f, args, kwargs)
+            return result
     if current_graph() is not None:
         f = torchscript_calls.unscripted(f, args, kwargs)   # (its Python original)
         applied = custom_functions.applied(f, args, kwargs)     # its own backward

@@ -287,6 +287,25 @@ def c_set_comprehension_over_it():
     return step, [(x,) for x in X[:2]], lambda: _drawn(pairs)
 
 
+def c_any_of_the_callers_generator():
+    flags = noisy([0.0, 1.0, 0.0, 0.0, 2.0, 0.0, 3.0, 0.0, 0.0, 4.0])
+
+    def step(x):
+        return x * any(flags)
+    return step, [(x,) for x in X], lambda: _drawn(flags)
+
+
+def c_zip_of_a_tensor_and_the_callers():
+    data = infinite([1.0, 2.0, 3.0])
+
+    def step(x):
+        total = x.sum() * 0
+        for row, v in zip(x, data):
+            total = total + row * v
+        return total
+    return step, [(x,) for x in X], lambda: _drawn(data)
+
+
 class Jitter(nn.Module):
     """A module drawing its offsets from a generator it holds."""
 
@@ -420,6 +439,8 @@ FALLS_BACK = {
     c_sum_of_generator_expression: "sum(v for _, v in zip(range(2), data))",
     c_generator_expression_over_it: "return x * next(v * 2 for v in data)",
     c_module_attribute: "return self.lin(x) + next(self.offsets)",
+    c_any_of_the_callers_generator: "return x * any(flags)",
+    c_zip_of_a_tensor_and_the_callers: "for row, v in zip(x, data):",
     c_dict_comprehension_next: 'batch = {k: next(data) for k in ("a", "b")}',
     c_set_comprehension_over_it: 'seen = {k for _, k in pairs if k < "c"}',
     c_python_iterator_object: "return x + next(batches)",
