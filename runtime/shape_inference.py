@@ -4,8 +4,9 @@ Requires: the op's arguments, with symbolic tensors (meta-backed) and concrete t
 Provides: ``Inferred(meta, example)``: the output's ``TensorMeta`` (a tuple of them for
 multi-output ops, None for none) and meta tensors standing for the outputs.
 
-Results are cached by (op, argument metadata): running an op on meta tensors costs tens
-to hundreds of microseconds. Dimensions known only at run time (``None``) are found by
+Results are cached by (op, argument metadata, the default dtype, which factories and
+Python numbers read): running an op on meta tensors costs tens to hundreds of
+microseconds. Dimensions known only at run time (``None``) are found by
 running the op a second time with different sizes for the dynamic input dimensions: an
 output dimension that changes with them is dynamic. Ops whose output size depends on
 data (``nonzero``, ``masked_select``, boolean indexing, ``unique``) have no meta kernel;
@@ -624,6 +625,7 @@ def _infer(func, args, kwargs) -> Inferred:
             flat = _flat_key(args, kwargs)
             key = (func, _key_leaf(tuple(args)), _key_leaf(dict(kwargs))) if flat is None \
                 else (func,) + flat
+            key += (torch._C.get_default_dtype(),)    # factories' and numbers' dtype
             if _strict():
                 key += ("strict dims", getattr(_STRICT, "shifted", False))
             hit = _CACHE.get(key)

@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
 
 from . import graph_ops, views
-from . import autocast_ops, autograd_effects, item_values
+from . import autocast_ops, autograd_effects, factory_dtypes, item_values
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
 from . import attention_fast_path, carried_numbers, library_questions, tensor_of_items
 from .errors import GraphError, TracingError
@@ -701,6 +701,7 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
         return result.example       # metadata: a dtype, a static size
     impure = is_impure(func, kwargs, args)
     target, result = autocast_ops.recorded(func, args, kwargs, result, location)
+    node_kwargs = factory_dtypes.pinned(target, node_kwargs, result.meta)
     node = graph.add_node(op_name(target), target, node_args, node_kwargs, result.meta,
                           location=location, impure=impure)
     _note_grad(node, func, args, kwargs, result.meta)

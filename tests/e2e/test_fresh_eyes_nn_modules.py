@@ -37,17 +37,6 @@ OPEN = {
         "BUG: MaxUnpool2d(y, idx, output_size=x.shape[-2:]) raises TypeError 'cond must be a "
         "bool, but got a Tensor' on the second call with a new input size (dynamic dims reach "
         "torch._check in max_unpool2d); eager returns the unpooled tensor")),
-    "default_dtype_float64_some_calls": (None, (
-        "BUG: after torch.set_default_dtype(torch.float64) the call retraces, but the "
-        "optimized graph still makes x * 2 + torch.arange(3.0) float32 (eager float64); "
-        "TOGRAPH_OPTIMIZE=0 gives float64 (an optimizer pass or kernel reuse keyed without "
-        "the factory's dtype)")),
-    "get_default_dtype_read_some_calls": (None, (
-            "BUG: x.double() + torch.ones(n) (here x.to(torch.get_default_dtype())), traced "
-            "under float32, called again after torch.set_default_dtype(torch.float64): the "
-            "call retraces, but the optimized graph's fused kernel reads the now-float64 ones "
-            "as float32 and returns WRONG VALUES ([1.0, 3.875] for eager's [2., 3.]); "
-            "TOGRAPH_OPTIMIZE=0 gives eager's")),
     "batchnorm1d_batch_1": (_TRAIN, (
         "BUG: BatchNorm1d in train on a batch of 1 raises ValueError in both, but eager has "
         "already counted num_batches_tracked += 1 before raising and the graph has not: "
