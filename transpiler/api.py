@@ -750,7 +750,8 @@ class GraphFunction:
         reached = [v for v in [self._module] + snapshot.roots()    # (a model it calls too)
                    if isinstance(v, torch.nn.Module)]
         watch = module_writes.Watch(reached, self._served)
-        dicts = module_writes.DictWatch([h for m in reached for h in tree_hooks(m)])  # (stored)
+        passed = [v for v in [*sargs, *skwargs.values()] if isinstance(v, torch.nn.Module)]
+        dicts = module_writes.DictWatch([h for m in reached + passed for h in tree_hooks(m)])
         take_converted()
         del _CALLED[:]
         touched = len(region_state.TOUCHED)

@@ -40,10 +40,11 @@ see. A tensor passed twice (``f(x, x)``) is checked as one object (``a1 is a0``)
 tensors traced as distinct objects that could be one (same class, shape, dtype, device and
 strides) as distinct (``a0 is not a1``; ``len({id(a0), ...}) == n`` for more): the
 pattern is part of the signature (``argument_aliases``); TensorGuards, which refuses a
-tensor given twice, gets each object once. Every check is at least as strict as the key it
-stands for (a check that fails only sends the call to the ordinary path, which finds the
-same entry or traces); a module's call also compares its tree's ``training`` flags
-(``runtime.module_flags``).
+tensor given twice, gets each object once. A graph that writes a tensor argument in place
+also checks that no two of them share storage (``shared((a0, a1)) is None``). Every check
+is at least as strict as the key it stands for (a check that fails only sends the call to
+the ordinary path, which finds the same entry or traces); a module's call also compares
+its tree's ``training`` flags (``runtime.module_flags``).
 
 Only plain calls are built: exact ``torch.Tensor``/``nn.Parameter`` tensors with no Python
 attributes, ``int``/``float``/``bool``/``str``/``None``, and exact tuples, lists and dicts
@@ -64,7 +65,7 @@ import torch.autograd.forward_ad as forward_ad
 from runtime import autocast_ops
 from runtime.executor import located
 
-from . import held_arguments
+from . import argument_aliases, held_arguments
 
 try:                                    # torch's C tensor check (dynamo's guards)
     from torch._C._dynamo.guards import TensorGuards
@@ -210,6 +211,9 @@ def build(entry, args: tuple, kwargs: dict, cache, training=None, held=frozenset
         src.check(" and ".join([f"tensors({', '.join(n for n, _ in firsts.values())})"] + [
             f"{n}.storage_offset() == {t.storage_offset()} and not {n}.__dict__"
             for n, t in firsts.values()]))
+        if entry.writes_inputs and len(firsts) > 1:     # (its trace's: none share storage)
+            src.env["shared"] = argument_aliases.shared
+            src.check(f"shared(({', '.join(n for n, _ in firsts.values())},)) is None")
     src.check(_modes(src, torch.is_grad_enabled()))
     if training is not None:
         src.env.update(training=training, flags=training())

@@ -164,7 +164,8 @@ class Snapshot:
             snap._watch("an attribute of the object the method belongs to", owner)
         taking = _taking | {_hook_key(fn)}      # (a hook that is a method of the module)
         reached = [owner] + [value for _, _, value in snap._globals] + \
-            [value for _, _, value in snap._cells]      # (a model the function calls)
+            [value for _, _, value in snap._cells] + list(args) + \
+            list(kwargs.values())          # (a model the function calls, or is passed)
         for hook in {_hook_key(h): h for m in reached for h in module_hooks(m)}.values():
             if _hook_key(hook) not in taking:   # they run while tracing: what they change
                 snap.include(hook, taking)

@@ -278,6 +278,31 @@ def p_helper_closure_nested_list():
     return step, [(torch.randn(3, generator=g),) for _ in range(3)], lambda: store
 
 
+def p_hook_dict_model_argument():
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
+    acts = {}
+
+    def hook(module, inputs, output):
+        acts["relu"] = output.detach()
+    model[1].register_forward_hook(hook)
+
+    def predict(net, x):
+        return net(x) + 1
+    g = _gen(18)
+    return predict, [(model, torch.randn(n, 3, generator=g)) for n in (2, 2, 3)], lambda: acts
+
+
+def p_hook_list_model_argument():
+    model = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+    seen = []
+    model[1].register_forward_hook(lambda m, i, o: seen.append((o > 0).sum().item()))
+
+    def predict(net, x):
+        return net(x) * 3
+    g = _gen(19)
+    return predict, [(model, torch.randn(2, 3, generator=g)) for _ in range(3)], lambda: seen
+
+
 # program -> "converts", or the text of the line its fallback must name; a memo falls back
 # on the call that fills it (the eager run fills it) and converts on the others
 MEMO_LINE = "memo: "
@@ -299,6 +324,8 @@ CASES = {
     "helper_closure_deque": "buf.append(v)",
     "helper_default_object_list": "hist.items.append(v)",
     "helper_closure_nested_list": 'store["log"].append(v)',
+    "hook_dict_model_argument": "converts",
+    "hook_list_model_argument": "converts",      # (numbers appended: runtime/appended_lists.py)
 }
 
 
