@@ -290,6 +290,9 @@ class _Traced:
         self.fn = executable.fn
         # (result, writes to argument objects: runtime.argument_objects) when it writes
         self.writes = bool(getattr(graph, "argument_writes", 0))
+        # writes a tensor argument in place: no flat fast key (the ordinary path's key says
+        # which arguments share storage; its entry function checks: ``argument_aliases``)
+        self.writes_inputs = bool(getattr(graph, "mutated_inputs", None))
         self.argument_refs = any(isinstance(v, ArgRef) for v in _walk_structure(
             outputs[0] if self.writes else outputs))
         self.holds = guard.compile_check()
@@ -452,8 +455,8 @@ class GraphFunction:
                 entry = self._build(key, args, kwargs, flat, spec, promoted=True) or entry
         else:
             self._entries.hit(entry)
-        if fast is not None:
-            self._entries.link_fast(fast, entry)
+        if fast is not None and not getattr(entry, "writes_inputs", False):
+            self._entries.link_fast(fast, entry)    # (a writing graph: storage in the key)
         if entry.__class__ is _Traced:
             self._inline(entry, args, kwargs)
         if isinstance(entry, _Fallback):
@@ -866,6 +869,9 @@ class GraphFunction:
             graph.mutated_inputs = [(name, views.storage(v).written) for v, name in
                                     zip(sym, names) if isinstance(v, torch.Tensor) and
                                     views.storage(v) is not None and views.storage(v).written]
+            if graph.mutated_inputs and argument_aliases.shared(flat):    # (x[:4], x[1:])
+                snapshot.restore()
+                argument_aliases.refuse_shared_writes(graph, flat, names)
             structure = _output_structure(graph, out, existed, _argument_paths(sargs, skwargs))
             if writes:
                 structure = (structure, _write_structure(graph, out, writes, existed,
