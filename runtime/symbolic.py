@@ -27,6 +27,7 @@ from . import graph_ops, views
 from . import autocast_ops, autograd_effects, factory_dtypes, item_values
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
 from . import attention_fast_path, carried_numbers, library_questions, tensor_of_items
+from . import unpool_sizes
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
 from .graph import Graph, Node, find_leaves, map_structure
@@ -61,7 +62,8 @@ _DEVICE_QUERIES = {torch.Tensor.device.__get__: torch.device("cpu"),
                    torch.Tensor.is_cpu.__get__: True}
 _SIZE_QUERIES = {torch.Tensor.shape.__get__, torch.Tensor.size, torch.Tensor.numel,
                  torch.Tensor.__len__, torch.Tensor.nelement, torch.Tensor.nbytes.__get__}
-_SUBSTITUTES = {torch._C._set_grad_enabled: graph_ops.set_grad_enabled}
+_SUBSTITUTES = {torch._C._set_grad_enabled: graph_ops.set_grad_enabled,
+               **unpool_sizes.SUBSTITUTES}     # output_size's run-time sizes as ints
 _REQUIRES_GRAD = torch.Tensor.requires_grad.__get__
 _DATA_DEPENDENT_SCALARS = {"equal", "allclose", "is_nonzero", "item", "tolist",
                            "is_same_size", "data_ptr"}

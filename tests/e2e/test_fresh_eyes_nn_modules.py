@@ -33,10 +33,6 @@ FALLS_BACK = {
 _TRAIN = ("module-train-grad", "function-train-nograd")
 # name -> (combos it applies to (None: all), reason)
 OPEN = {
-    "maxpool_ceil_indices_unpool": (None, (
-        "BUG: MaxUnpool2d(y, idx, output_size=x.shape[-2:]) raises TypeError 'cond must be a "
-        "bool, but got a Tensor' on the second call with a new input size (dynamic dims reach "
-        "torch._check in max_unpool2d); eager returns the unpooled tensor")),
     "batchnorm1d_batch_1": (_TRAIN, (
         "BUG: BatchNorm1d in train on a batch of 1 raises ValueError in both, but eager has "
         "already counted num_batches_tracked += 1 before raising and the graph has not: "
