@@ -5,6 +5,7 @@ keep eager's values."""
 import pytest
 import torch
 
+from tests.runtime.loop_programs import newton
 from transpiler import to_graph
 
 
@@ -22,13 +23,6 @@ def row_amax(x):
 
 def row_amin(x):
     return torch.amin(x.exp() - 1, dim=-1)
-
-
-def newton(x):
-    y = 0.5 * (x + 1.0)
-    while torch.max(torch.abs(y * y - x) / x) > 1e-5:
-        y = 0.5 * (y + x / y)
-    return y
 
 
 def sum_mean_softmax(x):
