@@ -600,7 +600,14 @@ class GraphFunction:
                 trace_log.dynamic_refused(self, e)
                 return None             # the call is traced static instead (dynamic_shapes)
             if getattr(e, "_tograph_user_error", False):
-                raise                   # checked: eager fails the same way (shape inference)
+                # checked: eager fails the same way (shape inference). Eager runs up to its
+                # error, so what it does before (BatchNorm counting the batch) happens too;
+                # the error raised is the traced one (eager's text, the user's line in a note)
+                try:
+                    self._fn(*args, **kwargs)
+                except Exception:       # noqa: BLE001 - eager's own error, as expected
+                    pass
+                raise
             reason = _reason(e, self._fn)
             file, line = _location(e, self._fn)
             trace_log.fell_back(self, reason, file, line, self._strict or not fallback_ok)

@@ -33,10 +33,6 @@ FALLS_BACK = {
 _TRAIN = ("module-train-grad", "function-train-nograd")
 # name -> (combos it applies to (None: all), reason)
 OPEN = {
-    "batchnorm1d_batch_1": (_TRAIN, (
-        "BUG: BatchNorm1d in train on a batch of 1 raises ValueError in both, but eager has "
-        "already counted num_batches_tracked += 1 before raising and the graph has not: "
-        "num_batches_tracked differs after the error")),
     "softmax_implicit_dim": (("module-train-grad",), (
         "BUG: nn.Softmax() (implicit dim) in train with grad: the first call of each new "
         "signature emits torch's 'Implicit dimension choice' warning twice, eager once")),
