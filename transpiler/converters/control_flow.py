@@ -11,7 +11,8 @@
 
 Requires the analyses (activity, liveness, reaching_defs); the state is the STATE annotation.
 Variables only read come from the closure. A state variable no later code reads (read,
-then rebound, in a branch) comes back as ``tg.UNREAD``, so the paths need not agree on it.
+then rebound, in a branch) comes back as ``tg.UNREAD``, so the paths need not agree on it
+(not one only an inner ``if``'s state call rebinds: an object whose attributes it sets).
 Inner statements are converted first.
 """
 from transpiler.analysis import activity
@@ -24,6 +25,7 @@ class IfTransformer(base.Transformer):
 
     def visit_If(self, node):
         state = anno.getanno(node, anno.Key.STATE)   # annotations of the original node
+        bound = activity.block_bound(node.body + node.orelse)   # (as the user wrote them)
         node = self.generic_visit(node)
         base.check_no_del(node.body + node.orelse, state, 'if statement', self.ctx)
         namer = self.ctx.namer
@@ -32,9 +34,10 @@ class IfTransformer(base.Transformer):
             'tg.if_stmt(test, body_name, else_name, state, names)', node, ('test',),
             test=node.test, body_name=body_name, else_name=else_name, state=list(state),
             names=base.names_tuple(state))
-        # rebound in a branch, yet dead after the if: the paths need not agree on it
-        unread = (activity.block_bound(node.body + node.orelse) - self.scope.cells
-                  - anno.getanno(node, anno.Key.LIVE_OUT))
+        # rebound in a branch, yet dead after the if: the paths need not agree on it (by
+        # the user's code, not an inner if's state call: ``self`` whose attributes an
+        # inner branch sets is passed on, else its new values leave the cond)
+        unread = bound - self.scope.cells - anno.getanno(node, anno.Key.LIVE_OUT)
         returns = [base.templates.replace_as_expression('tg.UNREAD', node) if v in unread
                    else v for v in state]
         return (base.body_function(body_name, state, node.body, state, self.scope, node,
