@@ -44,7 +44,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from . import grad_flags, grad_reach, module_modes, scaler_effects
+from . import argument_grads, grad_flags, grad_reach, module_modes, scaler_effects
 from .errors import GraphError
 from .graph_ops import effect
 from .source_info import format_location, user_location
@@ -220,7 +220,9 @@ def grad_is_none(t: torch.Tensor) -> bool:
 def _key(t) -> int:
     """A tensor's key in the states: a real one's id, a traced one's node's."""
     node = getattr(t, "_node", None)
-    return id(t) if node is None else id(node)
+    if node is None:
+        return id(t)
+    return id(argument_grads.key_node(t) or node)
 
 
 def read(t: torch.Tensor):
@@ -234,6 +236,7 @@ def read(t: torch.Tensor):
     if state == UNKNOWN:
         raise _refuse(".grad read after a backward or zero_grad in a branch or loop body "
                       "(whether it is None depends on the path taken at run time);")
+    t = argument_grads.value(t)         # (an argument's: its placeholder)
     if state == NONE:
         dispatch_record(expect_no_grad, (t, _where()), {})
         return None
@@ -252,6 +255,12 @@ def _initial(t: torch.Tensor) -> str:
     from . import trace_reads
     node = getattr(t, "_node", None)
     if node is not None:        # made in the function: no gradient yet; else the caller's
+        state = argument_grads.known(t)
+        if state[:1] == ("leaf",):      # (an argument leaf: its .grad is in the call's key)
+            if state[1] is False:
+                raise _refuse(".grad of an argument whose gradient is not like it (another "
+                              "dtype, shape or layout, or one that requires grad)")
+            return NONE if state[1] is None else TENSOR
         if node.op == "placeholder":
             raise _refuse(".grad of an argument not reached by the backward (the caller's "
                           "gradient)")

@@ -50,7 +50,7 @@ from typing import Optional
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-from . import autocast_ops, autograd_effects, grad_flags
+from . import argument_grads, autocast_ops, autograd_effects, grad_flags
 from .errors import GraphError
 from .source_info import format_location, user_location
 from .threads import PerThreadList
@@ -109,6 +109,8 @@ def refusal(what: str, why: str = _ONLY_AT_RUN_TIME) -> GraphError:
 def answer(func, t, args, kwargs):
     """The answer to ``func`` (one of ``QUESTIONS``) about the symbolic tensor ``t``."""
     node = t._node
+    if func is torch.Tensor.grad.__set__ and argument_grads.known(t)[:1] == ("leaf",):
+        return _set_argument_grad(t, args[1])
     if func in _REFUSED:
         raise refusal(_REFUSED[func])
     if func in _LAYOUT:
@@ -137,6 +139,9 @@ def _autograd_answer(func, t):
             torch.Tensor._grad_fn.__get__: "grad_fn"}.get(func, "grad")
     if name == "grad" and autograd_effects.staged():    # after loss.backward()
         return autograd_effects.read(t)
+    if argument_grads.known(t)[:1] == ("leaf",):     # (its gradient is in the call's key)
+        return True if name == "is_leaf" else None if name != "grad" else \
+            autograd_effects.read(t)
     if node.op == "placeholder" and name == "grad":
         raise refusal(".grad", "it is an argument's, and whether the caller's tensor has a "
                       "gradient (and which tensor) is not part of the call's signature "
@@ -159,6 +164,16 @@ def _autograd_answer(func, t):
     if name == "grad_fn" and not made_leaf:
         raise refusal(".grad_fn", "its autograd node exists only when the graph runs")
     return None
+
+
+def _set_argument_grad(t, value) -> None:
+    """``p.grad = value`` of an argument leaf: set when the graph runs
+    (``argument_grads.set_grad``), followed as a parameter's (``autograd_effects``)."""
+    from .symbolic import dispatch_record
+    if value is not None and not isinstance(value, torch.Tensor):
+        raise refusal("setting its .grad to a non-tensor")
+    dispatch_record(argument_grads.set_grad, (argument_grads.value(t), value), {})
+    autograd_effects.note_set(t, value)
 
 
 WRITTEN = "_tograph_written"    # attribute of the stand-in of a real leaf written in place
@@ -312,6 +327,7 @@ def note_argument(node, value: torch.Tensor) -> None:
                           "__torch_function__ decides what each op returns, which a graph of "
                           "plain tensors does not repeat")
         node.attrs[CLASS] = cls
+    argument_grads.note(node, value)        # (its .grad: in the key once a trace reads it)
     names = [n for n in value.__dict__ if not n.startswith(_TORCH_MARKS)]
     if names:
         raise refusal(f"Python attributes ({', '.join(sorted(names))}) of an argument",

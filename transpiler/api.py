@@ -32,7 +32,8 @@ import torch.utils._pytree as pytree
 import runtime
 from runtime import operators as tg
 from runtime import control_flow, path_values, region_state, subgraphs, tensor_state, trace_reads
-from runtime import appended_lists, argument_objects, autograd_effects, carried_numbers
+from runtime import appended_lists, argument_grads, argument_objects, autograd_effects
+from runtime import carried_numbers
 from runtime import training_attributes
 from runtime import module_modes, module_numbers, module_writes
 from runtime.transformer_forwards import forward_of as _staged_forward
@@ -343,6 +344,7 @@ class GraphFunction:
         self._leaf_names: List[str] = []            # the last trace's (for cache_info)
         self._held: frozenset = frozenset()     # list/dict arguments changed in place: whole
         self._served: frozenset = frozenset()   # (id(module), name) read when the graph runs
+        self._grad_args = False     # a trace read an argument's .grad: keys hold them
 
         self._history: List[Any] = self._retraces.history
         self._bound = weakref.WeakKeyDictionary()     # __slots__ objects, classes (method_binding)
@@ -392,6 +394,8 @@ class GraphFunction:
             key = key + (tuple(map(_TRAINING, self._submodules)),)
         # a trace applies no_grad/enable_grad and answers requires_grad in the ambient mode;
         # it runs ops as the caller's autocast state and default dtype make them behave
+        if self._grad_args:             # (runtime.argument_grads)
+            key = key + argument_grads.signature(flat)
         return key + (_call_modes(), _GRAD_MODE[torch.is_grad_enabled()]), flat, spec
 
     def __call__(self, *args, **kwargs):
@@ -413,6 +417,9 @@ class GraphFunction:
                      _aliases(args if not kwargs else args + tuple(kwargs.values())))
             if self._module is not None:
                 fast += self._training()        # (read again when the tree changed)
+            if self._grad_args:
+                fast += argument_grads.signature(args if not kwargs else
+                                                 args + tuple(kwargs.values()))
             entry = self._fast.get(fast)
             if entry is not None:
                 cache = self._entries           # a hit: counted, and stamped for LRU
@@ -444,9 +451,11 @@ class GraphFunction:
                 # the plain call's own TypeError, raised before its body runs (no
                 # fallback warning, nothing cached)
                 return _python_function(self._fn)(*args, **kwargs)
-            held = self._held
+            held, grads = self._held, self._grad_args
             entry = self._dynamic_entry(key, args, kwargs, flat, spec) or \
                 self._build(key, args, kwargs, flat, spec)
+            if self._grad_args is not grads:    # (keys hold the arguments' grads now)
+                fast = None
             if self._held is not held:      # the trace held a list/dict argument whole
                 self._entries.drop_inline()     # (entry functions flatten it: none now)
                 key, flat, spec = self._signature(args, kwargs)
@@ -471,8 +480,9 @@ class GraphFunction:
 
     def _inline(self, entry, args, kwargs) -> None:
         """Serve calls like this one, with ``entry``, by a generated entry function first
-        (``transpiler.call_entry``; not for a partial's or held arguments)."""
-        if self._partial is None and not self._held:
+        (``transpiler.call_entry``; not for a partial's or held arguments, nor where keys
+        hold the arguments' gradients)."""
+        if self._partial is None and not self._held and not self._grad_args:
             enter = call_entry.build(entry, args, kwargs, self._entries, self._training)
             if enter is not None:
                 self._entries.add_inline(enter)
@@ -627,6 +637,10 @@ class GraphFunction:
                 gc.enable()
         if not isinstance(entry, _Fallback):
             trace_log.traced(self, entry)
+            if argument_grads.depends(entry.graph) and not self._grad_args:
+                self._grad_args = True      # it read an argument's .grad: keyed on them
+                self._entries.drop_inline()
+                key = self._signature(args, kwargs)[0]
         self._store(key, entry)
         return entry
 

@@ -117,10 +117,14 @@ def _snapshot(v):
 
 
 def _clone_args(args):
-    """Each call's own copies of the arguments (leaves that require grad stay leaves)."""
+    """Each call's own copies of the arguments (leaves that require grad stay leaves, with
+    a copy of their ``.grad``)."""
     def one(v):
         if isinstance(v, torch.Tensor):
-            return v.detach().clone().requires_grad_(v.requires_grad)
+            c = v.detach().clone().requires_grad_(v.requires_grad)
+            if v.is_leaf and v.grad is not None:
+                c.grad = v.grad.clone()
+            return c
         if isinstance(v, (list, tuple)) and not hasattr(v, "_fields"):
             return type(v)(one(x) for x in v)
         if isinstance(v, dict):

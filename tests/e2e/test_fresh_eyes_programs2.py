@@ -58,6 +58,9 @@ CONVERTS = [
     "lr_finder",        # a Python float before a loop appending the carried float64 lr
     # a hook's dict write on a model the function calls: a set_item per run, as to_graph(model)
     "forward_hook_features", "grad_cam", "grad_cam_def_hook",
+    # d2l's helpers on argument leaves: their .grad is in the call's key
+    # (runtime/argument_grads.py)
+    "d2l_grad_clipping_helper", "d2l_sgd_on_argument_params",
 ]
 
 # program -> text of its line the fallback must name
@@ -104,12 +107,6 @@ NEEDLESS = {
     "dqn_epsilon_greedy_and_td_step":
         "needless fallback: a closure dict counter `steps['done'] += 1` in the helper "
         "select_action (the DQN tutorial's epsilon decay)",
-    "d2l_grad_clipping_helper":
-        "needless fallback: d2l's grad_clipping(params, theta) converted on its own: .grad "
-        "of argument leaves refused",
-    "d2l_sgd_on_argument_params":
-        "needless fallback: d2l's sgd(params, lr, batch_size) converted on its own: .grad "
-        "of argument leaves refused",
 }
 
 BUGS = {
