@@ -21,8 +21,8 @@ from typing import Callable
 import torch
 import torch.utils._pytree as pytree
 
-from . import (grad_flags, made_objects, path_values, region_state, size_hints,
-               tensor_state, views)
+from . import (grad_flags, inference_ops, made_objects, path_values, region_state,
+               size_hints, tensor_state, views)
 from .errors import BranchMismatchError, GraphError
 from .graph import same_tuple
 from .grad_flags import grad_of
@@ -118,6 +118,8 @@ def staged_cond(pred, true_fn, false_fn, operands, names=None, location=None):
         if is_symbolic(leaf):
             leaf._node.attrs[grad_flags.KEY] = grad_flags.merge(
                 grad_of(v) for v in (a, b) if not isinstance(v, Fill))
+            leaf._node.attrs[inference_ops.KEY] = inference_ops.merge(
+                v for v in (a, b) if not isinstance(v, Fill))
             mark(leaf, merged_kind(kind_of(v) for v in (a, b) if not isinstance(v, Fill)))
             size_hints.note_chosen(leaf, (a, b))        # an int on each path, a size on one
             tensor_state.merge_layouts(leaf, [v for v in (a, b) if not isinstance(v, Fill)])

@@ -6,6 +6,7 @@ a float, int64 for an int, bool), as ``float(t)``/``int(t)``/``bool(t)`` give
 (``operators.calls``): Python arithmetic and ``type()`` on it follow the number's rules,
 and a result holding it is a 0-d tensor standing for the number. A tensor with more than
 one element (eager raises) or only a run-time size, and complex values, need the value.
+The stand-in of an inference tensor's item is a normal tensor (``inference_ops``).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import math
 
 import torch
 
+from . import inference_ops
 from .introspection import mark
 
 
@@ -25,7 +27,11 @@ def item_of(t, needs_value):
         raise needs_value(".item()")
     kind, dtype = ("bool", torch.bool) if meta.dtype is torch.bool else \
         ("float", torch.float64) if meta.dtype.is_floating_point else ("int", torch.int64)
-    value = t.detach().reshape(()).to(dtype)
+    if torch.is_inference_mode_enabled() or inference_ops.flag_of(t) is not False:
+        with torch.inference_mode(False):       # eager's number has no kind: a normal copy
+            value = t.detach().reshape(()).to(dtype, copy=True)
+    else:
+        value = t.detach().reshape(()).to(dtype)
     mark(value, kind)
     return value
 

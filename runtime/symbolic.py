@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
 
 from . import graph_ops, views
-from . import autocast_ops, autograd_effects, factory_dtypes, item_values
+from . import autocast_ops, autograd_effects, factory_dtypes, inference_ops, item_values
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
 from . import attention_fast_path, carried_numbers, library_questions, tensor_of_items
 from . import unpool_sizes
@@ -669,6 +669,7 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
         func = graph_ops.full_of_tensor     # a 0-d tensor fill value: read when it runs
     node_args = to_node(graph, tuple(args))
     node_kwargs = to_node(graph, dict(kwargs))
+    inference_ops.check(func, args, kwargs, graph, location)    # (eager's errors first)
     try:
         result = infer(func, args, kwargs)
     except TracingError:
@@ -703,10 +704,12 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
         return result.example       # metadata: a dtype, a static size
     impure = is_impure(func, kwargs, args)
     target, result = autocast_ops.recorded(func, args, kwargs, result, location)
+    target = inference_ops.target_for(func, target, kwargs, location)
     node_kwargs = factory_dtypes.pinned(target, node_kwargs, result.meta)
     node = graph.add_node(op_name(target), target, node_args, node_kwargs, result.meta,
                           location=location, impure=impure)
     _note_grad(node, func, args, kwargs, result.meta)
+    inference_ops.note(node, func, args, kwargs)
     tensor_state.note_layout(node, leaves if leaves is not None else
                              _symbolic_leaves((args, kwargs)))
     written = None
@@ -766,6 +769,8 @@ def record_tuple_outputs(node: Node, metas, examples=None) -> List[SymbolicTenso
         if grad_flags.KEY in node.attrs:
             get.attrs[grad_flags.KEY] = node.attrs[grad_flags.KEY] and \
                 (m.dtype.is_floating_point or m.dtype.is_complex)
+        if inference_ops.KEY in node.attrs:
+            get.attrs[inference_ops.KEY] = node.attrs[inference_ops.KEY]
         outs.append(wrap_node(get, None if examples is None else examples[i]))
     return outs
 

@@ -20,7 +20,8 @@ question about its state is either answered exactly at trace time or refused wit
   a cond/while output that requires grad and is a leaf on one path only (``IS_LEAF``:
   ``y if t else y * 2``; zero loop iterations hand back the initial value).
 - **Identity, version and storage** (``_version``, ``_base``, ``data_ptr``,
-  ``untyped_storage``, ``is_shared``, ``is_inference``, ...), **autograd calls**
+  ``untyped_storage``, ``is_shared``, ...; ``is_inference`` where ``inference_ops`` cannot
+  say), **autograd calls**
   (``backward``, ``torch.autograd.grad``, hooks) and **Python attributes set on a traced
   tensor** are refused: a graph has no such objects to answer with, and a trace cannot
   run autograd on values it does not have.
@@ -33,11 +34,12 @@ executor's two shortcuts respect it (a fused C kernel takes contiguous inputs on
 planned ``out=`` buffer is used only where eager's result would be contiguous).
 
 Global modes: a trace records ops as the modes at its start make them behave, so a call
-is keyed on the caller's default dtype and CPU autocast dtype (``call_modes``), and code
-that changes a mode while it is traced (``set_default_dtype``, ``inference_mode``,
+is keyed on the caller's default dtype, CPU autocast dtype and inference mode
+(``call_modes``), and code that changes a mode while it is traced (``set_default_dtype``,
 ``use_deterministic_algorithms``) is refused at its first op (``check_modes``). CPU
-autocast is carried instead: an op recorded while it is on runs under it
-(``autocast_ops``), whether it was on at the call or switched in the traced code.
+autocast and inference mode are carried instead: an op recorded while one is on runs under
+it (``autocast_ops``, ``inference_ops``), whether it was on at the call or switched in the
+traced code.
 
 Module state: ``_MODES`` is a stack of the modes of the traces running, one per
 ``tracing()``, per thread as ``symbolic._BUILD_STACK`` (``runtime.threads``).
@@ -50,7 +52,7 @@ from typing import Optional
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-from . import argument_grads, autocast_ops, autograd_effects, grad_flags
+from . import argument_grads, autocast_ops, autograd_effects, grad_flags, inference_ops
 from .errors import GraphError
 from .source_info import format_location, user_location
 from .threads import PerThreadList
@@ -111,6 +113,8 @@ def answer(func, t, args, kwargs):
     node = t._node
     if func is torch.Tensor.grad.__set__ and argument_grads.known(t)[:1] == ("leaf",):
         return _set_argument_grad(t, args[1])
+    if func is torch.Tensor.is_inference and inference_ops.answer(t) is not None:
+        return inference_ops.answer(t)      # (made in this trace: its mode decides)
     if func in _REFUSED:
         raise refusal(_REFUSED[func])
     if func in _LAYOUT:
@@ -356,22 +360,20 @@ def check_setattr(t, name: str) -> None:
 
 # ---------------------------------------------------------------- global modes
 def _modes() -> tuple:
-    return (torch._C.get_default_dtype(),
-            torch.is_inference_mode_enabled(), torch.are_deterministic_algorithms_enabled())
+    return torch._C.get_default_dtype(), torch.are_deterministic_algorithms_enabled()
 
 
 _NAMES = ("the default dtype (torch.set_default_dtype)",
-          "inference mode (torch.inference_mode)",
           "deterministic algorithms (torch.use_deterministic_algorithms)")
 _MODES = PerThreadList()     # per thread: see runtime.threads
 
 
 def call_modes() -> tuple:
     """The caller's modes a graph is specialized for: CPU autocast (its dtype, or False
-    when off), the default dtype and an open forward-mode AD level (a call's signature
-    ends with these)."""
+    when off), the default dtype, an open forward-mode AD level and inference mode (a
+    call's signature ends with these)."""
     return autocast_ops.active_dtype() or False, torch._C.get_default_dtype(), \
-        _forward_ad._current_level
+        _forward_ad._current_level, torch.is_inference_mode_enabled()
 
 
 def _refuse(reason: str):
@@ -391,16 +393,16 @@ def watching_modes():
                 "kernels do not carry tangents")
     _MODES.append(_modes())
     autocast_ops.trace_started(True)
+    inference_ops.trace_started(True)
     try:
         yield
     finally:
+        inference_ops.trace_started(False)
         autocast_ops.trace_started(False)
         _MODES.pop()
 
 
-_SWITCHES = {torch.inference_mode: (1, "mode", True, torch.is_inference_mode_enabled,
-                                    "inference mode (torch.inference_mode)"),
-             torch.set_default_dtype: (1, "d", None, torch.get_default_dtype,
+_SWITCHES = {torch.set_default_dtype: (1, "d", None, torch.get_default_dtype,
                                        "the default dtype (torch.set_default_dtype)"),
              torch.use_deterministic_algorithms: (
                  1, "mode", None, torch.are_deterministic_algorithms_enabled,
@@ -408,9 +410,9 @@ _SWITCHES = {torch.inference_mode: (1, "mode", True, torch.is_inference_mode_ena
 
 
 def refuse_mode_switch(f, args, kwargs) -> None:
-    """A call in traced code that makes (``inference_mode()``) or switches a mode the
-    graph cannot record: refused at its own line (``check_modes`` would name the first op
-    after it, not the ``with``)."""
+    """A call in traced code that switches a mode the graph cannot record: refused at its
+    own line (``check_modes`` would name the first op after it). Inference mode is
+    recorded instead (``inference_ops``)."""
     try:
         entry = _SWITCHES.get(f)
     except TypeError:           # (an unhashable callable)
@@ -431,8 +433,8 @@ def refuse_mode_switch(f, args, kwargs) -> None:
 
 def check_modes() -> None:
     """Before recording an op: the global modes are still the trace's (code that switches
-    the default dtype, inference mode or deterministic algorithms while traced
-    would make the graph run its ops otherwise than eager)."""
+    the default dtype or deterministic algorithms while traced would make the graph run
+    its ops otherwise than eager; inference mode is recorded: ``inference_ops``)."""
     if not _MODES:
         return
     now = _modes()

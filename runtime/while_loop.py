@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import torch
 import torch.utils._pytree as pytree
 
-from . import grad_flags, loop_options, path_values, region_state, tensor_state, views
+from . import grad_flags, inference_ops, loop_options, path_values, region_state, tensor_state, views
 from .grad_flags import grad_of
 from .introspection import kind_of, mark, merged_kind
 from .errors import BranchMismatchError, GraphError
@@ -211,6 +211,8 @@ def _staged_while(cond_fn, body, state: tuple, names, location, graph, locations
     for leaf, slot, first, last in zip(leaves, slots, flat, out):
         if is_symbolic(leaf):
             leaf._node.attrs[grad_flags.KEY] = slot.grad
+            leaf._node.attrs[inference_ops.KEY] = inference_ops.merge(
+                v for v in (first, last) if not isinstance(v, Fill))
             if slot.grad is not False:  # (zero iterations hand back the initial value)
                 tensor_state.merge_leaves(leaf, [v for v in (first, last)
                                                  if not isinstance(v, Fill)])

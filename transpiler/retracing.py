@@ -82,9 +82,9 @@ def _mode(flags) -> str:
 
 def _is_call_modes(item) -> bool:
     """Whether a signature item is ``tensor_state.call_modes()``: (CPU autocast's dtype or False,
-    default dtype, forward-AD level)."""
+    default dtype, forward-AD level, inference mode)."""
     import torch
-    return isinstance(item, tuple) and len(item) == 3 and isinstance(item[1], torch.dtype)
+    return isinstance(item, tuple) and len(item) == 4 and isinstance(item[1], torch.dtype)
 
 
 def dynamic_mark(key):
@@ -176,7 +176,8 @@ def _changes(names: List[str], old, new) -> List[Tuple[str, str]]:
         if a in _GRAD_MODE.values():
             out.append(("modes", f"{a[0]} -> {b[0]}"))
         elif _is_call_modes(a):
-            out.append(("modes", f"CPU autocast, default dtype, forward-AD level: {a} -> {b}"))
+            out.append(("modes", f"CPU autocast, default dtype, forward-AD level, inference "
+                         f"mode: {a} -> {b}"))
         elif argument_aliases.is_key(a):
             out.append(("aliases", f"one tensor object passed as several arguments: "
                         f"{argument_aliases.text(a, names)} -> "

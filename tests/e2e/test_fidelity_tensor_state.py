@@ -272,9 +272,17 @@ def inference_tensor(x):
 
 
 @pytest.mark.parametrize("fn", [version_after_write, version_of_argument, data_pointer_compare,
-                                storage_size, base_of_view, shared_memory, inference_tensor])
+                                storage_size, base_of_view, shared_memory])
 def test_version_storage_identity_fall_back(fn):
     differential(fn, [(POS,), (NEG,)], FALLS_BACK)
+
+
+def test_is_inference_of_a_value_made_in_the_trace_is_answered():
+    """``is_inference()`` of a value the trace made is known: the caller's inference mode
+    is part of the signature, and ops in ``inference_mode`` are recorded (inference_ops)."""
+    differential(inference_tensor, [(POS,), (NEG,)], CONVERTS)
+    with torch.inference_mode():
+        differential(inference_tensor, [(POS,), (NEG,)], CONVERTS)
 
 
 # ------------------------------------------------------------------ autograd state and calls
@@ -535,13 +543,19 @@ def deterministic_switched_inside(x):
     return y
 
 
-@pytest.mark.parametrize("fn", [default_dtype_switched_inside, inference_mode_inside,
-                                deterministic_switched_inside,
+@pytest.mark.parametrize("fn", [default_dtype_switched_inside, deterministic_switched_inside,
                                 autocast_in_branch])    # (bf16 on one path, f32 on the other)
 def test_mode_switched_inside_falls_back(fn):
     differential(fn, [(POS,), (NEG,)], FALLS_BACK)
     assert torch.get_default_dtype() == torch.float32
     assert not torch.is_autocast_enabled("cpu")
+
+
+def test_inference_mode_inside_converts():
+    """Inference mode is carried: the ops recorded in it run in it (inference_ops), so
+    ``y + 1`` outside reads an inference tensor as eager's does."""
+    differential(inference_mode_inside, [(POS,), (NEG,)], CONVERTS)
+    assert not torch.is_inference_mode_enabled()
 
 
 @pytest.mark.parametrize("fn", [autocast_inside, autocast_disabled_inside])

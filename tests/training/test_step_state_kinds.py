@@ -412,9 +412,9 @@ def test_cumulative_batchnorm_bits():
 
 # ------------------------------------------------------------------- inference_mode
 def inference_mode_eval(size):
-    """Evaluation inside the training function under ``torch.inference_mode()``: still a
-    clear fallback naming the line (its tensors are inference tensors in eager, which the
-    graph's ops would not make), with eager's results."""
+    """Evaluation inside the training function under ``torch.inference_mode()``: converts
+    (``runtime.inference_ops``: its ops run in inference mode, so ``val`` is an inference
+    tensor as eager's; tests/training/test_step_inference_and_hidden.py compares that)."""
     model = _mlp(size)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
@@ -427,6 +427,6 @@ def inference_mode_eval(size):
     return step, [model, opt], _data(size), lambda: None
 
 
-def test_inference_mode_in_a_step_falls_back():
-    assert _compare(lambda: inference_mode_eval(SIZES[0])) == {"default": "fallback",
-                                                               "strict": "refused"}
+def test_inference_mode_in_a_step_converts():
+    assert _compare(lambda: inference_mode_eval(SIZES[0])) == {"default": "converted",
+                                                               "strict": "converted"}

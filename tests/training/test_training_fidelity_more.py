@@ -11,9 +11,9 @@ step, eager against converted (default and strict mode).
   kernels (tanh, gelu, layer_norm, softmax), a MAML inner step, a Hessian-vector product.
 - ``ReduceLROnPlateau.step(metric)`` with the metric as a logged float, a tensor, a keyword.
 - ``loss.backward(create_graph=True)`` and a penalty on the ``p.grad`` it leaves.
-- What still falls back names the line that does it (``inference_mode`` ``with``, a
-  ``param_groups``/``last_epoch`` read, other scaler methods); strict mode raises
-  ConversionError.
+- ``inference_mode`` inside the step converts (``runtime.inference_ops``).
+- What still falls back names the line that does it (other scaler methods); strict mode
+  raises ConversionError.
 """
 from __future__ import annotations
 
@@ -525,10 +525,25 @@ def _inference_mode_step(model, opt, scaler):
         opt.zero_grad()
         F.cross_entropy(model(x), y).backward()
         opt.step()
-        with torch.inference_mode():                                  # FALLBACK LINE
+        with torch.inference_mode():        # (converts: runtime.inference_ops)
             acc = (model(x).argmax(1) == y).float().mean()
-        return acc.clone()
+        return acc.clone(), acc
     return step
+
+
+def test_inference_mode_in_a_step_converts():
+    """The accuracy under ``inference_mode`` after the update: an inference tensor as
+    eager's (``is_inference()`` of each returned value compared too)."""
+    def make():
+        model = MLP()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        return _inference_mode_step(model, opt, None), [model, opt], _batches(3, (6, 8), 4)
+    _converts_like_eager(make, steps=3)
+    kinds = {}
+    for mode in ("eager", "strict"):
+        outs, _, _ = _run(make, mode, 3)
+        kinds[mode] = [tuple(t.is_inference() for t in out) for out in outs]
+    assert kinds["strict"] == kinds["eager"] == [(False, True)] * 3
 
 
 def _scaler_state_dict(model, opt, scaler):
@@ -542,7 +557,7 @@ def _scaler_state_dict(model, opt, scaler):
 
 # (reads of opt.param_groups and sched.last_epoch convert now:
 # tests/training/test_step_python_state.py)
-@pytest.mark.parametrize("make_step", [_inference_mode_step, _scaler_state_dict])
+@pytest.mark.parametrize("make_step", [_scaler_state_dict])
 def test_what_falls_back_names_its_line(make_step):
     import inspect
     lines, first = inspect.getsourcelines(make_step)

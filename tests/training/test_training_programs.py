@@ -797,7 +797,6 @@ PROGRAMS = {
 # hand-written warmup's writes to param_groups and its closure-list counter too:
 # runtime.training_attributes, runtime.carried_numbers)
 FALLS_BACK = {
-    "train_eval_switch": "torch.inference_mode inside the step is not recorded",
     "rnn_lm": "the step stores the hidden state into a closure list",
 }
 

@@ -150,17 +150,19 @@ def _describe_signature(names: List[str], key) -> str:
     from ..api import _GRAD_MODE, _is_call_modes, _mode
     parts = []
     leaves = key[0].num_leaves
-    # a Module's train/eval flags, then the caller's autocast, default dtype and forward-AD
-    # level, then the grad mode
+    # a Module's train/eval flags, then the caller's autocast, default dtype, forward-AD
+    # level and inference mode, then the grad mode
     extra = [e for e in key[leaves + 1:] if not _is_call_modes(e)]
     aliases = [argument_aliases.text(e, names) for e in extra if argument_aliases.is_key(e)
                and e[1] is not None]        # (one tensor object passed twice)
     extra = [e for e in extra if not argument_aliases.is_key(e)]
     parts_mode = [f"training mode: {_mode(e)}" for e in extra if e not in _GRAD_MODE.values()]
     parts_mode += aliases
-    for autocast, dtype, dual_level in (e for e in key[leaves + 1:] if _is_call_modes(e)):
+    for autocast, dtype, dual_level, inference in (e for e in key[leaves + 1:]
+                                                   if _is_call_modes(e)):
         parts_mode += ["CPU autocast"] * autocast
         parts_mode += ["forward-mode AD"] * (dual_level >= 0)
+        parts_mode += ["inference mode"] * inference
         parts_mode += [f"default dtype {str(dtype).replace('torch.', '')}"] * \
             (str(dtype) != "torch.float32")
     parts_mode += [e[0] for e in extra if e == _GRAD_MODE[False]]
