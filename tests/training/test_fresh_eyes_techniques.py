@@ -1947,6 +1947,94 @@ def prog_eval_every_k(wrap):
 
 
 
+@program()
+def prog_reset_head_periodic(wrap):
+    """Primacy-bias resets (Nikishin et al. 2022, e.g. evgenii-nikishin/rl_with_resets):
+    `if it[0] > 0 and it[0] % 3 == 0: head.reset_parameters()` on a closure counter (the
+    reset draws from the global RNG)."""
+    net = mlp()
+    opt = torch.optim.SGD(net.parameters(), lr=0.2)
+    it = [0]
+
+    def step(x, y):
+        if it[0] > 0 and it[0] % 3 == 0:
+            net[2].reset_parameters()
+        it[0] += 1
+        opt.zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step, [net, opt, it], _xy(5)
+
+
+@program()
+def prog_zero_init_at_k(wrap):
+    """Zero-initialising a residual branch's last layer at a given step (ReZero / Fixup-style
+    re-init schedules): `if calls[0] == 2: nn.init.zeros_(layer.weight)`."""
+    net = mlp()
+    opt = torch.optim.SGD(net.parameters(), lr=0.2)
+    calls = [0]
+
+    def step(x, y):
+        if calls[0] == 2:
+            nn.init.zeros_(net[2].weight)
+        calls[0] += 1
+        opt.zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step, [net, opt, calls], _xy(5)
+
+
+
+@program()
+def prog_td0_critic_single_state(wrap):
+    """pytorch/examples reinforcement_learning/actor_critic.py shapes: one unbatched state
+    (4,), the critic's value of shape (1,), F.smooth_l1_loss(value, torch.tensor([R]))
+    with an actor's -log_prob * advantage, one Adam step per environment step."""
+    actor = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    critic = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    mods = nn.ModuleList([actor, critic])
+    opt = torch.optim.Adam(mods.parameters(), lr=3e-2)
+
+    def step(state, next_state, reward):
+        value = critic(state)
+        with torch.no_grad():
+            target = reward + 0.99 * critic(next_state)
+        dist = torch.distributions.Categorical(logits=actor(state))
+        action = dist.sample()
+        advantage = (target - value).detach()
+        loss = -dist.log_prob(action) * advantage.squeeze() + F.smooth_l1_loss(value, target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach(), action
+    g = _gen()
+    batches = [(torch.randn(4, generator=g), torch.randn(4, generator=g),
+                torch.tensor([float(i % 2)])) for i in range(4)]
+    return step, [mods, opt], batches
+
+
+@program()
+def prog_batch_of_one_regression(wrap):
+    """The last batch of a regression DataLoader without drop_last holding one sample
+    (x (1, 2), y (1, 1), Linear(2, 1)): (pred - y).pow(2).mean() (d2l's squared_loss)."""
+    net = nn.Linear(2, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = (net(x) - y).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step, [net, opt], [(torch.tensor([[float(i), 1.0]]), torch.tensor([[2.0 * i]]))
+                              for i in range(4)]
+
+
+
 # ----------------------------------------------------------------------------- verdicts
 def _bug(reason):
     return pytest.mark.xfail(strict=True, reason=reason)
@@ -1995,6 +2083,11 @@ VERDICTS = {
         "requires_grad_(False) while tracing on the first call: w never trains and later "
         "losses/params differ from eager with no warning; repro in the report "
         "(p.requires_grad = True in the same shape converts correctly)")),
+    "prog_batch_of_one_regression": ("convert", _bug(
+        "BUG (crash): a pointwise chain reduced by mean over a one-element tensor, then "
+        "backward: to_graph(f) with f = lambda x, y: ((lin(x) - y).pow(2).mean()).backward() "
+        "for x (1, 2), y (1, 1), lin = Linear(2, 1) raises 'size {[1, 1]} is not expandable "
+        "to size {[]}' from the graph's run_backward (eager fine; .sum() and mse_loss fine)")),
     "prog_eval_every_k": ("convert", _bug(
         "needless fallback, misleading reason: net.eval()/net.train() inside "
         "`if it[0] % 2 == 0:` (nanoGPT's eval cadence) falls back blaming 'mutates closure "
