@@ -41,7 +41,7 @@ from .introspection import NUMBER_KINDS, kind_of, mark
 from .threads import PerThreadList
 
 _ANCHOR = torch.zeros(())      # (gives read_slot's node a tensor input, as last_lrs's)
-_DTYPES = {"int": torch.int64, "float": torch.float64}
+_DTYPES = {"int": torch.int64, "float": torch.float64, "bool": torch.bool}
 
 
 class Slot:
@@ -76,17 +76,19 @@ class Slot:
 
 
 def attributes(slots: List[Slot]) -> set:
-    """(id(object), name) of the attribute slots among ``slots``: the graph sets them
-    when it runs, so a tensor branch may change them (``region_state.shared_touched``)."""
-    return {(id(s.holder), s.key) for s in slots if s.kind == "attr"}
+    """(id(object), name) of the attribute and item slots among ``slots``: the graph sets
+    them when it runs, so a tensor branch may change them (``region_state.shared_touched``,
+    ``region_numbers``)."""
+    return {(id(s.holder), s.key) for s in slots if s.kind in ("attr", "item")}
 
 
 def _number(value) -> Optional[str]:
-    return "int" if type(value) is int else "float" if type(value) is float else None
+    return {int: "int", float: "float", bool: "bool"}.get(type(value))
 
 
 def _form(value):
-    """What a slot may carry: "int", "float", or ("tensor", dtype, shape) for a plain CPU
+    """What a slot may carry: "int", "float", "bool" (a flag: ``self.stopped = True``),
+    or ("tensor", dtype, shape) for a plain CPU
     tensor that needs no gradient (hidden state kept across calls); None otherwise."""
     kind = _number(value)
     if kind is not None or not isinstance(value, torch.Tensor):
@@ -109,29 +111,48 @@ def _form(value):
 _LIMIT = 32         # items or attributes of one holder looked at
 
 
+_PLAIN_SETATTR = (object.__setattr__, types.SimpleNamespace.__setattr__)
+
+
 def plain(value) -> bool:
     """An instance of a user class whose ``__dict__`` holds its state (not a module, a
-    torch object or a class)."""
+    torch object or a class), or a ``SimpleNamespace``."""
     cls = type(value)
     return isinstance(getattr(value, "__dict__", None), dict) and \
         not isinstance(value, (type, types.ModuleType, types.FunctionType, types.MethodType,
                                torch.nn.Module, torch.Tensor)) and \
         cls.__module__.split(".")[0] not in ("torch", "builtins", "runtime", "transpiler") \
-        and cls.__setattr__ is object.__setattr__
+        and cls.__setattr__ in _PLAIN_SETATTR
 
 
-def _held(value, label: str) -> List[Tuple[Slot, Any]]:
-    """The numbers a list (its items) or a plain object (its attributes) holds."""
+def _held(value, label: str, depth: int = 1) -> List[Tuple[Slot, Any]]:
+    """The numbers a list (its items), a dict (its str keys' items) or a plain object (its
+    attributes) holds; and, ``depth`` levels down, those held by the lists, dicts and
+    plain objects it holds (``state["stats"]["best"]``)."""
     if type(value) is list and len(value) <= _LIMIT:
-        return [(Slot("item", value, i, f"{label}[{i}]"), v) for i, v in enumerate(value)
-                if _form(v) is not None]
-    if type(value) is dict and len(value) <= _LIMIT:
-        return [(Slot("item", value, k, f"{label}[{k!r}]"), v) for k, v in value.items()
-                if type(k) is str and _form(v) is not None]
-    if plain(value) and len(vars(value)) <= _LIMIT:
-        return [(Slot("attr", value, k, f"{label}.{k}"), v) for k, v in vars(value).items()
-                if _form(v) is not None]
-    return []
+        kind, entries = "item", [(i, v, f"{label}[{i}]") for i, v in enumerate(value)]
+    elif type(value) is dict and len(value) <= _LIMIT:
+        kind, entries = "item", [(k, v, f"{label}[{k!r}]") for k, v in value.items()
+                                 if type(k) is str]
+    elif plain(value) and len(vars(value)) <= _LIMIT:
+        kind, entries = "attr", [(k, v, f"{label}.{k}") for k, v in vars(value).items()]
+    else:
+        return []
+    found = []
+    for key, v, name in entries:
+        if _form(v) is not None:
+            found.append((Slot(kind, value, key, name), v))
+        elif depth > 0 and (type(v) in (list, dict) or plain(v)):
+            found += _held(v, name, depth - 1)
+    return found
+
+
+def held_numbers(cells, globals_) -> List[Tuple[Slot, Any]]:
+    """(slot, value) for the numbers held by the lists, dicts and plain objects that the
+    cells ``[(name, cell, value)]`` and globals ``[(namespace, name, value)]`` hold, as
+    they are now (``Snapshot.include_new``: a helper's, before it runs)."""
+    return [found for name, cell, value in cells for found in _held(value, name)] + \
+        [found for ns, name, value in globals_ for found in _held(value, name)]
 
 
 def candidates(cells, globals_, owner=None) -> List[Tuple[Slot, Any]]:

@@ -19,7 +19,8 @@ cond (``choose_contents``), and by a loop whose body appends the same items each
 iteration as ``before + items * iterations`` (``Grown``). Other changes to lists,
 dicts or sets, to anything reached through a global, to objects that existed before the
 call (checked by the front door with ``TOUCHED``), or to values of other kinds are not
-carried: ``region_effects`` refuses them.
+carried: ``region_effects`` refuses them -- but for numbers kept across calls that a
+branch changes (``region_numbers``: a dict's item, a ``nonlocal``, a plain object's).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import os
 import sys
 from typing import List, Optional, Tuple
 
+from . import region_numbers
 from .errors import GraphError
 from .python_state import _EMPTY, _FixedCell, _library, is_tensor
 from .threads import PerThreadList
@@ -215,7 +217,8 @@ def changes(watch, numbers_only: bool, names=()) -> Optional[List[Tuple[Location
         if now is root.value:
             continue
         if root.value is _EMPTY or now is _EMPTY or root.path[-1][1] in names or \
-                not _local_cell(root) or not (
+                not (_local_cell(root) or not numbers_only and region_numbers.outer_cell(
+                    root)) or not (      # (``nonlocal best``: region_numbers)
                 carriable(now, numbers_only) and carriable(root.value, numbers_only)):
             return None
         loc = Location(root.value, root.describe(), cell=root.cell)
@@ -234,7 +237,8 @@ def changes(watch, numbers_only: bool, names=()) -> Optional[List[Tuple[Location
         if isinstance(obj, (list, dict, set)):
             if _shallow_differs(obj, copy):
                 from .loop_items import replaced as replaced_items
-                items = replaced_items(obj, copy) if numbers_only else None
+                items = replaced_items(obj, copy) if numbers_only else \
+                    region_numbers.items(obj, copy)       # (``state["best"] = lossf``)
                 if items is not None:       # tensors a loop body put in place of others
                     found.update((loc.key, (loc, new)) for loc, new in items)
                     continue
@@ -260,7 +264,8 @@ def changes(watch, numbers_only: bool, names=()) -> Optional[List[Tuple[Location
             if v is copy[k] or id(copy[k]) in replaced:
                 continue
             if not ((_user_class(type(obj)) or numbers_only and _dict_object(obj)) and
-                    carriable(v, numbers_only) and carriable(copy[k], numbers_only)):
+                    carriable(v, numbers_only) and carriable(copy[k], numbers_only)) and \
+                    not region_numbers.attribute(obj, copy[k], v):    # (a SimpleNamespace)
                 return None
             loc = Location(copy[k], f"{type(obj).__name__}.{k}", obj=obj, name=k)
             found.setdefault(loc.key, (loc, v))

@@ -852,8 +852,9 @@ class GraphFunction:
                 except BaseException:
                     snapshot.restore()
                     raise
-            slots = carried_numbers.rebound(numbers + carried_numbers.candidates(
-                *snapshot.bindings()[:2])) if changed else None     # (helpers' bindings too)
+            slots = carried_numbers.rebound(numbers + snapshot.numbers_before() +
+                                            carried_numbers.candidates(*snapshot.bindings()[:2])
+                                            ) if changed else None  # (helpers' bindings too)
             if slots and carry is not None:     # (set only once the served ones were:
                 slots = carry[0] + slots        # ``if (state.step + 1) % k == 0:``)
             if slots:           # a counter rebound (``nonlocal step; step += 1``): carried
@@ -873,7 +874,8 @@ class GraphFunction:
                     raise held_arguments.Changed(changed, held)
                 error = GraphError(f"{changed} (a Python side effect that a graph cannot repeat "
                                    f"on every call)")
-                error.location = _assignment_line(target, changed) or next(
+                error.location = getattr(snapshot, "changed_line", None) or \
+                    _assignment_line(target, changed) or next(
                     filter(None, (_assignment_line(hook, changed) for m in reached
                                   for hook in tree_hooks(m))), None) or (
                     _assignment_line(snapshot.changed_owner, changed)

@@ -36,7 +36,7 @@ from runtime.python_state import (DEPTH, difference, fingerprint, is_tensor, res
                                   strings_used, user_classes)
 from runtime.source_info import _is_library
 
-from . import function_state, helper_containers, hook_snapshot, module_containers
+from . import function_state, helper_containers, hook_snapshot, module_containers, mutation_lines
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None))
 
@@ -337,6 +337,12 @@ class Snapshot:
         value)]`` and the method's object recorded (``runtime.carried_numbers``)."""
         return list(self._cells), list(self._globals), self._owner
 
+    def numbers_before(self) -> list:
+        """(slot, value before the call) of the numbers held by the lists, dicts and plain
+        objects of the bindings ``include_new`` added (a helper's ``steps['done'] += 1``:
+        ``carried_numbers.rebound`` compares what they hold after the trace with these)."""
+        return list(getattr(self, "_numbers", ()))
+
     def carry(self, slots) -> None:
         """Stop comparing the numbers ``slots`` (``runtime.carried_numbers``) hold: the
         graph reads and sets them itself on every run. A list or object holding one is
@@ -459,12 +465,16 @@ class Snapshot:
             if now is not value:
                 return f"the function assigns nonlocal variable {name!r}"
         for label, obj, state, _ in self._objects:
-            if _state_of(obj) != state:
-                return f"the function mutates {label}"
+            now = _state_of(obj)
+            if now != state:        # (the line storing what changed: a method's ``self.n``)
+                keys = mutation_lines.changed_keys(state, now, obj)
+                self._stored_at(keys)
+                return f"the function mutates {label}" + (f" (its .{keys[0]})" if keys else "")
         for label, obj, print_, _ in self._deep:
             now = fingerprint(obj)
             if now != print_:
                 where = difference(print_, now)
+                self._stored_at(mutation_lines.path_keys(where))
                 return f"the function mutates {label}" + (f" (its {where.lstrip('.')})"
                                                           if where else "")
         filled, owner = helper_containers.left(getattr(self, "_helper_containers", ()))
@@ -483,6 +493,12 @@ class Snapshot:
         return module_containers.changed(getattr(self, "_hooks", hook_snapshot.NOTHING)
                                          .containers + getattr(
                                              self, "_trees", hook_snapshot.NOTHING).containers)
+
+    def _stored_at(self, names) -> None:
+        """Note ``changed_line``: where the code the trace met first stores one of the
+        attributes ``names`` (``transpiler.mutation_lines``)."""
+        self.changed_line = mutation_lines.store_line(
+            self._codes + getattr(self, "_met", []), names)
 
     def changed_labels(self) -> set:
         """The labels (``argument #1``) of the watched objects whose state or deep
@@ -628,6 +644,8 @@ class Snapshot:
         if known is None:       # (kept across calls: a trace meets many functions)
             known = self._known = {(id(space), name) for space, name, _ in self._globals} | \
                 {id(c) for _, c, _ in self._cells}
+        new = len(self._cells), len(self._globals)
+        self._met = getattr(self, "_met", []) + [code]     # (mutation_lines)
         for name in _names_used(code):
             if name in ns and (id(ns), name) not in known:
                 known.add((id(ns), name))
@@ -642,6 +660,8 @@ class Snapshot:
                 except ValueError:
                     value = _EMPTY
                 self._cells.append((name, cell, value))
+        self._numbers = getattr(self, "_numbers", []) + carried_numbers.held_numbers(
+            self._cells[new[0]:], self._globals[new[1]:])   # (before the helper runs)
         if not hasattr(self, "_functions"):      # (and what it keeps across calls; not
             self._functions = function_state.Watch(self._argument_ids())    # the arguments)
         self._functions.function(func, [(n, ns[n]) for n in _names_used(code) if n in ns])

@@ -310,7 +310,7 @@ def closure_list_appended_by_helper(x):
     return x, len(seen)
 
 
-@pytest.mark.parametrize("fn", [nonlocal_in_branch, descriptor_with_effect,
+@pytest.mark.parametrize("fn", [descriptor_with_effect,
                                 global_helper_appends, closure_list_appended_by_helper])
 def test_effects_through_calls_fall_back_at_the_call_line(fn):
     falls_back_at(fn, BOTH, "# <- effect")
@@ -349,7 +349,8 @@ def appends_in_loop(x):
 
 
 @pytest.mark.parametrize("fn", [reads_closure_object, assigns_local_object_attribute,
-                                appends_in_loop])
+                                appends_in_loop,
+                                nonlocal_in_branch])    # (a number item: region_numbers)
 def test_state_read_or_carried_still_converts(fn):
     converts(fn, BOTH)
 

@@ -58,6 +58,10 @@ CONVERTS = [
     "lr_finder",        # a Python float before a loop appending the carried float64 lr
     # a hook's dict write on a model the function calls: a set_item per run, as to_graph(model)
     "forward_hook_features", "grad_cam", "grad_cam_def_hook",
+    # numbers in a closure dict, a plain object, a helper's closure or a module dict, set in
+    # tensor branches: carried (runtime/region_numbers.py, runtime/carried_numbers.py)
+    "nanogpt_train_step_with_lr_schedule", "early_stopper_object",
+    "dqn_epsilon_greedy_and_td_step", "dqn_select_action_global_counter",
     # d2l's helpers on argument leaves: their .grad is in the call's key
     # (runtime/argument_grads.py)
     "d2l_grad_clipping_helper", "d2l_sgd_on_argument_params",
@@ -69,7 +73,6 @@ FALLS_BACK = {
     "global_mask_cache_helper": "def attend(q, k, v):",
     "global_metric_log_helper": "def step(x, y):",
     # reachable state the trace changes (tests/e2e/test_reachable_state_mutation.py)
-    "dqn_select_action_global_counter": 'DQN_STATE["steps_done"] += 1',
     "replay_memory_push": "def act_and_store(",                # (push: not a known mutator)
     "history_default_argument": "history.losses.append(loss.detach())",
     "early_stopping_fit": "model.train()",                       # train() in a tensor loop
@@ -97,16 +100,6 @@ FALLS_BACK = {
 }
 
 NEEDLESS = {
-    "nanogpt_train_step_with_lr_schedule":
-        "needless fallback: nanoGPT's `if lossf < best_val_loss: best_val_loss = lossf` on a "
-        "carried number in a closure dict, set in a tensor branch",
-    "early_stopper_object":
-        "needless fallback: the EarlyStopper object's counter/min loss (plain numbers on a "
-        "plain object) changed in tensor branches; the message names `def epoch`, not the "
-        "line that mutates",
-    "dqn_epsilon_greedy_and_td_step":
-        "needless fallback: a closure dict counter `steps['done'] += 1` in the helper "
-        "select_action (the DQN tutorial's epsilon decay)",
 }
 
 BUGS = {
