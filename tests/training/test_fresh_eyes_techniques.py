@@ -65,7 +65,7 @@ def _snap(x, depth=0):
         return repr(type(x))
     if isinstance(x, torch.Tensor):
         return ("T", x.detach().clone(), x.requires_grad,
-                None if x.grad is None else x.grad.detach().clone())
+                None if not x.is_leaf or x.grad is None else x.grad.detach().clone())
     if isinstance(x, nn.Module):
         out = {}
         for n, p in x.named_parameters(remove_duplicate=False):
@@ -2196,6 +2196,182 @@ def prog_cutmix_boxes(wrap):
 
 
 
+@program()
+def prog_sequential_lr_warmup_cosine(wrap):
+    """torchvision references/classification train.py: SequentialLR([LinearLR warm-up,
+    CosineAnnealingLR], milestones=[2]) stepped every call."""
+    net = mlp()
+    opt = torch.optim.SGD(net.parameters(), lr=0.2, momentum=0.9, nesterov=True)
+    warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=2)
+    cos = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=3)
+    sched = torch.optim.lr_scheduler.SequentialLR(opt, [warm, cos], milestones=[2])
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        sched.step()
+        return loss.detach(), opt.param_groups[0]["lr"]
+    return step, [net, opt, sched], _xy(5)
+
+
+@program()
+def prog_ctc_loss(wrap):
+    """Speech recognition (e.g. SeanNaren/deepspeech.pytorch): log_softmax over (T, N, C),
+    F.ctc_loss with per-sample input and target lengths, zero_infinity=True."""
+    net = nn.Linear(4, 5)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+
+    def step(feats, targets, input_lengths, target_lengths):
+        log_probs = net(feats).log_softmax(2)
+        loss = F.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0,
+                          zero_infinity=True)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    g = _gen()
+    batches = [(torch.randn(7, 2, 4, generator=g), torch.randint(1, 5, (2, 3), generator=g),
+                torch.tensor([7, 5]), torch.tensor([3, 2])) for _ in range(4)]
+    return step, [net, opt], batches
+
+
+@program()
+def prog_packed_lstm(wrap):
+    """pack_padded_sequence training (PyTorch NLP tutorials / torchtext classifiers): an
+    LSTM over padded batches with per-sample lengths, final hidden state to a classifier."""
+    emb, lstm, fc = nn.Embedding(9, 4), nn.LSTM(4, 5, batch_first=True), nn.Linear(5, 3)
+    mods = nn.ModuleList([emb, lstm, fc])
+    opt = torch.optim.Adam(mods.parameters(), lr=1e-2)
+
+    def step(tokens, lengths, y):
+        packed = nn.utils.rnn.pack_padded_sequence(emb(tokens), lengths, batch_first=True,
+                                                   enforce_sorted=False)
+        _, (h, _) = lstm(packed)
+        loss = F.cross_entropy(fc(h[-1]), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    g = _gen()
+    batches = [(torch.randint(1, 9, (3, 5), generator=g), torch.tensor([5, 2, 3 + i % 2]),
+                torch.randint(0, 3, (3,), generator=g)) for i in range(4)]
+    return step, [mods, opt], batches
+
+
+@program()
+def prog_gumbel_softmax_hard(wrap):
+    """Discrete latent training with F.gumbel_softmax(logits, tau, hard=True) (straight-
+    through; e.g. dVAE / categorical VAE code), the global RNG drawing the noise."""
+    enc, dec = nn.Linear(5, 4), nn.Linear(4, 5)
+    mods = nn.ModuleList([enc, dec])
+    opt = torch.optim.Adam(mods.parameters(), lr=1e-2)
+
+    def step(x, _y):
+        z = F.gumbel_softmax(enc(x), tau=0.5, hard=True)
+        loss = F.mse_loss(dec(z), x)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach(), z
+    return step, [mods, opt], _xy()
+
+
+class MoCo(nn.Module):
+    """facebookresearch/moco moco/builder.py at toy size: key encoder momentum update,
+    queue buffer with queue_ptr, _dequeue_and_enqueue with int(self.queue_ptr)."""
+
+    def __init__(self, dim=3, K=8, m=0.9, T=0.2):
+        super().__init__()
+        self.K, self.m, self.T = K, m, T
+        self.encoder_q = nn.Sequential(nn.Linear(5, 6), nn.ReLU(), nn.Linear(6, dim))
+        self.encoder_k = copy.deepcopy(self.encoder_q)
+        for p in self.encoder_k.parameters():
+            p.requires_grad = False
+        self.register_buffer("queue", F.normalize(torch.randn(dim, K), dim=0))
+        self.register_buffer("queue_ptr", torch.zeros(1, dtype=torch.long))
+
+    @torch.no_grad()
+    def _momentum_update_key_encoder(self):
+        for param_q, param_k in zip(self.encoder_q.parameters(), self.encoder_k.parameters()):
+            param_k.data = param_k.data * self.m + param_q.data * (1.0 - self.m)
+
+    @torch.no_grad()
+    def _dequeue_and_enqueue(self, keys):
+        batch_size = keys.shape[0]
+        ptr = int(self.queue_ptr)
+        assert self.K % batch_size == 0
+        self.queue[:, ptr:ptr + batch_size] = keys.T
+        ptr = (ptr + batch_size) % self.K
+        self.queue_ptr[0] = ptr
+
+    def forward(self, im_q, im_k):
+        q = F.normalize(self.encoder_q(im_q), dim=1)
+        with torch.no_grad():
+            self._momentum_update_key_encoder()
+            k = F.normalize(self.encoder_k(im_k), dim=1)
+        l_pos = torch.einsum("nc,nc->n", [q, k]).unsqueeze(-1)
+        l_neg = torch.einsum("nc,ck->nk", [q, self.queue.clone().detach()])
+        logits = torch.cat([l_pos, l_neg], dim=1) / self.T
+        labels = torch.zeros(logits.shape[0], dtype=torch.long)
+        self._dequeue_and_enqueue(k)
+        return logits, labels
+
+
+def _moco(wrap):
+    net = MoCo()
+    model = wrap(net)
+    opt = torch.optim.SGD(net.encoder_q.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+
+    def step(im_q, im_k):
+        output, target = model(im_q, im_k)
+        loss = F.cross_entropy(output, target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    g = _gen()
+    batches = [(torch.randn(4, 5, generator=g), torch.randn(4, 5, generator=g)) for _ in range(5)]
+    return step, [net, opt], batches
+
+
+@program()
+def prog_moco_queue(wrap):
+    """facebookresearch/moco main_moco.py train(): output, target = model(im_q, im_k);
+    CE; SGD. The queue pointer wraps around within 5 calls."""
+    return _moco(wrap)
+
+
+@program("model")
+def prog_moco_queue_model(wrap):
+    """The MoCo module converted with to_graph(model) (.data rebinds of the key encoder,
+    int(queue_ptr), buffer writes inside forward)."""
+    return _moco(wrap)
+
+
+@program("model")
+def prog_dropout_model(wrap):
+    """to_graph(model) of a model with Dropout in training mode (the global RNG draws the
+    masks) and a torch.no_grad() eval call in between."""
+    net = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Dropout(0.4), nn.Linear(8, 3))
+    model = wrap(net)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        model.eval()
+        with torch.no_grad():
+            ev = model(x).argmax(1)
+        model.train()
+        return loss.detach(), ev
+    return step, [net, opt], _xy()
+
+
+
 # ----------------------------------------------------------------------------- verdicts
 def _bug(reason):
     return pytest.mark.xfail(strict=True, reason=reason)
@@ -2254,6 +2430,13 @@ VERDICTS = {
         "BUG (silent): random draws after torch.distributions.Beta(...).sample() differ from "
         "eager's (boxes, losses, the global RNG state): see "
         "test_beta_sample_then_randint_matches_eager")),
+    "prog_packed_lstm": "fallback",
+    "prog_moco_queue": ("convert", _bug(
+        "needless fallback, misleading reason: MoCo's key-encoder update `param_k.data = "
+        "param_k.data * m + param_q.data * (1 - m)` on real parameters falls back saying "
+        "'setting its .data of a traced tensor' (param_k is a real parameter)")),
+    "prog_moco_queue_model": ("convert", _bug(
+        "needless fallback: the same MoCo `param_k.data = ...` under to_graph(model)")),
     "prog_eval_every_k": ("convert", _bug(
         "needless fallback, misleading reason: net.eval()/net.train() inside "
         "`if it[0] % 2 == 0:` (nanoGPT's eval cadence) falls back blaming 'mutates closure "
