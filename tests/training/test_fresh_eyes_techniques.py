@@ -2425,7 +2425,10 @@ VERDICTS = {
         "backward: to_graph(f) with f = lambda x, y: ((lin(x) - y).pow(2).mean()).backward() "
         "for x (1, 2), y (1, 1), lin = Linear(2, 1) raises 'size {[1, 1]} is not expandable "
         "to size {[]}' from the graph's run_backward (eager fine; .sum() and mse_loss fine)")),
-    "prog_params_to_vector": "fallback",
+    "prog_params_to_vector": ("convert", _bug(
+        "needless fallback, misleading reason: torch.nn.utils.vector_to_parameters(vec, "
+        "net.parameters()) (it sets param.data of real parameters) falls back saying "
+        "'setting its .data of a traced tensor' -- the MoCo case")),
     "prog_cutmix_boxes": ("convert", _bug(
         "BUG (silent): random draws after torch.distributions.Beta(...).sample() differ from "
         "eager's (boxes, losses, the global RNG state): see "
