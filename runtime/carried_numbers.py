@@ -35,7 +35,7 @@ from typing import Any, List, Optional, Tuple
 
 import torch
 
-from . import appended_lists, grad_flags, module_numbers
+from . import appended_lists, carried_tensors, grad_flags, module_numbers
 from .graph_ops import effect
 from .introspection import NUMBER_KINDS, kind_of, mark
 from .threads import PerThreadList
@@ -88,24 +88,14 @@ def _number(value) -> Optional[str]:
 
 def _form(value):
     """What a slot may carry: "int", "float", "bool" (a flag: ``self.stopped = True``),
-    or ("tensor", dtype, shape) for a plain CPU
-    tensor that needs no gradient (hidden state kept across calls); None otherwise."""
+    or a tensor's or tuple of tensors' form (``carried_tensors``: hidden state kept
+    across calls); None otherwise."""
     kind = _number(value)
-    if kind is not None or not isinstance(value, torch.Tensor):
+    if kind is not None or not isinstance(value, (torch.Tensor, tuple)):
         return kind
-    if getattr(value, "_node", None) is not None:       # (a graph value of this trace)
-        kind = kind_of(value)
-        if kind is not None:
-            return kind
-        shape = tuple(value.shape)
-        if grad_flags.grad_of(value) is not False or \
-                not all(type(d) is int for d in shape):
-            return None
-        return ("tensor", value.dtype, shape)
-    if type(value) is not torch.Tensor or value.requires_grad or \
-            value.device.type != "cpu" or value.layout != torch.strided:
-        return None
-    return ("tensor", value.dtype, tuple(value.shape))
+    if getattr(value, "_node", None) is not None and kind_of(value) is not None:
+        return kind_of(value)           # (a graph value standing for a number)
+    return carried_tensors.form(value)
 
 
 _LIMIT = 32         # items or attributes of one holder looked at
@@ -180,7 +170,8 @@ def _carries(was, now) -> bool:
     """Whether a slot holding a ``was`` number may be set to a ``now`` one: the same kind,
     or an int that becomes a float (an AverageMeter's ``self.sum = 0`` then
     ``self.sum += val * n``: the guard's ``check`` then traces once more for the float)."""
-    return was is not None and (now == was or (was, now) == ("int", "float"))
+    return was is not None and (now == was or (was, now) == ("int", "float") or
+                                carried_tensors.carries(was, now))
 
 
 def check(slots: List[Slot]):
@@ -225,17 +216,15 @@ def rebound(before) -> List[Slot]:
 
 
 def read_slot(slot: Slot, anchor: torch.Tensor, kind) -> torch.Tensor:
-    """The number ``slot`` holds when the graph runs, as a 0-d int64/float64 tensor (or
-    the tensor it holds, ``kind`` ("tensor", dtype, shape))."""
+    """The number ``slot`` holds when the graph runs, as a 0-d int64/float64 tensor
+    (tensors: ``carried_tensors.read_item``)."""
     if anchor.is_meta:
-        if type(kind) is tuple:
-            return torch.empty(kind[2], dtype=kind[1], device="meta")
         return torch.empty((), dtype=_DTYPES[kind], device="meta")
     value = slot.get()
     if _form(value) != kind:
         raise RuntimeError(f"{slot.label} holds {value!r} when the graph runs; the graph "
                            f"was traced with a {kind} there")
-    return value if type(kind) is tuple else torch.tensor(value, dtype=_DTYPES[kind])
+    return torch.tensor(value, dtype=_DTYPES[kind])
 
 
 read_slot._tograph_impure = True      # (ops.is_impure: never merged, dropped or moved)
@@ -244,9 +233,9 @@ read_slot._tograph_impure = True      # (ops.is_impure: never merged, dropped or
 @effect
 def write_slot(slot: Slot, value, kind: Optional[str]) -> None:
     """``slot = value`` when the graph runs (``kind``: the number a graph value stands
-    for, or "tensor": a tensor of the run, kept as a copy, as the executor may reuse its
-    memory; None: a Python number of the trace)."""
-    slot.set(value.clone() if kind == "tensor" else
+    for, or a tensor form: the run's tensors, kept as ``carried_tensors.kept`` says;
+    None: a Python number of the trace)."""
+    slot.set(carried_tensors.kept(value, kind) if type(kind) is tuple else
              NUMBER_KINDS[kind](value.item()) if kind is not None else value)
 
 
@@ -275,10 +264,10 @@ RUNS_PYTHON = _Lazy()
 
 def _stand_in(slot: Slot, kind):
     from .symbolic import dispatch_record
+    if type(kind) is tuple:
+        return carried_tensors.stand_in(slot, kind)
     stand_in = dispatch_record(read_slot, (slot, _ANCHOR, kind), {})
     stand_in._node.attrs[grad_flags.KEY] = False       # (a number: no gradient)
-    if type(kind) is tuple:
-        return stand_in
     mark(stand_in, kind)
     if kind == "int":
         stand_in._node.attrs["python_int"] = True
@@ -295,16 +284,15 @@ def _flush(served) -> None:
         if now is last:
             continue
         form = _form(now)
-        if not _carries(_form(value), form) or (type(form) is tuple and getattr(
-                now, "_node", None) is None):
+        if not _carries(_form(value), form) or (type(form) is tuple and
+                                                 not carried_tensors.computed(now)):
             what = "a tensor of that shape and dtype computed by the function" \
                 if type(_form(value)) is tuple else "the list it appends to" \
                 if type(value) is list else f"a {_number(value)}"
             raise GraphError(f"the function sets {slot.label} to a value that is not "
                              f"{what} (a Python side effect that a graph cannot repeat on "
                              f"every call)")
-        kind = "tensor" if type(form) is tuple else form
-        dispatch_record(write_slot, (slot, now, kind if isinstance(now, torch.Tensor)
+        dispatch_record(write_slot, (slot, now, form if isinstance(now, (torch.Tensor, tuple))
                                      else None), {})
         entry[2] = now
 
@@ -368,8 +356,7 @@ def expect_slot(slot: Slot, value, tensor: bool) -> None:
     or with ``tensor`` a tensor of equal values) when the graph runs."""
     held = slot.get()
     if tensor:
-        if not (isinstance(held, torch.Tensor) and held.shape == value.shape and
-                held.dtype == value.dtype and torch.equal(held, value)):
+        if not carried_tensors.same(held, value):
             raise RuntimeError(f"{slot.label} was changed by Python code the graph ran in a "
                                f"tensor branch or loop body (a hook, an lr_lambda): the "
                                f"graph does not read it back there")

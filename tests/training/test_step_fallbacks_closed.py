@@ -248,10 +248,11 @@ def test_converts_and_matches_eager(program):
     assert _compare(program) == {"default": "converted", "strict": "converted"}
 
 
-# ----------------------------------------------------------------- still refused
+# ------------------------------------------------------- state kept with its history
 def prog_hidden_state_with_history():
-    """The state kept without ``detach()``: the next step's backward would reach into
-    the previous graph (eager raises there); the tensor kept needs a gradient: refused."""
+    """The state kept without ``detach()``: the graph's own result is kept, its history
+    with it, and read back on the next call (``runtime.carried_tensors``; a backward
+    through it: tests/training/test_step_inference_and_hidden.py)."""
     cell = torch.nn.GRUCell(8, 6)
     state = [torch.zeros(5, 6)]
 
@@ -294,10 +295,9 @@ def prog_meter_with_a_list():
         lambda: (list(meter.history), meter.sum)
 
 
-@pytest.mark.parametrize("program", [prog_hidden_state_with_history],
-                         ids=lambda f: f.__name__[5:])
-def test_still_falls_back_naming_the_line(program):
-    assert _compare(program) == {"default": "fallback", "strict": "refused"}
+def test_hidden_state_with_history_converts():
+    assert _compare(prog_hidden_state_with_history) == {"default": "converted",
+                                                        "strict": "converted"}
 
 
 def test_meter_with_a_list_converts():
@@ -399,7 +399,7 @@ def test_strict_refusal_names_the_line():
 
     def f(x):
         h = cell(x + state[0])
-        state[0] = h            # needs a gradient: refused here
+        state[0] = h.detach().requires_grad_()      # a leaf needing a gradient: refused
         return h.sum().detach()
 
     with pytest.raises(ConversionError, match=rf"{THIS_FILE}:\d+"):
