@@ -13,9 +13,11 @@ or bool, or a graph value standing for one), the front door traces again with th
   (``loss.item()``'s float, eager's element type) to the list the slot holds when the graph
   runs, in its place among the step's other effects (an ``lr_lambda`` run by a staged
   ``sched.step()`` after it sees it), once per call, in eager's order;
-- anything else asked of it (``len(losses)``, ``losses[-1]``, iterating, ``if losses:``)
-  raises GraphError: the trace would bake in what the list held then, so the call falls
-  back as before (naming the line), never a stale length;
+- ``len(losses)``, ``losses[-1]``, ``losses[0]``, ``sum(losses[-10:])`` in converted
+  code are reads when the graph runs (``runtime.list_reads``), never the trace's values;
+- anything else asked of it (iterating, ``max(losses)``, ``if losses:``) raises
+  GraphError: the trace would bake in what the list held then, so the call falls back as
+  before (naming the line), never a stale value;
 - an append in a tensor branch or loop body, or of anything but a number (a tensor, a
   dict), raises GraphError as well;
 - the guard compares neither the list's contents nor (for a closure cell or a global) its
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+from . import list_reads
 from .errors import GraphError
 from .graph_ops import effect
 from .introspection import NUMBER_KINDS, kind_of
@@ -91,10 +94,11 @@ class AppendOnly:
     """What a carried list's slot holds while the graph is traced: ``append`` of a number
     is a node; anything else asked of it is refused (the module docstring)."""
 
-    __slots__ = ("_slot",)
+    __slots__ = ("_slot", "_appended")
 
     def __init__(self, slot):
         object.__setattr__(self, "_slot", slot)
+        object.__setattr__(self, "_appended", [])    # (value, kind) this trace appended
 
     def append(self, value) -> None:
         from .symbolic import current_graph, dispatch_record
@@ -105,6 +109,32 @@ class AppendOnly:
             _refuse(f"appends a {type(value).__name__} to {slot.label}, a list the graph "
                     f"appends numbers to when it runs (numbers only)")
         dispatch_record(append_number, (slot, kind, value), {})
+        if graph is not None and graph.parent is None:   # (what a later lst[-1] reads)
+            object.__getattribute__(self, "_appended").append((value, kind))
+
+    def __getitem__(self, index):
+        return list_reads.item(self, index)     # (a read when the graph runs)
+
+    # what runtime.list_reads asks of it
+    def appended(self) -> list:
+        return [v for v, _ in object.__getattribute__(self, "_appended")]
+
+    def appended_kinds(self) -> list:
+        return [k for _, k in object.__getattribute__(self, "_appended")]
+
+    def slot(self):
+        return object.__getattribute__(self, "_slot")
+
+    def before(self) -> list:
+        """The list the slot held at the call (the served slot's own value)."""
+        from .carried_numbers import SERVED
+        return next(entry[1] for served in reversed(SERVED) for entry in served
+                    if entry[2] is self)
+
+    def refuse(self, what: str, detail: str):
+        _refuse(f"{what} {object.__getattribute__(self, '_slot').label}{detail}, a list it "
+                f"appends to: a graph reads such a list when it runs only by len(), sum(), "
+                f"an item or a slice's len() or sum()")
 
     def __getattr__(self, name):
         if name.startswith("_"):        # (what the machinery asks of any object)
@@ -118,7 +148,7 @@ class AppendOnly:
                 f"to: the graph appends when it runs, a trace would keep what the list "
                 f"held then")
 
-    __len__ = __iter__ = __getitem__ = __setitem__ = __contains__ = __bool__ = _read
+    __len__ = __iter__ = __setitem__ = __contains__ = __bool__ = _read
     __eq__ = __add__ = __iadd__ = __reversed__ = __setattr__ = _read
     __hash__ = None
 

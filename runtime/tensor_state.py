@@ -111,7 +111,7 @@ def refusal(what: str, why: str = _ONLY_AT_RUN_TIME) -> GraphError:
 def answer(func, t, args, kwargs):
     """The answer to ``func`` (one of ``QUESTIONS``) about the symbolic tensor ``t``."""
     node = t._node
-    if func is torch.Tensor.grad.__set__ and argument_grads.known(t)[:1] == ("leaf",):
+    if func == _SET_GRAD and argument_grads.known(t)[:1] == ("leaf",):
         return _set_argument_grad(t, args[1])
     if func is torch.Tensor.is_inference and inference_ops.answer(t) is not None:
         return inference_ops.answer(t)      # (made in this trace: its mode decides)
@@ -168,6 +168,9 @@ def _autograd_answer(func, t):
     if name == "grad_fn" and not made_leaf:
         raise refusal(".grad_fn", "its autograd node exists only when the graph runs")
     return None
+
+
+_SET_GRAD = torch.Tensor.grad.__set__
 
 
 def _set_argument_grad(t, value) -> None:

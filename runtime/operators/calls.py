@@ -18,7 +18,8 @@ from typing import Callable, Optional
 
 import torch
 
-from .. import autograd_effects, deferred_calls, flag_arguments, item_values, tensor_state
+from .. import autograd_effects, deferred_calls, flag_arguments, item_values, list_reads
+from .. import tensor_state
 from .. import transformer_forwards
 from ..distributed_modules import refuse_distributed_module
 from ..errors import GraphError
@@ -334,6 +335,9 @@ def call(f, *args, **kwargs):
         deferred = deferred_calls.deferred_call(f, args, kwargs)   # meter.update(loss.item())
         if deferred is not deferred_calls.NOT_DEFERRED:
             return deferred
+        read = list_reads.builtin_read(f, args, kwargs)     # len(losses), sum(losses[-5:])
+        if read is not list_reads.NOT_READ:
+            return read
         refuse_unseen_call(f, args)     # a C object's method the effect watch cannot see
     special = _SYMBOLIC_BUILTINS.get(f) if _hashable(f) else None
     if special is not None:

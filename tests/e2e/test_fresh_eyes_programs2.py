@@ -65,6 +65,10 @@ CONVERTS = [
     # d2l's helpers on argument leaves: their .grad is in the call's key
     # (runtime/argument_grads.py)
     "d2l_grad_clipping_helper", "d2l_sgd_on_argument_params",
+    # sum(losses) / len(losses) of the list it appends to: read when the graph runs
+    # (runtime/list_reads.py); its returned number is a 0-d float64 tensor, as any
+    # returned .item() (test_fresh_eyes_techniques' test_returned_item_is_python_number)
+    "running_loss_list_in_closure",
 ]
 
 # program -> text of its line the fallback must name
@@ -78,7 +82,6 @@ FALLS_BACK = {
     "early_stopping_fit": "model.train()",                       # train() in a tensor loop
     "bfs_python_queue": ".tolist():",
     "makemore_sample_until_dot": "out.append(ix)",               # a str built from draws
-    "running_loss_list_in_closure": "losses",                    # losses.append(loss.item())
     "char_rnn_classify": "return all_categories[category_i]",
     "time_sequence_lbfgs": "optimizer.step(closure)",
     "fgsm_test_loop": "data_grad = data.grad.data",              # backward after a tensor continue

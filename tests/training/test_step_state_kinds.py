@@ -188,8 +188,9 @@ def test_new_list_per_epoch_is_not_a_retrace():
 
 
 def misused_list(size, how):
-    """A list used otherwise than appended numbers: ``len(losses)`` read (the trace would
-    keep the length it saw), a tensor appended, an append in a tensor branch."""
+    """A list used otherwise than appended numbers: ``len(losses)`` read (now a read when
+    the graph runs: ``runtime.list_reads``), ``max(losses)`` (iterating it: the trace would
+    keep what it held), a tensor appended, an append in a tensor branch."""
     model = _mlp(size)
     losses = []
 
@@ -200,6 +201,9 @@ def misused_list(size, how):
         elif how == "branch":
             if loss > 1.0:
                 losses.append(loss.item())
+        elif how == "max":
+            losses.append(loss.item())
+            loss = loss * max(losses)
         else:
             losses.append(loss.item())
             loss = loss * len(losses)
@@ -207,7 +211,13 @@ def misused_list(size, how):
     return step, [model], _data(size), lambda: [float(v) for v in losses]
 
 
-@pytest.mark.parametrize("how", ["read", "tensor", "branch"])
+def test_a_read_length_converts():
+    """``loss * len(losses)``: the length when the graph runs, one trace."""
+    assert _compare(lambda: misused_list(SIZES[0], "read")) == {"default": "converted",
+                                                                "strict": "converted"}
+
+
+@pytest.mark.parametrize("how", ["max", "tensor", "branch"])
 def test_other_list_uses_fall_back(how):
     """Never a stale list: these fall back naming the line (strict: ConversionError),
     with eager's results."""
@@ -217,10 +227,10 @@ def test_other_list_uses_fall_back(how):
 
 def test_a_read_of_the_list_is_the_reason_given():
     """The refusal names the line reading the list, and why."""
-    step = misused_list(SIZES[0], "read")[0]
+    step = misused_list(SIZES[0], "max")[0]
     x, y = _data(SIZES[0])[0]
     lines, first = inspect.getsourcelines(step)
-    line = first + next(i for i, text in enumerate(lines) if "len(losses)" in text)
+    line = first + next(i for i, text in enumerate(lines) if "max(losses)" in text)
     with pytest.raises(ConversionError, match=rf"{THIS_FILE}:{line}: the function reads "
                                               r"closure variable 'losses', a list it "
                                               r"appends to"):

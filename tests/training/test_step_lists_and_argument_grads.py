@@ -1,0 +1,382 @@
+"""Training steps that fell back needlessly (issue 15): a logged list the step also reads
+(``runtime.list_reads``: ``len(losses)``, ``losses[-1]``, ``sum(losses[-10:]) / 10``,
+``if len(history) % 10 == 0: print(...)``), and ``.grad`` of parameters passed as
+arguments (``runtime.argument_grads``: d2l's ``sgd(params, lr, batch_size)`` and
+``grad_clipping(params, theta)``).
+
+Each program builds its state from one seed and returns ``(step, objs, calls,
+python_state)``; it runs eagerly, then with ``to_graph(step)`` in default and strict mode,
+and what the step returns, the objects' parameters and gradients, and the Python state
+(here: each argument leaf's values and ``.grad``, None or a tensor) after *every* call
+must equal eager's exactly, within the number of traces the program allows.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.training.test_step_fallbacks_closed import _compare as compare_steps
+from transpiler import ConversionError, FallbackWarning, to_graph
+
+THIS_FILE = __file__.rsplit("/", 1)[-1]
+
+
+def _compare(program, traces=1):
+    return compare_steps(program, max_traces=traces, this_file=THIS_FILE)
+
+
+def _mlp():
+    return torch.nn.Sequential(torch.nn.Linear(6, 10), torch.nn.ReLU(), torch.nn.Linear(10, 3))
+
+
+def _batches(n, seed=7):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g))
+            for _ in range(n)]
+
+
+def _update(opt, loss):
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
+# ------------------------------------------------------------------ logged lists read
+def closure_reads(steps=6):
+    """The list's length, last item, first item and a window's mean, each call; a print
+    every other step."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    losses, running = [], []
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        _update(opt, loss)
+        losses.append(loss.item())
+        n = len(losses)
+        running.append(sum(losses[-3:]) / 3)
+        if n % 2 == 0:
+            print("step", n, losses[-1], losses[0])
+        return loss.detach() * losses[0] + n
+    return step, [model, opt], _batches(steps), lambda: (list(losses), list(running))
+
+
+HISTORY = {"loss": [], "acc": [], "avg": []}
+
+
+def dict_of_lists_reads():
+    """``hist["loss"][-1]``, ``sum(hist["loss"]) / len(hist["loss"])``, a global dict of
+    lists (reset before the program runs: what the slot holds when the graph runs)."""
+    for v in HISTORY.values():
+        v.clear()
+    model = _mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def step(x, y):
+        out = model(x)
+        loss = F.cross_entropy(out, y)
+        _update(opt, loss)
+        HISTORY["loss"].append(loss.item())
+        HISTORY["acc"].append((out.argmax(1) == y).sum().item())
+        HISTORY["avg"].append(sum(HISTORY["loss"]) / len(HISTORY["loss"]))
+        if HISTORY["loss"][-1] < HISTORY["avg"][-1]:
+            print("better than average", len(HISTORY["acc"]), sum(HISTORY["acc"]))
+        return out.detach()
+    return step, [model, opt], _batches(6), \
+        lambda: {k: list(v) for k, v in HISTORY.items()}
+
+
+class Trainer:
+    """A trainer logging on ``self`` and printing every few steps, by the log's length."""
+
+    def __init__(self):
+        self.model = _mlp()
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.05)
+        self.history = []
+
+    def train_step(self, x, y):
+        loss = F.cross_entropy(self.model(x), y)
+        _update(self.opt, loss)
+        self.history.append(loss.item())
+        if len(self.history) % 3 == 0:
+            print(f"step {len(self.history)}: mean of last 3 "
+                  f"{sum(self.history[-3:]) / 3:.6f}")
+        return loss
+
+
+def trainer_reads():
+    t = Trainer()
+    return t.train_step, [t.model, t.opt], _batches(7), lambda: list(t.history)
+
+
+@pytest.mark.parametrize("program", [closure_reads, dict_of_lists_reads, trainer_reads])
+def test_logged_lists_read_convert(program):
+    """What every call reads is the list as eager has it then: one trace, the lists and
+    the printed text equal eager's after every step."""
+    assert _compare(program) == {"default": "converted", "strict": "converted"}
+
+
+def test_a_growing_list_over_50_calls_is_one_trace():
+    torch.manual_seed(0)
+    step, _, batches, state = closure_reads(50)
+    torch.manual_seed(0)
+    g_step, _, _, g_state = closure_reads(50)
+    g = to_graph(g_step, strict=True)
+    for x, y in batches:
+        exp_out, got_out = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(exp_out):
+            step(x, y)
+        with contextlib.redirect_stdout(got_out):
+            g(x, y)
+        assert got_out.getvalue() == exp_out.getvalue()
+        assert g_state() == state()
+    assert all(type(v) is float for v in g_state()[0] + g_state()[1])
+    assert g.cache_info().traces == 1
+
+
+def test_a_new_list_per_epoch_is_read():
+    """``losses = []`` between epochs: the reads are of the list the slot holds then."""
+    torch.manual_seed(0)
+    step, _, batches, state = closure_reads()
+    torch.manual_seed(0)
+    g_step, _, _, g_state = closure_reads()
+    g = to_graph(g_step, strict=True)
+    cells = [c for c in g_step.__closure__ if type(c.cell_contents) is list]
+    eager_cells = [c for c in step.__closure__ if type(c.cell_contents) is list]
+    for epoch in range(3):
+        for c in cells + eager_cells:
+            c.cell_contents = []
+        for x, y in batches[:3]:
+            torch.testing.assert_close(g(x, y), step(x, y), rtol=0, atol=0)
+        assert g_state() == state()
+    assert g.cache_info().traces == 1
+
+
+def mixed_kinds():
+    """``losses = [0]`` (an int) then floats appended: ``losses[0]``'s kind is known, but
+    an item read of a list of ints and floats is refused (which one it reads depends on
+    the run's length)."""
+    model = _mlp()
+    losses = [0]
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        losses.append(loss.item())
+        return loss * losses[-2]
+    return step, [model], _batches(3), lambda: list(losses)
+
+
+def test_an_item_of_mixed_kinds_falls_back_naming_the_line():
+    assert _compare(mixed_kinds) == {"default": "fallback", "strict": "refused"}
+    step = mixed_kinds()[0]
+    x, y = _batches(1)[0]
+    with pytest.raises(ConversionError, match=rf"{THIS_FILE}:\d+: the function reads an item "
+                                              r"of closure variable 'losses' holding float, "
+                                              r"int"):
+        to_graph(step, strict=True)(x, y)
+
+
+def _leaves(dtypes=(torch.float32, torch.float32), grads=True, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(3, 2), (2,), (4,)][:len(dtypes)]
+    params = [torch.randn(s, generator=g, dtype=d).requires_grad_()
+              for s, d in zip(shapes, dtypes)]
+    if grads:
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=g, dtype=p.dtype)
+    return params
+
+
+def _leaf_state(params):
+    """Each leaf's values and gradient (None or a copy), as the caller sees them."""
+    return lambda: [(p.detach().clone(), None if p.grad is None else p.grad.clone())
+                    for p in params]
+
+
+def _refill(params, seed):
+    """New gradients between calls, as a backward outside the function would leave."""
+    g = torch.Generator().manual_seed(seed)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=g, dtype=p.dtype)
+
+
+# ------------------------------------------------------------------ d2l.ai's helpers
+def sgd(params, lr, batch_size):
+    """d2l.ai's minibatch SGD (``d2l.sgd``)."""
+    with torch.no_grad():
+        for param in params:
+            param -= lr * param.grad / batch_size
+            param.grad.zero_()
+
+
+def grad_clipping(params, theta):
+    """d2l.ai's ``grad_clipping`` (a list of leaves; its module branch reads parameters)."""
+    norm = torch.sqrt(sum(torch.sum((p.grad ** 2)) for p in params))
+    if norm > theta:
+        for param in params:
+            param.grad[:] *= theta / norm
+
+
+class _Calls(list):
+    """The calls of a program, with new gradients before each (a backward outside)."""
+
+    def __init__(self, params, calls):
+        super().__init__(calls)
+        self.params = params
+
+    def __iter__(self):
+        for i, call in enumerate(list.__iter__(self)):
+            _refill(self.params, 100 + i)
+            yield call
+
+
+def sgd_program(dtypes=(torch.float32, torch.float32)):
+    params = _leaves(dtypes)
+    return sgd, [], _Calls(params, [(params, 0.1, 4)] * 6), _leaf_state(params)
+
+
+def clipping_program():
+    """Gradients small and large: the tensor ``if`` takes both paths across calls."""
+    params = _leaves()
+    calls = [(params, theta) for theta in (0.5, 0.5, 100.0, 0.5, 100.0, 0.5)]
+    return grad_clipping, [], _Calls(params, calls), _leaf_state(params)
+
+
+def clip_then_sgd_program():
+    """A d2l training step's tail: clip, then update, on the same argument leaves."""
+    params = _leaves()
+
+    def step(params, theta):
+        grad_clipping(params, theta)
+        sgd(params, 0.5, 2)
+        return sum(p.sum() for p in params)
+    calls = [(params, 1.0)] * 5
+    return step, [], _Calls(params, calls), _leaf_state(params)
+
+
+@pytest.mark.parametrize("program", [sgd_program, clipping_program, clip_then_sgd_program])
+def test_d2l_helpers_on_argument_leaves_convert(program):
+    """One trace (``theta`` is a Python number: one per value), the leaves and their
+    gradients as eager leaves them after every call."""
+    traces = 2 if program is clipping_program else 1
+    assert _compare(program, traces) == {"default": "converted", "strict": "converted"}
+
+
+def test_parameters_of_different_dtypes():
+    assert _compare(lambda: sgd_program((torch.float32, torch.float64, torch.bfloat16))) == \
+        {"default": "converted", "strict": "converted"}
+
+
+# ------------------------------------------------------------- the gradient's life
+def accumulate(w, x):
+    """A backward reaching an argument leaf, then its ``.grad`` read: None on the first
+    call (the backward makes it), a tensor after (the backward accumulates)."""
+    loss = (w * x).sum() ** 2
+    loss.backward()
+    return loss.detach(), w.grad * 1
+
+
+def accumulate_program():
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(5, generator=g).requires_grad_()
+    calls = [(w, torch.randn(5, generator=g)) for _ in range(5)]
+    return accumulate, [], calls, _leaf_state([w])
+
+
+def test_a_grad_that_appears_after_the_first_call():
+    """None, then a tensor: two signatures, two traces, never the first call's answer."""
+    assert _compare(accumulate_program, traces=2) == {"default": "converted",
+                                                      "strict": "converted"}
+
+
+def step_and_forget(w, x):
+    """``if w.grad is not None: w.grad.zero_()``, a backward, a copy of the gradient kept,
+    then ``w.grad = None`` (the caller's leaf has none after the call)."""
+    if w.grad is not None:
+        w.grad.zero_()
+    F.mse_loss(w * x, x).backward()
+    kept = w.grad.data.clone()
+    w.grad = None
+    return kept, w.grad is None
+
+
+def forget_program():
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(3, generator=g).requires_grad_()
+    calls = [(w, torch.randn(3, generator=g)) for _ in range(4)]
+    return step_and_forget, [], calls, _leaf_state([w])
+
+
+def test_grad_set_to_none_and_data():
+    assert _compare(forget_program) == {"default": "converted", "strict": "converted"}
+
+
+def scale_grads(params, c):
+    """``p.grad.data.mul_(c)`` on argument leaves, and ``is_leaf`` asked."""
+    for p in params:
+        if p.is_leaf:
+            p.grad.data.mul_(c)
+    return [p.grad.sum() for p in params]
+
+
+def test_grad_data_written_in_place():
+    def program():
+        params = _leaves()
+        return scale_grads, [], _Calls(params, [(params, 0.5)] * 4), _leaf_state(params)
+    assert _compare(program) == {"default": "converted", "strict": "converted"}
+
+
+def test_alternating_grad_states_keep_two_graphs():
+    """None / tensor / None / tensor: one graph each, the second pair served from the
+    cache (the key holds the state, not a guard that retraces)."""
+    w = torch.ones(3, requires_grad=True)
+    g = to_graph(lambda w: w * 2 if w.grad is None else w + w.grad, strict=True)
+    for i in range(6):
+        w.grad = None if i % 2 == 0 else torch.full((3,), float(i))
+        torch.testing.assert_close(g(w), w * 2 if w.grad is None else w + w.grad,
+                                   rtol=0, atol=0)
+    assert g.cache_info().traces == 2
+
+
+def test_a_new_leaf_per_call_reads_its_own_grad():
+    """Each call's argument is another tensor: the graph reads that call's ``.grad``."""
+    g = to_graph(lambda p: p.grad * 2, strict=True)
+    for i in range(4):
+        p = torch.zeros(2, requires_grad=True)
+        p.grad = torch.full((2,), float(i))
+        torch.testing.assert_close(g(p), torch.full((2,), 2.0 * i), rtol=0, atol=0)
+    assert g.cache_info().traces == 1
+
+
+def test_a_gradient_unlike_its_parameter_falls_back():
+    """A gradient with other strides than its parameter (the graph's read would make a
+    tensor like the parameter): falls back naming the line; strict refuses."""
+    w = torch.randn(3, 4).requires_grad_()
+    w.grad = torch.randn(4, 3).t()
+
+    def double(w):
+        return w.grad * 2
+    with pytest.warns(FallbackWarning, match=rf"{THIS_FILE}:\d+: .grad of an argument whose "
+                                             r"gradient is not like it"):
+        out = to_graph(double)(w)
+    torch.testing.assert_close(out, w.grad * 2)
+    with pytest.raises(ConversionError, match="gradient is not like it"):
+        to_graph(double, strict=True)(w)
+
+
+def test_plain_calls_keep_their_keys():
+    """A function that never reads an argument's ``.grad``: a gradient appearing on an
+    argument leaf is no new trace."""
+    w = torch.ones(3, requires_grad=True)
+    g = to_graph(lambda w: w * 3, strict=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        g(w)
+        w.grad = torch.ones(3)
+        g(w)
+    assert g.cache_info().traces == 1
