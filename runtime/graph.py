@@ -37,7 +37,12 @@ def same_tuple(like: tuple, items) -> tuple:
     remake = getattr(like, "_tograph_with_parts", None)    # runtime.outputs.Rebuild
     if remake is not None:
         return remake(items)
-    return type(like)(*items) if hasattr(like, "_fields") else type(like)(items)
+    if not hasattr(like, "_fields"):
+        return type(like)(items)
+    try:
+        return type(like)(*items)
+    except (AttributeError, TypeError):     # a namedtuple whose __new__ reads its parts'
+        return tuple.__new__(type(like), items)     # (PackedSequence's .device), given nodes
 
 
 def map_structure(value: Any, is_leaf: Callable[[Any], bool], fn: Callable[[Any], Any]) -> Any:

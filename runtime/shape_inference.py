@@ -21,7 +21,7 @@ from typing import Any, Dict, NamedTuple, Optional
 
 import torch
 
-from . import graph_ops, size_probes, value_bounds
+from . import graph_ops, inference_warnings, known_values, size_probes, value_bounds
 from .errors import GraphError
 from .meta import TensorMeta
 from .ops import is_inplace
@@ -30,6 +30,7 @@ from .tensor_state import meta_strided
 from .size_hints import hint, run_time_sizes, with_hints
 
 _CACHE: Dict[Any, "Inferred"] = {}
+_WARNS: set = set()     # keys of _CACHE whose op warned (``inference_warnings``)
 _CACHE_LIMIT = 100_000
 
 # Per thread: whether run-time dimensions must be proven to follow their inputs (a graph
@@ -143,15 +144,32 @@ def _ctc_loss_meta(log_probs, targets, input_lengths, target_lengths, blank=0,
                        device="meta")
 
 
+def _on_zeros(func):
+    """``func``'s result run on zeros of its tensors' shapes and dtypes, as meta: for ops
+    that check their inputs' *values* in Python before computing (which meta tensors cannot
+    answer) where zeros pass the check; the node checks the real values when the graph
+    runs, raising eager's error."""
+    def run(*args, **kwargs):
+        zeros = _map((args, kwargs), lambda t: torch.zeros(t.shape, dtype=t.dtype))
+        out = func(*zeros[0], **zeros[1])
+        return _map(out, lambda t: torch.empty(t.shape, dtype=t.dtype, device="meta"))
+    return run
+
+
 # ops whose output shape no meta or fake kernel gives, though it follows the input shapes
-_META_RULES = {torch.nn.functional.ctc_loss: _ctc_loss_meta}
+_META_RULES = {
+    torch.nn.functional.ctc_loss: _ctc_loss_meta,
+    # ``torch.any(var < 0)``: raise ValueError for a negative variance
+    torch.nn.functional.gaussian_nll_loss: _on_zeros(torch.nn.functional.gaussian_nll_loss),
+}
 
 
 def _run(func, args, kwargs):
     # (a factory with no tensor argument, torch.randn(3), runs for real on the CPU: its
     # draw must not advance the caller's generator, which the graph draws from at run time)
     func = _META_RULES.get(func, func)
-    with torch._C.DisableTorchFunction(), torch.no_grad(), torch.random.fork_rng(devices=[]):
+    with torch._C.DisableTorchFunction(), torch.no_grad(), torch.random.fork_rng(devices=[]), \
+            inference_warnings.quiet():     # (the node warns when it runs, as eager)
         return func(*args, **kwargs)
 
 
@@ -198,7 +216,7 @@ def _fake_infer(func, args, kwargs) -> Inferred:
         return mode.from_tensor(torch.empty(tuple(t.shape), dtype=t.dtype))
     with torch._C.DisableTorchFunction():
         fargs, fkwargs = _map(args, fake), _map(kwargs, fake)
-    with mode, torch._C.DisableTorchFunction(), torch.no_grad():
+    with mode, torch._C.DisableTorchFunction(), torch.no_grad(), inference_warnings.quiet():
         out = func(*fargs, **fkwargs)
 
     def describe(o):
@@ -500,7 +518,8 @@ def fails_eagerly(func, args, kwargs, error: Exception) -> Optional[Exception]:
             return t
         if node is None and not t.is_meta:
             return t.detach().clone()
-        return torch.zeros(meta.shape, dtype=meta.dtype)
+        known = known_values.value(t)       # (the value the graph fixes: exact)
+        return known.clone() if known is not None else torch.zeros(meta.shape, dtype=meta.dtype)
 
     def walk(v):
         if isinstance(v, slice):
@@ -522,13 +541,30 @@ def fails_eagerly(func, args, kwargs, error: Exception) -> Optional[Exception]:
         if not checkable[0]:
             return None
         try:
-            with torch.no_grad():
+            with torch.no_grad(), inference_warnings.quiet():
                 func(*rargs, **rkwargs)
         except type(error) as e:
             return e
         except Exception:   # noqa: BLE001 - a different failure: not the one we saw
             return None
     return None
+
+
+def infer_known(func, args, kwargs):
+    """``infer`` for an op whose arguments include traced tensors with known values
+    (``known_values``): run with those real and every other tensor meta. ``(Inferred, the
+    op's outputs as computed)``; ``(None, the error)`` when the op fails so (then ``infer``
+    as ever, and this error is the one to check eagerly: ``fails_eagerly``); None when no
+    argument has a known value or an input has a run-time dimension."""
+    with torch._C.DisableTorchFunction():
+        new = known_values.substituted(func, args, kwargs, _meta_like)
+        if new is None or _dynamic_inputs(args, kwargs):
+            return None
+        try:
+            out = _run(func, *new)
+            return _describe(out), out
+        except Exception as e:  # noqa: BLE001 - inference as ever reports it
+            return None, e
 
 
 def infer(func, args, kwargs) -> Inferred:
@@ -630,6 +666,8 @@ def _infer(func, args, kwargs) -> Inferred:
                 key += ("strict dims", getattr(_STRICT, "shifted", False))
             hit = _CACHE.get(key)
             if hit is not None:
+                if key in _WARNS:
+                    inference_warnings.note()
                 return hit
         except TypeError:
             key = None
@@ -652,5 +690,8 @@ def _infer(func, args, kwargs) -> Inferred:
     if key is not None:
         if len(_CACHE) > _CACHE_LIMIT:
             _CACHE.clear()
+            _WARNS.clear()
         _CACHE[key] = result
+        if inference_warnings.noted():
+            _WARNS.add(key)
     return result

@@ -27,7 +27,7 @@ from . import graph_ops, views
 from . import autocast_ops, autograd_effects, factory_dtypes, inference_ops, item_values
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
 from . import attention_fast_path, carried_numbers, library_questions, tensor_of_items
-from . import unpool_sizes
+from . import inference_warnings, known_values, unpool_sizes
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
 from .graph import Graph, Node, find_leaves, map_structure
@@ -35,7 +35,7 @@ from .introspection import (REBINDING_OPS, RunTimeSize, arithmetic_kind, kind_of
                             legacy_type, mark)
 from .meta import TensorMeta, meta_empty
 from .ops import is_impure, is_inplace, op_name
-from .shape_inference import fails_eagerly, infer
+from .shape_inference import fails_eagerly, infer, infer_known
 from .source_info import format_location, user_location
 from .threads import PerThreadList
 
@@ -354,6 +354,10 @@ def dispatch(func, args, kwargs):
         if current_graph() is not None:   # text made while tracing would be frozen
             raise _text_refusal()
         return describe(t)
+    if func in _CONCRETE or func is torch.Tensor.item:
+        answer = known_values.answer(func, args, kwargs)    # (the graph's fixed value)
+        if answer is not known_values.NOT_KNOWN:
+            return answer
     if func is torch.Tensor.item and len(args) == 1 and not kwargs and \
             isinstance(args[0], SymbolicTensor):     # loss.item() for logging
         return item_values.item_of(args[0], _needs_conversion)
@@ -618,6 +622,9 @@ def _tensor_of_python_int(args, kwargs):
     return dispatch_record(torch.Tensor.to, (args[0],), {"dtype": dtype, "copy": True, **extra})
 
 
+_INIT = torch.nn.init.__name__
+
+
 def dispatch_record(func, args, kwargs, concrete: bool = False):
     """Add a node calling ``func``; ``concrete``: no symbolic argument (run it for real if
     it yields a Python value rather than tensors)."""
@@ -628,6 +635,9 @@ def dispatch_record(func, args, kwargs, concrete: bool = False):
 
 
 def _record_call(func, args, kwargs, concrete: bool):
+    if not args and "tensor" in kwargs and getattr(func, "__module__", None) == _INIT:
+        kwargs = dict(kwargs)           # ``nn.init.uniform_(w)`` hands torch's dispatch its
+        args = (kwargs.pop("tensor"),)  # tensor by keyword: the tensor written is args[0]
     if func is torch.tensor or func is torch.as_tensor:
         made = _tensor_of_python_int(args, kwargs)
         if made is None and func is torch.tensor:
@@ -670,18 +680,24 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
     node_args = to_node(graph, tuple(args))
     node_kwargs = to_node(graph, dict(kwargs))
     inference_ops.check(func, args, kwargs, graph, location)    # (eager's errors first)
+    inference_warnings.reset()
+    known = infer_known(func, args, kwargs)     # (with the values the graph fixes)
     try:
-        result = infer(func, args, kwargs)
+        result = known[0] if known is not None and known[0] is not None else \
+            infer(func, args, kwargs)
     except TracingError:
         raise
     except Exception as e:
+        if known is not None and known[0] is None:
+            e = known[1]            # (what it does with the values the graph fixes)
         # the user's own error only where eager surely runs the op (not in a traced branch
         # or loop body, which eager may skip) and it fails there on real tensors too
         eager = None if graph.parent is not None else fails_eagerly(func, args, kwargs, e)
         if eager is None:
-            why = "it depends on a tensor's value (a size or number read from a tensor), " \
-                "known only when the graph runs" if "on meta tensors" in str(e) else \
-                f"{type(e).__name__}: {e}"
+            why = known_values.unknown_sizes(func, args) or (
+                "it depends on a tensor's value (a size or number read from a tensor), "
+                "known only when the graph runs" if "on meta tensors" in str(e) else
+                f"{type(e).__name__}: {e}")
             error = GraphError(f"{format_location(location)}: {op_name(func)}: the result's "
                                f"shape could not be inferred ({why})")
             error.location = location
@@ -705,6 +721,8 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
     impure = is_impure(func, kwargs, args)
     target, result = autocast_ops.recorded(func, args, kwargs, result, location)
     target = inference_ops.target_for(func, target, kwargs, location)
+    if inference_warnings.noted():      # torch warns: below the frames eager has above it
+        target = inference_warnings.at_frames(target, inference_warnings.eager_frames(func))
     node_kwargs = factory_dtypes.pinned(target, node_kwargs, result.meta)
     node = graph.add_node(op_name(target), target, node_args, node_kwargs, result.meta,
                           location=location, impure=impure)
@@ -722,6 +740,7 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
         trace_reads.note_written(target)        # a real tensor (a buffer) written in place
         written = target
     out = _wrap_result(node, result.example, result.meta)
+    known_values.note(func, args, kwargs, out, known[1] if known and known[0] else None)
     if isinstance(written, torch.Tensor) and isinstance(out, SymbolicTensor):
         tensor_state.note_written_leaf(out, written)    # ``p -= ...``: still the leaf p
     views.note_result(func, args, out)

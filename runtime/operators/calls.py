@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import torch
 
 from .. import autograd_effects, deferred_calls, flag_arguments, item_values, list_reads
-from .. import tensor_state
+from .. import known_values, tensor_state
 from .. import transformer_forwards
 from ..distributed_modules import refuse_distributed_module
 from ..errors import GraphError
@@ -121,16 +121,26 @@ def _lt(b, a):
 
 
 def _int(x, *rest):
-    return _number(x.to(torch.int64), "int") if is_symbolic(x) and not rest else \
-        builtins.int(x, *rest)
+    return _number(x.to(torch.int64), "int") if _unknown(x) and not rest else \
+        builtins.int(_known(x), *rest)
 
 
 def _float(x):
-    return _number(x.to(torch.float64), "float") if is_symbolic(x) else builtins.float(x)
+    return _number(x.to(torch.float64), "float") if _unknown(x) else builtins.float(_known(x))
 
 
 def _bool(x):
-    return _number(x != 0, "bool") if is_symbolic(x) else builtins.bool(x)
+    return _number(x != 0, "bool") if _unknown(x) else builtins.bool(_known(x))
+
+
+def _unknown(x) -> bool:
+    """A traced value whose number is known only when the graph runs (not one the graph
+    fixes: ``int(lengths.max())`` of lengths made from Python ints, ``known_values``)."""
+    return is_symbolic(x) and known_values.value(x) is None
+
+
+def _known(x):
+    return known_values.value(x) if is_symbolic(x) else x
 
 
 def _number(value, kind: str):
@@ -400,6 +410,8 @@ def _converted(f):
             return hooked
     if _is_user_function(f):
         return converter(f) or f
+    if not isinstance(f, type) and _is_user_function(getattr(type(f), "__call__", None)):
+        return converter(f.__call__) or f     # (a callable object: EarlyStopping()(loss))
     if isinstance(f, functools.partial) and _is_user_function(f.func):
         inner = converter(f.func)
         return functools.partial(inner, *f.args, **f.keywords) if inner else f

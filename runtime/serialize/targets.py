@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
-from .. import graph_ops
+from .. import graph_ops, inference_warnings
 
 # Overridable operations a loaded graph must never call: they call Python callables
 # given as arguments, register hooks, or unpickle/produce callables.
@@ -125,6 +125,7 @@ def _graph_op_targets() -> Dict[str, Callable]:
 
 def target_name(target: Callable) -> Optional[str]:
     """The saved name of a node target, or None when it is not an allowed operation."""
+    target = inference_warnings.unwrapped(target)   # (an op run below eager's frames)
     for name, fn in _graph_op_targets().items():
         if fn is target:
             return name

@@ -30,28 +30,11 @@ FALLS_BACK = {
     "adaptive_log_softmax_with_loss": (None, "bool() of a symbolic tensor"),
 }
 
-_TRAIN = ("module-train-grad", "function-train-nograd")
-# name -> (combos it applies to (None: all), reason)
-OPEN = {
-    "softmax_implicit_dim": (("module-train-grad",), (
-        "BUG: nn.Softmax() (implicit dim) in train with grad: the first call of each new "
-        "signature emits torch's 'Implicit dimension choice' warning twice, eager once")),
-    "packed_lstm_sorted_lengths_list": (None, (
-        "needless fallback: pack_padded_sequence with lengths as a Python list (every shape "
-        "known when tracing) falls back: '_pack_padded_sequence: the result's shape could not "
-        "be inferred' (the lengths are moved to meta)")),
-    "pack_sequence_unsorted": (None, (
-        "needless fallback: rnn.pack_sequence([a, b]) takes its lengths from the tensors' "
-        "static sizes, yet falls back with '_pack_padded_sequence: the result's shape could "
-        "not be inferred'")),
-    "gaussian_nll_loss": (None, (
-        "needless fallback: nn.GaussianNLLLoss falls back ('the result's shape could not be "
-        "inferred'; its data-dependent var < 0 check could be a staged raise), and inside "
-        "to_graph(module) the warning names torch's loss.py line, not the user's")),
-    "init_in_forward": (None, (
-        "needless fallback: nn.init.kaiming_uniform_/uniform_/constant_ on a tensor made in "
-        "forward: 'tracing failed with IndexError: tuple index out of range'")),
-}
+# name -> (combos it applies to (None: all), reason). The round's findings are fixed:
+# nn.Softmax()'s double warning (runtime.inference_warnings), pack_padded_sequence with
+# list lengths and pack_sequence (runtime.known_values), GaussianNLLLoss (its value check
+# on zeros in shape inference), nn.init on a tensor made in forward (the tensor by keyword).
+OPEN = {}
 
 
 def _params():

@@ -1,0 +1,168 @@
+"""Values of small integer tensors that a graph computes the same on every run.
+
+``pack_padded_sequence(x, [6, 4, 2])`` makes ``torch.as_tensor([6, 4, 2])`` (a node of
+Python data), and torch's packed-sequence code reads sizes from it: the packed data has
+``sum(lengths)`` rows, ``batch_sizes`` holds how many sequences are longer than each step,
+``nn.LSTM`` sizes its zero state by ``int(batch_sizes[0])``, ``pad_packed_sequence`` pads
+to ``len(batch_sizes)``. No meta kernel can answer these; the values can, since they are
+the same on every run: the node's value is fixed by the Python data the trace baked in.
+``pack_sequence`` does the same with lengths taken from static sizes.
+
+A node's *known value* (``node.attrs[KEY]``, a real CPU tensor) is what the node computes
+on every run of its graph:
+
+- a factory of Python data (``torch.tensor``/``as_tensor`` of ints and bools, no tensors);
+- the integer or bool result of a pure op whose tensor arguments all have known values
+  (``lengths.to(int64)``, ``torch.sort(lengths)``, ``batch_sizes[0]``): it is run for real;
+- an integer or bool output that shape inference computed for real from known values
+  beside meta ones (``_pack_padded_sequence``'s ``batch_sizes``, ``_pad_packed_sequence``'s
+  ``lengths``): its data read only known values.
+
+Shape inference runs ops with known values real and other tensors meta
+(``substituted``), and ``int()``/``bool()``/``.item()``/``.tolist()`` of such a value answer
+from it (``answer``): no guard is needed, the graph makes the same value every time.
+``torch.empty`` and its kin (garbage), random and in-place ops make no known value, and a
+value whose storage is written in place (``views``: the write and every view of it)
+loses it from then on; inside a loop body, only values made in that body have one (a
+later iteration may see a write the body makes after reading). Limited to
+``MAX_ELEMENTS`` elements.
+
+Requires: ``views`` (storage tokens and their first in-place write).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from . import views
+from .ops import is_impure, is_inplace, op_name
+
+KEY = "_known_value"
+MAX_ELEMENTS = 4096
+_FACTORIES = (torch.tensor, torch.as_tensor)
+_UNSET = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"})
+_QUESTIONS = {torch.Tensor.__int__, torch.Tensor.__index__, torch.Tensor.__bool__,
+              torch.Tensor.__float__, torch.Tensor.item, torch.Tensor.tolist}
+NOT_KNOWN = object()
+# torch's packed-sequence ops: their results' sizes follow an argument's values
+_SIZED_BY = {torch._pack_padded_sequence: "lengths", torch._pad_packed_sequence: "batch_sizes",
+             torch.lstm: "batch_sizes", torch.gru: "batch_sizes", torch.rnn_tanh: "batch_sizes",
+             torch.rnn_relu: "batch_sizes"}
+
+
+def value(t) -> Optional[torch.Tensor]:
+    """The value ``t`` (a traced tensor) has on every run; None if not known (or its
+    storage was written in place since)."""
+    node = getattr(t, "_node", None)
+    known = None if node is None else node.attrs.get(KEY)
+    if known is None:
+        return None
+    token = views.storage(t)
+    if token is not None and any(s.written is not None for s in token.all()):
+        return None
+    bodies = views._open_bodies()
+    if bodies and not any(g is bodies[-1] for g in node.graph.ancestors()):
+        return None     # (a loop body made elsewhere may write it before its next iteration)
+    return known
+
+
+def _walk(v, fn):
+    if isinstance(v, torch.Tensor):
+        return fn(v)
+    if isinstance(v, tuple):
+        items = tuple(_walk(x, fn) for x in v)
+        return type(v)(*items) if hasattr(v, "_fields") else items
+    if isinstance(v, list):
+        return [_walk(x, fn) for x in v]
+    if isinstance(v, dict):
+        return {k: _walk(x, fn) for k, x in v.items()}
+    return v
+
+
+def substituted(func, args, kwargs, to_meta):
+    """``(args, kwargs)`` with each tensor that has a known value replaced by that value
+    and every other tensor by ``to_meta(t)``; None when no argument has a known value (or
+    the op writes in place: inference runs on the traced tensors themselves)."""
+    found = [False]
+
+    def conv(t):
+        known = value(t)
+        if known is None:
+            return to_meta(t)
+        found[0] = True
+        return known.clone()            # (an op may return its input: keep ours intact)
+    new = _walk((tuple(args), dict(kwargs)), conv)
+    if not found[0] or is_inplace(func, kwargs):
+        return None
+    return new
+
+
+def _small_integer(v) -> bool:
+    return isinstance(v, torch.Tensor) and not v.is_meta and v.device.type == "cpu" and \
+        (not v.is_floating_point() and not v.is_complex()) and v.numel() <= MAX_ELEMENTS and \
+        type(v) is torch.Tensor
+
+
+def _python_data(v) -> bool:
+    if isinstance(v, (list, tuple)):
+        return all(_python_data(x) for x in v)
+    return type(v) in (int, bool)
+
+
+def _factory_value(func, args, kwargs):
+    if func not in _FACTORIES or len(args) != 1 or not _python_data(args[0]) or \
+            set(kwargs) - {"dtype", "device"} or \
+            any(isinstance(v, torch.Tensor) for v in kwargs.values()):
+        return None
+    with torch._C.DisableTorchFunction():
+        try:
+            return func(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - eager's error: the trace reports it as before
+            return None
+
+
+def note(func, args, kwargs, out, real) -> None:
+    """After recording ``func`` with result ``out`` (traced tensors): mark the outputs
+    whose value is known. ``real``: the op's outputs as shape inference computed them with
+    the known values of its arguments (``substituted``), or None."""
+    if is_impure(func, kwargs, args) or op_name(func) in _UNSET:
+        return
+    if real is None:
+        real = _factory_value(func, args, kwargs)
+    if real is None:
+        return
+    outs = out if isinstance(out, (list, tuple)) else (out,)
+    reals = real if isinstance(real, (list, tuple)) else (real,)
+    if len(outs) != len(reals):
+        return
+    for o, r in zip(outs, reals):
+        node = getattr(o, "_node", None)
+        if node is not None and _small_integer(r) and tuple(r.shape) == tuple(o.shape) and \
+                r.dtype == o.dtype:
+            node.attrs[KEY] = r
+
+
+def answer(func, args, kwargs) -> Any:
+    """``int(t)``, ``bool(t)``, ``t.item()``, ``t.tolist()`` of a traced ``t`` with a known
+    value: eager's answer; ``NOT_KNOWN`` otherwise."""
+    if func not in _QUESTIONS or not args:
+        return NOT_KNOWN
+    known = value(args[0])
+    if known is None:
+        return NOT_KNOWN
+    with torch._C.DisableTorchFunction():
+        return func(known, *args[1:], **kwargs)
+
+
+def unknown_sizes(func, args) -> Optional[str]:
+    """Why a packed-sequence op cannot be shaped: its sizes follow the values of its
+    lengths (``batch_sizes``), which this graph does not fix; None for other ops."""
+    name = _SIZED_BY.get(func)
+    if name is None or len(args) < 2 or not isinstance(args[1], torch.Tensor) or \
+            args[1].is_floating_point() or value(args[1]) is not None:
+        return None
+    return (f"a packed sequence's sizes follow the values of its {name}, known only when the "
+            f"graph runs here (a tensor argument, or computed from one); lengths given as a "
+            f"Python list, or a tensor made in the function from Python ints, are fixed "
+            f"with the graph and convert")
