@@ -469,6 +469,11 @@ def staged_call(f, args, kwargs) -> Any:
             return staged
     if f is torch.nn.utils.clip_grad_norm_ or f is torch.nn.utils.clip_grad_value_:
         return _clip(f, args, kwargs)
+    if isinstance(owner, torch.nn.Module) and name == "update_parameters":
+        from . import averaged_models       # (swa_utils.AveragedModel: its own method)
+        staged = averaged_models.staged(f, args, kwargs)
+        if staged is not averaged_models.NOT_STAGED:
+            return staged
     return NOT_STAGED
 
 

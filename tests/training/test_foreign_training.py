@@ -1126,8 +1126,7 @@ FALLS_BACK = {
     # a callback appending ``trainer.loss.item()`` to a list (timm's AverageMeter.update
     # converts: runtime.deferred_calls)
     "mingpt_trainer_run": "the step writes trainer.loss (a closure object's attribute)",
-    # AveragedModel.update_parameters: ``if self.n_averaged == 0`` in torch's own code
-    "swa_averaged_model_ema": "a tensor if inside torch.optim.swa_utils (not converted)",
+    # (AveragedModel.update_parameters converts: staged, runtime.averaged_models)
     # torch.func.grad/vmap transforms of a function of the closure's model
     "per_sample_grads": "torch.func transforms meet the trace's meta tensors",
 }

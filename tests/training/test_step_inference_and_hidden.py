@@ -1,6 +1,7 @@
-"""Training steps with evaluation under ``torch.inference_mode()`` (``runtime.inference_ops``)
-and hidden state kept across calls with its autograd history or in a tuple
-(``runtime.carried_tensors``), eager against ``to_graph(step)`` (issue 15).
+"""Training steps with evaluation under ``torch.inference_mode()`` (``runtime.inference_ops``),
+hidden state kept across calls with its autograd history or in a tuple
+(``runtime.carried_tensors``) and ``AveragedModel.update_parameters``
+(``runtime.averaged_models``), eager against ``to_graph(step)`` (issue 15).
 
 Each program builds its model, optimizer and Python state from one seed and returns
 ``(step, objs, batches, python_state)``. The runner runs it eagerly, then converted in
@@ -555,3 +556,93 @@ def test_a_tuple_of_another_form_is_refused_naming_the_line():
     line = inspect.getsourcelines(f)[1] + 2
     with pytest.raises(ConversionError, match=rf"{THIS_FILE}:{line}"):
         to_graph(f, strict=True)(torch.ones(2, 3))
+
+
+# --------------------------------------------------------------------- AveragedModel
+def prog_averaged_model_ema():
+    """The EMA recipe of torch's docs: ``AveragedModel(model, multi_avg_fn=
+    get_ema_multi_avg_fn(0.999))``, ``update_parameters(model)`` after each step (its
+    ``if self.n_averaged == 0`` copy, then averaging), 20 steps."""
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+    model = _mlp()
+    ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.9))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def step(x, y):
+        _update(opt, F.cross_entropy(model(x), y))
+        ema.update_parameters(model)
+        return ema.n_averaged * 1
+    return step, [model, ema, opt], _data(20), lambda: ema.n_averaged.clone()
+
+
+def prog_averaged_model_swa_with_buffers():
+    """SWA's equal-weight average (no ``avg_fn``) over parameters *and* BatchNorm buffers
+    (``use_buffers=True``), then the averaged model evaluated in the step."""
+    from torch.optim.swa_utils import AveragedModel
+    model = _mlp(bn=True)
+    swa = AveragedModel(model, use_buffers=True)
+    swa.eval()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(x, y):
+        _update(opt, F.cross_entropy(model(x), y))
+        swa.update_parameters(model)
+        with torch.no_grad():
+            return swa(x)
+    return step, [model, swa, opt], _data(20), lambda: ema_count(swa)
+
+
+def ema_count(averaged):
+    return int(averaged.n_averaged)
+
+
+class _CountingAverage(torch.optim.swa_utils.AveragedModel):
+    """A subclass with its own ``update_parameters`` (user code, converted) calling
+    torch's through ``super()`` (staged) and counting in Python."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.calls = 0
+
+    def update_parameters(self, model):
+        super().update_parameters(model)
+        self.calls += 1
+
+
+def prog_averaged_model_subclass():
+    model = _mlp()
+    ema = _CountingAverage(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x, y):
+        _update(opt, F.cross_entropy(model(x), y))
+        ema.update_parameters(model)
+        return ema.n_averaged * 1
+    return step, [model, ema, opt], _data(), lambda: ema.calls
+
+
+@pytest.mark.parametrize("program", [prog_averaged_model_ema,
+                                     prog_averaged_model_swa_with_buffers],
+                         ids=lambda f: f.__name__[5:])
+def test_averaged_model_over_twenty_steps(program):
+    """Averaged parameters, buffers and ``n_averaged`` bit for bit eager's after each of
+    20 steps, in one trace."""
+    assert _compare(program, steps=20, max_traces=1) == CONVERTED
+
+
+def test_averaged_model_subclass_converts():
+    assert _compare(prog_averaged_model_subclass) == CONVERTED
+
+
+def test_averaged_model_of_a_traced_value_is_refused_naming_the_line():
+    """``update_parameters`` of something that is not a module: refused at its line."""
+    from torch.optim.swa_utils import AveragedModel
+    model = _mlp()
+    ema = AveragedModel(model)
+
+    def f(x):
+        ema.update_parameters(x * 2)        # not a module: refused here
+        return x
+    line = inspect.getsourcelines(f)[1] + 1
+    with pytest.raises(ConversionError, match=rf"{THIS_FILE}:{line}"):
+        to_graph(f, strict=True)(torch.ones(2))
