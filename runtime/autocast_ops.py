@@ -125,11 +125,54 @@ def target_for(func, args, kwargs, meta):
     if dtype is None:
         _left_region()
         return func
-    if meta is None or isinstance(func, AutocastOp) or \
-            (getattr(func, "__module__", None) or "").startswith(_OWN) or \
-            op_name(func) in VIEW_OPS or is_inplace(func, kwargs):
+    if meta is None or not _wraps(func, kwargs):
         return func
     return wrapped(func, dtype, torch.is_autocast_cache_enabled())
+
+
+def _wraps(func, kwargs) -> bool:
+    """Whether autocast may change what ``func`` computes (see the module's docstring)."""
+    return not (isinstance(func, AutocastOp) or
+                (getattr(func, "__module__", None) or "").startswith(_OWN) or
+                op_name(func) in VIEW_OPS or is_inplace(func, kwargs))
+
+
+def infer(func, args, kwargs):
+    """``shape_inference.infer`` of an op about to be recorded. Under autocast, an op whose
+    inputs only autocast's casts reconcile (``sdpa`` of float32 query and key and a bf16
+    value, a conv of a bf16 input with a float32 bias) fails on meta tensors, which
+    autocast leaves alone: then its ``AutocastOp``'s result (``Casting``), else the
+    op's own error."""
+    from .shape_inference import infer as infer_op
+    try:
+        return infer_op(func, args, kwargs)
+    except Exception as error:
+        dtype = active_dtype()
+        if dtype is None or not _wraps(func, kwargs):
+            raise
+        try:
+            result = infer_op(wrapped(func, dtype, torch.is_autocast_cache_enabled()),
+                              args, kwargs)
+        except Exception:  # noqa: BLE001 - the op's own error is the one to report
+            raise error from None
+        return Casting(result)
+
+
+class Casting:
+    """The result autocast gives an op that fails without autocast's casts."""
+
+    __slots__ = ("inferred",)
+
+    def __init__(self, inferred):
+        self.inferred = inferred
+
+    @property
+    def meta(self):
+        return self.inferred.meta
+
+    @property
+    def example(self):
+        return self.inferred.example
 
 
 def recorded(func, args, kwargs, result, location):
@@ -138,6 +181,10 @@ def recorded(func, args, kwargs, result, location):
     target = target_for(func, args, kwargs, result.meta)
     if target is func:
         return func, result
+    if isinstance(result, Casting):         # (autocast's result already: ``infer``)
+        if _cast_low(args, kwargs, result.meta):
+            _note_casts(args, kwargs, location)
+        return target, result.inferred
     from .shape_inference import infer
     try:
         inferred = infer(target, args, kwargs)
@@ -199,6 +246,19 @@ def _lowered(plain, autocast) -> bool:
     return any(getattr(a, "dtype", None) == torch.float32 and
                getattr(b, "dtype", None) in (torch.bfloat16, torch.float16)
                for a, b in zip(plains, casts))
+
+
+def _cast_low(args, kwargs, meta) -> bool:
+    """For an op that fails without autocast: whether autocast may have cast a float32
+    input to the low dtype (a low-precision result and a float32 input; may say yes where
+    it did not, which costs a refusal of a second cast, never a fault)."""
+    from .graph import find_leaves
+    metas = meta if isinstance(meta, tuple) else (meta,)
+    if not any(getattr(m, "dtype", None) in (torch.bfloat16, torch.float16) for m in metas):
+        return False
+    with torch._C.DisableTorchFunction():
+        return any(t.dtype == torch.float32 for t in
+                   find_leaves((args, kwargs), lambda v: isinstance(v, torch.Tensor)))
 
 
 def _note_casts(args, kwargs, location) -> None:

@@ -684,7 +684,7 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
     known = infer_known(func, args, kwargs)     # (with the values the graph fixes)
     try:
         result = known[0] if known is not None and known[0] is not None else \
-            infer(func, args, kwargs)
+            autocast_ops.infer(func, args, kwargs)
     except TracingError:
         raise
     except Exception as e:
