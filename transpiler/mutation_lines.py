@@ -9,8 +9,9 @@ When a trace changes an object it keeps across calls (``the function mutates clo
 variable 'stopper'``) the fallback names the line to change. The function's own lines
 name only ``stopper``; the write itself is often in a method or helper it calls, where
 the object is ``self``. ``store_line`` finds, in the code of the functions the trace met
-(the converted function first), the first instruction that stores one of the changed
-attributes (``self.status = ...``, ``self.counter += 1``).
+(the converted function first) and then of the object's methods (code run eagerly is
+not met), the first instruction that stores one of the changed attributes
+(``self.status = ...``, ``self.counter += 1``).
 """
 from __future__ import annotations
 
@@ -39,6 +40,17 @@ def path_keys(where: str) -> List[str]:
     """The last attribute name of an access path (``.meter.count`` -> ``count``)."""
     names = re.findall(r"\.(\w+)", where or "")
     return names[-1:]
+
+
+def method_codes(obj) -> list:
+    """The code of the functions defined by the classes of ``obj`` (its methods; those of
+    builtins and torch not), ``__init__`` last (it sets every attribute); [] for None."""
+    if obj is None or isinstance(obj, type):
+        return []
+    found = [f for klass in type(obj).__mro__
+             if klass.__module__.split(".")[0] not in ("builtins", "torch", "types")
+             for f in vars(klass).values() if inspect.isfunction(f)]
+    return [f.__code__ for f in sorted(found, key=lambda f: f.__name__ == "__init__")]
 
 
 def store_line(codes: Iterable, names) -> Optional[Tuple[str, int]]:

@@ -468,7 +468,7 @@ class Snapshot:
             now = _state_of(obj)
             if now != state:        # (the line storing what changed: a method's ``self.n``)
                 keys = mutation_lines.changed_keys(state, now, obj)
-                self._stored_at(keys)
+                self._stored_at(keys, obj)
                 return f"the function mutates {label}" + (f" (its .{keys[0]})" if keys else "")
         for label, obj, print_, _ in self._deep:
             now = fingerprint(obj)
@@ -494,11 +494,12 @@ class Snapshot:
                                          .containers + getattr(
                                              self, "_trees", hook_snapshot.NOTHING).containers)
 
-    def _stored_at(self, names) -> None:
-        """Note ``changed_line``: where the code the trace met first stores one of the
+    def _stored_at(self, names, obj=None) -> None:
+        """Note ``changed_line``: where the code the trace met (then the methods of
+        ``obj``'s class) first stores one of the
         attributes ``names`` (``transpiler.mutation_lines``)."""
         self.changed_line = mutation_lines.store_line(
-            self._codes + getattr(self, "_met", []), names)
+            self._codes + getattr(self, "_met", []) + mutation_lines.method_codes(obj), names)
 
     def changed_labels(self) -> set:
         """The labels (``argument #1``) of the watched objects whose state or deep

@@ -145,34 +145,35 @@ def nanogpt_best_val_loss():
     return step, lambda: dict(state, w=model.weight.detach().clone()), inputs
 
 
-class EarlyStopper:
-    """The StackOverflow EarlyStopper: counter / min loss on a plain object, a Python
-    ``if`` on the counter inside the tensor branch, a bool returned."""
+class EarlyStopping:
+    """pytorchtools' EarlyStopping, as a callable object: a float best score, an int
+    counter and a bool flag, set in tensor branches; a Python ``if`` on the counter inside
+    one (``mode="max"``: accuracy)."""
 
-    def __init__(self, patience=1, min_delta=0.0):
+    def __init__(self, patience=2, delta=0.0):
         self.patience = patience
-        self.min_delta = min_delta
         self.counter = 0
-        self.min_validation_loss = float("inf")
+        self.best_score = -float("inf")
+        self.early_stop = False
+        self.delta = delta
 
-    def early_stop(self, validation_loss):
-        if validation_loss < self.min_validation_loss:
-            self.min_validation_loss = validation_loss
-            self.counter = 0
-        elif validation_loss > (self.min_validation_loss + self.min_delta):
+    def __call__(self, score):
+        if score < self.best_score + self.delta:
             self.counter += 1
             if self.counter >= self.patience:
-                return True
-        return False
+                self.early_stop = True
+        else:
+            self.best_score = score
+            self.counter = 0
 
 
-def early_stopper_object():
-    stopper = EarlyStopper(patience=2, min_delta=0.01)
+def early_stopping_object():
+    stopper = EarlyStopping(patience=2, delta=0.01)
 
     def epoch(x):
-        validation_loss = (x * x).mean().item()
-        stop = stopper.early_stop(validation_loss)
-        return validation_loss, stop
+        accuracy = x.sigmoid().mean().item()
+        stopper(accuracy)
+        return accuracy, stopper.early_stop
 
     return epoch, lambda: dict(vars(stopper)), LOSSES
 
@@ -200,7 +201,7 @@ def dqn_epsilon_schedule():
     return act, lambda: dict(steps), [(torch.randn(1, 4, generator=g),) for _ in range(CALLS)]
 
 
-@pytest.mark.parametrize("build", [nanogpt_best_val_loss, early_stopper_object,
+@pytest.mark.parametrize("build", [nanogpt_best_val_loss, early_stopping_object,
                                    dqn_epsilon_schedule], ids=lambda b: b.__name__)
 def test_the_three_programs_convert(build):
     converts(build)
@@ -503,7 +504,33 @@ def text_attribute_in_method():
     return epoch, lambda: dict(vars(reporter)), LOSSES
 
 
+class EarlyStoppingFromNone(EarlyStopping):
+    """pytorchtools' own start: ``best_score = None`` until the first call sets a float
+    (a number the graph cannot read on the first call: that call falls back)."""
+
+    def __init__(self):
+        super().__init__()
+        self.best_score = None
+
+    def __call__(self, score):
+        if self.best_score is None:
+            self.best_score = score         # (from None: named)
+        else:
+            super().__call__(score)
+
+
+def early_stopping_from_none():
+    stopper = EarlyStoppingFromNone()
+
+    def epoch(x):
+        stopper(x.sigmoid().mean().item())
+        return stopper.early_stop
+
+    return epoch, lambda: dict(vars(stopper)), LOSSES
+
+
 @pytest.mark.parametrize("build, line", [
+    (early_stopping_from_none, "# (from None: named)"),
     (class_attribute, "Counted.total += 1"),
     (int_becomes_float_on_one_path, "(the line named)"),
     (text_attribute_in_method, 'self.status = "improved"'),
