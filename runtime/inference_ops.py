@@ -96,14 +96,22 @@ def trace_started(on: bool) -> None:
     inference mode."""
     stack = _STARTS.__dict__.setdefault("stack", [])
     if on:
-        stack.append(torch.is_inference_mode_enabled())
+        mode = torch.is_inference_mode_enabled()
+        stack.append([mode, mode])      # (the caller's mode; whether any op ran in it)
     elif stack:
         stack.pop()
 
 
 def _call_mode() -> Optional[bool]:
     stack = getattr(_STARTS, "stack", None)
-    return stack[-1] if stack else None
+    return stack[-1][0] if stack else None
+
+
+def _made_any() -> bool:
+    """Whether this trace may hold an inference tensor it made (the call's mode is on, or
+    an op was recorded in a region): else the checks have nothing to look at."""
+    stack = getattr(_STARTS, "stack", None)
+    return bool(stack) and stack[-1][1]
 
 
 def flag_of(value) -> Optional[bool]:
@@ -146,6 +154,8 @@ def target_for(func, target, kwargs, location):
     inplace = is_inplace(func, kwargs)
     if mode == start:
         return target
+    if mode:
+        _STARTS.stack[-1][1] = True
     if (getattr(func, "__module__", None) or "") in _EFFECT_MODULES:
         raise _error(location, f"{op_name(func)} in inference mode (torch.inference_mode) "
                      "differing from the call's: eager runs autograd and the optimizer in "
@@ -187,6 +197,8 @@ def check(func, args, kwargs, graph, location) -> None:
     if _call_mode() is None:
         return
     if not torch.is_inference_mode_enabled():
+        if not _made_any():
+            return
         _check_outside(func, args, kwargs, is_inplace(func, kwargs), graph, location)
         return
     from . import grad_flags

@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from tests.e2e.e2e_helpers import assert_same
+from tests.training.test_foreign_training import RNNModel, repackage_hidden
+from tests.training.test_step_python_state import _exact as _bits
 from tests.training.test_training_programs import _batches, _norm, _state
 from transpiler import ConversionError, FallbackWarning, to_graph
 
@@ -89,23 +91,6 @@ def _run(program, mode, steps):
     fallbacks = [str(w.message) for w in rec if issubclass(w.category, FallbackWarning)]
     traces = None if mode == "eager" or fallbacks else step.cache_info().traces
     return records, fallbacks, traces
-
-
-def _bits(got, exp, path):
-    """Tensors bit for bit (the state: parameters, gradients, buffers, optimizer)."""
-    if isinstance(exp, torch.Tensor):
-        assert isinstance(got, torch.Tensor) and got.dtype == exp.dtype and \
-            got.shape == exp.shape and torch.equal(got, exp), f"{path}: {got} != {exp}"
-    elif isinstance(exp, dict):
-        assert isinstance(got, dict) and got.keys() == exp.keys(), path
-        for k in exp:
-            _bits(got[k], exp[k], f"{path}[{k!r}]")
-    elif isinstance(exp, (list, tuple)):
-        assert type(got) is type(exp) and len(got) == len(exp), path
-        for i, (g, e) in enumerate(zip(got, exp)):
-            _bits(g, e, f"{path}[{i}]")
-    else:
-        assert got == exp, f"{path}: {got!r} != {exp!r}"
 
 
 def _compare(program, steps=STEPS, max_traces=2):
@@ -357,33 +342,6 @@ def test_inference_mode_ops_are_recorded_as_such():
 
 
 # ------------------------------------------------------------------------ hidden state
-class WordLM(torch.nn.Module):
-    """pytorch/examples word_language_model's RNNModel (LSTM), small."""
-
-    def __init__(self, ntoken=12, ninp=6, nhid=8, nlayers=2):
-        super().__init__()
-        self.encoder = torch.nn.Embedding(ntoken, ninp)
-        self.rnn = torch.nn.LSTM(ninp, nhid, nlayers)
-        self.decoder = torch.nn.Linear(nhid, ntoken)
-        self.ntoken, self.nhid, self.nlayers = ntoken, nhid, nlayers
-
-    def forward(self, input, hidden):
-        output, hidden = self.rnn(self.encoder(input), hidden)
-        return F.log_softmax(self.decoder(output).view(-1, self.ntoken), dim=1), hidden
-
-    def init_hidden(self, bsz):
-        weight = next(self.parameters())
-        return (weight.new_zeros(self.nlayers, bsz, self.nhid),
-                weight.new_zeros(self.nlayers, bsz, self.nhid))
-
-
-def repackage_hidden(h):
-    """Wraps hidden states in new Tensors, to detach them from their history."""
-    if isinstance(h, torch.Tensor):
-        return h.detach()
-    return tuple(repackage_hidden(v) for v in h)
-
-
 def _tokens(n=STEPS, seq=5, bsz=2, ntoken=12):
     g = torch.Generator().manual_seed(3)
     return [(torch.randint(0, ntoken, (seq, bsz), generator=g),
@@ -393,7 +351,7 @@ def _tokens(n=STEPS, seq=5, bsz=2, ntoken=12):
 def prog_word_lm_hidden_in_a_list():
     """word_language_model's train(): the hidden tuple kept between batches *with* its
     history (``hidden[0] = h``), repackaged at the start of the next; clip, manual SGD."""
-    model = WordLM()
+    model = RNNModel()             # (word_language_model's, with dropout)
     hidden = [model.init_hidden(2)]
 
     def step(data, targets):
