@@ -8,7 +8,8 @@ Sinkhorn, scipy.optimize, textbook DP/graph algorithms, ...); none is copied. Ev
 program is called on several inputs (sizes, values that change the number of iterations,
 zero iterations, NaN/Inf) eagerly and through ``to_graph`` in default and strict mode, and
 the results are compared: values, dtypes, shapes, Python types of outputs, printed text,
-exceptions, the arguments after the call (in-place writes), and gradients of the float outputs where ``grad=`` names arguments.
+exceptions, the arguments after the call (in-place writes), the global RNG state, and
+gradients of the float outputs where ``grad=`` names arguments.
 
 Verdicts (the ``verdict=`` of each program):
 - ``converts``: no FallbackWarning, equal to eager; strict mode equal too.
@@ -91,7 +92,7 @@ def _call(fn, args, grad):
             grads = [args[i].grad for i in grad]
         except RuntimeError as e:  # compared with eager's: its type
             grads = e
-    return out, text.getvalue(), fallbacks, err, grads, _clone(args)
+    return out, text.getvalue(), fallbacks, err, grads, (_clone(args), torch.get_rng_state())
 
 
 def _same(got, exp, path):
@@ -125,7 +126,8 @@ def _compare(got, exp, where):
         raise AssertionError(f"{where}: eager returned, converted raised {out!r}") from out
     _same(out, e_out, f"{where} out")
     assert text == e_text, f"{where}: printed {text!r}, eager printed {e_text!r}"
-    _same(args, e_args, f"{where} arguments after the call")
+    _same(args[0], e_args[0], f"{where} arguments after the call")
+    assert torch.equal(args[1], e_args[1]), f"{where}: the global RNG state differs from eager's"
     if isinstance(e_grads, Exception) or isinstance(grads, Exception):
         assert type(grads) is type(e_grads), f"{where}: backward gave {grads!r}, eager's {e_grads!r}"
     elif e_grads is not None:
@@ -1828,6 +1830,110 @@ def taylor_exp_python_factorial(x, tol):
     return total, k
 
 
+
+# ----------------------------------------------------------------------------- the global RNG
+@program((1.0, 5), (0.1, 3), (3.0, 0))
+def rejection_global_rng(bound, n):
+    """Rejection sampling from the global generator (`torch.rand`/`torch.randn` without a
+    generator, as most scripts do): `while True` until a draw lands inside the bound."""
+    out = []
+    tries = 0
+    for _ in range(n):
+        while True:
+            s = torch.randn(())
+            tries += 1
+            if s.abs() < bound:
+                break
+        out.append(s)
+    return (torch.stack(out) if n else torch.zeros(0)), tries
+
+
+@program((_randn(5, 3), 0.3, 8), (_randn(2, 3, seed=1), 0.0, 4), (_randn(4, 2, seed=2), 1.0, 4))
+def epsilon_greedy_global_rng(q_table, eps, steps):
+    """The DQN tutorial's epsilon-greedy action choice with the global generator: a
+    random action when `torch.rand(()) < eps`, otherwise the argmax; states walk the
+    table."""
+    state = 0
+    actions = []
+    for _ in range(steps):
+        if torch.rand(()) < eps:
+            a = torch.randint(q_table.shape[1], ())
+        else:
+            a = q_table[state].argmax()
+        actions.append(a)
+        state = (state + int(a) + 1) % q_table.shape[0]
+    return torch.stack(actions)
+
+
+@program((torch.zeros(2, 3), 6), (torch.zeros(1, 2), 1))
+def ddpm_global_randn_like(x, T):
+    """The DDPM sampling loop as lucidrains' denoising-diffusion-pytorch writes it:
+    `torch.randn_like(x) if t > 0 else 0.`, the global generator."""
+    betas = torch.linspace(1e-4, 0.02, T)
+    alphas = 1 - betas
+    ab = torch.cumprod(alphas, 0)
+    x = torch.randn_like(x)
+    for t in reversed(range(T)):
+        eps = _eps_model(x, torch.tensor(t))
+        noise = torch.randn_like(x) if t > 0 else 0.0
+        x = (x - betas[t] / (1 - ab[t]).sqrt() * eps) / alphas[t].sqrt() + betas[t].sqrt() * noise
+        if x.abs().max() > 3:
+            x = x.clamp(-3, 3)
+    return x
+
+
+
+# ----------------------------------------------------------------------------- autograd inside loops, recursion
+@program((torch.tensor([1.0, -0.5]), 5, 0), (torch.tensor([3.0, 3.0, -3.0]), 3, 1))
+def langevin_autograd_grad(x, n, seed):
+    """Unadjusted Langevin dynamics as score-based-model code writes it: the energy's
+    gradient from `torch.autograd.grad` inside the loop, clipped under a tensor `if`."""
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(n):
+        x = x.detach().requires_grad_(True)
+        e = (x ** 4 - x ** 2).sum()
+        gr, = torch.autograd.grad(e, x)
+        if gr.norm() > 5:
+            gr = gr * 5 / gr.norm()
+        x = x - 0.01 * gr + 0.1 * torch.randn(x.shape, generator=g)
+    return x.detach()
+
+
+@program((torch.tensor([1.0]),), (torch.tensor([5.0]),), (torch.tensor([-2.0]),))
+def newton_autograd_derivative(x):
+    """Newton's method with the derivative from autograd (the PyTorch forums' root-finding
+    recipe), `break` when the step is small, the iteration index returned."""
+    for i in range(30):
+        x = x.detach().requires_grad_(True)
+        f = (x ** 3 - 2).sum()
+        d, = torch.autograd.grad(f, x)
+        step = f / d.sum()
+        x = x - step
+        if step.abs() < 1e-6:
+            break
+    return x.detach(), i
+
+
+@program((torch.tensor([3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0]),), (torch.tensor([2.0]),))
+def quicksort_recursive(x):
+    """Functional quicksort over tensors (the classic three-way partition recursion):
+    its depth depends on the data."""
+    if x.numel() <= 1:
+        return x
+    p = x[0]
+    return torch.cat([quicksort_recursive(x[x < p]), x[x == p], quicksort_recursive(x[x > p])])
+
+
+@program((torch.arange(10.0),), (torch.tensor([1.0, 1.0, 1.0, 5.0]),), (torch.tensor([2.0]),))
+def kd_split_depth(x, depth=0):
+    """A k-d tree build's depth by median splits with a Python depth cap (sklearn's
+    KDTree leaf_size idea): recursion bounded by a Python int."""
+    if x.numel() <= 2 or depth >= 3:
+        return torch.tensor(depth)
+    m = x.median()
+    return torch.maximum(kd_split_depth(x[x < m], depth + 1), kd_split_depth(x[x >= m], depth + 1))
+
+
 # ----------------------------------------------------------------------------- verdicts
 # program -> text of the line its fallback must name (default and strict)
 FALLS_BACK = {
@@ -1846,9 +1952,18 @@ FALLS_BACK = {
     "compound_interest_dtype_promotion": "while balance < target:",
     # a work list whose length the data decides, popped and pushed
     "list_pop_worklist": "while stack:",
+    # a recursion whose depth the data decides cannot end while tracing
+    "quicksort_recursive": "return torch.cat([quicksort_recursive(x[x < p]), x[x == p], quicksort_recursive(",
 }
 
 XFAIL = {
+    "newton_autograd_derivative":
+        "BUG: crash: `torch.autograd.grad` in a loop over a one-element tensor raises "
+        "RuntimeError('size {[1]} is not expandable to size {[]}') from the graph "
+        "(runtime/kernels/planned_node.py backward) where eager returns; shapes (2,) and () "
+        "convert. Minimal: `for i in range(3): x = x.detach().requires_grad_(True); "
+        "f = (x ** 3 - 2).sum(); d, = torch.autograd.grad(f, x); x = x - f / d.sum()` on "
+        "torch.ones(1) (one iteration, no loop, works)",
     "taylor_exp_python_factorial":
         "BUG: silently wrong: a Python int carried through a tensor `while` becomes an int64 "
         "tensor and wraps where Python's int does not (`fact *= k` past 20!): exp(10) by "
