@@ -25,8 +25,9 @@ from runtime.region_numbers import number
 
 def changed_keys(before, after, obj=None) -> List[str]:
     """The attribute names whose values two shallow prints (``("obj", ((name, id),
-    ...))``) of ``obj`` hold differently; first those that now hold no int or float (a
-    number (or a graph value standing for one) may be a counter the graph carries: the reason is more likely the other)."""
+    ...))``) of ``obj`` hold differently; first those that now hold no number (a number,
+    or a graph value standing for one, may be a counter the graph carries: the reason is
+    more likely the other)."""
     if not (isinstance(before, tuple) and isinstance(after, tuple) and
             before[:1] == after[:1] == ("obj",)):
         return []
@@ -65,13 +66,19 @@ def store_line(codes: Iterable, names) -> Optional[Tuple[str, int]]:
 
 
 def _store(codes, name: str) -> Optional[Tuple[str, int]]:
+    return first_instruction(codes, lambda i: i.opname == "STORE_ATTR" and i.argval == name)
+
+
+def first_instruction(codes, test) -> Optional[Tuple[str, int]]:
+    """(file, line) of the first instruction of ``codes`` (and the code nested in them)
+    for which ``test(instruction)`` holds, or None."""
     for code in codes:
         for instr in dis.get_instructions(code):
-            if instr.opname == "STORE_ATTR" and instr.argval == name:
+            if test(instr):
                 line = getattr(instr.positions, "lineno", None) or instr.starts_line
                 if line:
                     return code.co_filename, line
-        nested = _store([c for c in code.co_consts if inspect.iscode(c)], name)
+        nested = first_instruction([c for c in code.co_consts if inspect.iscode(c)], test)
         if nested is not None:
             return nested
     return None

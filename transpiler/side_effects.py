@@ -22,7 +22,6 @@ looked into, re-taken only when one moved (``runtime.guard_tags``).
 """
 from __future__ import annotations
 
-import dis
 import functools
 import inspect
 import types
@@ -825,16 +824,8 @@ def first_use(codes, names):
     """(file, line) of the first instruction of ``codes`` (and the code nested in them)
     that names one of ``names`` (an attribute or global read, a ``getattr`` string), or
     None."""
-    for code in codes:
-        for instr in dis.get_instructions(code):
-            if isinstance(instr.argval, str) and instr.argval in names:
-                line = getattr(instr.positions, "lineno", None) or instr.starts_line
-                if line:
-                    return code.co_filename, line
-        nested = first_use([c for c in code.co_consts if inspect.iscode(c)], names)
-        if nested is not None:
-            return nested
-    return None
+    return mutation_lines.first_instruction(
+        codes, lambda instr: isinstance(instr.argval, str) and instr.argval in names)
 
 
 def _names_used(code) -> List[str]:

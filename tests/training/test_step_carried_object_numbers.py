@@ -290,6 +290,7 @@ def nested_dict_number():
         state["stats"]["n"] += 1
         return loss
 
+    step.state = state      # (for the caller replacing it)
     return step, lambda: {k: dict(v) if isinstance(v, dict) else v
                           for k, v in state.items()}, LOSSES
 
@@ -427,19 +428,9 @@ def test_neighbours_convert(build):
 def test_caller_replacing_the_holder_is_seen():
     """The caller puts a new stats dict, then a new best, between calls: read then, not
     the trace's (the guard sees the new holder; the slot is read when the graph runs)."""
-    def build():
-        state = {"stats": {"best": 1e9, "n": 0}}
-
-        def step(x):
-            loss = x.sum().item()
-            if loss < state["stats"]["best"]:
-                state["stats"]["best"] = loss
-            state["stats"]["n"] += 1
-            return loss
-        return step, state
-
-    step, state = build()
-    eager, e_state = build()
+    step = nested_dict_number()[0]
+    eager = nested_dict_number()[0]
+    state, e_state = step.state, eager.state
     g = to_graph(step, strict=True)
     for i, (x,) in enumerate(LOSSES):
         if i == 3:
