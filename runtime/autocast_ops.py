@@ -23,7 +23,8 @@ the casts as eager's run does).
 The autocast state is read at each recorded op (the traced ``with`` really switches it,
 as ``no_grad`` does), so nested regions, ``enabled=False`` inside a region and
 ``@torch.autocast`` on a called function follow eager. Only CPU autocast acts on the CPU
-tensors a graph holds; its dtype is part of a call's signature (``tensor_state``).
+tensors a graph holds; its dtype and whether its cast cache is on are part of a call's
+signature (``call_mode``, ``tensor_state``).
 
 - **The cast cache**: inside one region eager casts a float32 leaf requiring grad once
   and reuses the cast, so the gradients of its uses sum in the low dtype; a graph's ops
@@ -115,6 +116,15 @@ def active_dtype():
     if not torch.is_autocast_enabled("cpu"):
         return None
     return torch.get_autocast_dtype("cpu")
+
+
+def call_mode():
+    """The autocast part of a call's signature (``tensor_state.call_modes``): the dtype, or
+    False when off; with ``"uncached"`` when autocast's cast cache is disabled (by the
+    caller's ``cache_enabled=False``: its region's casts then do not span the graph's ops,
+    and regions inside inherit the flag)."""
+    dtype = active_dtype() or False
+    return dtype if torch.is_autocast_cache_enabled() else (dtype, "uncached")
 
 
 def target_for(func, args, kwargs, meta):

@@ -373,9 +373,9 @@ _MODES = PerThreadList()     # per thread: see runtime.threads
 
 def call_modes() -> tuple:
     """The caller's modes a graph is specialized for: CPU autocast (its dtype, or False
-    when off), the default dtype, an open forward-mode AD level and inference mode (a
-    call's signature ends with these)."""
-    return autocast_ops.active_dtype() or False, torch._C.get_default_dtype(), \
+    when off; ``autocast_ops.call_mode``), the default dtype, an open forward-mode AD level
+    and inference mode (a call's signature ends with these)."""
+    return autocast_ops.call_mode(), torch._C.get_default_dtype(), \
         _forward_ad._current_level, torch.is_inference_mode_enabled()
 
 

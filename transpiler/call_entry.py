@@ -164,9 +164,11 @@ def _modes(src: _Source, grad: bool) -> str:
     src.env.update(grad_enabled=torch.is_grad_enabled, forward_ad=forward_ad,
                    default_dtype=torch._C.get_default_dtype, dtype=torch.get_default_dtype(),
                    autocasting=torch._C._is_any_autocast_enabled,
-                   active_dtype=autocast_ops.active_dtype, autocast=autocast)
+                   active_dtype=autocast_ops.active_dtype, autocast=autocast,
+                   cast_cache=torch.is_autocast_cache_enabled)
     test = (f"grad_enabled() is {grad} and default_dtype() is dtype and "
-            f"forward_ad._current_level == {forward_ad._current_level} and ")
+            f"forward_ad._current_level == {forward_ad._current_level} and "
+            f"cast_cache() is {torch.is_autocast_cache_enabled()} and ")
     return test + ("(not autocasting() or active_dtype() is None)" if autocast is None else
                    "active_dtype() is autocast")
 

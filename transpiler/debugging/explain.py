@@ -160,7 +160,9 @@ def _describe_signature(names: List[str], key) -> str:
     parts_mode += aliases
     for autocast, dtype, dual_level, inference in (e for e in key[leaves + 1:]
                                                    if _is_call_modes(e)):
-        parts_mode += ["CPU autocast"] * autocast
+        autocast, uncached = autocast if isinstance(autocast, tuple) else (autocast, False)
+        parts_mode += ["CPU autocast"] * (autocast is not False)
+        parts_mode += ["autocast's cast cache off"] * bool(uncached)
         parts_mode += ["forward-mode AD"] * (dual_level >= 0)
         parts_mode += ["inference mode"] * inference
         parts_mode += [f"default dtype {str(dtype).replace('torch.', '')}"] * \
