@@ -126,10 +126,14 @@ class AppendOnly:
         return object.__getattribute__(self, "_slot")
 
     def before(self) -> list:
-        """The list the slot held at the call (the served slot's own value)."""
+        """The list the slot held at the call: the served slot's own value, or what an
+        argument's cell holds (``transpiler.appended_arguments``: never served)."""
         from .carried_numbers import SERVED
-        return next(entry[1] for served in reversed(SERVED) for entry in served
-                    if entry[2] is self)
+        for served in reversed(SERVED):
+            for entry in served:
+                if entry[2] is self:
+                    return entry[1]
+        return self.slot().get()
 
     def refuse(self, what: str, detail: str):
         _refuse(f"{what} {object.__getattribute__(self, '_slot').label}{detail}, a list it "

@@ -35,6 +35,7 @@ from runtime import control_flow, path_values, region_state, subgraphs, tensor_s
 from runtime import appended_lists, argument_grads, argument_objects, autograd_effects
 from runtime import carried_numbers
 from runtime import training_attributes
+from . import appended_arguments
 from runtime import module_modes, module_numbers, module_writes
 from runtime.transformer_forwards import forward_of as _staged_forward
 from runtime.errors import GraphError
@@ -263,8 +264,10 @@ def _fn_name(fn) -> str:
     return name if name.isidentifier() else "graph"
 
 
-def signature_of(args, kwargs, held=frozenset()):
+def signature_of(args, kwargs, held=frozenset(), appended=None):
     flat, spec = held_arguments.flatten(args, kwargs, held)    # (held: kept whole)
+    if appended:        # (lists it appends numbers to: one marker, the call's in a cell)
+        flat = appended.replace(args, kwargs, flat)
     flat = argument_objects.extend(flat)   # (+ the tensors argument objects hold)
     key = (spec,) + tuple(_leaf_key(v) for v in flat)   # TreeSpec hashes
     found = getattr(flat, "found", None)
@@ -345,6 +348,7 @@ class GraphFunction:
         self._held: frozenset = frozenset()     # list/dict arguments changed in place: whole
         self._served: frozenset = frozenset()   # (id(module), name) read when the graph runs
         self._grad_args = False     # a trace read an argument's .grad: keys hold them
+        self._appended = appended_arguments.AppendedArguments()     # (list arguments)
 
         self._history: List[Any] = self._retraces.history
         self._bound = weakref.WeakKeyDictionary()     # __slots__ objects, classes (method_binding)
@@ -388,7 +392,7 @@ class GraphFunction:
 
     # -- calling
     def _signature(self, args, kwargs):
-        key, flat, spec = signature_of(args, kwargs, self._held)
+        key, flat, spec = signature_of(args, kwargs, self._held, self._appended)
         if self._module is not None:          # train/eval changes dropout, batch norm...
             self._submodules = list(self._module.modules())
             key = key + (tuple(map(_TRAINING, self._submodules)),)
@@ -604,6 +608,7 @@ class GraphFunction:
         except Exception as e:
             if isinstance(e, held_arguments.Changed) and not (dynamic or promoted):
                 self._held = self._held | e.positions      # trace again, them held whole
+                self._appended.add(getattr(e, "appended", ()))     # (numbers appended)
                 key, flat, spec = self._signature(args, kwargs)
                 return self._build_entry(key, args, kwargs, flat, spec, fallback_ok)
             if dynamic or promoted:
@@ -747,6 +752,8 @@ class GraphFunction:
         for index, (value, name) in enumerate(zip(flat, names)):
             if index in repeats:
                 sym.append(sym[repeats[index]])
+            elif value is appended_arguments.MARKER:
+                sym.append(self._appended.stand_in(index, name))
             elif isinstance(value, torch.Tensor):
                 meta = TensorMeta.of(value)
                 example = None
@@ -869,9 +876,12 @@ class GraphFunction:
                         raise           # (but a read of a list it appends to: that line)
             if changed:
                 held = held_arguments.changed(snapshot, sargs, skwargs, self._held)
+                grown = appended_arguments.appended(args, kwargs, sargs, skwargs, held)
                 snapshot.restore()
                 if held:
-                    raise held_arguments.Changed(changed, held)
+                    error = held_arguments.Changed(changed, held)
+                    error.appended = grown      # (lists grown by numbers: transpiler.
+                    raise error                 # appended_arguments)
                 error = GraphError(f"{changed} (a Python side effect that a graph cannot repeat "
                                    f"on every call)")
                 error.location = getattr(snapshot, "changed_line", None) or \

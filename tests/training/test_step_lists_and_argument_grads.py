@@ -1,6 +1,7 @@
 """Training steps that fell back needlessly (issue 15): a logged list the step also reads
 (``runtime.list_reads``: ``len(losses)``, ``losses[-1]``, ``sum(losses[-10:]) / 10``,
-``if len(history) % 10 == 0: print(...)``), and ``.grad`` of parameters passed as
+``if len(history) % 10 == 0: print(...)``) or receives as an argument
+(``transpiler.appended_arguments``), and ``.grad`` of parameters passed as
 arguments (``runtime.argument_grads``: d2l's ``sgd(params, lr, batch_size)`` and
 ``grad_clipping(params, theta)``).
 
@@ -155,6 +156,76 @@ def test_a_new_list_per_epoch_is_read():
             torch.testing.assert_close(g(x, y), step(x, y), rtol=0, atol=0)
         assert g_state() == state()
     assert g.cache_info().traces == 1
+
+
+# ------------------------------------------------------------ a list passed in
+def argument_list(epochs=(4,)):
+    """``train_step(x, y, losses)``: the caller's list, read and appended to; a new list
+    per epoch (``epochs``: calls per epoch), one holding a number already."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    lists = [[] if i % 2 == 0 else [2.5] for i in range(len(epochs))]
+
+    def train_step(x, y, losses):
+        loss = F.cross_entropy(model(x), y)
+        _update(opt, loss)
+        losses.append(loss.item())
+        if len(losses) % 2 == 0:
+            print("mean of the last two", sum(losses[-2:]) / 2, "first", losses[0])
+        return loss.detach() * len(losses)
+    batches = _batches(sum(epochs))
+    calls = [(x, y, lists[e]) for e, n in enumerate(epochs)
+             for x, y in batches[sum(epochs[:e]):sum(epochs[:e]) + n]]
+    return train_step, [model, opt], calls, lambda: [list(v) for v in lists]
+
+
+def test_a_list_passed_in_converts():
+    """Its identity is the call's: each call appends to, and reads, the list it is given
+    (two lists, one trace)."""
+    assert _compare(lambda: argument_list((3, 4))) == {"default": "converted",
+                                                       "strict": "converted"}
+
+
+def test_a_list_passed_over_50_calls_is_one_trace():
+    torch.manual_seed(0)
+    g_step, _, calls, g_state = argument_list((50,))
+    g = to_graph(g_step, strict=True)
+    with contextlib.redirect_stdout(io.StringIO()):
+        for call in calls:
+            g(*call)
+    assert len(g_state()[0]) == 50 and all(type(v) is float for v in g_state()[0])
+    assert g.cache_info().traces == 1
+
+
+def returns_its_list():
+    """The list passed in, appended to and returned: falls back naming the line (the
+    result would hold the trace's stand-in, not the caller's list)."""
+    hist = []
+
+    def log(x, hist):
+        hist.append(x.sum().item())
+        return hist
+    g = torch.Generator().manual_seed(2)
+    return log, [], [(torch.randn(3, generator=g), hist) for _ in range(3)], \
+        lambda: list(hist)
+
+
+def dict_of_lists_argument():
+    """A dict of lists passed in, ``hist["loss"].append(...)``: falls back naming the
+    line (only a list argument itself is served)."""
+    hist = {"loss": []}
+
+    def log(x, hist):
+        hist["loss"].append(x.sum().item())
+        return x * 2
+    g = torch.Generator().manual_seed(2)
+    return log, [], [(torch.randn(3, generator=g), hist) for _ in range(3)], \
+        lambda: {k: list(v) for k, v in hist.items()}
+
+
+@pytest.mark.parametrize("program", [returns_its_list, dict_of_lists_argument])
+def test_other_list_arguments_fall_back(program):
+    assert _compare(program) == {"default": "fallback", "strict": "refused"}
 
 
 def mixed_kinds():
