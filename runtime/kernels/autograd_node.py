@@ -38,7 +38,7 @@ import torch
 from .. import logs
 from . import codegen, compiler, rows
 from .pointwise_backward import MACROS, BackwardPlan, plan as backward_plan
-from .planned_node import Planned
+from .planned_node import Planned, to_input_shape
 
 
 @dataclass(frozen=True)
@@ -192,7 +192,7 @@ class _ElementwiseBackward:
                 continue
             g = outs[source[1]] if source[0] == "k" else saved.grads[source[1]]
             if g.shape != saved.shapes[i]:
-                g = g.sum_to_size(saved.shapes[i])            # a broadcast input
+                g = to_input_shape(g, saved.shapes[i])        # a broadcast input
             result.append(g.to(saved.dtypes[i]))
         return result
 

@@ -113,7 +113,7 @@ class Planned:
             from_kernel, k, to_shape, to_dtype = source
             g = outs[k] if from_kernel else grads[k]
             if to_shape is not None:
-                g = g.sum_to_size(to_shape)                   # a broadcast input
+                g = to_input_shape(g, to_shape)
             if to_dtype is not None:
                 g = g.to(to_dtype)
             result.append(g)
@@ -127,6 +127,16 @@ class Planned:
             inputs[i] = x
         return _replay(self.recipe, Saved(inputs, list(self.in_shapes), list(self.in_dtypes),
                                           list(grads), self.needs))
+
+
+def to_input_shape(g: torch.Tensor, shape) -> torch.Tensor:
+    """A gradient over the kernel's space (or per row) as the gradient of an input of
+    ``shape``: summed over the dims the input was broadcast along (``sum_to_size``), or
+    reshaped when it has the input's elements already, only fewer or more size-1 dims (a
+    ``[1, 1]`` input of a whole-tensor ``mean``, whose row gradient is 0-d)."""
+    if g.numel() == math.prod(shape):
+        return g.reshape(shape)
+    return g.sum_to_size(shape)
 
 
 class _FusedNode(torch.autograd.Function):
