@@ -2392,8 +2392,8 @@ VERDICTS = {
         "needless fallback: `p.grad = g.clamp(...)` for a real parameter p after "
         "torch.autograd.grad falls back saying 'setting its .grad of a traced tensor' "
         "(p is not traced; README stages `p.grad = None`)")),
-    "prog_averaged_model_ema": "fallback",
-    "prog_swa_swalr": "fallback",
+    # (prog_averaged_model_ema, prog_swa_swalr: AveragedModel.update_parameters is staged,
+    # runtime.averaged_models)
     "prog_ppo_clipped": "fallback",
     "prog_func_per_sample_grads": "fallback",
     "prog_tensor_register_hook": "fallback",
