@@ -47,6 +47,9 @@ from .source_info import format_location
 from .views import VIEW_OPS
 
 _WRAPPED: Dict[Tuple, "AutocastOp"] = {}
+# ops fake tensors cannot size (``shape_inference._META_RULES``) that CPU autocast runs in
+# float32 (its fp32 list): inferred as the op on float32 inputs
+_FLOAT32_OPS = {torch.nn.functional.ctc_loss}
 _LOCAL = threading.local()
 
 
@@ -83,12 +86,22 @@ class AutocastOp:
     def _infer(self, args, kwargs):
         """The op on fake CPU tensors like the meta ones given, under autocast; meta
         tensors back (shape inference's calling convention)."""
+        from torch._subclasses.fake_tensor import (DataDependentOutputException,
+                                                   DynamicOutputShapeException)
+        if self.func in _FLOAT32_OPS:
+            from .shape_inference import infer
+            return infer(self.func, *_map((args, kwargs), _as_float32)).example
         mode = _fake_mode()
         with torch._C.DisableTorchFunction():
             with mode:
                 fargs, fkwargs = _map((args, kwargs), _fake_of)
-            with mode, torch.autocast("cpu", dtype=self.dtype, cache_enabled=self.cache):
-                out = self.func(*fargs, **fkwargs)
+            try:
+                with mode, torch.autocast("cpu", dtype=self.dtype, cache_enabled=self.cache):
+                    out = self.func(*fargs, **fkwargs)
+            except (DynamicOutputShapeException, DataDependentOutputException) as e:
+                # a size that depends on data (masked_select, nonzero): shape inference
+                # runs the op again on fake tensors with symbolic sizes (``_fake_infer``)
+                raise NotImplementedError(str(e)) from e
             return _map(out, _meta_of)
 
     def __repr__(self) -> str:
@@ -353,6 +366,10 @@ def _fake_of(t: torch.Tensor) -> torch.Tensor:
 def _meta_of(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype,
                                device="meta")
+
+
+def _as_float32(t: torch.Tensor) -> torch.Tensor:
+    return t.to(torch.float32) if t.is_floating_point() else t
 
 
 def _map(value, fn):

@@ -91,6 +91,12 @@ CASES = {
     "addcmul_index_copy_mixed": (lambda a, b, c: (torch.addcmul(a, b, c),
                                                   a.index_copy(0, torch.tensor([1, 0]), b)),
                           lambda d: (_f(2, 3), _lo(d, 2, 3), _f(2, 3))),
+    "masked_select_nonzero_low": (lambda x, m: (x.masked_select(m > 0), torch.nonzero(m > 0),
+                                                x[m > 0][:, None] @ x[:1, :1].float()),
+                                  lambda d: (_lo(d, 3, 4), torch.randn(3, 4))),
+    "ctc_loss_low_log_probs": (lambda x, t, il, tl: F.ctc_loss(x.log_softmax(-1), t, il, tl),
+                               lambda d: (_lo(d, 6, 2, 5), torch.tensor([[1, 2], [3, 1]]),
+                                          torch.tensor([6, 5]), torch.tensor([2, 1]))),
     "chain_linear_gelu_linear": (lambda x, w1, w2: F.linear(F.gelu(F.linear(x, w1)), w2),
                                  lambda d: (_f(2, 4), _f(6, 4), _f(3, 6))),
 }

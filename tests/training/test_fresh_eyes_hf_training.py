@@ -203,15 +203,10 @@ def _llama_no_dropout():
     return model
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "needless fallback: scaled_dot_product_attention under CPU bf16 autocast with float32 "
-    "query/key and a bf16 value (LLaMA/Mistral/Qwen2: rotary embeddings leave q, k in "
-    "float32) falls back ('the result's shape could not be inferred: Expected query, key, "
-    "and value to have the same dtype'); eager autocast casts all three to bf16. Minimal: "
-    "def f(q, k, v):\\n with torch.autocast('cpu', dtype=torch.bfloat16): return "
-    "F.scaled_dot_product_attention(q, k, v.bfloat16()); to_graph(f)(q, k, v)"))
 @pytest.mark.parametrize("spelling", SPELLINGS)
 def test_llama_bf16_autocast_converts(spelling, monkeypatch):
+    """sdpa under bf16 autocast with float32 q, k (rotary embeddings) and a bf16 v: inferred
+    as autocast runs it (``runtime.autocast_ops.infer``; it fell back before)."""
     case = H.CASES["llama_lm"]
     monkeypatch.setattr(case, "build", _llama_no_dropout)
     eager, mine = H.run_pair(case, spelling, step=H.autocast_step)
@@ -219,45 +214,23 @@ def test_llama_bf16_autocast_converts(spelling, monkeypatch):
     _converted(mine)
 
 
-@pytest.mark.parametrize("spelling", SPELLINGS)
-def test_llama_bf16_autocast_falls_back_with_eagers_results_without_dropout(
-        spelling, monkeypatch):
-    """Without attention dropout the fallback above gives eager's training."""
-    case = H.CASES["llama_lm"]
-    monkeypatch.setattr(case, "build", _llama_no_dropout)
-    eager, mine = H.run_pair(case, spelling, step=H.autocast_step)
-    assert mine.fallbacks and all("sdpa_attention.py:" in f for f in mine.fallbacks)
-    assert H.compare(eager, mine) == []
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "needless fallback: conv1d under CPU bf16 autocast whose input is already bf16 (the "
-    "output of an earlier autocast conv: Whisper's conv1 -> conv2, Wav2Vec2's feature "
-    "encoder) falls back ('the result's shape could not be inferred: Input type "
-    "(c10::BFloat16) and bias type (float) should be the same'); eager autocast casts the "
-    "bias. Minimal: c1, c2 = nn.Conv1d(4, 8, 3), nn.Conv1d(8, 8, 3); def f(x):\n with "
-    "torch.autocast('cpu', dtype=torch.bfloat16): return c2(c1(x)); "
-    "to_graph(f)(torch.randn(2, 4, 10))"))
 @pytest.mark.parametrize("spelling", SPELLINGS)
 @pytest.mark.parametrize("name", ["whisper_lm", "wav2vec2_ctc"])
 def test_audio_bf16_autocast_converts(name, spelling):
+    """conv1d under bf16 autocast fed a bf16 input (Whisper's conv1 -> conv2, Wav2Vec2's
+    feature encoder), and Wav2Vec2's CTC loss under autocast (masked_select's data-dependent
+    size, ctc_loss in float32): they fell back before."""
     eager, mine = H.run_pair(H.CASES[name], spelling, step=H.autocast_step)
-    assert H.compare(eager, mine) == []         # the fallback itself gives eager's training
+    assert H.compare(eager, mine) == []
     _converted(mine)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a trace that fails at scaled_dot_product_attention(..., dropout_p > 0) (here: "
-    "under bf16 autocast, the shape inference error above) leaves the global RNG advanced, "
-    "so the eager fallback draws other dropout masks than eager would: losses 3e-3 apart, "
-    "parameters 4e-3, RNG state after differs -- a fallback whose results are not eager's. "
-    "Minimal: def f(q, k, v):\\n with torch.autocast('cpu', dtype=torch.bfloat16): return "
-    "F.scaled_dot_product_attention(q, k, v.bfloat16(), dropout_p=0.5); "
-    "torch.manual_seed(0); e = f(q, k, v); torch.manual_seed(0); c = to_graph(f)(q, k, v); "
-    "torch.equal(e, c) is False"))
 @pytest.mark.parametrize("spelling", SPELLINGS)
 @pytest.mark.parametrize("name", ["llama_lm", "mistral_lm", "qwen2_lm"])
-def test_bf16_autocast_with_attention_dropout_fallback_is_eagers(name, spelling):
+def test_bf16_autocast_with_attention_dropout_converts_with_eagers_masks(name, spelling):
+    """With attention dropout too: it converts now, so the fallback whose failed trace left
+    the RNG advanced (a strict xfail here before) is not reached; dropout masks and the RNG
+    state after equal eager's."""
     eager, mine = H.run_pair(H.CASES[name], spelling, step=H.autocast_step)
-    assert mine.fallbacks
+    _converted(mine)
     assert H.compare(eager, mine) == []
