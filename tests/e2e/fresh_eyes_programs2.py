@@ -169,6 +169,11 @@ def same(got, exp, path="out"):
     if isinstance(exp, float) and isinstance(got, float) and math.isinf(exp):
         assert got == exp, f"{path}: {got} != {exp}"
         return
+    if isinstance(exp, float) and math.isnan(exp):  # a float nan, or a 0-d float tensor's
+        assert isinstance(got, float) or (isinstance(got, torch.Tensor) and got.dim() == 0
+                                          and got.is_floating_point()), f"{path}: {got!r} != nan"
+        assert math.isnan(float(got)), f"{path}: {got!r} != nan"
+        return
     assert_same(got, exp, path)
 
 
