@@ -76,10 +76,10 @@ class Slot:
 
 
 def attributes(slots: List[Slot]) -> set:
-    """(id(object), name) of the attribute and item slots among ``slots``: the graph sets
-    them when it runs, so a tensor branch may change them (``region_state.shared_touched``,
-    ``region_numbers``)."""
-    return {(id(s.holder), s.key) for s in slots if s.kind in ("attr", "item")}
+    """(id(object), name) of the attribute, item and global slots among ``slots``: the
+    graph sets them when it runs, so a tensor branch may change them
+    (``region_state.shared_touched``, ``region_numbers``)."""
+    return {(id(s.holder), s.key) for s in slots if s.kind in ("attr", "item", "global")}
 
 
 def _number(value) -> Optional[str]:

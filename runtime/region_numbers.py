@@ -8,7 +8,8 @@
                                                  stopper.counter += 1
 
 A branch on a traced number (``loss.item()``) that sets a number held by a closure cell
-of the user's enclosing function (``nonlocal best``), an item of a dict or list, or an
+of the user's enclosing function (``nonlocal best``), a module global (``global best``),
+an item of a dict or list, or an
 attribute of a plain object (a ``SimpleNamespace``, a library's object keeping its state
 in its ``__dict__``) is carried by the cond like a local's change (``region_state``): the
 cond outputs the number per path, and the location holds the result after it. Only int,
@@ -45,6 +46,16 @@ def outer_cell(root) -> bool:
     """A closure cell of the user's own code (not made by the call: ``nonlocal best`` of
     the function being converted) that held a number and holds a number now."""
     return root.cell is not None and number(root.value) and number(root.current())
+
+
+def global_location(root, now):
+    """The location of a module global (``global best``) that held a number and holds a
+    number now: its namespace's item (noted for the front door as a dict item is); None
+    for any other change of a global."""
+    from .loop_items import Item
+    if root.namespace is None or not (number(root.value) and number(now)):
+        return None
+    return Item(root.value, root.describe(), obj=root.namespace, name=root.path[-1][1])
 
 
 def items(obj, copy) -> Optional[List[Tuple[object, object]]]:

@@ -20,7 +20,8 @@ iteration as ``before + items * iterations`` (``Grown``). Other changes to lists
 dicts or sets, to anything reached through a global, to objects that existed before the
 call (checked by the front door with ``TOUCHED``), or to values of other kinds are not
 carried: ``region_effects`` refuses them -- but for numbers kept across calls that a
-branch changes (``region_numbers``: a dict's item, a ``nonlocal``, a plain object's).
+branch changes (``region_numbers``: a dict's item, a ``nonlocal``, a global, a plain
+object's attribute).
 """
 from __future__ import annotations
 
@@ -216,8 +217,14 @@ def changes(watch, numbers_only: bool, names=()) -> Optional[List[Tuple[Location
         now = root.current()
         if now is root.value:
             continue
+        if root.cell is None and root.path[-1][1] not in names:
+            loc = region_numbers.global_location(root, now)     # (``global best``)
+            if loc is None:
+                return None
+            found.setdefault(loc.key, (loc, now))
+            continue
         if root.value is _EMPTY or now is _EMPTY or root.path[-1][1] in names or \
-                not (_local_cell(root) or not numbers_only and region_numbers.outer_cell(
+                not (_local_cell(root) or region_numbers.outer_cell(
                     root)) or not (      # (``nonlocal best``: region_numbers)
                 carriable(now, numbers_only) and carriable(root.value, numbers_only)):
             return None

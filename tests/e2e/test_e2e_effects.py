@@ -351,8 +351,8 @@ def test_fallback_no_source():
     assert_same(out, NEG)
 
 
-@pytest.mark.parametrize("fn", [generator_user, try_except_user, global_in_tensor_loop,
-                                from_exec],      # (a dict's counter converts: region_numbers)
+@pytest.mark.parametrize("fn", [generator_user, try_except_user,
+                                from_exec],      # (counters convert: runtime/region_numbers.py)
                          ids=lambda f: f.__name__)
 def test_strict_raises_conversion_error(fn):
     g = to_graph(fn, strict=True)
@@ -363,12 +363,22 @@ def test_strict_raises_conversion_error(fn):
 
 
 def test_strict_nonlocal_and_callers_list():
-    fn, _ = make_nonlocal_counter()
-    with pytest.raises(ConversionError) as info:
-        to_graph(fn, strict=True)(M)
-    assert _names_this_file_and_line(str(info.value)), str(info.value)
+    fn, get = make_nonlocal_counter()       # (a number: carried, runtime/region_numbers.py)
+    g = to_graph(fn, strict=True)
+    for x, count in ((M, 2), (M2, 3), (M, 5)):
+        assert_same(g(x), x - 1)
+        assert type(get()) is int and get() == count
     with pytest.raises(ConversionError):
         to_graph(mutates_callers_list, strict=True)(M, [])
+
+
+def test_strict_global_counter_in_tensor_loop():
+    global CALLS
+    g = to_graph(global_in_tensor_loop, strict=True)
+    CALLS = 0
+    for x, calls in ((M, 2), (M2, 3), (M, 5)):
+        assert_same(g(x), x * 2)
+        assert type(CALLS) is int and CALLS == calls
 
 
 def test_global_side_effect_not_baked_in():

@@ -389,6 +389,51 @@ def global_dict_counter():
     return q_and_eps, lambda: dict(GLOBAL_STEPS), LOSSES
 
 
+BEST_LOSS = 1e9
+IMPROVED = 0
+
+
+def global_best():
+    """nanoGPT's train.py keeps ``best_val_loss`` at module level: ``global`` in a step."""
+    global BEST_LOSS, IMPROVED
+    BEST_LOSS, IMPROVED = 1e9, 0
+
+    def step(x):
+        global BEST_LOSS, IMPROVED
+        loss = x.sum().item()
+        if loss < BEST_LOSS:
+            BEST_LOSS = loss
+            IMPROVED += 1
+        return loss
+
+    return step, lambda: (BEST_LOSS, IMPROVED), LOSSES
+
+
+LOOP_ITERATIONS = 0
+
+
+def counters_in_tensor_loops():
+    """A global and a nonlocal counted in a tensor ``while`` and under a tensor ``if`` in a
+    loop over rows (carried as loop variables)."""
+    global LOOP_ITERATIONS
+    LOOP_ITERATIONS = 0
+    total = 0
+
+    def solve(x):
+        global LOOP_ITERATIONS
+        nonlocal total
+        while x.sum() > 1:
+            x = x * 0.5
+            LOOP_ITERATIONS += 1
+            total += 2
+        for row in x.reshape(-1, 1):
+            if row.sum() > 0.1:
+                total += 1
+        return x
+
+    return solve, lambda: (LOOP_ITERATIONS, total), LOSSES
+
+
 class Local:
     def __init__(self):
         self.counter, self.best = 0, 2.5
@@ -420,7 +465,8 @@ def local_object_nested_branches():
     min_in_nonlocal, max_accuracy_namespace, dataclass_patience, epsilon_greedy_closure,
     nested_dict_number, helper_called_twice, counter_returned, counter_in_range,
     counter_in_python_if, bool_flag_in_nested_branch, global_dict_counter,
-    local_object_nested_branches], ids=lambda b: b.__name__)
+    local_object_nested_branches, global_best, counters_in_tensor_loops],
+    ids=lambda b: b.__name__)
 def test_neighbours_convert(build):
     converts(build)
 
