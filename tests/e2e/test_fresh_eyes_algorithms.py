@@ -880,24 +880,6 @@ def simulated_annealing(x, n, temp0, seed):
 
 
 # ----------------------------------------------------------------------------- dynamic programming
-@program((torch.tensor([1, 2, 3, 4]), torch.tensor([1, 3, 4])), (torch.tensor([5, 5]), torch.tensor([6, 6, 6])),
-         (torch.tensor([], dtype=torch.long), torch.tensor([1, 2])))
-def edit_distance(a, b):
-    """The Levenshtein DP table over tensors (as in jiwer / torchaudio.functional.edit_distance
-    written over tensors): a tensor `if` per cell."""
-    n, m = a.shape[0], b.shape[0]
-    d = torch.zeros(n + 1, m + 1, dtype=torch.long)
-    d[:, 0] = torch.arange(n + 1)
-    d[0, :] = torch.arange(m + 1)
-    for i in range(1, n + 1):
-        for j in range(1, m + 1):
-            if a[i - 1] == b[j - 1]:
-                d[i, j] = d[i - 1, j - 1]
-            else:
-                d[i, j] = 1 + torch.min(torch.stack([d[i - 1, j], d[i, j - 1], d[i - 1, j - 1]]))
-    return d[n, m]
-
-
 @program((_randn(5), _randn(4, seed=1)), (_randn(3, seed=2), _randn(6, seed=3)), grad=(0, 1))
 def dtw_distance(x, y):
     """Dynamic time warping (tslearn's dtw written over tensors): a cost table filled with
