@@ -115,7 +115,32 @@ def trainer_reads():
     return t.train_step, [t.model, t.opt], _batches(7), lambda: list(t.history)
 
 
-@pytest.mark.parametrize("program", [closure_reads, dict_of_lists_reads, trainer_reads])
+def ema_and_branch_reads():
+    """An EMA logged from its own last item (``ema[-1] * 0.9 + ...``), reads inside a
+    tensor ``if``, and ``len(hist) >= 3 and hist[-3] > hist[-1]`` (the item read only
+    where the length allows it, as eagerly)."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.2)
+    ema, hist = [1.0], []
+
+    def step(x, y):
+        out = model(x)
+        loss = F.cross_entropy(out, y)
+        _update(opt, loss)
+        ema.append(ema[-1] * 0.9 + loss.item() * 0.1)
+        hist.append(loss.item())
+        if loss > 1.0:
+            out = out.detach() * len(hist)
+        else:
+            out = out.detach() - sum(hist) / len(hist)
+        if len(hist) >= 3 and hist[-3] > hist[-1]:
+            print("improving", hist[-1], ema[-1])
+        return out
+    return step, [model, opt], _batches(8), lambda: (list(ema), list(hist))
+
+
+@pytest.mark.parametrize("program", [closure_reads, dict_of_lists_reads, trainer_reads,
+                                     ema_and_branch_reads])
 def test_logged_lists_read_convert(program):
     """What every call reads is the list as eager has it then: one trace, the lists and
     the printed text equal eager's after every step."""
@@ -421,6 +446,51 @@ def test_a_new_leaf_per_call_reads_its_own_grad():
         p = torch.zeros(2, requires_grad=True)
         p.grad = torch.full((2,), float(i))
         torch.testing.assert_close(g(p), torch.full((2,), 2.0 * i), rtol=0, atol=0)
+    assert g.cache_info().traces == 1
+
+
+def returns_grad(w):
+    return w.grad
+
+
+def adds_then_sums(w):
+    w.grad.add_(1)
+    return w.grad.sum()
+
+
+def reads_then_forgets(w):
+    g = w.grad
+    w.grad = None
+    return g * 2
+
+
+def sets_a_new_grad(w):
+    w.grad = w.grad * 2
+    return w * 3
+
+
+@pytest.mark.parametrize("fn", [returns_grad, adds_then_sums, reads_then_forgets,
+                                sets_a_new_grad])
+def test_grad_reads_and_writes_as_eager(fn):
+    """Values, which result is the caller's ``.grad`` (``is``), the gradient after the
+    call, and gradients the caller kept from earlier calls (never overwritten by a later
+    run), one trace per gradient state."""
+    eager, conv = torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True)
+    g = to_graph(fn, strict=True)
+    kept = []
+    for i in range(4):
+        for w in (eager, conv):
+            if w.grad is None:
+                w.grad = torch.full((3,), float(i))
+        kept.append((eager.grad, conv.grad))
+        exp, got = fn(eager), g(conv)
+        torch.testing.assert_close(got, exp, rtol=0, atol=0)
+        assert (got is conv.grad) == (exp is eager.grad)
+        assert (conv.grad is None) == (eager.grad is None)
+        if eager.grad is not None:
+            torch.testing.assert_close(conv.grad, eager.grad, rtol=0, atol=0)
+    for e, c in kept:
+        torch.testing.assert_close(c, e, rtol=0, atol=0)
     assert g.cache_info().traces == 1
 
 
