@@ -16,7 +16,9 @@ on every run of its graph:
   (``lengths.to(int64)``, ``torch.sort(lengths)``, ``batch_sizes[0]``): it is run for real;
 - an integer or bool output that shape inference computed for real from known values
   beside meta ones (``_pack_padded_sequence``'s ``batch_sizes``, ``_pad_packed_sequence``'s
-  ``lengths``): its data read only known values.
+  ``lengths``): its data read only known values;
+- ``batch_sizes[0]`` of a pack whose lengths are known only when the graph runs: the
+  number of sequences (``packed_sequences``).
 
 Shape inference runs ops with known values real and other tensors meta
 (``substituted``), and ``int()``/``bool()``/``.item()``/``.tolist()`` of such a value answer
@@ -36,6 +38,7 @@ from typing import Any, Optional
 import torch
 
 from . import views
+from .graph import find_leaves, map_structure
 from .ops import is_impure, is_inplace, op_name
 
 KEY = "_known_value"
@@ -45,10 +48,6 @@ _UNSET = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_em
 _QUESTIONS = {torch.Tensor.__int__, torch.Tensor.__index__, torch.Tensor.__bool__,
               torch.Tensor.__float__, torch.Tensor.item, torch.Tensor.tolist}
 NOT_KNOWN = object()
-# torch's packed-sequence ops: their results' sizes follow an argument's values
-_SIZED_BY = {torch._pack_padded_sequence: "lengths", torch._pad_packed_sequence: "batch_sizes",
-             torch.lstm: "batch_sizes", torch.gru: "batch_sizes", torch.rnn_tanh: "batch_sizes",
-             torch.rnn_relu: "batch_sizes"}
 
 
 def value(t) -> Optional[torch.Tensor]:
@@ -67,23 +66,12 @@ def value(t) -> Optional[torch.Tensor]:
     return known
 
 
-def _walk(v, fn):
-    if isinstance(v, torch.Tensor):
-        return fn(v)
-    if isinstance(v, tuple):
-        items = tuple(_walk(x, fn) for x in v)
-        return type(v)(*items) if hasattr(v, "_fields") else items
-    if isinstance(v, list):
-        return [_walk(x, fn) for x in v]
-    if isinstance(v, dict):
-        return {k: _walk(x, fn) for k, x in v.items()}
-    return v
-
-
 def substituted(func, args, kwargs, to_meta):
     """``(args, kwargs)`` with each tensor that has a known value replaced by that value
     and every other tensor by ``to_meta(t)``; None when no argument has a known value (or
     the op writes in place: inference runs on the traced tensors themselves)."""
+    if not find_leaves((args, kwargs), _with_known, slices=False) or is_inplace(func, kwargs):
+        return None
     found = [False]
 
     def conv(t):
@@ -92,10 +80,17 @@ def substituted(func, args, kwargs, to_meta):
             return to_meta(t)
         found[0] = True
         return known.clone()            # (an op may return its input: keep ours intact)
-    new = _walk((tuple(args), dict(kwargs)), conv)
-    if not found[0] or is_inplace(func, kwargs):
-        return None
-    return new
+    new = map_structure((tuple(args), dict(kwargs)), _is_tensor, conv)
+    return new if found[0] else None
+
+
+def _with_known(v) -> bool:
+    node = getattr(v, "_node", None) if isinstance(v, torch.Tensor) else None
+    return node is not None and KEY in node.attrs
+
+
+def _is_tensor(v) -> bool:
+    return isinstance(v, torch.Tensor)
 
 
 def _small_integer(v) -> bool:
@@ -126,11 +121,11 @@ def note(func, args, kwargs, out, real) -> None:
     """After recording ``func`` with result ``out`` (traced tensors): mark the outputs
     whose value is known. ``real``: the op's outputs as shape inference computed them with
     the known values of its arguments (``substituted``), or None."""
-    if is_impure(func, kwargs, args) or op_name(func) in _UNSET:
-        return
     if real is None:
+        if func not in _FACTORIES:
+            return
         real = _factory_value(func, args, kwargs)
-    if real is None:
+    if real is None or is_impure(func, kwargs, args) or op_name(func) in _UNSET:
         return
     outs = out if isinstance(out, (list, tuple)) else (out,)
     reals = real if isinstance(real, (list, tuple)) else (real,)
@@ -154,15 +149,3 @@ def answer(func, args, kwargs) -> Any:
     with torch._C.DisableTorchFunction():
         return func(known, *args[1:], **kwargs)
 
-
-def unknown_sizes(func, args) -> Optional[str]:
-    """Why a packed-sequence op cannot be shaped: its sizes follow the values of its
-    lengths (``batch_sizes``), which this graph does not fix; None for other ops."""
-    name = _SIZED_BY.get(func)
-    if name is None or len(args) < 2 or not isinstance(args[1], torch.Tensor) or \
-            args[1].is_floating_point() or value(args[1]) is not None:
-        return None
-    return (f"a packed sequence's sizes follow the values of its {name}, known only when the "
-            f"graph runs here (a tensor argument, or computed from one); lengths given as a "
-            f"Python list, or a tensor made in the function from Python ints, are fixed "
-            f"with the graph and convert")

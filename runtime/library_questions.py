@@ -15,6 +15,10 @@ here, one rule per site, matched by the asking frame (torch's file and function)
   Answer ``True`` and stage the check: the graph raises ``ValueError`` on every run where
   a parameter or a sample is out of its constraint's support, as eager does.
 
+- ``torch/nn/utils/rnn.py: pad_packed_sequence`` asks ``total_length < max_seq_length``
+  where the longest sequence is known only when the graph runs (``packed_sequences``):
+  answer ``False`` and stage the check, raising ``ValueError`` as eager does.
+
 Any other site keeps refusing (``None``): tracing fails and the call falls back.
 """
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Optional
 
 _TRANSFORMER = ("torch/nn/modules/transformer.py", "_detect_is_causal_mask")
 _DISTRIBUTION = "torch/distributions/distribution.py"
+_PAD_PACKED = ("torch/nn/utils/rnn.py", "pad_packed_sequence")
 _VALIDATORS = ("__init__", "_validate_sample")
 _MAX_DEPTH = 12         # frames between torch's ``bool()`` and the runtime's dispatch
 
@@ -55,7 +60,24 @@ def answer_bool(test) -> Optional[bool]:
     if file.endswith(_DISTRIBUTION) and func in _VALIDATORS:
         _stage_validation(test, frame)
         return True
+    if file.endswith(_PAD_PACKED[0]) and func == _PAD_PACKED[1]:
+        _stage_total_length(test, frame)
+        return False
     return None
+
+
+def _stage_total_length(test, frame) -> None:
+    """``total_length < max_seq_length`` (the longest of lengths known when the graph
+    runs) as a graph assert raising eager's ``ValueError`` (its text, less that value)."""
+    import torch
+    from . import graph_ops
+    from .source_info import format_location, user_location
+    from .symbolic import dispatch_record
+    message = (f"Expected total_length to be at least the length of the longest sequence "
+               f"in input, but got total_length={frame.f_locals.get('total_length')}")
+    holds = dispatch_record(torch.logical_not, (test,), {})
+    dispatch_record(graph_ops.assert_true, (holds, format_location(user_location()), message),
+                    {"error": "ValueError"})
 
 
 def _stage_validation(test, frame) -> None:

@@ -21,7 +21,8 @@ from typing import Any, Dict, NamedTuple, Optional
 
 import torch
 
-from . import graph_ops, inference_warnings, known_values, size_probes, value_bounds
+from . import graph_ops, inference_warnings, known_values, packed_sequences, size_probes
+from . import value_bounds
 from .errors import GraphError
 from .meta import TensorMeta
 from .ops import is_inplace
@@ -570,6 +571,9 @@ def infer_known(func, args, kwargs):
 def infer(func, args, kwargs) -> Inferred:
     """Output meta of ``func(*args, **kwargs)``; args hold symbolic and concrete tensors."""
     with torch._C.DisableTorchFunction():
+        packed = packed_sequences.inferred(func, args, kwargs)   # (lengths known when it runs)
+        if packed is not None:
+            return Inferred(*packed)
         try:
             return _infer(func, args, kwargs)
         except Exception as e:

@@ -27,7 +27,7 @@ from . import graph_ops, views
 from . import autocast_ops, autograd_effects, factory_dtypes, inference_ops, item_values
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
 from . import attention_fast_path, carried_numbers, library_questions, tensor_of_items
-from . import inference_warnings, known_values, unpool_sizes
+from . import inference_warnings, known_values, packed_sequences, unpool_sizes
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
 from .graph import Graph, Node, find_leaves, map_structure
@@ -694,7 +694,7 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
         # or loop body, which eager may skip) and it fails there on real tensors too
         eager = None if graph.parent is not None else fails_eagerly(func, args, kwargs, e)
         if eager is None:
-            why = known_values.unknown_sizes(func, args) or (
+            why = packed_sequences.refusal(func, args) or (
                 "it depends on a tensor's value (a size or number read from a tensor), "
                 "known only when the graph runs" if "on meta tensors" in str(e) else
                 f"{type(e).__name__}: {e}")
@@ -741,6 +741,7 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
         written = target
     out = _wrap_result(node, result.example, result.meta)
     known_values.note(func, args, kwargs, out, known[1] if known and known[0] else None)
+    packed_sequences.note(func, args, out)
     if isinstance(written, torch.Tensor) and isinstance(out, SymbolicTensor):
         tensor_state.note_written_leaf(out, written)    # ``p -= ...``: still the leaf p
     views.note_result(func, args, out)

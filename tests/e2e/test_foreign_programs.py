@@ -524,13 +524,13 @@ class PackedLSTM(nn.Module):
         return self.fc(hidden[-1]), output
 
 
-def test_pack_padded_sequence_falls_back_at_its_line():
-    """Packing needs the lengths' values (sizes from data): a clean fallback at the call,
-    not a RuntimeError (shape inference saw the meta lengths refused, checked the op on
-    zero lengths, which fail too, and took that for the user's own error)."""
-    run_program(PackedLSTM, [(torch.randint(0, 20, (3, 6)), torch.tensor([6, 4, 2])),
-                             (torch.randint(0, 20, (2, 5)), torch.tensor([3, 5]))],
-                falls_back_at="packed = nn.utils.rnn.pack_padded_sequence(")
+def test_pack_padded_sequence_with_tensor_lengths_converts():
+    """Packing with lengths known only when the graph runs: the packed sizes are run-time
+    dims (runtime.packed_sequences), with and without grad."""
+    inputs = [(torch.randint(0, 20, (3, 6)), torch.tensor([6, 4, 2])),
+              (torch.randint(0, 20, (2, 5)), torch.tensor([3, 5]))]
+    run_program(PackedLSTM, inputs)
+    run_program(PackedLSTM, inputs, grad=True)
 
 
 # ------------------------------------------------- pytorch/examples: reinforcement_learning

@@ -15,8 +15,6 @@ from fresh_eyes_nn_modules import CASES, run_case
 # Cases that fall back with a FallbackWarning and equal eager (a reason a graph cannot do).
 # name -> the combos that fall back (None: all) and a part of the warning.
 FALLS_BACK = {
-    "packed_lstm_sorted_lengths_tensor": (None, "_pack_padded_sequence"),
-    "packed_gru_unsorted": (None, "_pack_padded_sequence"),
     "batchnorm2d_momentum_none": (("module-train-grad",), "__float__"),
     "lazy_linear": (None, "setting its .data"),
     "lazy_conv2d": (None, "setting its .data"),
@@ -32,7 +30,8 @@ FALLS_BACK = {
 
 # name -> (combos it applies to (None: all), reason). The round's findings are fixed:
 # nn.Softmax()'s double warning (runtime.inference_warnings), pack_padded_sequence with
-# list lengths and pack_sequence (runtime.known_values), GaussianNLLLoss (its value check
+# list lengths and pack_sequence (runtime.known_values) and with tensor lengths
+# (runtime.packed_sequences: run-time sizes), GaussianNLLLoss (its value check
 # on zeros in shape inference), nn.init on a tensor made in forward (the tensor by keyword).
 OPEN = {}
 

@@ -4,8 +4,9 @@ tests against eager (values, dtypes, gradients, the RNG state, torch's warnings)
 
 - packed sequences whose lengths the graph fixes (a Python list, ``pack_sequence``'s static
   sizes, a tensor made in the function from ints): ``pack_padded_sequence`` -> RNN/LSTM/GRU
-  -> ``pad_packed_sequence`` convert (``runtime.known_values``); lengths known only when the
-  graph runs (a tensor argument) fall back, naming the line;
+  -> ``pad_packed_sequence`` convert with static sizes (``runtime.known_values``); lengths
+  known only when the graph runs (a tensor argument) convert with run-time sizes, one
+  graph for all lengths (``runtime.packed_sequences``);
 - ``nn.GaussianNLLLoss`` (its negative-variance check is asked when the graph runs);
 - ``nn.init.*_`` on a tensor made in forward (torch hands the tensor by keyword);
 - ``nn.Softmax()`` with an implicit dim: torch's deprecation warning once per call, at
@@ -27,6 +28,8 @@ def _prep(v):
     if isinstance(v, torch.Tensor):
         t = v.detach().clone()
         return t.requires_grad_(True) if t.is_floating_point() else t
+    if isinstance(v, tuple) and hasattr(v, "_fields"):
+        return type(v)(*(_prep(x) for x in v))
     if isinstance(v, (list, tuple)):
         return type(v)(_prep(x) for x in v)
     return v
@@ -193,13 +196,82 @@ def test_lengths_tensor_made_from_python_ints():
                  RNN_BF.parameters())
 
 
-def test_lengths_tensor_argument_falls_back_naming_the_line():
+def gru_unsorted_total_length(x, lengths):
+    packed = rnn_utils.pack_padded_sequence(x, lengths, enforce_sorted=False)
+    out, h = GRU(packed)
+    padded, lens = rnn_utils.pad_packed_sequence(out, total_length=x.shape[0])
+    return padded, lens, h, out.batch_sizes, packed.unsorted_indices
+
+
+def test_lengths_tensor_argument_converts_with_run_time_sizes():
     differential(lstm_batch_first, [(R(3, 5, 3), torch.tensor([5, 3, 2])),
-                                    (R(2, 4, 3), torch.tensor([4, 1]))],
-                 LSTM_BF.parameters(), converts=False)
-    g = to_graph(lstm_batch_first)
-    with pytest.warns(FallbackWarning, match=r"its lengths, known only when the graph runs"):
-        g(R(3, 5, 3), torch.tensor([5, 3, 2]))
+                                    (R(3, 5, 3), torch.tensor([4, 4, 1])),
+                                    (R(2, 4, 3), torch.tensor([4, 1]))], LSTM_BF.parameters())
+    differential(lstm_unsorted_time_first, [(R(5, 3, 3), torch.tensor([2, 5, 3])),
+                                            (R(5, 3, 3), torch.tensor([1, 1, 4]))],
+                 LSTM_BI.parameters())
+    differential(gru_unsorted_total_length, [(R(6, 3, 3), torch.tensor([2, 6, 4])),
+                                             (R(6, 3, 3), torch.tensor([1, 3, 2]))],
+                 GRU.parameters())
+    g = to_graph(lstm_batch_first, strict=True)
+    g(R(3, 5, 3), torch.tensor([5, 3, 2]))
+    op = [n.op for n in g.graph(R(3, 5, 3), torch.tensor([5, 3, 2])).nodes]
+    assert "_pack_padded_sequence" in op and "lstm" in op and "_pad_packed_sequence" in op
+
+
+def test_random_lengths_each_batch_trace_a_bounded_number_of_times():
+    """A fixed batch size, new lengths and padded length every batch: one graph per
+    padded length at most (the time dim is dynamic after the second; hot sizes get their
+    own), never one per lengths."""
+    g = to_graph(gru_unsorted_total_length, strict=True)
+    gen = torch.Generator().manual_seed(3)
+    steps = set()
+    for _ in range(30):
+        t = int(torch.randint(3, 7, (), generator=gen))
+        lengths = torch.randint(1, t + 1, (4,), generator=gen)
+        x = torch.randn(t, 4, 3, generator=gen)
+        assert_same(g(x, lengths), gru_unsorted_total_length(x, lengths))
+        steps.add(t)
+    assert g.cache_info().traces <= len(steps) + 1
+
+
+def test_lengths_known_when_the_graph_runs_raise_as_eager():
+    cases = [(lstm_batch_first, (R(3, 5, 3), torch.tensor([2, 5, 3])), RuntimeError,
+              "sorted in decreasing order"),
+             (lstm_batch_first, (R(2, 5, 3), torch.tensor([3, 0])), RuntimeError,
+              "greater than 0"),
+             (gru_unsorted_total_length, (R(4, 2, 3), torch.tensor([2, 1])), None, None)]
+    for fn, args, error, text in cases:
+        g = to_graph(fn, strict=True)
+        g(R(*args[0].shape), torch.tensor(sorted(args[1].tolist(), reverse=True)).clamp(min=1))
+        if error is None:           # total_length shorter than the longest: ValueError
+            x = R(2, 2, 3)
+            with pytest.raises(ValueError, match="total_length"):
+                rnn_utils.pad_packed_sequence(rnn_utils.pack_padded_sequence(
+                    R(3, 2, 3), torch.tensor([3, 1])), total_length=2)
+            g2 = to_graph(lambda x, n: rnn_utils.pad_packed_sequence(
+                rnn_utils.pack_padded_sequence(x, n), total_length=2)[0], strict=True)
+            g2(x, torch.tensor([2, 1]))
+            with pytest.raises(ValueError, match="Expected total_length to be at least"):
+                g2(R(3, 2, 3), torch.tensor([3, 1]))
+            continue
+        with pytest.raises(error, match=text):
+            fn(*_prep(args))
+        with pytest.raises(error, match=text):
+            g(*_prep(args))
+
+
+def lstm_on_a_given_packed_sequence(packed):
+    out, (h, c) = LSTM_BF(packed)
+    return out.data, h
+
+
+def test_a_packed_sequence_argument_falls_back_naming_the_line():
+    """Its batch_sizes are an argument's values: the batch size the LSTM's zero state
+    needs is known only when the graph runs."""
+    packed = rnn_utils.pack_padded_sequence(R(3, 5, 3), [5, 3, 2], batch_first=True)
+    differential(lstm_on_a_given_packed_sequence, [(packed,)], LSTM_BF.parameters(),
+                 converts=False)
 
 
 def lengths_written_in_place(x, n0, n1):
@@ -218,10 +290,11 @@ def lengths_view_written_through_base(x, n0, n1):
 
 
 def test_known_lengths_written_in_place_are_not_baked_in():
-    differential(lengths_written_in_place, [(R(2, 4, 3), 4, 3)], RNN_BF.parameters(),
-                 converts=False)
-    differential(lengths_view_written_through_base, [(R(2, 4, 3), 4, 3)],
-                 RNN_BF.parameters(), converts=False)
+    """The trace's known value is stale after the write: the lengths are read when the
+    graph runs instead (run-time sizes)."""
+    differential(lengths_written_in_place, [(R(2, 4, 3), 4, 3), (R(2, 4, 3), 3, 4)],
+                 RNN_BF.parameters())
+    differential(lengths_view_written_through_base, [(R(2, 4, 3), 4, 3)], RNN_BF.parameters())
 
 
 def known_read_in_a_loop(x, n0):

@@ -2433,7 +2433,6 @@ VERDICTS = {
         "BUG (silent): random draws after torch.distributions.Beta(...).sample() differ from "
         "eager's (boxes, losses, the global RNG state): see "
         "test_beta_sample_then_randint_matches_eager")),
-    "prog_packed_lstm": "fallback",
     "prog_moco_queue": ("convert", _bug(
         "needless fallback, misleading reason: MoCo's key-encoder update `param_k.data = "
         "param_k.data * m + param_q.data * (1 - m)` on real parameters falls back saying "
