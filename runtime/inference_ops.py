@@ -127,6 +127,25 @@ def flag_of(value) -> Optional[bool]:
     return node.attrs.get(KEY, False)
 
 
+# targets that read or write Python state (a carried number or tensor, a logged list, a
+# meter): what they make stands for a Python number or is the object kept, of no mode
+_PYTHON_STATE = frozenset(("runtime.carried_numbers", "runtime.carried_tensors",
+                           "runtime.appended_lists", "runtime.deferred_calls",
+                           "runtime.module_numbers", "runtime.training_attributes"))
+
+
+def _python_work(func, args, kwargs) -> bool:
+    """Whether ``func`` stands for Python work rather than tensor work: a target of
+    ``_PYTHON_STATE``, or arithmetic on stand-ins for Python numbers only (``step + 1``
+    of a carried count, ``loss.item() * 2``): eager's numbers have no mode."""
+    if (getattr(func, "__module__", None) or "") in _PYTHON_STATE:
+        return True
+    from .introspection import kind_of
+    tensors = _tensors(args, kwargs)
+    return bool(tensors) and all(getattr(t, "_node", None) is not None and
+                                 kind_of(t) is not None for t in tensors)
+
+
 def answer(t) -> Optional[bool]:
     """``t.is_inference()`` of a traced value; None where a trace cannot say (an
     argument's, or a may-be-view's of a value of the other kind): the caller refuses."""
@@ -143,7 +162,7 @@ def merge(values) -> Optional[bool]:
     return flags.pop() if len(flags) == 1 else None
 
 
-def target_for(func, target, kwargs, location):
+def target_for(func, target, args, kwargs, location):
     """What a node of ``func`` recorded now should call: ``target`` (``func`` or its
     autocast form), or its ``InferenceOp`` where the inference mode now is not the call's
     (autograd and optimizer effects refused there)."""
@@ -152,7 +171,7 @@ def target_for(func, target, kwargs, location):
         return target
     mode = torch.is_inference_mode_enabled()
     inplace = is_inplace(func, kwargs)
-    if mode == start:
+    if mode == start or _python_work(func, args, kwargs):
         return target
     if mode:
         _STARTS.stack[-1][1] = True
@@ -168,7 +187,9 @@ def note(node, func, args, kwargs) -> None:
     if node.meta is None or _call_mode() is None:
         return
     mode = torch.is_inference_mode_enabled()
-    if is_inplace(func, kwargs):
+    if mode and _python_work(func, args, kwargs):
+        flag = False
+    elif is_inplace(func, kwargs):
         target = kwargs.get("out") if kwargs.get("out") is not None else \
             (args[0] if args else None)
         flag = flag_of(target)

@@ -720,7 +720,7 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
         return result.example       # metadata: a dtype, a static size
     impure = is_impure(func, kwargs, args)
     target, result = autocast_ops.recorded(func, args, kwargs, result, location)
-    target = inference_ops.target_for(func, target, kwargs, location)
+    target = inference_ops.target_for(func, target, args, kwargs, location)
     if inference_warnings.noted():      # torch warns: below the frames eager has above it
         target = inference_warnings.at_frames(target, inference_warnings.eager_frames(func))
     node_kwargs = factory_dtypes.pinned(target, node_kwargs, result.meta)

@@ -292,7 +292,38 @@ def prog_inference_value_kept_across_calls():
     return step, [model], _data(), lambda: kept[0]
 
 
-INFERENCE_CONVERTS = [prog_eval_in_the_step, prog_no_grad_and_inference_side_by_side,
+class _Meter:
+    """An AverageMeter (numbers only: its update is deferred, runtime.deferred_calls)."""
+
+    def __init__(self):
+        self.sum, self.count, self.avg = 0.0, 0, 0.0
+
+    def update(self, val, n=1):
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+
+def prog_python_numbers_in_the_region():
+    """A meter fed ``acc.item()`` and a closure counter bumped inside the region, both
+    then used in the loss that autograd records: eager's Python numbers have no mode, so
+    their graph stand-ins are no inference tensors."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    meter, steps = _Meter(), [0]
+
+    def step(x, y):
+        with torch.inference_mode():
+            acc = (model(x).argmax(1) == y).float().mean()
+            meter.update(acc.item(), x.shape[0])
+            steps[0] += 1
+        loss = F.cross_entropy(model(x), y) * (1 + meter.avg) * steps[0]
+        _update(opt, loss)
+        return loss.detach(), meter.avg
+    return step, [model, opt], _data(), lambda: (meter.sum, meter.count, steps[0])
+
+
+INFERENCE_CONVERTS = [prog_python_numbers_in_the_region, prog_eval_in_the_step, prog_no_grad_and_inference_side_by_side,
                       prog_inference_mode_false_inside, prog_nested_modes,
                       prog_decorated_helper, prog_batchnorm_statistics_in_inference_mode,
                       prog_inference_value_fed_to_autograd,
