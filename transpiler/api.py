@@ -982,8 +982,8 @@ def _argument_paths(sargs, skwargs) -> Dict[int, tuple]:
 
     def walk(v, path):
         kind = type(v)
-        if kind in _PYTREE_CONTAINERS:
-            paths[id(v)] = path
+        if kind in _PYTREE_CONTAINERS or kind is appended_arguments.AppendOnly:
+            paths[id(v)] = path     # (or a list appended to: transpiler.appended_arguments)
         if kind is tuple or kind is list or kind is collections.deque or \
                 isinstance(v, tuple) and hasattr(v, "_fields"):
             for i, x in enumerate(v):
