@@ -59,6 +59,8 @@ from runtime.symbolic import tracing, wrap_node
 from runtime.tensor_list import take_converted
 from runtime.threads import TRACE_LOCK, PerThreadList
 
+from . import fallback_retry
+from .random_state import RandomState
 from . import (argument_aliases, call_entry, conversion, held_arguments, lazy_init,
                method_binding, trace_log)
 from .call_entry import MISS as _MISS
@@ -317,10 +319,12 @@ def _holds(entry, flat) -> bool:
 
 
 class _Fallback:
-    """A signature whose trace failed: calls run the Python function."""
+    """A signature whose trace failed: calls run the Python function. ``retry``: when a
+    later call traces it again (``transpiler.fallback_retry``), or None: never."""
 
-    def __init__(self, reason: str, filename=None, lineno=None):
+    def __init__(self, reason: str, filename=None, lineno=None, retry=None):
         self.reason, self.filename, self.lineno = reason, filename, lineno
+        self.retry = retry
 
 
 # --------------------------------------------------------------------------- GraphFunction
@@ -373,6 +377,7 @@ class GraphFunction:
         self._dynamic = DynamicShapes(dynamic)      # to_graph(fn, dynamic=...)
         self._hot = HotShapes()         # a size a dynamic graph serves often: traced static
         self._probing: Dict[Any, "GraphFunction"] = {}   # probed names -> probing copy
+        self._retried: Optional[_Fallback] = None     # the fallback being traced again
 
     # -- descriptor: @to_graph on a method in a class body
     def __get__(self, obj, objtype=None):
@@ -428,6 +433,8 @@ class GraphFunction:
             if entry is not None:
                 cache = self._entries           # a hit: counted, and stamped for LRU
                 if entry.__class__ is _Fallback:
+                    if entry.retry is not None and entry.retry.due():
+                        return self._call(args, kwargs, fast)   # (traced again there)
                     entry.used = cache.hits = cache.hits + 1
                     return self._fn(*args, **kwargs)
                 if entry.holds():
@@ -446,6 +453,11 @@ class GraphFunction:
             return self._run_without_source(args, kwargs)
         key, flat, spec = self._signature(args, kwargs)
         entry = self._entries.get(key)
+        retried = None
+        if entry.__class__ is _Fallback and entry.retry is not None and entry.retry.due():
+            retried = entry             # the state its reason wrote changed: trace again
+            del self._entries[key]
+            entry = None
         if entry is not None and not isinstance(entry, _Fallback) and not (
                 entry.holds() and (entry.arguments_hold is None or entry.arguments_hold(flat))):
             trace_log.guard_failed(self, entry, flat)
@@ -456,8 +468,12 @@ class GraphFunction:
                 # fallback warning, nothing cached)
                 return _python_function(self._fn)(*args, **kwargs)
             held, grads = self._held, self._grad_args
-            entry = self._dynamic_entry(key, args, kwargs, flat, spec) or \
-                self._build(key, args, kwargs, flat, spec)
+            self._retried = retried
+            try:
+                entry = self._dynamic_entry(key, args, kwargs, flat, spec) or \
+                    self._build(key, args, kwargs, flat, spec)
+            finally:
+                self._retried = None
             if self._grad_args is not grads:    # (keys hold the arguments' grads now)
                 fast = None
             if self._held is not held:      # the trace held a list/dict argument whole
@@ -601,9 +617,14 @@ class GraphFunction:
         collecting = gc.isenabled()
         if collecting:              # building makes many objects, few cycles: collecting
             gc.disable()            # them meanwhile (a full pass per few thousand) is waste
+        # what the trace draws is put back: the graph, or eager, draws from the call's state
+        state = RandomState.take(flat, self._submodules)
         try:
             start = time.perf_counter()
-            entry = self._trace(args, kwargs, flat, spec, dynamic)
+            try:
+                entry = self._trace(args, kwargs, flat, spec, dynamic)
+            finally:
+                state.restore()
             entry.build_s = time.perf_counter() - start     # (hot_shapes' budget)
         except Exception as e:
             if isinstance(e, held_arguments.Changed) and not (dynamic or promoted):
@@ -632,10 +653,13 @@ class GraphFunction:
                 if not isinstance(e, GraphError):
                     self._fn(*args, **kwargs)   # eager's own error, if it has one, as eager raises it
                 raise ConversionError(reason, file, line) from e
-            warnings.warn(FallbackWarning(f"{file}:{line}: {reason} -- running "
-                                          f"{getattr(self, '__name__', 'the function')} "
-                                          f"eagerly"), stacklevel=5)
-            entry = _Fallback(reason, file, line)
+            previous = self._retried
+            if fallback_retry.warns(reason, previous):
+                warnings.warn(FallbackWarning(f"{file}:{line}: {reason} -- running "
+                                              f"{getattr(self, '__name__', 'the function')} "
+                                              f"eagerly"), stacklevel=5)
+            entry = _Fallback(reason, file, line, fallback_retry.after(
+                e, reason, previous, lambda: self._state_now(args, kwargs)))
         finally:
             del _CALLED[:]              # (the guard has them: no table keeps them after)
             if collecting:
@@ -648,6 +672,14 @@ class GraphFunction:
                 key = self._signature(args, kwargs)[0]
         self._store(key, entry)
         return entry
+
+    def _state_now(self, args, kwargs) -> Snapshot:
+        """The Python state a call reaches, now: the function's, and that of the helpers
+        its last trace met (what a fallback's retry watches: ``fallback_retry``)."""
+        snapshot = Snapshot.take(_python_function(self._fn), args, kwargs)
+        for fn in list(_CALLED):
+            snapshot.include(fn)
+        return snapshot
 
     def _store(self, key, entry) -> None:
         """Cache a new entry (counted); the first eviction for the limit warns once."""
@@ -679,11 +711,13 @@ class GraphFunction:
         kwargs = kwargs or {}
         key, flat, spec = self._signature(args, kwargs)
         flat = flat[:spec.num_leaves]   # (argument objects' tensors: constants, no write-back)
+        state = RandomState.take(flat, self._submodules)
         with TRACE_LOCK:
             try:
                 graph, structure, _ = self._trace_graph(args, kwargs, flat, spec, dynamic or {})
             finally:
                 del _CALLED[:]
+                state.restore()
         return graph, structure
 
 
@@ -834,9 +868,11 @@ class GraphFunction:
             writes = installed.writes() if installed is not None else ()
             counted = installed.refused(writes) if writes else None
             if counted is not None:
-                raise GraphError(f"the function mutates argument {names[counted[0]]!r} (its "
-                                 f"{counted[1]}: a number or text the graph would set to the "
-                                 f"value of its trace on every call)")
+                error = GraphError(f"the function mutates argument {names[counted[0]]!r} (its "
+                                   f"{counted[1]}: a number or text the graph would set to "
+                                   f"the value of its trace on every call)")
+                error.retry_on_change = True
+                raise error
             caught = subgraphs.escaped_since(raised)
             refused = control_flow.copies_changed(copies)     # (asked always: it forgets them)
             if caught is not None:
@@ -884,6 +920,7 @@ class GraphFunction:
                     raise error                 # appended_arguments)
                 error = GraphError(f"{changed} (a Python side effect that a graph cannot repeat "
                                    f"on every call)")
+                error.retry_on_change = True    # (a one-time write: fallback_retry)
                 error.location = getattr(snapshot, "changed_line", None) or \
                     _assignment_line(target, changed) or next(
                     filter(None, (_assignment_line(hook, changed) for m in reached
@@ -896,9 +933,11 @@ class GraphFunction:
                 installed) | carried_numbers.attributes(graph.carried_slots))
             if shared is not None:
                 snapshot.restore()
-                raise GraphError(f"a tensor-dependent region changes {shared} of an object that "
-                                 f"existed before the call (a Python side effect that a graph "
-                                 f"cannot repeat on every call)")
+                error = GraphError(f"a tensor-dependent region changes {shared} of an object "
+                                   f"that existed before the call (a Python side effect that "
+                                   f"a graph cannot repeat on every call)")
+                error.retry_on_change = True
+                raise error
             graph.mutated_inputs = [(name, views.storage(v).written) for v, name in
                                     zip(sym, names) if isinstance(v, torch.Tensor) and
                                     views.storage(v) is not None and views.storage(v).written]

@@ -165,13 +165,6 @@ def test_problem_type_first_call_falls_back_naming_the_line(name, spelling):
     assert H.compare(eager, mine) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "needless fallback: after the first call set config.problem_type (a one-time lazy "
-    "default: the config is then what every later call finds), every later call still "
-    "runs eagerly, silently (cache_info: traces=0, fallbacks=1, hits=2). Minimal: m = "
-    "BertForSequenceClassification(tiny); g = to_graph(m); for _ in range(3): "
-    "g(input_ids=ids, labels=y).loss.backward(); g.graph_function.cache_info().traces == 0 "
-    "(a fresh to_graph(m) then converts in strict mode). Same for to_graph(train_step)."))
 @pytest.mark.parametrize("spelling", SPELLINGS)
 def test_problem_type_later_calls_convert(spelling):
     case = dataclasses.replace(H.CASES["bert_cls"], evaluate=False)   # train-mode calls only
