@@ -23,7 +23,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
 
-from . import graph_ops, views
+from . import grad_mode_switches, graph_ops, views
 from . import autocast_ops, autograd_effects, factory_dtypes, inference_ops, item_values
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
 from . import attention_fast_path, carried_numbers, library_questions, tensor_of_items
@@ -752,6 +752,7 @@ def _note_grad(node: Node, func, args, kwargs, meta) -> None:
     """Record whether the result requires grad (``grad_flags``); a grad-mode switch is
     applied for real too, so later ops and ``no_grad``'s saved mode see the traced mode."""
     if func is graph_ops.set_grad_enabled:
+        grad_mode_switches.check_switch(node)      # (a switch made in C++ went unrecorded)
         torch._C._set_grad_enabled(bool(args[0] if args else kwargs.get("mode")))
         return
     if meta is None:
@@ -841,6 +842,7 @@ def tracing(graph: Graph):
         with tensor_state.watching_modes(), building(graph), _TracingMode():
             yield graph
         size_text.check_consumed(graph)
+        grad_mode_switches.check_end(graph, grad)
     finally:
         graph.traced_by = None
         graph.__dict__.pop("made_iterators", None)  # (operators.outside_iterators: its)

@@ -28,8 +28,8 @@ from ..path_values import check_call
 from ..region_effects import refuse_unseen_call
 from ..source_info import format_location, user_location
 from ..symbolic import contains_symbolic, current_graph, is_symbolic
-from . import (custom_functions, module_hooks, outside_iterators, torch_checks,
-               torchscript_calls, truth_builtins)
+from . import (checkpoints, custom_functions, module_hooks, outside_iterators,
+               torch_checks, torchscript_calls, truth_builtins)
 from .effects import print_, torch_assert
 from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicReversed,
                         TensorList, is_symbolic_iterable, length_of, zip_of)
@@ -360,6 +360,9 @@ def call(f, *args, **kwargs):
             return result
     if current_graph() is not None:
         f = torchscript_calls.unscripted(f, args, kwargs)   # (its Python original)
+        ckpt = checkpoints.checkpointed(f, args, kwargs, call)     # use_reentrant=True
+        if ckpt is not checkpoints.NOT_CHECKPOINT:
+            return ckpt
         applied = custom_functions.applied(f, args, kwargs)     # its own backward
         if applied is not custom_functions.NOT_APPLIED:
             return applied

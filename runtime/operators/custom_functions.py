@@ -14,7 +14,10 @@ shapes come from running ``apply`` on meta tensors; a forward that cannot run th
 reads tensor data: ``.item()``, numpy) or that writes its tensor arguments in place
 (``ctx.mark_dirty``: the node would not rebind them) is refused, naming the line. Without autograd
 (``no_grad``, inference), forward's operations are the whole story and the call is
-traced as they are, so their kernels fuse with the rest.
+traced as they are, so their kernels fuse with the rest; with grad mode on and no argument
+requiring grad, under a recorded ``no_grad`` (``apply`` switches grad off in C++ around
+forward: a ``with torch.no_grad():`` in forward would otherwise record a switch back to
+"off", ``grad_mode_switches``).
 """
 from __future__ import annotations
 
@@ -51,7 +54,8 @@ def applied(f, args, kwargs):
     flags = [grad_of(t) for t in pytree.tree_leaves((args, kwargs))
              if isinstance(t, torch.Tensor)]
     if not any(flag is not False for flag in flags):
-        return NOT_APPLIED
+        with torch.no_grad():   # (apply runs forward so in C++, where the trace cannot see)
+            return f(*args, **kwargs)
     where = f"{format_location(user_location())}: {owner.__name__}.apply: a custom " \
         f"autograd.Function's backward runs only as a call the graph makes"
     try:

@@ -20,6 +20,8 @@ mode after the call and Python state.
 from __future__ import annotations
 
 import itertools
+import re
+import time
 import warnings
 
 import pytest
@@ -136,3 +138,226 @@ def test_batch_of_one_regression_step():
         for pe, pg in zip(net_e.parameters(), net_g.parameters()):
             _close(pe, pg)
             _close(pe.grad, pg.grad)
+
+
+# ----------------------------------------------------------------- reentrant checkpoint
+class _Blocks(nn.Module):
+    """Layers under checkpoint(..., use_reentrant=True), dropout inside (its mask replayed
+    by the recompute) and an in-place ReLU on the block's own value."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(5, 6)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(6, 6), nn.Dropout(0.3),
+                                                  nn.ReLU(inplace=True)) for _ in range(2))
+        self.out = nn.Linear(6, 3)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for block in self.blocks:
+            h = torch.utils.checkpoint.checkpoint(block, h, use_reentrant=True)
+        return self.out(h)
+
+
+def _ckpt_run(mode):
+    torch.manual_seed(0)
+    net = _Blocks()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    model = net if mode == "eager" else to_graph(net, strict=mode == "strict")
+
+    def step(x, y):
+        opt.zero_grad()
+        out = model(x)
+        loss = F.cross_entropy(out, y)
+        loss.backward()
+        opt.step()
+        return loss.detach(), out.requires_grad, torch.is_grad_enabled()
+    run = step if mode == "eager" else _converted(step, strict=mode == "strict")
+    gen = torch.Generator().manual_seed(5)
+    torch.manual_seed(1)
+    outs = [run(torch.randn(4, 5, generator=gen), torch.randint(0, 3, (4,), generator=gen))
+            for _ in range(3)]
+    return outs, [(p.detach().clone(), p.grad.clone()) for p in net.parameters()], \
+        torch.get_rng_state()
+
+
+def test_reentrant_checkpoint_steps_match_eager():
+    """A training step through reentrant-checkpointed blocks: losses, the output's flag,
+    params and grads, grad mode after each step and the RNG state equal eager's."""
+    e_outs, e_params, e_rng = _ckpt_run("eager")
+    for mode in ("default", "strict"):
+        g_outs, g_params, g_rng = _ckpt_run(mode)
+        _close(e_outs, g_outs, mode)
+        _close(e_params, g_params, mode)
+        assert torch.equal(e_rng, g_rng)
+
+
+def _ckpt_fn(inp, lin):
+    def f(x):
+        y = torch.utils.checkpoint.checkpoint(lin, inp(x), use_reentrant=True)
+        return y, y.requires_grad, torch.is_grad_enabled()
+    return f
+
+
+def test_reentrant_checkpoint_output_and_grad_mode():
+    """The output requires grad, its grad_fn is eager's CheckpointFunctionBackward, grad
+    mode stays on, gradients equal eager's; autograd.grad through it raises torch's error
+    in both; under no_grad nothing requires grad and grad mode stays off."""
+    torch.manual_seed(0)
+    inp, lin = nn.Linear(3, 4), nn.Linear(4, 1)
+    f = _ckpt_fn(inp, lin)
+    x = torch.randn(2, 3)
+    for run in (_converted(f), _converted(f, strict=True)):
+        e, g = f(x), run(x)
+        _close(e, g)
+        assert torch.is_grad_enabled()
+        assert type(g[0].grad_fn).__name__ == type(e[0].grad_fn).__name__
+        e[0].sum().backward()
+        e_grads = [p.grad.clone() for p in (*inp.parameters(), *lin.parameters())]
+        inp.zero_grad(), lin.zero_grad()
+        g[0].sum().backward()
+        _close(e_grads, [p.grad.clone() for p in (*inp.parameters(), *lin.parameters())])
+        inp.zero_grad(), lin.zero_grad()
+        for y in (f(x)[0], run(x)[0]):
+            with pytest.raises(RuntimeError, match="use_reentrant=True"):
+                torch.autograd.grad(y.sum(), inp.weight)
+        with torch.no_grad():
+            e, g = f(x), run(x)
+            assert not torch.is_grad_enabled()
+        _close(e, g)
+        assert torch.is_grad_enabled()
+
+
+def test_reentrant_checkpoint_inputs_without_grad():
+    """No argument requires grad (the parameters inside do): eager's forward runs under
+    no_grad, the output does not require grad, torch warns; the same converted."""
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 2)
+
+    def f(x):
+        y = torch.utils.checkpoint.checkpoint(lin, x, use_reentrant=True)
+        return y, y.requires_grad, torch.is_grad_enabled()
+    x = torch.randn(3, 4)
+    for run in (_converted(f), _converted(f, strict=True)):
+        with pytest.warns(UserWarning, match="None of the inputs have requires_grad"):
+            got = run(x)
+        _close(f(x), got)
+        assert torch.is_grad_enabled()
+
+
+def _falls_back(fn, *args, match):
+    """Default mode: one FallbackWarning naming this file, eager's result; strict raises."""
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        got = to_graph(fn)(*args)
+    fbs = [str(w.message) for w in rec if issubclass(w.category, FallbackWarning)]
+    assert len(fbs) == 1 and THIS_FILE in fbs[0] and re.search(match, fbs[0]), fbs
+    assert torch.is_grad_enabled()
+    with pytest.raises(ConversionError, match=match):
+        to_graph(fn, strict=True)(*args)
+    assert torch.is_grad_enabled()
+    return got
+
+
+def test_reentrant_checkpoint_refusals():
+    """What eager's recompute repeats (a print, BatchNorm's running statistics) or an output
+    depending on no argument requiring grad: fallback naming the line, eager's results."""
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 4)
+    bn = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    x = torch.randn(3, 4, requires_grad=True)
+
+    def printing(h):
+        print("in block")
+        return lin(h)
+
+    def f_print(x):
+        return torch.utils.checkpoint.checkpoint(printing, x, use_reentrant=True)
+
+    def f_bn(x):
+        return torch.utils.checkpoint.checkpoint(bn, x, use_reentrant=True)
+
+    def f_const(x):
+        return torch.utils.checkpoint.checkpoint(lambda h: torch.ones(2, 4) * 2, x,
+                                                 use_reentrant=True)
+    _falls_back(f_print, x, match="effect")
+    stats = bn[1].running_mean.clone()
+    _falls_back(f_bn, x, match="writes a real tensor|effect")
+    assert not torch.equal(stats, bn[1].running_mean)
+    got = _falls_back(f_const, x, match="does not depend")
+    assert got.requires_grad
+
+
+def test_reentrant_checkpoint_sequential_falls_back():
+    """checkpoint_sequential(use_reentrant=True) calls checkpoint from torch's code: the
+    grad-mode switch made in C++ is caught, the call falls back naming the line."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(5, 6), nn.ReLU(), nn.Linear(6, 3))
+
+    def f(x):
+        return torch.utils.checkpoint.checkpoint_sequential(net, 2, x, use_reentrant=True)
+    x = torch.randn(2, 5, requires_grad=True)
+    got = _falls_back(f, x, match="grad mode was switched")
+    _close(f(x), got)
+
+
+# ----------------------------------------------------------------- grad mode after a call
+class _NoGradInside(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        with torch.no_grad():
+            y = x * 2
+        return y + 1
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+def test_grad_mode_after_calls_is_eagers():
+    """A custom Function whose forward uses no_grad (called with and without a grad
+    input), a function-style set_grad_enabled(False) left off, a trace that fails after
+    switching, a graph raising inside no_grad: grad mode afterwards is eager's."""
+    def custom(x):
+        return _NoGradInside.apply(x) * 3, torch.is_grad_enabled()
+
+    def left_off(x):
+        torch.set_grad_enabled(False)
+        return x * 2
+
+    def fails_after_switch(x):
+        torch.set_grad_enabled(False)
+        y = x * 2
+        time.time()             # (a value that changes on every call: refused)
+        return y
+
+    def raises_inside(x):
+        with torch.no_grad():
+            torch._assert(x.sum() > 100, "too small")
+        return x
+    x, xr = torch.randn(3), torch.randn(3, requires_grad=True)
+    for fn, arg in ((custom, x), (custom, xr), (left_off, x), (fails_after_switch, x),
+                    (raises_inside, x)):
+        for strict in (False, True):
+            torch.set_grad_enabled(True)
+            try:
+                want = fn(arg)
+            except Exception as e:      # noqa: BLE001
+                want = type(e)
+            want_mode = torch.is_grad_enabled()
+            torch.set_grad_enabled(True)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    got = to_graph(fn, strict=strict)(arg)
+                except ConversionError:
+                    assert strict and fn is fails_after_switch
+                    assert torch.is_grad_enabled()
+                    continue
+                except Exception as e:      # noqa: BLE001
+                    got = type(e)
+            assert torch.is_grad_enabled() == want_mode, (fn.__name__, strict)
+            if isinstance(want, type):
+                assert got is want
+            else:
+                _close(want, got, fn.__name__)

@@ -2378,15 +2378,8 @@ def _bug(reason):
 
 
 VERDICTS = {
-    "prog_checkpoint_reentrant": ("convert", _bug(
-        "BUG: checkpoint(f, h, use_reentrant=True) in a converted function returns a tensor "
-        "that does not require grad and leaves torch's grad mode off after the call, so "
-        "loss.backward() in the step raises 'element 0 of tensors does not require grad'; "
-        "repro: f = to_graph(lambda x: checkpoint(lin, inp(x), use_reentrant=True)); "
-        "f(x).requires_grad -> False, torch.is_grad_enabled() -> False (eager: True, True)")),
-    "prog_checkpoint_reentrant_model": ("convert", _bug(
-        "BUG: to_graph(model) whose forward uses checkpoint(..., use_reentrant=True): the "
-        "output does not require grad and grad mode is left disabled (backward then fails)")),
+    "prog_checkpoint_reentrant": "convert",
+    "prog_checkpoint_reentrant_model": "convert",
     "prog_autocast_bf16_reused_layer": "fallback",
     "prog_autograd_grad_into_opt": ("convert", _bug(
         "needless fallback: `p.grad = g.clamp(...)` for a real parameter p after "
@@ -2485,9 +2478,6 @@ def test_returned_item_is_python_number():
     assert type(g(x)) is float and type(g(x)) is float
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: calling a converted function that uses checkpoint(use_reentrant=True) leaves "
-    "torch.is_grad_enabled() False for the caller"))
 def test_reentrant_checkpoint_leaves_grad_mode():
     inp, lin = nn.Linear(3, 4), nn.Linear(4, 1)
     f = to_graph(lambda x: torch.utils.checkpoint.checkpoint(lin, inp(x), use_reentrant=True))
