@@ -26,17 +26,23 @@ so every other op runs in it as eager's do.
   recorded by autograd (grad mode on, an input requiring grad) that reads one, are checked
   on real tensors of the same shapes and kinds: where eager raises (its text: "Inplace
   update to inference tensor outside InferenceMode", "Inference tensors cannot be saved
-  for backward") the trace raises that error as the user's own (``symbolic`` marks it);
-  where it does not, or cannot be checked (a branch or loop body, a run-time size), the
-  call falls back naming the line (a fused kernel under autograd might save what eager's
-  op does not).
+  for backward") the trace raises that error as the user's own (in both modes, after
+  eager ran up to it: ``transpiler.api``); where it does not, or cannot be checked (a
+  branch or loop body, a run-time size), the call falls back naming the line (a fused
+  kernel under autograd might save what eager's op does not). A view taken in the mode
+  of a tensor that requires grad is refused too (eager's view requires grad with no
+  history, which the trace's flags do not follow).
 - **Autograd and optimizer effects** (``loss.backward()``, ``opt.step()``) recorded in a
   mode other than the call's are refused: eager would run them in the mode (optimizer
   state made there would be inference tensors).
-- Stand-ins for Python numbers (``t.item()`` in the mode) are normal tensors
-  (``item_values``): eager's number has no kind.
+- **Python work is not run in the mode**: stand-ins for Python numbers (``t.item()``:
+  ``item_values``; arithmetic on them, a carried counter's ``steps[0] += 1``), a meter's
+  deferred update, a logged list's appends and kept state's reads and writes
+  (``_PYTHON_STATE``) stay normal tensors: eager's numbers have no mode, and a later
+  loss multiplied by one must not meet an inference tensor.
 
-Module state: ``_STARTS`` holds the caller's mode per running trace, per thread.
+Module state: ``_STARTS`` holds the caller's mode per running trace, per thread;
+``_WRAPPED`` is shared (a race makes at most a second equal ``InferenceOp``, harmless).
 """
 from __future__ import annotations
 
