@@ -574,3 +574,10 @@ def early_stopping_from_none():
 ], ids=lambda b: getattr(b, "__name__", ""))
 def test_falls_back_naming_the_line(build, line):
     falls_back_at(build, line)
+
+
+def test_none_initialised_stopper_converts_after_its_first_call():
+    """The first call's write (None -> a float) falls back once, eagerly made; the later
+    calls find a float there and convert (``transpiler/fallback_retry.py``): one trace."""
+    fallbacks, traces = _run(early_stopping_from_none)
+    assert len(fallbacks) == 1 and traces == 1, (fallbacks, traces)
