@@ -13,9 +13,10 @@ or bool, or a graph value standing for one), the front door traces again with th
   (``loss.item()``'s float, eager's element type) to the list the slot holds when the graph
   runs, in its place among the step's other effects (an ``lr_lambda`` run by a staged
   ``sched.step()`` after it sees it), once per call, in eager's order;
-- ``len(losses)``, ``losses[-1]``, ``losses[0]``, ``sum(losses[-10:])`` in converted
-  code are reads when the graph runs (``runtime.list_reads``), never the trace's values;
-- anything else asked of it (iterating, ``max(losses)``, ``if losses:``) raises
+- ``len(losses)``, ``losses[-1]``, ``losses[0]``, ``sum(losses[-10:])``, ``min(losses)``
+  in converted code are reads when the graph runs (``runtime.list_reads``), never the
+  trace's values;
+- anything else asked of it (iterating, ``sorted(losses)``, ``if losses:``) raises
   GraphError: the trace would bake in what the list held then, so the call falls back as
   before (naming the line), never a stale value;
 - an append in a tensor branch or loop body, or of anything but a number (a tensor, a
@@ -138,7 +139,7 @@ class AppendOnly:
     def refuse(self, what: str, detail: str):
         _refuse(f"{what} {object.__getattribute__(self, '_slot').label}{detail}, a list it "
                 f"appends to: a graph reads such a list when it runs only by len(), sum(), "
-                f"an item or a slice's len() or sum()")
+                f"max(), min() or an item, of it or of a slice")
 
     def __getattr__(self, name):
         if name.startswith("_"):        # (what the machinery asks of any object)

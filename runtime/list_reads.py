@@ -10,7 +10,8 @@ are effects in their place), as a Python number's stand-in (``loss.item()``'s ki
 - ``len(lst)`` / ``len(lst[a:b])``: ``list_length``, an int, no guard (any list has one);
 - ``lst[-k]`` where the trace appended k or more numbers before: that appended value
   itself (what the graph appends is what eager reads back);
-- any other ``lst[i]``: ``list_item``; ``sum(lst)``, ``sum(lst[a:b])``: ``list_sum``.
+- any other ``lst[i]``: ``list_item``; ``sum(lst)``, ``sum(lst[a:b])``: ``list_sum``;
+  ``max(lst)``, ``min(lst[-k:])`` (the best loss so far): ``list_pick``.
   Their Python kind (int, float, bool) must be known: the trace reads the kinds of the
   items the list held at the call (``ItemKinds``), and the guard asks them again before
   each call (``trace_reads``: an incremental scan of the items added since it last
@@ -19,8 +20,8 @@ are effects in their place), as a Python number's stand-in (``loss.item()``'s ki
   numbers of several kinds, a window sum that may be empty while its kind is not int
   (Python's ``sum([])`` is the int 0), anything else asked of a window.
 
-``len`` and ``sum`` reach here from converted code (``operators.calls``); Python's own
-``len(lst)`` in unconverted code still refuses (``AppendOnly.__len__``).
+``len``, ``sum``, ``max`` and ``min`` reach here from converted code (``operators.calls``);
+Python's own ``len(lst)`` in unconverted code still refuses (``AppendOnly.__len__``).
 """
 from __future__ import annotations
 
@@ -70,6 +71,17 @@ def list_sum(slot, anchor, start, stop, kind: str) -> torch.Tensor:
     if anchor.is_meta:
         return _meta(kind)
     return _checked(builtins.sum(_window(slot.get(), start, stop)), kind, slot, " summed")
+
+
+@_impure
+def list_pick(slot, anchor, start, stop, kind: str, largest: bool) -> torch.Tensor:
+    """``max``/``min`` of ``lst[start:stop]`` when the graph runs (Python's own: the first
+    of equal items, its ValueError for none)."""
+    if anchor.is_meta:
+        return _meta(kind)
+    pick = builtins.max if largest else builtins.min
+    return _checked(pick(_window(slot.get(), start, stop)), kind, slot,
+                    " max" if largest else " min")
 
 
 def _checked(value, kind: str, slot, what: str) -> torch.Tensor:
@@ -126,7 +138,7 @@ def _decide(items, tracker: ItemKinds, how: str, appended: frozenset, start, sto
     held ``items`` at the call and the trace appended numbers of the kinds ``appended``
     before it: None where it is not one kind known now (refused)."""
     kinds = tracker.of(items) | appended
-    if how == "item":
+    if how == "item":           # (also max/min: which item, only the run knows)
         return next(iter(kinds)) if len(kinds) == 1 else None
     window = start is not None or stop is not None
     if window and len(kinds) > 1:
@@ -186,9 +198,18 @@ def total(view, start=None, stop=None):
     return _stand_in(list_sum, (view.slot(), _ANCHOR, start, stop, kind), kind)
 
 
+def pick(view, start=None, stop=None, largest=True):
+    kind = _kind_of_read(view, "item")
+    return _stand_in(list_pick, (view.slot(), _ANCHOR, start, stop, kind, largest), kind)
+
+
+_READS = {builtins.len: length, builtins.sum: total, builtins.max: pick,
+          builtins.min: lambda view, start, stop: pick(view, start, stop, largest=False)}
+
+
 class Window:
-    """``lst[a:b]`` of a carried list: ``len`` and ``sum`` of it are reads; anything else
-    is refused."""
+    """``lst[a:b]`` of a carried list: ``len``, ``sum``, ``max``, ``min`` of it are
+    reads; anything else is refused."""
 
     __slots__ = ("_view", "_start", "_stop")
 
@@ -204,7 +225,7 @@ class Window:
 
     def _refuse(self, *args):
         object.__getattribute__(self, "_view").refuse("uses a slice of", " otherwise than "
-                                                      "by len() or sum()")
+                                                      "by len(), sum(), max() or min()")
 
     __len__ = __iter__ = __getitem__ = __contains__ = __bool__ = __setattr__ = _refuse
     __eq__ = __add__ = __reversed__ = _refuse
@@ -212,9 +233,14 @@ class Window:
 
 
 def builtin_read(f, args, kwargs):
-    """``len``/``sum`` of a carried list or a window of it, else ``NOT_READ``."""
+    """``len``/``sum``/``max``/``min`` of a carried list or a window of it, else
+    ``NOT_READ``."""
     from .appended_lists import AppendOnly
-    if kwargs or len(args) != 1 or (f is not builtins.len and f is not builtins.sum):
+    try:
+        read = _READS.get(f)
+    except TypeError:           # (an unhashable callable)
+        return NOT_READ
+    if kwargs or len(args) != 1 or read is None:
         return NOT_READ
     target = args[0]
     if type(target) is AppendOnly:
@@ -225,4 +251,4 @@ def builtin_read(f, args, kwargs):
         stop = object.__getattribute__(target, "_stop")
     else:
         return NOT_READ
-    return (length if f is builtins.len else total)(view, start, stop)
+    return read(view, start, stop)

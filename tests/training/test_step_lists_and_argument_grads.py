@@ -139,8 +139,25 @@ def ema_and_branch_reads():
     return step, [model, opt], _batches(8), lambda: (list(ema), list(hist))
 
 
+def best_so_far():
+    """``if loss.item() <= min(losses): print("new best")`` and ``max(losses[-3:])``."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.3)
+    losses, worst = [], []
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        _update(opt, loss)
+        losses.append(loss.item())
+        if loss.item() <= min(losses):
+            print("new best", min(losses), len(losses))
+        worst.append(max(losses[-3:]))
+        return loss.detach()
+    return step, [model, opt], _batches(8), lambda: (list(losses), list(worst))
+
+
 @pytest.mark.parametrize("program", [closure_reads, dict_of_lists_reads, trainer_reads,
-                                     ema_and_branch_reads])
+                                     ema_and_branch_reads, best_so_far])
 def test_logged_lists_read_convert(program):
     """What every call reads is the list as eager has it then: one trace, the lists and
     the printed text equal eager's after every step."""
