@@ -82,6 +82,12 @@ def _is_library_uncached(filename: str) -> bool:
     return filename.startswith(_STDLIB) and "site-packages" not in filename
 
 
+def library_file(filename: str) -> bool:
+    """Whether ``filename`` is torch's, the standard library's or tograph's own: a location
+    there (a converted ``Sequential.forward``'s line) is not the user's."""
+    return _is_library(filename)
+
+
 def user_location(skip: int = 1) -> Optional[Location]:
     """The innermost user (or converted-user) frame on the stack, as (file, line)."""
     frame = sys._getframe(skip)

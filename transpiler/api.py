@@ -53,7 +53,8 @@ from runtime.operators.special_values import Undefined, UndefinedReturn
 from runtime.operators.text import DeferredText
 from runtime.outputs import ArgRef, reachable, resolve_arguments, template
 from runtime.python_state import is_tensor
-from runtime.source_info import location_of_traceback, reentered_call_site, register_source_map
+from runtime.source_info import (library_file, location_of_traceback, reentered_call_site,
+                                 register_source_map, user_location)
 from runtime import views
 from runtime.symbolic import tracing, wrap_node
 from runtime.tensor_list import take_converted
@@ -551,7 +552,6 @@ class GraphFunction:
     def _run_without_source(self, args, kwargs):
         """A built-in or C function: strict mode refuses, the default runs it as it is and
         says so once."""
-        from runtime.source_info import user_location
         file, line = user_location() or (None, None)
         if self._strict:
             trace_log.fell_back(self, self._no_source, file, line, True)
@@ -646,6 +646,9 @@ class GraphFunction:
                 raise
             reason = _reason(e, self._fn)
             file, line = _location(e, self._fn)
+            if file and library_file(file) and user_location():   # (torch's own line: the
+                reason = f"{reason} (at {file}:{line})"         # user's call is named)
+                file, line = user_location()
             trace_log.fell_back(self, reason, file, line, self._strict or not fallback_ok)
             if self._strict or not fallback_ok:
                 if isinstance(e, ConversionError):

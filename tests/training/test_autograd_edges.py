@@ -361,3 +361,35 @@ def test_grad_mode_after_calls_is_eagers():
                 assert got is want
             else:
                 _close(want, got, fn.__name__)
+
+
+# ----------------------------------------------------------------- backward hooks
+def test_backward_hook_fallback_names_the_users_line():
+    """to_graph(Sequential) with register_full_backward_hook on a child: the fallback names
+    the line calling the model (not torch's container.py), the hook runs as eager's."""
+    def build():
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+        seen = []
+
+        def hook(module, grad_input, grad_output):
+            seen.append(round(grad_output[0].abs().sum().item(), 4))
+            return (grad_input[0] * 0.5,)
+        net[2].register_full_backward_hook(hook)
+        return net, seen
+    x = torch.randn(4, 5)
+    net, seen_e = build()
+    net(x).sum().backward()
+    e_grads = [p.grad for p in net.parameters()]
+    net, seen_g = build()
+    model = to_graph(net)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        model(x).sum().backward()
+    fbs = [str(w.message) for w in rec if issubclass(w.category, FallbackWarning)]
+    assert len(fbs) == 1 and re.search(re.escape(THIS_FILE) + r":\d+: submodule '2' has "
+                                       r"backward hooks", fbs[0]), fbs
+    assert seen_e == seen_g
+    _close(e_grads, [p.grad for p in net.parameters()])
+    with pytest.raises(ConversionError, match=re.escape(THIS_FILE)):
+        to_graph(build()[0], strict=True)(x)

@@ -2391,10 +2391,7 @@ VERDICTS = {
     "prog_func_per_sample_grads": "fallback",
     "prog_tensor_register_hook": "fallback",
     "prog_full_backward_hook": "fallback",
-    "prog_full_backward_hook_model": ("fallback", _bug(
-        "BUG: fallback names no user line: to_graph(model) of a Sequential with "
-        "register_full_backward_hook on a child warns at torch/nn/modules/container.py:248 "
-        "('submodule 2 has backward hooks'), not at the user's call")),
+    "prog_full_backward_hook_model": "fallback",
     "prog_early_stopping_best_ckpt": ("convert", _bug(
         "needless fallback: early stopping with `if val_loss < es['best']:` (val_loss = "
         ".item()) setting numbers and a deepcopy(state_dict()) in the branch")),
