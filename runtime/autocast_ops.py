@@ -199,15 +199,17 @@ class Casting:
 
 
 def recorded(func, args, kwargs, result, location):
-    """(target, inferred result) of a node about to be recorded: ``func`` and ``result``
-    as they are, or under autocast its ``AutocastOp`` and the result autocast gives."""
+    """(target, inferred result, arguments) of a node about to be recorded: ``func`` and
+    ``result`` as they are, or under autocast its ``AutocastOp`` and the result autocast
+    gives; the arguments are None, or ``(args, kwargs)`` with a parameter replaced by its
+    cast that autocast's cache shares (see below)."""
     target = target_for(func, args, kwargs, result.meta)
     if target is func:
-        return func, result
+        return func, result, None
     if isinstance(result, Casting):         # (autocast's result already: ``infer``)
-        if _cast_low(args, kwargs, result.meta):
-            _note_casts(args, kwargs, location)
-        return target, result.inferred
+        shared = _note_casts(func, args, kwargs, location) \
+            if _cast_low(args, kwargs, result.meta) else None
+        return target, result.inferred, shared
     from .shape_inference import infer
     try:
         inferred = infer(target, args, kwargs)
@@ -217,19 +219,34 @@ def recorded(func, args, kwargs, result, location):
                            f"inferred ({type(e).__name__}: {e})")
         error.location = location
         raise error from e
-    if _lowered(result.meta, inferred.meta):
-        _note_casts(args, kwargs, location)
-    return target, inferred
+    shared = _note_casts(func, args, kwargs, location) \
+        if _lowered(result.meta, inferred.meta) else None
+    return target, inferred, shared
 
 
 # ----------------------------------------------------------------------- the cast cache
 # Inside an autocast region eager casts a float32 leaf that requires grad (a parameter)
 # once and reuses the cast for every op of the region (autocast's cache, cleared when the
 # outermost region exits): the gradients of its uses are summed in the low dtype. A graph
-# runs each op in its own autocast, so each use casts anew and the gradients are summed in
-# float32 -- other bits. A leaf cast by two ops of one region (or by an op in a loop body)
-# is refused while autograd records; a region the caller opened around the call keeps
+# runs each op in its own autocast, so each use would cast anew and sum the gradients in
+# float32 -- other bits. So the first op of a region that casts a parameter (a real leaf
+# tensor, not an argument) to the low dtype, where that op is one of autocast's
+# low-precision ops (``_CASTS_ALL``: it casts every floating input, nothing else), is given
+# the cast as a node of its own (``p.to(dtype)``: autocast's ``cached_cast`` is that call),
+# and later ops of the region take the same node, in the graph of the first or in one
+# nested in it (a loop body reusing the cast made before the loop, as eager's cache does).
+# A leaf cast first in a loop body, cast again by another op (a composite function, a
+# branch's cast used after the branch), or an argument leaf cast twice is refused while
+# autograd records, naming the line. A region the caller opened around the call keeps
 # torch's own cache across the ops, as eager's.
+_F = torch.nn.functional
+_CASTS_ALL = frozenset({
+    _F.linear, _F.conv1d, _F.conv2d, _F.conv3d, _F.conv_transpose1d, _F.conv_transpose2d,
+    _F.conv_transpose3d, _F.scaled_dot_product_attention,
+    torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm, torch.Tensor.mm,
+    torch.bmm, torch.Tensor.bmm, torch.addmm, torch.Tensor.addmm, torch.baddbmm,
+    torch.Tensor.baddbmm, torch.addbmm, torch.Tensor.addbmm, torch.conv1d, torch.conv2d,
+    torch.conv3d})
 _STARTS = threading.local()
 
 
@@ -284,7 +301,9 @@ def _cast_low(args, kwargs, meta) -> bool:
                    find_leaves((args, kwargs), lambda v: isinstance(v, torch.Tensor)))
 
 
-def _note_casts(args, kwargs, location) -> None:
+def _note_casts(func, args, kwargs, location):
+    """Note the parameters an op of a region casts to the low dtype; None, or the op's
+    ``(args, kwargs)`` with them replaced by the region's one cast of each."""
     from . import tensor_state
     from .graph import find_leaves
     from .symbolic import current_graph
@@ -292,7 +311,7 @@ def _note_casts(args, kwargs, location) -> None:
     graph = current_graph()
     if not stack or stack[-1] > 0 or graph is None or not torch.is_grad_enabled() or \
             not torch.is_autocast_cache_enabled():
-        return
+        return None
     root = graph.root
     nesting = _nesting()
     region = root.__dict__.get("_autocast_region", (0, 0))
@@ -301,23 +320,54 @@ def _note_casts(args, kwargs, location) -> None:
     root._autocast_region = (region[0], nesting)
     casts = root.__dict__.setdefault("_autocast_casts", {})
     repeated = _in_loop(graph)
-    seen = set()                # (one op's two uses of a leaf share its cast, as eager's)
+    shares = func in _CASTS_ALL
+    seen, shared = set(), {}    # (one op's two uses of a leaf share its cast, as eager's)
     for t in find_leaves((args, kwargs), lambda v: isinstance(v, torch.Tensor)):
         node = getattr(t, "_node", None)
         key = (region[0], id(t) if node is None else id(node))
         if key in seen or not _cacheable(t, tensor_state):
             continue
         seen.add(key)
-        if key in casts or repeated:
+        first = casts.get(key)
+        if first is None and shares and node is None and not repeated:
+            first = casts[key] = (location, t, _cast_node(t), graph)  # (t kept: its id)
+        elif first is None and not repeated:
+            casts[key] = (location, t, None, graph)
+            continue
+        if first is None or first[2] is None or not shares or not _within(graph, first[3]) \
+                or first[2].dtype != torch.get_autocast_dtype("cpu"):
             error = GraphError(
                 f"{format_location(location)}: a float32 leaf that requires grad is cast "
-                f"by torch.autocast {'in a loop body' if repeated else 'a second time in one region'}"
-                f" (first at {format_location(casts.get(key, (location,))[0])}): eager "
+                f"by torch.autocast {'in a loop body' if first is None else 'a second time in one region'}"
+                f" (first at {format_location((first or (location,))[0])}): eager "
                 f"reuses one cached cast, whose gradients sum in the low dtype, where a "
                 f"graph casts per op")
             error.location = location
             raise error
-        casts[key] = (location, t)          # (t kept: its id stays its own)
+        shared[id(t)] = first[2]
+    if not shared:
+        return None
+    return _map((args, kwargs), lambda v: shared.get(id(v), v))
+
+
+def _cast_node(t):
+    """``t.to(dtype)`` recorded as a node: autocast's cached cast of a parameter."""
+    from . import inference_warnings
+    from .symbolic import dispatch_record
+    noted = inference_warnings.noted()      # (the op being recorded keeps its own note)
+    cast = dispatch_record(torch.Tensor.to, (t, torch.get_autocast_dtype("cpu")), {})
+    if noted:
+        inference_warnings.note()
+    return cast
+
+
+def _within(graph, outer) -> bool:
+    """Whether ``graph`` is ``outer`` or nested in it."""
+    while graph is not None:
+        if graph is outer:
+            return True
+        graph = graph.parent
+    return False
 
 
 def _cacheable(t, tensor_state) -> bool:

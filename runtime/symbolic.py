@@ -719,7 +719,9 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
                                     f"on tensor data; using it")
         return result.example       # metadata: a dtype, a static size
     impure = is_impure(func, kwargs, args)
-    target, result = autocast_ops.recorded(func, args, kwargs, result, location)
+    target, result, shared = autocast_ops.recorded(func, args, kwargs, result, location)
+    if shared is not None:      # parameters as autocast's one cached cast (``autocast_ops``)
+        node_args, node_kwargs = to_node(graph, tuple(shared[0])), to_node(graph, shared[1])
     target = inference_ops.target_for(func, target, args, kwargs, location)
     if inference_warnings.noted():      # torch warns: below the frames eager has above it
         target = inference_warnings.at_frames(target, inference_warnings.eager_frames(func))

@@ -397,3 +397,112 @@ def test_callers_cast_cache_flag_is_part_of_the_signature():
         _bits(results[1], results[0], f"cache_enabled={cache}")
     assert g.cache_info().traces == 2, g.cache_info()
     _shared.weight.grad = _shared.bias.grad = None
+
+
+# ------------------------------------------------- autocast's cast cache: one cast shared
+_w = torch.nn.Linear(6, 6)
+_w2 = torch.nn.Linear(6, 6)
+
+
+def _twice(x1, x2):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        z = _w(x1) * _w(x2)                 # one cached cast of the weight in eager
+    return z
+
+
+def _twice_then_loop(x1, x2):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        z, n = _w(x1), torch.zeros(())
+        while (z.float().abs().sum() < 1e4) & (n < 3):
+            z = _w(z) * 2                       # the cast made before the loop
+            n = n + 1
+    return z
+
+
+def _twice_in_branch(x1, x2):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        z = _w(x1)
+        if z.float().sum() > 0:
+            z = z * F.linear(x2, _w.weight)
+        else:
+            z = z - F.linear(x2 * 2, _w.weight)
+        return z + _w(x2)
+
+
+def _nested_disabled(x1, x2):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        z = _w(x1)
+        with torch.autocast("cpu", enabled=False):
+            y = _w(x2.float())                  # float32: no cast, the weight as it is
+        return z.float() * y + _w(x1).float()
+
+
+def _other_dtype_inside(x1, x2):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        z = _w(x1)
+        with torch.autocast("cpu", dtype=torch.float16):
+            return z, _w(x2)        # eager's cache hands the bf16 cast to a float16 op
+
+
+def test_a_cached_cast_of_another_dtype_is_eagers_error():
+    """Eager's cache gives the bf16 cast to the float16 region's linear, which raises: the
+    converted call falls back and raises it too (it computed a value before)."""
+    x1, x2 = torch.randn(4, 6), torch.randn(4, 6)
+    with pytest.raises(RuntimeError) as exp:
+        _other_dtype_inside(x1, x2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        with pytest.raises(RuntimeError) as got:
+            to_graph(_other_dtype_inside)(x1, x2)
+    assert str(got.value) == str(exp.value)
+
+
+@pytest.mark.parametrize("fn", [_twice, _twice_then_loop, _twice_in_branch,
+                                _nested_disabled])
+def test_a_weight_cast_by_several_ops_of_one_region_converts_exactly(fn):
+    """Eager casts the weight once per region (autocast's cache) and its gradients sum in
+    the low dtype: the graph shares one cast node, bit for bit, gradients too."""
+    results = {}
+    for mode in ("eager", "default", "strict"):
+        call = fn if mode == "eager" else to_graph(fn, strict=mode == "strict")
+        outs = []
+        for seed in (0, 1):
+            torch.manual_seed(seed)
+            x1, x2 = torch.randn(4, 6), torch.randn(4, 6)
+            for p in (*_w.parameters(), *_w2.parameters()):
+                p.grad = None
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FallbackWarning)
+                z = call(x1, x2)
+            z.float().square().sum().backward()
+            outs.append((z, _w.weight.grad.clone(), _w.bias.grad.clone()))
+        results[mode] = outs
+    for mode in ("default", "strict"):
+        for got, exp in zip(results[mode], results["eager"]):
+            _bits(got, exp, mode)
+
+
+def test_a_second_cast_autocast_may_not_share_falls_back_naming_its_line():
+    """A weight cast by a linear, then by an op that is not one of autocast's single
+    low-precision ops (``chain_matmul``: the graph cannot hand it the shared cast) falls
+    back naming that line (strict: ConversionError)."""
+    import inspect
+
+    def fn(x1, x2):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            z = _w(x1)
+            return z, torch.chain_matmul(_w.weight, x2.T)   # CAST LINE
+    lines, first = inspect.getsourcelines(fn)
+    line = first + next(i for i, text in enumerate(lines) if "# CAST LINE" in text)
+    torch.manual_seed(0)
+    x1, x2 = torch.randn(4, 6), torch.randn(4, 6)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        got = to_graph(fn)(x1, x2)
+    messages = [str(w.message) for w in rec if issubclass(w.category, FallbackWarning)]
+    assert len(messages) == 1 and f"test_autocast_ops.py:{line}:" in messages[0] and \
+        "cached cast" in messages[0], messages
+    _bits(got, fn(x1, x2), "fallback")
+    from transpiler import ConversionError
+    with pytest.raises(ConversionError, match="cached cast"):
+        to_graph(fn, strict=True)(x1, x2)

@@ -240,10 +240,12 @@ def _cache_case(fn, mode, caller_autocast=False):
     return results
 
 
-@pytest.mark.parametrize("fn", [_siamese_one_region, _cast_in_loop])
+@pytest.mark.parametrize("fn", [_cast_in_loop])
 def test_a_weight_cast_twice_in_one_region_falls_back_naming_its_line(fn):
-    """Eager reuses autocast's cached cast (its gradients sum in bf16): a graph casting per
-    op would give other bits, so the step falls back (strict: ConversionError)."""
+    """Eager reuses autocast's cached cast (its gradients sum in bf16): a weight cast
+    first in a loop body would be cast per iteration by a graph (other bits), so the step
+    falls back (strict: ConversionError). Cast by two ops of one region, it converts (one
+    shared cast node: below and ``tests/runtime/test_autocast_ops.py``)."""
     import inspect
     lines, first = inspect.getsourcelines(fn)
     line = first + next(i for i, text in enumerate(lines) if "CACHE LINE" in text)
@@ -260,6 +262,8 @@ def test_a_weight_cast_twice_in_one_region_falls_back_naming_its_line(fn):
 
 def test_a_weight_cast_in_two_regions_or_under_the_callers_autocast_converts():
     _exact(_cache_case(_two_regions, "strict"), _cache_case(_two_regions, "eager"))
+    _exact(_cache_case(_siamese_one_region, "strict"),
+           _cache_case(_siamese_one_region, "eager"))      # (one cast shared by two ops)
 
     def siamese(x1, x2):            # the caller's region: torch's cache spans the graph's ops
         z = _shared(x1) * _shared(x2)
