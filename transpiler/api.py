@@ -789,7 +789,7 @@ class GraphFunction:
         for index, (value, name) in enumerate(zip(flat, names)):
             if index in repeats:
                 sym.append(sym[repeats[index]])
-            elif value is appended_arguments.MARKER:
+            elif self._appended.serves(index):
                 sym.append(self._appended.stand_in(index, name))
             elif isinstance(value, torch.Tensor):
                 meta = TensorMeta.of(value)
@@ -1024,7 +1024,7 @@ def _argument_paths(sargs, skwargs) -> Dict[int, tuple]:
 
     def walk(v, path):
         kind = type(v)
-        if kind in _PYTREE_CONTAINERS or kind is appended_arguments.AppendOnly:
+        if kind in _PYTREE_CONTAINERS or kind in appended_arguments.SERVED:
             paths[id(v)] = path     # (or a list appended to: transpiler.appended_arguments)
         if kind is tuple or kind is list or kind is collections.deque or \
                 isinstance(v, tuple) and hasattr(v, "_fields"):

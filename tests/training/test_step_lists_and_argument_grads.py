@@ -252,12 +252,33 @@ def returns_its_list():
 
 
 def dict_of_lists_argument():
-    """A dict of lists passed in, ``hist["loss"].append(...)``: falls back naming the
-    line (only a list argument itself is served)."""
+    """A Keras-style history dict passed in: ``hist["loss"].append(...)``, its lists read
+    (``hist["loss"][-1]``, ``len(hist["acc"])``), one list left alone, the dict returned."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hists = [{"loss": [], "acc": [], "lr": [0.1]}, {"loss": [9.0], "acc": [], "lr": []}]
+
+    def fit_step(x, y, hist):
+        out = model(x)
+        loss = F.cross_entropy(out, y)
+        _update(opt, loss)
+        hist["loss"].append(loss.item())
+        hist["acc"].append((out.argmax(1) == y).float().mean().item())
+        if len(hist["acc"]) % 2 == 0:
+            print("loss", hist["loss"][-1], "first", hist["loss"][0])
+        return hist
+    calls = [(x, y, hists[i // 3]) for i, (x, y) in enumerate(_batches(6))]
+    return fit_step, [model, opt], calls, \
+        lambda: [{k: list(v) for k, v in h.items()} for h in hists]
+
+
+def dict_argument_new_key():
+    """A new key set in the dict passed in: falls back naming the line."""
     hist = {"loss": []}
 
     def log(x, hist):
         hist["loss"].append(x.sum().item())
+        hist["last"] = [x.sum().item()]
         return x * 2
     g = torch.Generator().manual_seed(2)
     return log, [], [(torch.randn(3, generator=g), hist) for _ in range(3)], \
@@ -272,8 +293,20 @@ def test_a_list_passed_then_returned_is_the_callers():
         assert g(*call) is call[1]
 
 
-def test_a_dict_of_lists_argument_falls_back():
-    assert _compare(dict_of_lists_argument) == {"default": "fallback", "strict": "refused"}
+def test_a_dict_of_lists_argument_converts():
+    """Two dicts (one trace: its keys are the signature), each call's own lists, the
+    caller's dict returned as itself."""
+    assert _compare(dict_of_lists_argument) == {"default": "converted", "strict": "converted"}
+    step, _, calls, _ = dict_of_lists_argument()
+    g = to_graph(step, strict=True)
+    with contextlib.redirect_stdout(io.StringIO()):
+        for call in calls:
+            assert g(*call) is call[2]
+    assert g.cache_info().traces == 1
+
+
+def test_a_new_key_in_a_dict_argument_falls_back():
+    assert _compare(dict_argument_new_key) == {"default": "fallback", "strict": "refused"}
 
 
 def mixed_kinds():
