@@ -16,7 +16,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .errors import BranchMismatchError, GraphError
-from . import grad_flags, introspection, size_hints, tensor_state
+from . import grad_flags, inference_ops, introspection, size_hints, tensor_state
 from .region_effects import run_watched
 from .source_info import format_location, location_of_traceback
 from .graph import Graph, Node
@@ -234,6 +234,8 @@ def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec
                         ph.attrs[tensor_state.LAYOUT_VARIES] = True
                     if outer is not None and label in ("then", "else"):
                         size_hints.note_operand(ph, outer[i])   # a run-time size
+                        if inference_ops.flag_of(outer[i]) is not False:
+                            ph.attrs[inference_ops.KEY] = inference_ops.flag_of(outer[i])
                     leaves.append(wrap_node(ph, slot.example))
                     if outer is not None:
                         views.share(leaves[-1], outer[i])

@@ -344,6 +344,26 @@ def test_eager_errors_happen_on_the_first_step():
         assert len(records) == 1 and records[0][2][0] == "RuntimeError", records[0][2]
 
 
+def prog_inference_value_in_a_branch_under_autograd():
+    """The same misuse inside a tensor ``if``: eager may not reach it, so it is not raised
+    while tracing; the step falls back naming the line and eager raises its error."""
+    model = _mlp()
+
+    def step(x, y):
+        with torch.inference_mode():
+            target = model(x).softmax(-1)
+        if x.sum() > -100:
+            loss = (model(x).log_softmax(-1) * target).sum()
+        else:
+            loss = model(x).sum()
+        return loss.detach()
+    return step, [model], _data(), lambda: None
+
+
+def test_inference_value_in_a_branch_under_autograd_falls_back():
+    assert _compare(prog_inference_value_in_a_branch_under_autograd) == FALLS_BACK
+
+
 def test_inference_value_kept_across_calls_falls_back():
     assert _compare(prog_inference_value_kept_across_calls) == FALLS_BACK
 
