@@ -426,24 +426,28 @@ def test_parameters_of_different_dtypes():
 
 # ------------------------------------------------------------- the gradient's life
 def accumulate(w, x):
-    """A backward reaching an argument leaf, then its ``.grad`` read: None on the first
-    call (the backward makes it), a tensor after (the backward accumulates)."""
+    """``w.grad is None`` asked (True on the first call, False after), then a backward
+    reaching the argument leaf and its ``.grad`` read (made, then accumulated)."""
+    fresh = w.grad is None
     loss = (w * x).sum() ** 2
     loss.backward()
-    return loss.detach(), w.grad * 1
+    return loss.detach(), w.grad * 1, fresh
 
 
-def accumulate_program():
-    g = torch.Generator().manual_seed(3)
-    w = torch.randn(5, generator=g).requires_grad_()
-    calls = [(w, torch.randn(5, generator=g)) for _ in range(5)]
-    return accumulate, [], calls, _leaf_state([w])
+def _one_leaf(fn, seed, n):
+    """A program calling ``fn(w, x)`` ``n`` times on one argument leaf ``w``."""
+    def program():
+        g = torch.Generator().manual_seed(seed)
+        w = torch.randn(5, generator=g).requires_grad_()
+        return fn, [], [(w, torch.randn(5, generator=g)) for _ in range(n)], \
+            _leaf_state([w])
+    return program
 
 
 def test_a_grad_that_appears_after_the_first_call():
     """None, then a tensor: two signatures, two traces, never the first call's answer."""
-    assert _compare(accumulate_program, traces=2) == {"default": "converted",
-                                                      "strict": "converted"}
+    assert _compare(_one_leaf(accumulate, 3, 5), traces=2) == {"default": "converted",
+                                                               "strict": "converted"}
 
 
 def step_and_forget(w, x):
@@ -457,15 +461,9 @@ def step_and_forget(w, x):
     return kept, w.grad is None
 
 
-def forget_program():
-    g = torch.Generator().manual_seed(4)
-    w = torch.randn(3, generator=g).requires_grad_()
-    calls = [(w, torch.randn(3, generator=g)) for _ in range(4)]
-    return step_and_forget, [], calls, _leaf_state([w])
-
-
 def test_grad_set_to_none_and_data():
-    assert _compare(forget_program) == {"default": "converted", "strict": "converted"}
+    assert _compare(_one_leaf(step_and_forget, 4, 4)) == {"default": "converted",
+                                                          "strict": "converted"}
 
 
 def scale_grads(params, c):
