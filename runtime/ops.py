@@ -6,15 +6,53 @@ Purity matters to the optimizer: CSE and DCE never merge or drop an impure node
 from __future__ import annotations
 
 
-# Random operations: each run must draw new numbers.
-RANDOM = {
-    "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like",
-    "normal", "bernoulli", "multinomial", "poisson", "dropout", "dropout1d", "dropout2d",
-    "dropout3d", "alpha_dropout", "feature_alpha_dropout", "rrelu", "gumbel_softmax",
-    "uniform_", "normal_", "bernoulli_", "exponential_", "random_", "cauchy_",
-    "log_normal_", "geometric_", "native_dropout", "fractional_max_pool2d",
+# Random operations: each run must draw new numbers. Which torch ops draw is torch's own
+# schema fact (``RANDOM`` asks it: an ATen overload tagged ``nondeterministic_seeded`` or
+# taking a ``Generator``, as ``_sample_dirichlet`` behind ``Beta.sample()``); these are the
+# names the schema cannot answer for: functions recorded whole that draw inside.
+_DRAWS_INSIDE = {
+    "dropout1d", "dropout2d", "dropout3d", "gumbel_softmax",
+    "fractional_max_pool2d", "fractional_max_pool3d",
     "get_rng_state",        # (reads the generator: must run in its place among the draws)
 }
+# ATen ops tagged random only for their dropout argument (``torch.lstm(..., dropout,
+# train, ...)``): ``is_impure`` asks the call; as a name they are not random.
+_DROPOUT_ARGUMENT = {"lstm": 5, "gru": 5, "rnn_tanh": 5, "rnn_relu": 5}
+
+
+class _RandomOps:
+    """``name in RANDOM``: the op named ``name`` draws from a random generator (cached)."""
+
+    def __init__(self):
+        self._known = {}
+
+    def __contains__(self, name) -> bool:
+        if not isinstance(name, str):
+            return False
+        found = self._known.get(name)
+        if found is None:
+            found = name in _DRAWS_INSIDE or (name not in _DROPOUT_ARGUMENT
+                                              and _schema_draws(name))
+            if len(self._known) < 10_000:
+                self._known[name] = found
+        return found
+
+
+def _schema_draws(name: str) -> bool:
+    import torch
+    if name.startswith("__"):
+        return False
+    try:
+        packet = getattr(torch.ops.aten, name)
+        overloads = [getattr(packet, o) for o in packet.overloads()]
+    except (AttributeError, RuntimeError):
+        return False
+    return any(torch.Tag.nondeterministic_seeded in op.tags
+               or any("Generator" in str(a.type) for a in op._schema.arguments)
+               for op in overloads)
+
+
+RANDOM = _RandomOps()
 # Ops that change global state: autograd on/off (``with torch.no_grad():`` in traced code).
 GLOBAL_STATE = {"set_grad_enabled"}
 
@@ -71,6 +109,9 @@ def is_impure(func, kwargs, args=()) -> bool:
         return True
     if name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout"):
         return bool(kwargs.get("training", True))
+    if name in _DROPOUT_ARGUMENT:                   # torch.lstm(..., dropout, train, ...)
+        at = _DROPOUT_ARGUMENT[name]
+        return len(args) > at + 1 and bool(args[at]) and bool(args[at + 1])
     if name == "multi_head_attention_forward":      # attention dropout draws at random
         p = kwargs.get("dropout_p", args[10] if len(args) > 10 else 0.0)
         return bool(p) and bool(kwargs.get("training", args[13] if len(args) > 13 else True))

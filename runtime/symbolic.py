@@ -818,6 +818,10 @@ class _TracingMode(TorchFunctionMode):
             # a question about a real tensor (a parameter's flag, a buffer's shape or
             # values): its answer decides Python code once, so it is guarded
             return trace_reads.note(func, args, kwargs, func(*args, **kwargs))
+        if func is torch.Tensor.new:        # rate.new(shape).exponential_() (distributions)
+            call = legacy_new(args[0].dtype, args[1:], {"device": args[0].device, **kwargs})
+            if call is not None:
+                return dispatch_record(*call, concrete=True)
         return dispatch_record(func, args, kwargs, concrete=True)
 
 

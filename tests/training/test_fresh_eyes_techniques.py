@@ -2419,10 +2419,7 @@ VERDICTS = {
         "needless fallback, misleading reason: torch.nn.utils.vector_to_parameters(vec, "
         "net.parameters()) (it sets param.data of real parameters) falls back saying "
         "'setting its .data of a traced tensor' -- the MoCo case")),
-    "prog_cutmix_boxes": ("convert", _bug(
-        "BUG (silent): random draws after torch.distributions.Beta(...).sample() differ from "
-        "eager's (boxes, losses, the global RNG state): see "
-        "test_beta_sample_then_randint_matches_eager")),
+    "prog_cutmix_boxes": "convert",    # (random ops by torch's schema: runtime/ops.py)
     "prog_moco_queue": ("convert", _bug(
         "needless fallback, misleading reason: MoCo's key-encoder update `param_k.data = "
         "param_k.data * m + param_q.data * (1 - m)` on real parameters falls back saying "
@@ -2486,10 +2483,6 @@ def test_reentrant_checkpoint_leaves_grad_mode():
     assert y.requires_grad
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (silent): `lam = float(Beta(1, 1).sample()); cx = int(torch.randint(6, ()))` "
-    "converted: cx and the global RNG state after the call differ from eager's on every "
-    "call (with torch.rand instead of Beta.sample, or lam returned, they match)"))
 def test_beta_sample_then_randint_matches_eager():
     beta = torch.distributions.Beta(torch.tensor(1.0), torch.tensor(1.0))
 
