@@ -506,3 +506,31 @@ def test_a_second_cast_autocast_may_not_share_falls_back_naming_its_line():
     from transpiler import ConversionError
     with pytest.raises(ConversionError, match="cached cast"):
         to_graph(fn, strict=True)(x1, x2)
+
+
+# ------------------------------------------------------------- Hugging Face models, fp16
+def _fp16_step(model, optimizer, scheduler, micro_batches, hf=True):
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = model(**micro_batches[0], return_dict=False)[0]
+    loss.backward()
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()
+    return loss.detach().float(), torch.zeros(())
+
+
+@pytest.mark.parametrize("name", ["llama_lm", "wav2vec2_ctc"])
+def test_hf_models_train_under_float16_autocast_as_eager(name):
+    """Three optimizer steps of tiny LLaMA (rotary: float32 q, k and an fp16 v into sdpa,
+    attention dropout) and Wav2Vec2 (conv feature encoder, CTC loss) under CPU float16
+    autocast, the whole step converted: nothing falls back, losses, gradients, parameters,
+    optimizer state and the RNG state after equal eager's."""
+    import importlib.util
+    if importlib.util.find_spec("transformers") is None:
+        pytest.skip("needs the 'models' extra")
+    from tests.training import fresh_eyes_hf as H
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        eager, mine = H.run_pair(H.CASES[name], "step", step=_fp16_step)
+    assert mine.fallbacks == [] and mine.converted.cache_info().traces == 1, mine.fallbacks
+    assert H.compare(eager, mine) == []
