@@ -11,7 +11,12 @@ the casts as eager's run does).
 
 - **Dtypes at trace time**: autocast does not act on ``meta`` tensors, so the output's
   shape and dtype come from running the op on fake CPU tensors (``FakeTensorMode``) under
-  autocast; results are cached by ``shape_inference`` like other ops.
+  autocast; results are cached by ``shape_inference`` like other ops (keyed on the
+  ``AutocastOp``: its function, dtype and cache flag). An op whose inputs only autocast's
+  casts reconcile (sdpa of float32 q, k and a bf16 v; a conv of a bf16 input with a
+  float32 bias) fails on meta tensors: ``infer`` then takes the ``AutocastOp``'s result.
+  Data-dependent sizes (``masked_select``) come out symbolic; ``ctc_loss`` (no fake
+  kernel) is inferred in float32, as autocast runs it.
 - **Opaque to the optimizer**: the node's op is ``autocast_<name>``, which no rewrite,
   fusion or memory plan knows, so none changes how it computes (a fused C kernel would
   compute in its own dtype). Constant folding calls the target itself, autocast included.
@@ -28,9 +33,11 @@ signature (``call_mode``, ``tensor_state``).
 
 - **The cast cache**: inside one region eager casts a float32 leaf requiring grad once
   and reuses the cast, so the gradients of its uses sum in the low dtype; a graph's ops
-  each run in their own autocast. A leaf cast by two ops of one region (or by an op in a
-  loop body) while autograd records falls back, naming the second use; under the
-  caller's region torch's cache spans the graph's ops, as eager's (see below).
+  each run in their own autocast. A parameter's cast by a low-precision op becomes a node
+  of its own that the region's later ops share (exact); what cannot share it (a first
+  cast in a loop body, an argument leaf, a composite function's second cast) falls back
+  while autograd records, naming the line; under the caller's region torch's cache spans
+  the graph's ops, as eager's (see below).
 - Graphs holding ``AutocastOp`` nodes are not saved (``graph.save``) or exported.
 """
 from __future__ import annotations
