@@ -43,6 +43,9 @@ def _lo(dtype, *shape):
     return torch.randn(*shape).to(dtype).requires_grad_()
 
 
+_mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+_gru = torch.nn.GRU(4, 6)
+
 # name -> (function of (dtype, *inputs) run inside the region, inputs(dtype))
 CASES = {
     "matmul_f32_low": (lambda a, b: a @ b, lambda d: (_f(3, 4), _lo(d, 4, 5))),
@@ -97,6 +100,24 @@ CASES = {
     "ctc_loss_low_log_probs": (lambda x, t, il, tl: F.ctc_loss(x.log_softmax(-1), t, il, tl),
                                lambda d: (_lo(d, 6, 2, 5), torch.tensor([[1, 2], [3, 1]]),
                                           torch.tensor([6, 5]), torch.tensor([2, 1]))),
+    "mha_module_low_x": (lambda x: _mha(x, x, x, need_weights=True),
+                         lambda d: (_lo(d, 2, 3, 8),)),
+    "gru_module_low_x": (lambda x: _gru(x), lambda d: (_lo(d, 3, 2, 4),)),
+    "einsum_mixed": (lambda a, b: torch.einsum("ij,jk->ik", a, b),
+                     lambda d: (_f(3, 4), _lo(d, 4, 2))),
+    "prelu_group_norm_low_x": (lambda x, w, g, b: (F.prelu(x, w), F.group_norm(x, 2, g, b)),
+                               lambda d: (_lo(d, 2, 4, 3), _f(1), _f(4), _f(4))),
+    "conv_transpose2d_low_x": (lambda x, w: F.conv_transpose2d(x, w),
+                               lambda d: (_lo(d, 1, 2, 3, 3), _f(2, 3, 2, 2))),
+    "embedding_then_linear": (lambda i, e, w: F.linear(F.embedding(i, e), w),
+                              lambda d: (torch.tensor([[1, 2]]), _f(5, 4), _f(3, 4))),
+    "bce_nll_low": (lambda x, y, t: (F.binary_cross_entropy_with_logits(x, y),
+                                     F.nll_loss(x, t)),
+                    lambda d: (_lo(d, 3, 4), torch.rand(3, 4), torch.tensor([0, 3, 1]))),
+    "norms_and_sorts_low": (lambda x: (x.norm(), x.var(0), x.mean(), x.topk(2).values,
+                                       x.sort(-1).values), lambda d: (_lo(d, 3, 4),)),
+    "addbmm_mixed": (lambda c, a, b: torch.addbmm(c, a, b),
+                     lambda d: (_f(3, 2), _lo(d, 2, 3, 4), _f(2, 4, 2))),
     "chain_linear_gelu_linear": (lambda x, w1, w2: F.linear(F.gelu(F.linear(x, w1)), w2),
                                  lambda d: (_f(2, 4), _f(6, 4), _f(3, 6))),
 }
@@ -169,16 +190,23 @@ def _attend(q, k, v):
 
 
 def test_mixed_dtypes_autocast_cannot_reconcile_is_eagers_error():
-    """An op that fails under autocast too (int and float matmul) raises eager's error."""
+    """An op that fails under autocast too (int and float matmul; ``mv``, in no autocast
+    list, of float32 and bf16) raises eager's error."""
     def f(a, b):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             return a @ b
-    a, b = torch.randn(2, 3), torch.ones(3, 2, dtype=torch.int64)
-    with pytest.raises(RuntimeError) as exp:
-        f(a, b)
-    with pytest.raises(RuntimeError) as got:
-        to_graph(f)(a, b)
-    assert str(got.value).splitlines()[0] == str(exp.value).splitlines()[0]
+
+    def g(a, b):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return torch.mv(a, b)
+    for fn, a, b in ((f, torch.randn(2, 3), torch.ones(3, 2, dtype=torch.int64)),
+                     (g, torch.randn(2, 3), torch.randn(3).bfloat16())):
+        with pytest.raises(RuntimeError) as exp:
+            fn(a, b)
+        for strict in (False, True):
+            with pytest.raises(RuntimeError) as got:
+                to_graph(fn, strict=strict)(a, b)
+            assert str(got.value).splitlines()[0] == str(exp.value).splitlines()[0]
 
 
 # ----------------------------------------------------------------------- region spellings
