@@ -116,7 +116,7 @@ def eager_frames(func) -> List[Frame]:
     return frames[:MAX_FRAMES]
 
 
-_MODULE_CALL: list = []      # [(frames, their code objects)], set once (the same for all)
+_MODULE_CALL: List[Frame] = []     # set once, whole (the same on every thread)
 
 
 def _module_call() -> List[Frame]:
@@ -127,16 +127,14 @@ def _module_call() -> List[Frame]:
         class Probe(torch.nn.Module):
             def forward(self):
                 return sys._getframe(1), sys._getframe(2)
-        found = Probe()()
-        _MODULE_CALL[:] = [([(f.f_code.co_filename, f.f_lineno, f.f_globals) for f in found],
-                            [f.f_code for f in found])]
-    return _MODULE_CALL[0][0]
+        _MODULE_CALL[:] = [(f.f_code.co_filename, f.f_lineno, f.f_globals) for f in Probe()()]
+    return _MODULE_CALL
 
 
 def _in_module_call(code) -> bool:
-    """Whether ``code`` is ``_call_impl``: the forward kept last was called as a module."""
-    _module_call()
-    return code is _MODULE_CALL[0][1][0]
+    """Whether ``code`` is ``nn.Module``'s own (``_call_impl``, its hooks' ``inner``): the
+    forward kept last was called as a module."""
+    return code.co_filename == _module_call()[0][0]
 
 
 def _frame_at(filename: str, lineno: int, namespace: dict, call: Callable) -> Callable:

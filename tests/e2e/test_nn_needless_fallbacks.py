@@ -387,6 +387,30 @@ def test_implicit_dim_softmax_warns_once_per_call_at_eagers_line():
     differential(softmax_functional, [(R(2, 3),), (R(4, 3),)])
 
 
+def _warnings_of(fn, x):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        fn(x)
+    return _user_warnings(w)
+
+
+def test_implicit_dim_softmax_inside_modules_and_hooks():
+    """to_graph(module): eager's frames above the op include nn.Module's call machinery
+    (with hooks, its slow path): the warning names the same line."""
+    torch.manual_seed(0)
+    seq = nn.Sequential(nn.Linear(3, 3), nn.Softmax())
+    hooked = nn.Softmax()
+    hooked.register_forward_hook(lambda mod, inp, out: None)
+    for module in (seq, hooked, nn.Softmax()):
+        g = to_graph(module)
+        if module is hooked:
+            g.register_forward_hook(lambda mod, inp, out: None)
+        for x in (R(2, 3), R(2, 3), R(4, 3)):
+            exp = _warnings_of(module, x)
+            assert len(exp) == 1
+            assert _warnings_of(g, x) == exp
+
+
 def _counts(fn, calls):
     """How many warnings each call gives under the default filter (once per location),
     the registries fresh (``catch_warnings`` resets them on entry)."""
