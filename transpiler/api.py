@@ -56,7 +56,7 @@ from runtime.python_state import is_tensor
 from runtime.source_info import (library_file, location_of_traceback, reentered_call_site,
                                  register_source_map, user_location)
 from runtime import views
-from runtime.symbolic import tracing, wrap_node
+from runtime.symbolic import current_graph, tracing, wrap_node
 from runtime.tensor_list import take_converted
 from runtime.threads import TRACE_LOCK, PerThreadList
 
@@ -417,6 +417,8 @@ class GraphFunction:
             args, kwargs = self._partial[0] + args, {**self._partial[1], **kwargs}
         if _EAGERLY[0]:                         # run_eagerly(True): the original Python
             return self._fn(*args, **kwargs)
+        if current_graph() is not None and callable(self._fn):    # called by a function
+            return tg.call(self._fn, *args, **kwargs)   # being traced: traced inline there
         for enter in self._entries.inline:      # a signature's call as one function
             out = enter(args, kwargs)           # (transpiler.call_entry)
             if out is not _MISS:
@@ -662,7 +664,7 @@ class GraphFunction:
                                               f"{getattr(self, '__name__', 'the function')} "
                                               f"eagerly"), stacklevel=5)
             entry = _Fallback(reason, file, line, fallback_retry.after(
-                e, reason, previous, lambda: self._state_now(args, kwargs)))
+                reason, previous, lambda: self._state_now(args, kwargs)))
         finally:
             del _CALLED[:]              # (the guard has them: no table keeps them after)
             if collecting:
@@ -871,11 +873,9 @@ class GraphFunction:
             writes = installed.writes() if installed is not None else ()
             counted = installed.refused(writes) if writes else None
             if counted is not None:
-                error = GraphError(f"the function mutates argument {names[counted[0]]!r} (its "
-                                   f"{counted[1]}: a number or text the graph would set to "
-                                   f"the value of its trace on every call)")
-                error.retry_on_change = True
-                raise error
+                raise GraphError(f"the function mutates argument {names[counted[0]]!r} (its "
+                                 f"{counted[1]}: a number or text the graph would set to the "
+                                 f"value of its trace on every call)")
             caught = subgraphs.escaped_since(raised)
             refused = control_flow.copies_changed(copies)     # (asked always: it forgets them)
             if caught is not None:
@@ -923,7 +923,6 @@ class GraphFunction:
                     raise error                 # appended_arguments)
                 error = GraphError(f"{changed} (a Python side effect that a graph cannot repeat "
                                    f"on every call)")
-                error.retry_on_change = True    # (a one-time write: fallback_retry)
                 error.location = getattr(snapshot, "changed_line", None) or \
                     _assignment_line(target, changed) or next(
                     filter(None, (_assignment_line(hook, changed) for m in reached
@@ -936,11 +935,9 @@ class GraphFunction:
                 installed) | carried_numbers.attributes(graph.carried_slots))
             if shared is not None:
                 snapshot.restore()
-                error = GraphError(f"a tensor-dependent region changes {shared} of an object "
-                                   f"that existed before the call (a Python side effect that "
-                                   f"a graph cannot repeat on every call)")
-                error.retry_on_change = True
-                raise error
+                raise GraphError(f"a tensor-dependent region changes {shared} of an object that "
+                                 f"existed before the call (a Python side effect that a graph "
+                                 f"cannot repeat on every call)")
             graph.mutated_inputs = [(name, views.storage(v).written) for v, name in
                                     zip(sym, names) if isinstance(v, torch.Tensor) and
                                     views.storage(v) is not None and views.storage(v).written]

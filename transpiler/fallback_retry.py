@@ -1,7 +1,7 @@
-"""A fallback caused by a Python state write, retried once that state has changed.
+"""A fallback retried once the Python state it met has changed (a one-time write done).
 
-    retry = fallback_retry.after(error, reason, previous, take)   # a _Fallback's .retry
-    if entry.retry is not None and entry.retry.due():            # a later call
+    retry = fallback_retry.after(reason, previous, take)   # a _Fallback's .retry
+    if entry.retry is not None and entry.retry.due():       # a later call
         ...trace the call again...
 
 Libraries write state once, on a model's first call: ``*ForSequenceClassification`` and
@@ -9,17 +9,20 @@ Libraries write state once, on a model's first call: ``*ForSequenceClassificatio
 labels. A graph cannot repeat that write on every call, so the trace of that first call is
 refused and the call runs eagerly, which makes the write. Cached for good, that fallback
 would keep every later call eager, though now the write is done (``if problem_type is
-None`` is false) and a trace would change nothing. So a fallback whose reason is a write to
-Python state the function reaches (``side_effects.Snapshot.changes``: the trace marks its
-error ``retry_on_change``) records that state as it is before the eager run (a ``Snapshot``
-taken after the trace's writes were put back). A later call with the same signature first
-asks whether that state changed since; if it did, the call is traced again (from the state
-as it is then: nothing is written twice, nothing skipped -- a refused trace puts back
-everything it wrote, and the eager run makes the write, once).
+None`` is false) and a trace would change nothing. The same for lazy modules
+(``nn.LazyLinear``: the first call materializes the parameters, which a trace cannot).
+So a fallback records the Python state the call reaches as it is before the eager run (a
+``side_effects.Snapshot`` of the function, its arguments, its object and the helpers the
+trace met, taken after the trace's writes were put back). A later call with the same
+signature first asks whether that state changed since; if it did, the call is traced again
+(from the state as it is then: nothing is written twice, nothing skipped -- a refused
+trace puts back everything it wrote and stops before taking an iterator's item, and the
+eager run made the write, once). Any reason qualifies: a trace that fails for a reason
+the state does not decide fails the same way once more, and is then kept.
 
 Bounded: a signature is retraced at most ``RETRIES`` times in all; a retry that falls back
-for the same reason again (a write made on every call: ``cfg.calls.append(...)``, a flag
-toggled) keeps the fallback for good, without another warning; one that falls back for a
+for the same reason again (a write made on every call: a flag toggled, a new object
+stored) keeps the fallback for good, without another warning; one that falls back for a
 new reason warns again. A fallback whose state does not change within ``CHECKS`` calls stops
 looking (each look compares the recorded state, as a guard does).
 """
@@ -55,12 +58,10 @@ class Retry:
         return self.changed
 
 
-def after(error: BaseException, reason: str, previous, take: Callable) -> Optional[Retry]:
-    """The retry condition of a new fallback for ``error`` (``reason`` in words), or None.
-    ``previous``: the fallback this trace retried (None on a first trace); ``take``
-    makes the ``Snapshot`` of the state now."""
-    if not getattr(error, "retry_on_change", False):
-        return None
+def after(reason: str, previous, take: Callable) -> Optional[Retry]:
+    """The retry condition of a new fallback for ``reason``, or None. ``previous``: the
+    fallback this trace retried (None on a first trace); ``take`` makes the ``Snapshot``
+    of the state now."""
     left = RETRIES if previous is None else getattr(previous.retry, "left", 0) - 1
     if left <= 0 or (previous is not None and previous.reason == reason):
         return None     # (the same write again: made on every call, no one-time set-up)

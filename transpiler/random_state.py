@@ -59,11 +59,11 @@ class RandomState:
                    [(g, g.get_state()) for g in _generators(values, modules)])
 
     def restore(self) -> None:
-        """Every generator taken back to its state then (only those that moved)."""
-        if not torch.equal(torch.default_generator.get_state(), self.cpu):
-            torch.default_generator.set_state(self.cpu)
+        """Every generator taken back to its state then. (Set, not compared first: a
+        trace of a converted function may call another's, and a tensor op here would be
+        traced.)"""
+        torch.default_generator.set_state(self.cpu)
         if self.cuda is not None:
             torch.cuda.set_rng_state_all(self.cuda)
         for g, state in self.generators:
-            if not torch.equal(g.get_state(), state):
-                g.set_state(state)
+            g.set_state(state)

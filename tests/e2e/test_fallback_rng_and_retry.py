@@ -1,5 +1,5 @@
-"""A fallback leaves eager's random numbers; a fallback caused by a one-time Python state
-write is retried once that write is done (``transpiler/random_state.py``,
+"""A fallback leaves eager's random numbers; a fallback is retried once the Python state it
+met has changed (a one-time write done, a lazy module materialized) (``transpiler/random_state.py``,
 ``transpiler/fallback_retry.py``).
 
 Differential: every converted run is compared with plain eager from the same seed -- the
@@ -440,3 +440,44 @@ def test_one_time_write_in_a_helper_function():
     assert _same(eager, mine) and torch.equal(eager_rng, rng)
     assert HELPER_STATE.log == ["helper"] and len(fell) <= 1
     assert g.cache_info().traces == 1, g.cache_info()
+
+
+class Lazy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.LazyLinear(3)
+
+    def forward(self, x):
+        return F.dropout(self.lin(x), 0.5)
+
+
+def test_lazy_module_converts_once_materialized():
+    """``nn.LazyLinear``: the first call materializes its parameters (eagerly: a trace
+    cannot), the next converts; parameters, values and draws are eager's."""
+    torch.manual_seed(1)
+    model = Lazy()
+    eager, eager_rng, _ = _runs(model, [(X,)] * 4)
+    torch.manual_seed(1)
+    twin = Lazy()
+    g = to_graph(twin)
+    mine, rng, fell = _runs(g, [(X,)] * 4)
+    assert _same(eager, mine) and torch.equal(eager_rng, rng) and len(fell) == 1
+    assert torch.equal(model.lin.weight, twin.lin.weight)
+    assert g.graph_function.cache_info().traces == 1, g.graph_function.cache_info()
+
+
+TAGGED = Config()
+
+
+def refused_and_writes(x):
+    TAGGED.log = TAGGED.log + [1]           # (state changes on every call...)
+    return x * torch.initial_seed()         # (...but this refusal is not the state's)
+
+
+def test_refusal_the_state_does_not_decide_is_kept_after_one_retry():
+    TAGGED.log = []
+    g = to_graph(refused_and_writes)
+    mine, _, fell = _runs(g, [(X,)] * 20)
+    assert _same(mine, [X * torch.initial_seed()] * 20) and len(TAGGED.log) == 20
+    info = g.cache_info()
+    assert info.misses == 2 and info.traces == 0 and len(fell) == 1, (info, fell)
