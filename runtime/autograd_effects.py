@@ -19,6 +19,11 @@ their place among the other nodes ("the backward runs as autograd's"):
   backward, where fused kernels replay their torch ops);
 - ``torch.amp.GradScaler``'s ``scale``/``unscale_``/``step``/``update``/``get_scale``:
   ``runtime.scaler_effects``;
+- ``torch.autograd.grad(..., allow_unused=True)``: which inputs the outputs were computed
+  from is known while tracing (``grad_reach``): the others' gradients are None, the used
+  ones differentiated as without ``allow_unused`` (``_used``);
+- ``p.grad = g`` / ``p.data = v`` of a real tensor (a parameter) to a graph value
+  (``set_real``): a node setting it in its place (``.data`` reads: ``data_aliases``);
 - ``p.grad`` of a parameter after one of these in the same trace: ``read_grad``, the
   tensor ``p.grad`` holds on that run (before any of them, the trace's read is guarded as
   before, ``trace_reads``).
@@ -193,6 +198,17 @@ def note_set(t: torch.Tensor, value) -> None:
     _set([t], NONE if value is None else TENSOR, _in_branch())
 
 
+def set_real(func, t: torch.Tensor, value) -> None:
+    """``p.grad = value`` / ``p.data = value`` of a real tensor ``p`` (a parameter) to a
+    graph value: a node that sets it when the graph runs, in its place among the others
+    (later ops, ``opt.step()`` and the caller see it); ``.grad`` followed as
+    ``note_set``."""
+    from .symbolic import dispatch_record
+    dispatch_record(func, (t, value), {})
+    if func == torch.Tensor.grad.__set__:        # (a fresh method-wrapper: not `is`)
+        note_set(t, value)
+
+
 def _in_branch() -> bool:
     from .symbolic import current_graph
     return current_graph().parent is not None
@@ -325,10 +341,8 @@ def grad(func, args, kwargs):
     names = ("outputs", "inputs", "grad_outputs", "retain_graph", "create_graph",
              "only_inputs", "allow_unused", "is_grads_batched", "materialize_grads")
     bound = dict(zip(names, args), **kwargs)
-    if bound.get("allow_unused") or bound.get("is_grads_batched") or \
-            bound.get("materialize_grads"):
-        raise _refuse("torch.autograd.grad with allow_unused, is_grads_batched or "
-                      "materialize_grads")
+    if bound.get("is_grads_batched") or bound.get("materialize_grads"):
+        raise _refuse("torch.autograd.grad with is_grads_batched or materialize_grads")
     create_graph = bound.get("create_graph")
     if create_graph is not None and not isinstance(create_graph, bool):
         raise _refuse("torch.autograd.grad(create_graph=<a traced value>)")
@@ -339,15 +353,47 @@ def grad(func, args, kwargs):
     grads = bound.get("grad_outputs")
     grads = [grads] if isinstance(grads, torch.Tensor) else None if grads is None else list(grads)
     retain = bound.get("retain_graph")
-    result = dispatch_record(autograd_grad, (tuple(outputs), tuple(inputs), grads,
-                                             create_graph if retain is None else retain,
-                                             bool(create_graph)), {})
+    used = _used(outputs, inputs) if bound.get("allow_unused") else [True] * len(inputs)
+    result = dispatch_record(autograd_grad, (tuple(outputs), tuple(
+        t for t, u in zip(inputs, used) if u), grads,
+        create_graph if retain is None else retain, bool(create_graph)), {})
     # with create_graph, whether a gradient requires grad depends on the derivative
     # autograd builds (``(3 * x)'`` does not, ``(x * x)'`` does): the run answers
     history = None if create_graph and torch.is_grad_enabled() else False
     for t in result:
         t._node.attrs[grad_flags.KEY] = history
-    return tuple(result)
+    taken = iter(result)
+    return tuple(next(taken) if u else None for u in used)
+
+
+def _is_leaf(t: torch.Tensor) -> bool:
+    with torch._C.DisableTorchFunction():
+        return t.is_leaf
+
+
+def _used(outputs, inputs) -> list:
+    """With ``allow_unused=True``: per input, whether the outputs were computed from it
+    (its gradient a tensor) or not (None), as the trace tells (``grad_reach``); the used
+    ones are differentiated without ``allow_unused`` (a wrong guess raises, never a wrong
+    None). Refused where only the run can tell: an input reached on one path only, a
+    traced input the walk does not end at (an intermediate value), outputs computed from a
+    real tensor with history of its own (the input may be behind it), and no input used
+    (eager's call still runs autograd: errors, the graph freed)."""
+    sure, maybe = grad_reach.reached(outputs)
+    for t in (*sure.values(), *maybe.values()):
+        if isinstance(t, torch.Tensor) and not hasattr(t, "_node") and not _is_leaf(t):
+            raise _refuse("torch.autograd.grad(allow_unused=True) of values computed from "
+                          "a tensor with autograd history of its own")
+    used = []
+    for t in inputs:
+        key = _key(t)
+        if key in maybe or (key not in sure and hasattr(t, "_node")):
+            raise _refuse("torch.autograd.grad(allow_unused=True) with an input whose use "
+                          "only the run can tell")
+        used.append(key in sure)
+    if not any(used):
+        raise _refuse("torch.autograd.grad(allow_unused=True) whose inputs are all unused")
+    return used
 
 
 # ------------------------------------------------------------------------- library calls

@@ -23,7 +23,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
 
-from . import grad_mode_switches, graph_ops, views
+from . import data_aliases, grad_mode_switches, graph_ops, views
 from . import autocast_ops, autograd_effects, factory_dtypes, inference_ops, item_values
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
 from . import attention_fast_path, carried_numbers, library_questions, tensor_of_items
@@ -263,7 +263,7 @@ def to_node(graph: Graph, value: Any) -> Any:
             return graph.capture(v._node)
         if v.is_meta:
             _refuse_meta_constant(v)
-        return graph.constant(v)
+        return data_aliases.node_of(graph, v) or graph.constant(v)     # (p.data: read anew)
     kind = type(value)
     if kind is tuple:                   # flat arguments: the usual case
         for v in value:
@@ -817,7 +817,10 @@ class _TracingMode(TorchFunctionMode):
         if func in _PASSTHROUGH or current_graph() is None:
             # a question about a real tensor (a parameter's flag, a buffer's shape or
             # values): its answer decides Python code once, so it is guarded
-            return trace_reads.note(func, args, kwargs, func(*args, **kwargs))
+            answer = func(*args, **kwargs)
+            if func == _DATA and current_graph() is not None:
+                data_aliases.note(current_graph(), args[0], answer)
+            return trace_reads.note(func, args, kwargs, answer)
         if func is torch.Tensor.new:        # rate.new(shape).exponential_() (distributions)
             call = legacy_new(args[0].dtype, args[1:], {"device": args[0].device, **kwargs})
             if call is not None:
@@ -827,6 +830,7 @@ class _TracingMode(TorchFunctionMode):
 
 _GRAD = torch.Tensor.grad.__get__
 _SET_GRAD = torch.Tensor.grad.__set__
+_DATA = torch.Tensor.data.__get__
 _TRAINING_CALLS = {torch.Tensor.backward, torch.autograd.backward}
 _PASSTHROUGH = set(_CONCRETE) | _GETTERS | set(_DEVICE_QUERIES) | _SIZE_QUERIES | _TEXT | {
     torch.Tensor.__hash__, torch.Tensor.data_ptr,

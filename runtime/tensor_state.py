@@ -111,6 +111,8 @@ def refusal(what: str, why: str = _ONLY_AT_RUN_TIME) -> GraphError:
 def answer(func, t, args, kwargs):
     """The answer to ``func`` (one of ``QUESTIONS``) about the symbolic tensor ``t``."""
     node = t._node
+    if func in _SETTERS and args and not hasattr(args[0], "_node"):
+        return autograd_effects.set_real(func, args[0], args[1])    # p.grad = g: a real p
     if func == _SET_GRAD and argument_grads.known(t)[:1] == ("leaf",):
         return _set_argument_grad(t, args[1])
     if func is torch.Tensor.is_inference and inference_ops.answer(t) is not None:
@@ -171,6 +173,7 @@ def _autograd_answer(func, t):
 
 
 _SET_GRAD = torch.Tensor.grad.__set__
+_SETTERS = (_SET_GRAD, torch.Tensor.data.__set__)
 
 
 def _set_argument_grad(t, value) -> None:

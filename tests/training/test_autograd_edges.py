@@ -53,6 +53,9 @@ def _converted(fn, strict=False):
 
 
 def _close(a, b, where=""):
+    if isinstance(a, (int, float)) and not isinstance(a, bool) and \
+            isinstance(b, torch.Tensor) and b.dim() == 0:
+        b = type(a)(b)          # (a 0-d tensor may stand for a Python number: README)
     assert type(a) is type(b), f"{where}: {type(a).__name__} vs {type(b).__name__}"
     if isinstance(a, torch.Tensor):
         assert a.dtype == b.dtype and a.shape == b.shape, f"{where}: {a} vs {b}"
@@ -393,3 +396,173 @@ def test_backward_hook_fallback_names_the_users_line():
     _close(e_grads, [p.grad for p in net.parameters()])
     with pytest.raises(ConversionError, match=re.escape(THIS_FILE)):
         to_graph(build()[0], strict=True)(x)
+
+
+# ----------------------------------------------------------------- .grad / .data of real leaves
+def _steps_match(build, batches, traces=1):
+    """``build()`` -> (step, objs, state): eager vs converted (default, strict): what each
+    call returns, then ``state()`` (parameters, grads, Python values) after every call."""
+    step, _, state = build()
+    eager = []
+    for b in batches:
+        eager.append((step(*b), state()))
+    for strict in (False, True):
+        step, _, state = build()
+        run = _converted(step, strict=strict)
+        for i, b in enumerate(batches):
+            _close(eager[i], (run(*b), state()), f"call {i} strict={strict}")
+        assert torch.is_grad_enabled()
+
+
+def _leaves(*mods):
+    return lambda: [(p.detach().clone(), p.requires_grad,
+                     None if p.grad is None else p.grad.clone())
+                    for m in mods for p in m.parameters()]
+
+
+def _batches(n=4, seed=5):
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randn(6, 5, generator=gen), torch.randint(0, 3, (6,), generator=gen))
+            for _ in range(n)]
+
+
+def test_grad_set_from_autograd_grad_then_step():
+    """p.grad = g.clamp(...) after autograd.grad, then Adam's step (reads it) and a read of
+    p.grad in the step (sees it); zero_grad(set_to_none) after."""
+    def build():
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+        opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+
+        def step(x, y):
+            loss = F.cross_entropy(net(x), y)
+            grads = torch.autograd.grad(loss, list(net.parameters()))
+            for p, g in zip(net.parameters(), grads):
+                p.grad = g.clamp(-0.05, 0.05)
+            seen = net[0].weight.grad.abs().max()
+            opt.step()
+            opt.zero_grad()
+            return loss.detach(), seen, net[0].weight.grad is None
+        return step, [net, opt], _leaves(net)
+    _steps_match(build, _batches())
+
+
+def test_grad_set_then_backward_accumulates():
+    """p.grad set to a graph value, then loss.backward() adds to it, as eager's."""
+    def build():
+        torch.manual_seed(0)
+        lin = nn.Linear(5, 3)
+
+        def step(x, y):
+            lin.weight.grad = torch.full_like(lin.weight, 0.5) * x.mean()
+            F.cross_entropy(lin(x), y).backward()
+            g = lin.weight.grad.clone()
+            with torch.no_grad():
+                lin.weight.sub_(0.1 * lin.weight.grad)
+            lin.weight.grad = None
+            lin.bias.grad = None
+            return g
+        return step, [lin], _leaves(lin)
+    _steps_match(build, _batches())
+
+
+def test_data_set_momentum_update():
+    """MoCo's key encoder: param_k.data = param_k.data * m + param_q.data * (1 - m) on real
+    parameters, read by the key encoder's forward in the same call; the query encoder
+    trained by SGD between calls."""
+    def build():
+        torch.manual_seed(0)
+        enc_q, enc_k = nn.Linear(5, 4), nn.Linear(5, 4)
+        enc_k.load_state_dict(enc_q.state_dict())
+        for p in enc_k.parameters():
+            p.requires_grad = False
+        opt = torch.optim.SGD(enc_q.parameters(), lr=0.5)
+
+        def step(x, y):
+            with torch.no_grad():
+                for pq, pk in zip(enc_q.parameters(), enc_k.parameters()):
+                    pk.data = pk.data * 0.9 + pq.data * 0.1
+                k = enc_k(x)
+            loss = (enc_q(x) - k).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss.detach(), k
+        return step, [enc_q, enc_k], _leaves(enc_q, enc_k)
+    _steps_match(build, _batches())
+
+
+def test_data_read_sees_rebinding_outside_the_graph():
+    """A converted function reading w.data, the caller rebinding w.data between calls: each
+    call reads the storage w has then (the graph does not keep the trace's alias)."""
+    torch.manual_seed(0)
+    w = nn.Parameter(torch.randn(3))
+
+    def f(x):
+        return w.data * x + w
+
+    g = _converted(f, strict=True)
+    x = torch.randn(3)
+    for i in range(3):
+        _close(f(x), g(x), f"call {i}")
+        w.data = torch.randn(3)
+
+
+def test_vector_to_parameters_line_search():
+    """TRPO: parameters_to_vector, a tensor-test while loop of vector_to_parameters (it sets
+    param.data of each parameter), the net's forward reading the new values."""
+    from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+    def build():
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+
+        def step(x, y):
+            loss = F.cross_entropy(net(x), y)
+            grads = torch.autograd.grad(loss, list(net.parameters()))
+            flat = torch.cat([g.view(-1) for g in grads])
+            old = parameters_to_vector(net.parameters()).detach()
+            size = torch.tensor(4.0)
+            with torch.no_grad():
+                vector_to_parameters(old - size * flat, net.parameters())
+                new = F.cross_entropy(net(x), y)
+                n = 0
+                while new > loss and n < 5:
+                    size = size * 0.5
+                    vector_to_parameters(old - size * flat, net.parameters())
+                    new = F.cross_entropy(net(x), y)
+                    n += 1
+            return loss.detach(), new, size, n
+        return step, [net], _leaves(net)
+    _steps_match(build, _batches())
+
+
+def test_autograd_grad_allow_unused():
+    """allow_unused=True: the unused head's gradients are None (the step branches on it in
+    Python), the used ones eager's; an input reached on one path of a tensor `if` only
+    falls back naming the line."""
+    def build():
+        torch.manual_seed(0)
+        trunk, head_a, head_b = nn.Linear(5, 6), nn.Linear(6, 3), nn.Linear(6, 1)
+        params = [*trunk.parameters(), *head_a.parameters(), *head_b.parameters()]
+
+        def step(x, y):
+            loss = F.cross_entropy(head_a(torch.relu(trunk(x))), y)
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+            nones = [g is None for g in grads]
+            with torch.no_grad():
+                for p, g in zip(params, grads):
+                    if g is not None:
+                        p.add_(g, alpha=-0.1)
+            return loss.detach(), nones
+        return step, [trunk, head_a, head_b], _leaves(trunk, head_a, head_b)
+    _steps_match(build, _batches())
+
+    torch.manual_seed(0)
+    a, b = nn.Linear(5, 1), nn.Linear(5, 1)
+
+    def one_path(x):
+        y = a(x).sum() if x.sum() > 0 else b(x).sum()
+        return torch.autograd.grad(y, [a.weight, b.weight], allow_unused=True)
+    got = _falls_back(one_path, torch.ones(2, 5), match="only the run can tell")
+    assert got[1] is None and got[0] is not None

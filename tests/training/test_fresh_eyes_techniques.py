@@ -2381,10 +2381,7 @@ VERDICTS = {
     "prog_checkpoint_reentrant": "convert",
     "prog_checkpoint_reentrant_model": "convert",
     "prog_autocast_bf16_reused_layer": "fallback",
-    "prog_autograd_grad_into_opt": ("convert", _bug(
-        "needless fallback: `p.grad = g.clamp(...)` for a real parameter p after "
-        "torch.autograd.grad falls back saying 'setting its .grad of a traced tensor' "
-        "(p is not traced; README stages `p.grad = None`)")),
+    "prog_autograd_grad_into_opt": "convert",
     # (prog_averaged_model_ema, prog_swa_swalr: AveragedModel.update_parameters is staged,
     # runtime.averaged_models)
     "prog_ppo_clipped": "fallback",
@@ -2401,31 +2398,18 @@ VERDICTS = {
         "1.0 - decay) with decay computed from a closure counter falls back blaming "
         "'mutates closure variable updates' (the same with e.lerp_ in a loop, or a "
         "constant weight, converts)")),
-    "prog_autograd_grad_allow_unused": ("convert", _bug(
-        "needless fallback: torch.autograd.grad(loss, params, allow_unused=True) (which "
-        "gradients are None is known when tracing)")),
+    "prog_autograd_grad_allow_unused": "convert",
     "prog_fgsm_adversarial": "fallback",
     "prog_freeze_after_k": ("convert", _bug(
         "BUG (silent): `if calls[0] == 2: w.requires_grad_(False)` on a closure counter runs "
         "requires_grad_(False) while tracing on the first call: w never trains and later "
         "losses/params differ from eager with no warning; repro in the report "
         "(p.requires_grad = True in the same shape converts correctly)")),
-    "prog_batch_of_one_regression": ("convert", _bug(
-        "BUG (crash): a pointwise chain reduced by mean over a one-element tensor, then "
-        "backward: to_graph(f) with f = lambda x, y: ((lin(x) - y).pow(2).mean()).backward() "
-        "for x (1, 2), y (1, 1), lin = Linear(2, 1) raises 'size {[1, 1]} is not expandable "
-        "to size {[]}' from the graph's run_backward (eager fine; .sum() and mse_loss fine)")),
-    "prog_params_to_vector": ("convert", _bug(
-        "needless fallback, misleading reason: torch.nn.utils.vector_to_parameters(vec, "
-        "net.parameters()) (it sets param.data of real parameters) falls back saying "
-        "'setting its .data of a traced tensor' -- the MoCo case")),
+    "prog_batch_of_one_regression": "convert",
+    "prog_params_to_vector": "convert",
     "prog_cutmix_boxes": "convert",    # (random ops by torch's schema: runtime/ops.py)
-    "prog_moco_queue": ("convert", _bug(
-        "needless fallback, misleading reason: MoCo's key-encoder update `param_k.data = "
-        "param_k.data * m + param_q.data * (1 - m)` on real parameters falls back saying "
-        "'setting its .data of a traced tensor' (param_k is a real parameter)")),
-    "prog_moco_queue_model": ("convert", _bug(
-        "needless fallback: the same MoCo `param_k.data = ...` under to_graph(model)")),
+    "prog_moco_queue": "convert",
+    "prog_moco_queue_model": "convert",
     "prog_eval_every_k": ("convert", _bug(
         "needless fallback, misleading reason: net.eval()/net.train() inside "
         "`if it[0] % 2 == 0:` (nanoGPT's eval cadence) falls back blaming 'mutates closure "
