@@ -49,6 +49,7 @@ import torch
 
 from . import graph_ops
 from .errors import GraphError
+from .meta import TensorMeta
 from .ops import is_inplace, op_name
 from .source_info import format_location
 from .views import VIEW_OPS
@@ -226,9 +227,37 @@ def recorded(func, args, kwargs, result, location):
                            f"inferred ({type(e).__name__}: {e})")
         error.location = location
         raise error from e
+    if not _consistent(result.meta, inferred.meta):
+        error = GraphError(f"{format_location(location)}: {op_name(func)} under "
+                           f"torch.autocast: the result's dtype and shape could not be "
+                           f"inferred (on fake tensors it gives other shapes or integer "
+                           f"dtypes: {inferred.meta} for {result.meta})")
+        error.location = location
+        raise error
     shared = _note_casts(func, args, kwargs, location) \
         if _lowered(result.meta, inferred.meta) else None
     return target, inferred, shared
+
+
+def _consistent(plain, autocast) -> bool:
+    """Whether autocast's inferred result differs from the plain one only as autocast can:
+    floating dtypes (a fake kernel that guesses data-dependent sizes would differ more)."""
+    plains = plain if isinstance(plain, tuple) else (plain,)
+    casts = autocast if isinstance(autocast, tuple) else (autocast,)
+    if len(plains) != len(casts):
+        return False
+    for a, b in zip(plains, casts):
+        if not isinstance(a, TensorMeta) or not isinstance(b, TensorMeta):
+            if type(a) is not type(b):
+                return False
+            continue
+        if a.shape is not None and b.shape is not None and (
+                len(a.shape) != len(b.shape) or
+                any(x != y for x, y in zip(a.shape, b.shape) if x is not None and y is not None)):
+            return False
+        if a.dtype != b.dtype and not (a.dtype.is_floating_point and b.dtype.is_floating_point):
+            return False
+    return True
 
 
 # ----------------------------------------------------------------------- the cast cache
