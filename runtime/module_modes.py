@@ -10,9 +10,11 @@ runs, and when the trace ends each module's ``training`` flag is put back as the
 found it, so the guard records the modes the graph was traced from (a call finding the
 model in the other mode traces once more) and the graph's own run flips it.
 
-Refused (the side-effect check then falls back, naming the line): the call in a
-tensor-dependent branch or loop body, a mode that is a traced value, a class overriding
-``train``/``eval``.
+In a tensor-dependent branch or loop body (``if it % k == 0:`` on a carried counter, with
+``net.eval()`` ... ``net.train()``) the flip is staged the same way, as long as the region
+puts each mode back by its end (``check_region``); one that leaves a mode changed is
+refused, naming the line. Refused too (the side-effect check then falls back, naming the
+line): a mode that is a traced value, a class overriding ``train``/``eval``.
 
 Requires: ``autograd_effects`` (``call_method``, ``Held``: its effect node).
 """
@@ -49,16 +51,12 @@ def staged(owner, name: str, args, kwargs):
     from .autograd_effects import Held, call_method
     from .symbolic import current_graph, dispatch_record
     graph = current_graph()
-    if graph.parent is not None:
-        location = user_location()
-        error = GraphError(f"{format_location(location)}: {type(owner).__name__}.{name}() in "
-                           f"a tensor-dependent branch or loop body: whether the mode "
-                           f"changes is known only when the graph runs")
-        error.location = location
-        raise error
-    entry = _entry_modes(graph.root)
-    for m in owner.modules():
-        entry.setdefault(id(m), (m, m.training))
+    regions = [graph.root] if graph.parent is None else [graph.root, graph]
+    for entry in map(_entry_modes, regions):
+        for m in owner.modules():
+            entry.setdefault(id(m), (m, m.training))
+    if graph.parent is not None:        # (``check_region`` at the region's end)
+        graph._mode_call = (user_location(), f"{type(owner).__name__}.{name}()")
     dispatch_record(call_method, (Held(owner), "train", list(owner.parameters()),
                                   {"mode": mode}), {})
     owner.train(mode)          # the rest of the trace sees the mode
@@ -70,6 +68,25 @@ def _entry_modes(root) -> dict:
     if modes is None:
         modes = root._entry_modes = {}
     return modes
+
+
+def check_region(graph) -> None:
+    """At the end of a tensor-dependent branch or loop body (``graph``): GraphError naming
+    the line when a ``train()``/``eval()`` in it leaves a module in another mode than the
+    region found it (whether the mode changes would be known only when the graph runs).
+    A region that puts the modes back (``if it % k == 0: net.eval(); ...; net.train()``)
+    is traced in the modes it sets, and its effect nodes run when the graph takes it."""
+    found = getattr(graph, "_entry_modes", None) or {}
+    changed = [m for m, flag in found.values() if m.training != flag]
+    if changed:
+        location, call = graph._mode_call
+        error = GraphError(f"{format_location(location)}: {call} in a tensor-dependent branch "
+                           f"or loop body leaves {type(changed[0]).__name__} in another mode "
+                           f"than the region found it: whether the mode changes is known "
+                           f"only when the graph runs")
+        error.location = location
+        error.names_its_line = True
+        raise error
 
 
 def restore(graph) -> None:

@@ -17,6 +17,7 @@ import re
 import types
 from typing import Callable, Optional
 
+import torch
 import torch.utils._pytree as pytree
 
 from . import builtin_state, region_state
@@ -57,6 +58,9 @@ def run_watched(fn: Callable, args: tuple, kind: str, carry: Optional[list] = No
             f"once per path taken or iteration, so the graph cannot repeat this Python side "
             f"effect")
         error.location = location
+        # a module's own state (its mode, a flag): the line said even when a counter the
+        # region's condition reads was the first trace's reason (``transpiler.api``)
+        error.names_its_line = isinstance(now, torch.nn.Module)
         watch.restore()
         raise error
     return out

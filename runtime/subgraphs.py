@@ -21,7 +21,7 @@ from .region_effects import run_watched
 from .source_info import format_location, location_of_traceback
 from .graph import Graph, Node
 from .meta import TensorMeta, meta_empty
-from . import views
+from . import module_modes, views
 from .symbolic import (SymbolicTensor, building, current_graph, rebound_mark,
                        restore_rebound, to_node, wrap_node)
 from .threads import PerThreadList
@@ -249,6 +249,7 @@ def _trace_tree(parent: Graph, label: str, fn: Callable, slots: List[Slot], spec
                               _REGION.get(label, "a tensor-dependent region"), carry,
                               numbers_only=label == "body", names=tuple(
                                   str(n) for n in (names or ()) if isinstance(n, str)))
+            module_modes.check_region(sub)      # (train()/eval() in it: modes put back)
     except Exception as e:
         if not isinstance(e, GraphError):   # the user's own exception: see ``escaped``
             where = location_of_traceback(e.__traceback__)

@@ -28,6 +28,7 @@ from . import autocast_ops, autograd_effects, factory_dtypes, inference_ops, ite
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
 from . import attention_fast_path, carried_numbers, library_questions, tensor_of_items
 from . import inference_warnings, known_values, packed_sequences, unpool_sizes
+from . import foreach_calls
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
 from .graph import Graph, Node, find_leaves, map_structure
@@ -809,11 +810,19 @@ class _TracingMode(TorchFunctionMode):
         if func is torch._assert and size_text.assert_call(args, kwargs):
             return None
         if contains_symbolic(args) or contains_symbolic(kwargs):
+            items = foreach_calls.per_item(func, args, kwargs)
+            if items is not None:           # _foreach_lerp_(ema, params, w): a loop of lerp_
+                for method, item_args, item_kwargs in items:
+                    self.__torch_function__(method, types, item_args, item_kwargs)
+                return None
             return dispatch(func, args, kwargs)
         if func == _GRAD and current_graph() is not None and autograd_effects.staged():
             return autograd_effects.read(args[0])   # p.grad after loss.backward()
         if func == _SET_GRAD and current_graph() is not None:
             autograd_effects.note_set(*args)        # p.grad = None: recorded as below
+        if func is torch.Tensor.requires_grad_ and current_graph() is not None and \
+                current_graph().parent is not None:     # in a tensor branch or loop body:
+            return dispatch_record(func, args, kwargs, concrete=True)   # when it runs there
         if func in _PASSTHROUGH or current_graph() is None:
             # a question about a real tensor (a parameter's flag, a buffer's shape or
             # values): its answer decides Python code once, so it is guarded

@@ -911,8 +911,10 @@ class GraphFunction:
                                              carry=(slots, list(_CALLED)))
                 except Exception as e:  # noqa: BLE001 - the first trace's reason is said
                     snapshot.restore()
-                    if isinstance(e, appended_lists.ReadError):
-                        raise           # (but a read of a list it appends to: that line)
+                    if isinstance(e, appended_lists.ReadError) or \
+                            getattr(e, "names_its_line", False):
+                        raise           # (but a read of a list it appends to: that line;
+                        # an effect the counter's branch cannot stage: module_modes)
             if changed:
                 held = held_arguments.changed(snapshot, sargs, skwargs, self._held)
                 grown = appended_arguments.appended(args, kwargs, sargs, skwargs, held)

@@ -2393,27 +2393,16 @@ VERDICTS = {
         "needless fallback: early stopping with `if val_loss < es['best']:` (val_loss = "
         ".item()) setting numbers and a deepcopy(state_dict()) in the branch")),
     "prog_sam_two_pass": "fallback",
-    "prog_ema_foreach": ("convert", _bug(
-        "needless fallback, misleading reason: torch._foreach_lerp_(ema_params, params, "
-        "1.0 - decay) with decay computed from a closure counter falls back blaming "
-        "'mutates closure variable updates' (the same with e.lerp_ in a loop, or a "
-        "constant weight, converts)")),
+    "prog_ema_foreach": "convert",      # (_foreach_*_ as its loop: runtime/foreach_calls)
     "prog_autograd_grad_allow_unused": "convert",
     "prog_fgsm_adversarial": "fallback",
-    "prog_freeze_after_k": ("convert", _bug(
-        "BUG (silent): `if calls[0] == 2: w.requires_grad_(False)` on a closure counter runs "
-        "requires_grad_(False) while tracing on the first call: w never trains and later "
-        "losses/params differ from eager with no warning; repro in the report "
-        "(p.requires_grad = True in the same shape converts correctly)")),
+    "prog_freeze_after_k": "convert",   # (requires_grad_ in a tensor branch: staged)
     "prog_batch_of_one_regression": "convert",
     "prog_params_to_vector": "convert",
     "prog_cutmix_boxes": "convert",    # (random ops by torch's schema: runtime/ops.py)
     "prog_moco_queue": "convert",
     "prog_moco_queue_model": "convert",
-    "prog_eval_every_k": ("convert", _bug(
-        "needless fallback, misleading reason: net.eval()/net.train() inside "
-        "`if it[0] % 2 == 0:` (nanoGPT's eval cadence) falls back blaming 'mutates closure "
-        "variable it' instead of naming the eval() line")),
+    "prog_eval_every_k": "convert",     # (modes put back by the branch: module_modes)
 }
 
 

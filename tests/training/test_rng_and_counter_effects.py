@@ -285,3 +285,217 @@ def test_lstm_dropout_draws_kept():
         lstm(x)                                 # unused: its dropout still draws
         return lstm(x)[0] + torch.rand(())
     check(f, [(torch.randn(4, 1, 2),)] * 2, expect="convert")
+
+
+# --------------------------------------------------------------- counter-driven effects
+def _state(net):
+    return ([(n, p.detach().clone(), p.requires_grad,
+              None if p.grad is None else p.grad.clone()) for n, p in net.named_parameters()],
+            [m.training for m in net.modules()])
+
+
+def _same_state(a, b, where):
+    for (n, p, r, g), (_, q, s, h) in zip(a[0], b[0]):
+        assert r == s, f"{where}: {n}.requires_grad {r} vs {s}"
+        torch.testing.assert_close(q, p, msg=lambda m: f"{where}: {n}: {m}")
+        assert (g is None) == (h is None), f"{where}: {n}.grad {g} vs {h}"
+        if g is not None:
+            torch.testing.assert_close(h, g, msg=lambda m: f"{where}: {n}.grad: {m}")
+    assert a[1] == b[1], f"{where}: training flags {a[1]} vs {b[1]}"
+
+
+def run_steps(make, strict=False, n=5):
+    """``make()`` -> (step, net); each step's result, the net's parameters, gradients,
+    requires_grad and training flags and the RNG state after every call equal eager's.
+    Returns 'convert' or 'fallback' (naming this file; strict: ConversionError)."""
+    gen = torch.Generator().manual_seed(1)
+    data = [(torch.randn(6, 5, generator=gen), torch.randint(0, 3, (6,), generator=gen))
+            for _ in range(n)]
+    torch.manual_seed(0)
+    step_e, net_e = make()
+    torch.manual_seed(0)
+    step_c, net_c = make()
+    g = to_graph(step_c, strict=strict)
+    seen = set()
+    for i, (x, y) in enumerate(data):
+        torch.manual_seed(50 + i)
+        want = step_e(x, y)
+        want_rng = torch.get_rng_state()
+        torch.manual_seed(50 + i)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            try:
+                got = g(x, y)
+            except ConversionError as e:
+                assert strict and THIS_FILE in str(e), str(e)
+                return "fallback"
+        falls = [str(m.message) for m in w if issubclass(m.category, FallbackWarning)]
+        for m in falls:
+            assert THIS_FILE in m, m
+        seen.add("fallback" if falls else "convert")
+        _same(want, got, f"step {i}")
+        _same_state(_state(net_e), _state(net_c), f"step {i}")
+        assert torch.equal(torch.get_rng_state(), want_rng), f"step {i}: RNG state differs"
+    return "fallback" if "fallback" in seen else "convert"
+
+
+def _mlp(dropout=0.0):
+    return torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(),
+                               torch.nn.Dropout(dropout), torch.nn.Linear(8, 3))
+
+
+def _trainer(effect, dropout=0.0, start=None):
+    """A training step whose counter-driven ``if calls[0] == 2:`` runs ``effect(net)``."""
+    def make():
+        net = _mlp(dropout)
+        if start is not None:
+            start(net)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        calls = [0]
+
+        def step(x, y):
+            if calls[0] == 2:
+                effect(net)
+            calls[0] += 1
+            opt.zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step, net
+    return make
+
+
+def _freeze(net):
+    net[0].requires_grad_(False)
+
+
+def _unfreeze(net):
+    net[0].requires_grad_(True)
+
+
+def _freeze_attr(net):
+    net[0].weight.requires_grad = False
+
+
+def _freeze_loop(net):
+    for p in net[0].parameters():
+        p.requires_grad_(False)
+
+
+def _eval_and_back(net):
+    net.eval()
+    with torch.no_grad():
+        net(torch.ones(2, 5))
+    net.train()
+
+
+def _eval_only(net):
+    net.eval()
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
+@pytest.mark.parametrize("effect,start,expect", [
+    (_freeze, None, "convert"),
+    (_unfreeze, _freeze, "convert"),
+    (_freeze_attr, None, "convert"),
+    (_freeze_loop, None, "convert"),
+    (_eval_and_back, None, "convert"),
+    (_eval_only, None, "fallback"),
+], ids=["freeze", "unfreeze", "freeze_attr", "freeze_loop", "eval_and_back", "eval_only"])
+def test_counter_branch_effects(effect, start, expect, strict):
+    assert run_steps(_trainer(effect, dropout=0.3, start=start), strict) == expect
+
+
+def test_eval_only_names_its_line():
+    step, _ = _trainer(_eval_only)()
+    with pytest.raises(ConversionError, match=r"net.training. changes while tracing a branch"):
+        data = torch.randn(6, 5), torch.randint(0, 3, (6,))
+        g = to_graph(step, strict=True)
+        for _ in range(3):
+            g(*data)
+
+
+def test_freeze_on_tensor_condition():
+    def make():
+        net = _mlp()
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+
+        def step(x, y):
+            loss = F.cross_entropy(net(x), y)
+            if loss < 1.2:
+                net[0].requires_grad_(False)
+            opt.zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step, net
+    assert run_steps(make, n=6) in ("convert", "fallback")
+
+
+# ------------------------------------------------------------- _foreach_*_ in a step
+def _ema_step(update):
+    """timm ModelEmaV3: an EMA of the parameters updated by ``update(ema_ps, ps, w)`` with a
+    weight from a carried counter."""
+    def make():
+        net = _mlp()
+        ema = _mlp()
+        ema.load_state_dict(net.state_dict())
+        ema.requires_grad_(False)
+        opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+        updates = [0]
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            updates[0] += 1
+            decay = min(0.99, (1 + updates[0]) / (10 + updates[0]))
+            with torch.no_grad():
+                update(list(ema.parameters()), list(net.parameters()), 1.0 - decay)
+            return loss.detach(), decay
+        both = torch.nn.ModuleList([net, ema])
+        return step, both
+    return make
+
+
+_FOREACH = {
+    "lerp_": lambda e, p, w: torch._foreach_lerp_(e, p, w),
+    "lerp_weights_list": lambda e, p, w: torch._foreach_lerp_(e, p, [w] * len(e)),
+    "mul_add_": lambda e, p, w: (torch._foreach_mul_(e, 1.0 - w),
+                                 torch._foreach_add_(e, p, alpha=w)),
+    "addcmul_": lambda e, p, w: torch._foreach_addcmul_(e, p, p, w),
+    "addcdiv_scalars": lambda e, p, w: torch._foreach_addcdiv_(
+        e, p, [q.abs() + 1 for q in p], [w] * len(e)),
+    "sub_div_": lambda e, p, w: (torch._foreach_sub_(e, p, alpha=w),
+                                 torch._foreach_div_(e, 1.0 + w)),
+    "copy_zero_": lambda e, p, w: (torch._foreach_zero_(e[:1]), torch._foreach_copy_(e[1:], p[1:])),
+    "loop_lerp_": lambda e, p, w: [a.lerp_(b, w) for a, b in zip(e, p)],
+}
+
+
+# a traced number as ``alpha=``/``value=`` falls back in the per-tensor loop too
+# (``a.add_(b, alpha=w)``): the foreach form does as the loop does
+_FOREACH["loop_mul_add_"] = lambda e, p, w: [(a.mul_(1.0 - w), a.add_(b, alpha=w))
+                                             for a, b in zip(e, p)]
+_FALLS_BACK = {"mul_add_", "loop_mul_add_", "addcmul_", "addcdiv_scalars", "sub_div_"}
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
+@pytest.mark.parametrize("name", sorted(_FOREACH))
+def test_foreach_inplace_on_parameters(name, strict):
+    expect = "fallback" if name in _FALLS_BACK else "convert"
+    assert run_steps(_ema_step(_FOREACH[name]), strict, n=4) == expect
+
+
+def test_foreach_on_traced_tensors():
+    def f(x, w):
+        a, b = [x * 1, x * 2], [x + 1, x - 1]
+        torch._foreach_lerp_(a, b, w.sum())
+        torch._foreach_mul_(a, w)
+        return a
+    check(f, [(torch.randn(3), torch.rand(())), (torch.randn(3), torch.rand(()))],
+          expect="convert")
+    check(f, [(torch.randn(3), torch.rand(()))], strict=True, expect="convert")
