@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 
-from . import fast_calls, logs
+from . import fast_calls, int_overflow, logs
 from .graph import Graph, Node, iter_nodes, map_structure
 from .meta import TensorMeta
 from .outputs import Again, ArgRef, Existing, Rebuild
@@ -466,6 +466,8 @@ def lower(graph: Graph, inputs: Optional[Sequence[Optional[Node]]] = None,
     fn = namespace[name]
     if any(n.op == "set_grad_enabled" for n in graph.walk()):
         fn = _restoring_grad_mode(fn)
+    if int_overflow.holds_checks(graph):    # (whether the call may run eagerly instead)
+        fn = int_overflow.rerun_on_overflow(fn, graph)
     return Executable(fn, source, filename)
 
 

@@ -83,6 +83,8 @@ _PYTHON_OPS = {
     "neg": operator.neg, "pos": operator.pos, "abs": abs,
     "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
     "eq": operator.eq, "ne": operator.ne, "pow": operator.pow, "rpow": lambda a, b: b ** a,
+    "lshift": operator.lshift, "rlshift": lambda a, b: b << a, "rshift": operator.rshift,
+    "rrshift": lambda a, b: b >> a,
 }
 
 
@@ -113,7 +115,10 @@ def arithmetic_kind(name: str, args) -> Optional[str]:
             return type(fn(*samples)).__name__
         except (ArithmeticError, ValueError):
             return None
-    return type(fn(*[_SAMPLES[k] for k in kinds])).__name__
+    try:
+        return type(fn(*[_SAMPLES[k] for k in kinds])).__name__
+    except TypeError:               # (a float's shift: torch's own error, or a tensor's)
+        return None
 
 
 def python_class(attrs: dict, where: str):

@@ -532,6 +532,9 @@ def _reach(fn, path, roots: List[Root], seen: Set[int], limit: int) -> None:
         if not library:             # our wrappers' own cells are not the user's state
             roots.append(Root(here, value, cell=cell))
         _reach(value, here, roots, seen, limit)
+        if library and type(value) is tuple:    # (``and``/``or``'s operand functions)
+            for item in value:
+                _reach(item, here, roots, seen, limit)
     if library:
         return
     ns = fn.__globals__

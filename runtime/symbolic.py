@@ -27,7 +27,7 @@ from . import data_aliases, grad_mode_switches, graph_ops, views
 from . import autocast_ops, autograd_effects, factory_dtypes, inference_ops, item_values
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
 from . import attention_fast_path, carried_numbers, library_questions, tensor_of_items
-from . import inference_warnings, known_values, packed_sequences, unpool_sizes
+from . import inference_warnings, int_overflow, known_values, packed_sequences, unpool_sizes
 from . import foreach_calls
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
@@ -653,8 +653,14 @@ def _record_call(func, args, kwargs, concrete: bool):
         args = _numbers_as_scalars(args)
     elif op_name(func) in _SCALAR_OPERANDS:
         args, kwargs = _operands_as_scalars(func, args, kwargs)
+    recorded, bound = func, None        # (an int past int64: checked when it runs)
+    if number == "int" and not kwargs and int_overflow.checks(op_name(func)):
+        checked = int_overflow.record(op_name(func), args, user_location())
+        if checked is not None:
+            bound, recorded = (checked[1], func) if checked[0] == "bounded" else (None, checked)
     try:
-        result = _dispatch_record(func, args, kwargs, concrete)
+        result = _dispatch_record(func, args, kwargs, concrete) if recorded is func else \
+            _dispatch_record(recorded[0], recorded[1], kwargs, concrete)
     except (GraphError, TypeError) as e:
         cause = e.__cause__ if isinstance(e, GraphError) else e
         flags = flag_arguments.flags_in(args, kwargs) if isinstance(cause, TypeError) else []
@@ -667,6 +673,8 @@ def _record_call(func, args, kwargs, concrete: bool):
     if isinstance(result, SymbolicTensor) and _keeps_index(func, args, kwargs):
         result._node.attrs["python_index"] = True
     mark(result, number)            # Python arithmetic on number stand-ins: int, float, bool
+    if bound is not None:
+        int_overflow.mark_bound(result, *bound)
     return result
 
 

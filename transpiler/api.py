@@ -39,6 +39,7 @@ from . import appended_arguments
 from runtime import module_modes, module_numbers, module_writes
 from runtime.transformer_forwards import forward_of as _staged_forward
 from runtime.errors import GraphError
+from runtime.int_overflow import IntOverflow
 from runtime.module_flags import TrainingFlags
 from runtime.options import options
 from runtime.operators import module_hooks
@@ -413,43 +414,59 @@ class GraphFunction:
 
     def _called(self, args: tuple, kwargs: dict):
         """``self(*args, **kwargs)`` (``ToGraphModule`` calls it so, its arguments packed)."""
-        if self._partial is not None:
-            args, kwargs = self._partial[0] + args, {**self._partial[1], **kwargs}
-        if _EAGERLY[0]:                         # run_eagerly(True): the original Python
-            return self._fn(*args, **kwargs)
-        if current_graph() is not None and callable(self._fn):    # called by a function
-            return tg.call(self._fn, *args, **kwargs)   # being traced: traced inline there
-        for enter in self._entries.inline:      # a signature's call as one function
-            out = enter(args, kwargs)           # (transpiler.call_entry)
-            if out is not _MISS:
-                return out
-        fast = _flat_key(args) if not kwargs else _flat_call_key(args, kwargs)
-        if fast is not None:                   # the fast path: flat arguments
-            fast += (torch.is_grad_enabled(), _call_modes(),
-                     _aliases(args if not kwargs else args + tuple(kwargs.values())))
-            if self._module is not None:
-                fast += self._training()        # (read again when the tree changed)
-            if self._grad_args:
-                fast += argument_grads.signature(args if not kwargs else
-                                                 args + tuple(kwargs.values()))
-            entry = self._fast.get(fast)
-            if entry is not None:
-                cache = self._entries           # a hit: counted, and stamped for LRU
-                if entry.__class__ is _Fallback:
-                    if entry.retry is not None and entry.retry.due():
-                        return self._call(args, kwargs, fast)   # (traced again there)
-                    entry.used = cache.hits = cache.hits + 1
-                    return self._fn(*args, **kwargs)
-                if entry.holds():
-                    entry.used = cache.hits = cache.hits + 1
-                    if entry.__class__ is _Traced and len(cache.inline) < INLINE:
-                        self._inline(entry, args, kwargs)
-                    try:
-                        return entry.fn(*args, *kwargs.values()) if kwargs else \
-                            entry.fn(*args)
-                    except Exception as e:
-                        raise located(e, exact=True) from e
-        return self._call(args, kwargs, fast)
+        try:
+            if self._partial is not None:
+                args, kwargs = self._partial[0] + args, {**self._partial[1], **kwargs}
+            if _EAGERLY[0]:                         # run_eagerly(True): the original Python
+                return self._fn(*args, **kwargs)
+            if current_graph() is not None and callable(self._fn):    # called by a function
+                return tg.call(self._fn, *args, **kwargs)   # being traced: traced inline there
+            for enter in self._entries.inline:      # a signature's call as one function
+                out = enter(args, kwargs)           # (transpiler.call_entry)
+                if out is not _MISS:
+                    return out
+            fast = _flat_key(args) if not kwargs else _flat_call_key(args, kwargs)
+            if fast is not None:                   # the fast path: flat arguments
+                fast += (torch.is_grad_enabled(), _call_modes(),
+                         _aliases(args if not kwargs else args + tuple(kwargs.values())))
+                if self._module is not None:
+                    fast += self._training()        # (read again when the tree changed)
+                if self._grad_args:
+                    fast += argument_grads.signature(args if not kwargs else
+                                                     args + tuple(kwargs.values()))
+                entry = self._fast.get(fast)
+                if entry is not None:
+                    cache = self._entries           # a hit: counted, and stamped for LRU
+                    if entry.__class__ is _Fallback:
+                        if entry.retry is not None and entry.retry.due():
+                            return self._call(args, kwargs, fast)   # (traced again there)
+                        entry.used = cache.hits = cache.hits + 1
+                        return self._fn(*args, **kwargs)
+                    if entry.holds():
+                        entry.used = cache.hits = cache.hits + 1
+                        if entry.__class__ is _Traced and len(cache.inline) < INLINE:
+                            self._inline(entry, args, kwargs)
+                        try:
+                            return entry.fn(*args, *kwargs.values()) if kwargs else \
+                                entry.fn(*args)
+                        except Exception as e:
+                            raise located(e, exact=True) from e
+            return self._call(args, kwargs, fast)
+        except IntOverflow as e:        # a Python int past int64 (runtime.int_overflow)
+            return self._overflowed(e, args, kwargs)
+
+    def _overflowed(self, e, args: tuple, kwargs: dict):
+        """The graph's Python int left int64: an effect-free graph's call runs eagerly
+        (strict: ``ConversionError``); other graphs raise the error."""
+        if not e.rerun:
+            raise e
+        reason = f"{str(e).split(': ', 1)[-1]} (found when the graph ran)"
+        if self._strict:
+            raise ConversionError(reason, e.file, e.line) from e
+        warnings.warn(FallbackWarning(f"{e.file}:{e.line}: {reason} -- running "
+                                      f"{getattr(self, '__name__', 'the function')} "
+                                      f"eagerly"), stacklevel=4)
+        return self._fn(*args, **kwargs)
 
     def _call(self, args, kwargs, fast=None):
         if self._no_source is not None:

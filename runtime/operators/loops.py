@@ -34,6 +34,7 @@ from .cells import restoring_cells
 from .decisions import _LISTENERS, note
 from .iterables import _RangeSource, as_source, is_symbolic_iterable
 from . import outside_iterators, state_aliases
+from .. import int_overflow
 from .object_state import object_states, unwrap_state, wrap_state, wrapping
 from .fresh_loop_objects import adopting, settle
 from .special_values import Undefined
@@ -140,7 +141,8 @@ def _staged_for(source, extra_test, body, state, names):
     wrapped_body = wrapping(body, skip=1)
 
     def loop_body(i, *s):
-        return (i + 1,) + tuple(wrapped_body(source.item(i), *s))
+        int_overflow.mark_bound(i, 0, n if isinstance(n, int) else int_overflow.SIZE_HIGH)
+        return (i + 1,) + tuple(wrapped_body(source.item(i), *s))   # (i + 1: unchecked)
 
     def loop_test(i, *s):
         more = i < n
