@@ -396,6 +396,24 @@ def test_fallback_in_a_nested_converted_function():
     assert g.cache_info().traces == 1, g.cache_info()
 
 
+@to_graph
+def plain_inner(x):
+    return F.dropout(torch.sin(x), 0.5) + 1
+
+
+def plain_outer(x):
+    return plain_inner(x) * 2
+
+
+def test_converted_function_called_while_tracing_is_traced_inline():
+    """A converted function another converted function calls is traced inline in that
+    trace (before: it traced itself on the trace's stand-ins and fell back, and the
+    outer function fell back on the inner's cache bookkeeping)."""
+    g, fell = _differential(plain_outer, [(X,)] * 3, strict=True)
+    assert fell == [] and g.cache_info().traces == 1
+    assert plain_inner.cache_info().fallbacks == 0  # (its own graph: the eager run's)
+
+
 def test_state_that_does_not_change_stops_looking():
     """A fallback whose recorded state never changes looks ``CHECKS`` times, then no more
     (and frees what it recorded); one that changed stays due."""
