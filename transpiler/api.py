@@ -33,7 +33,7 @@ import runtime
 from runtime import operators as tg
 from runtime import control_flow, path_values, region_state, subgraphs, tensor_state, trace_reads
 from runtime import appended_lists, argument_grads, argument_objects, autograd_effects
-from runtime import carried_numbers
+from runtime import carried_numbers, returned_numbers
 from runtime import training_attributes
 from . import appended_arguments
 from runtime import module_modes, module_numbers, module_writes
@@ -758,7 +758,7 @@ class GraphFunction:
                                         iter_nodes(optimized.outputs))}
         outputs = map_structure(structure, lambda v: isinstance(v, (Node, Unstack)),
                                 lambda v: Unstack(env[id(v.node)]) if isinstance(v, Unstack)
-                                else env[id(v)])
+                                else returned_numbers.output(v, env[id(v)]))
         params = iter(optimized.inputs)
         repeats = argument_aliases.earlier(flat)    # (one tensor passed twice: one input)
         inputs = [next(params) if isinstance(v, torch.Tensor) and i not in repeats else None

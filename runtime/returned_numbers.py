@@ -1,0 +1,68 @@
+"""Python numbers a converted call returns come back as Python numbers.
+
+    @to_graph
+    def step(x):
+        loss = x.sum()
+        k = 0
+        if loss > 0:            # a tensor `if`: k is a graph value standing for an int
+            k = 1
+        return loss.item(), k, loss     # eager: (float, int, Tensor)
+
+Inside a trace a Python number that depends on tensors (``loss.item()``, ``float(t)``,
+``len`` of a run-time size, a counter a tensor ``if``/loop changes, ``math.*`` of those)
+is a 0-d graph value marked with the number it stands for (``introspection.KEY``). The
+graph's outputs stay tensors (``.graph()``, export, saved graphs and ``runtime.Session``
+hand back the 0-d tensors). Only the outermost call's result, the structure a cached
+entry's function builds (``executor``'s ``structure``), turns each output slot whose value
+stands for a number into that number: ``output`` decides it once, at trace time, per
+slot, so a graph returning only tensors runs exactly as before, and a slot that is a
+number costs one ``.item()`` per call. A 0-d tensor eager returns as a tensor is not
+marked and stays a tensor.
+
+An int stand-in is an int64 (``.item()`` is the exact int), a float one a float64, a bool
+one a bool. A value whose kind depends on the path taken at run time (a Python number on
+one path of a tensor ``if``, a tensor on the other: ``introspection.MIXED``) cannot be
+told apart when the graph runs: returning it raises ``GraphError`` (the call falls back).
+"""
+from __future__ import annotations
+
+import torch
+
+from .errors import GraphError
+from .introspection import MIXED, NUMBER_KINDS, number_kind
+from .outputs import Rebuild
+from .source_info import format_location
+
+
+def output(node, lowered):
+    """The output structure for one result slot: ``lowered`` (the optimized graph's node
+    for the traced ``node``) as it is when ``node`` stands for no Python number, else a
+    ``Rebuild`` handing back the number it stands for on each call."""
+    kind = number_kind(node.attrs)
+    if kind is None:
+        return lowered
+    if kind == MIXED:
+        where = f"{format_location(node.location)}: " if node.location else ""
+        raise GraphError(f"{where}the result holds a value that is a Python number on "
+                         f"one path of this tensor-dependent control flow and a tensor on "
+                         f"another; which one it is is known only when the graph runs, so "
+                         f"the call cannot hand back eager's type")
+    if not _scalar(node):
+        return lowered
+    make = torch.Tensor.item if _exact(kind, node.meta.dtype) else NUMBER_KINDS[kind]
+    return Rebuild((lowered,), make, 0)       # (``item(t)``, ``int(t)``: no frame of ours)
+
+
+def _scalar(node) -> bool:
+    meta = node.meta
+    return getattr(meta, "shape", None) == () and isinstance(meta.dtype, torch.dtype)
+
+
+def _exact(kind: str, dtype: torch.dtype) -> bool:
+    """Whether ``.item()`` of a ``dtype`` tensor is already a Python number of ``kind``."""
+    if kind == "bool":
+        return dtype == torch.bool
+    if kind == "float":
+        return dtype.is_floating_point
+    return not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool
+
