@@ -55,16 +55,36 @@ def read_attribute(owner: Held, name: str, like: torch.Tensor) -> torch.Tensor:
     while tracing; its meta stand-in during shape inference)."""
     if like.is_meta:
         return torch.empty_strided(like.shape, like.stride(), dtype=like.dtype, device="meta")
-    value = getattr(owner.obj, name)
-    if type(value) is not type(like) or value.shape != like.shape or \
-            value.dtype != like.dtype or value.device != like.device:
-        raise RuntimeError(f"{type(owner.obj).__name__}.{name} holds another tensor kind "
-                           f"when the graph runs than when it was traced")
-    return value
+    return _same_kind(getattr(owner.obj, name), like, f"{type(owner.obj).__name__}.{name}")
 
 
 read_attribute._tograph_impure = True   # (ops.is_impure: never merged, dropped or moved)
 read_attribute._tograph_external = True     # (passes: the module's own tensor)
+
+
+def read_attribute_item(owner: Held, name: str, index: int, like: torch.Tensor) -> torch.Tensor:
+    """Item ``index`` of the tuple ``module.name`` holds when the graph runs (an LSTM's
+    ``(h, c)`` kept on the module), as ``read_attribute`` reads a tensor."""
+    if like.is_meta:
+        return torch.empty_strided(like.shape, like.stride(), dtype=like.dtype, device="meta")
+    value = getattr(owner.obj, name)
+    if type(value) is not tuple or index >= len(value):
+        raise RuntimeError(f"{type(owner.obj).__name__}.{name} holds another kind of value "
+                           f"when the graph runs than when it was traced")
+    return _same_kind(value[index], like, f"{type(owner.obj).__name__}.{name}[{index}]")
+
+
+def _same_kind(value, like, label: str) -> torch.Tensor:
+    """``value``, checked to be a tensor of ``like``'s kind (else a RuntimeError)."""
+    if type(value) is not type(like) or value.shape != like.shape or \
+            value.dtype != like.dtype or value.device != like.device:
+        raise RuntimeError(f"{label} holds another tensor kind when the graph runs than "
+                           f"when it was traced")
+    return value
+
+
+read_attribute_item._tograph_impure = True
+read_attribute_item._tograph_external = True
 
 
 @effect
@@ -81,6 +101,9 @@ def guard_meta(value, shaped: bool = True) -> Optional[tuple]:
     (compared by identity). ``shaped``: its shape and strides too (the trace asked them
     of the old tensor, or the graph reads it): else a stored activation whose batch size
     changes would mean a trace per call."""
+    if type(value) is tuple:        # (an LSTM's (h, c)): item by item
+        metas = tuple(guard_meta(v, shaped) for v in value)
+        return None if not value or None in metas else ("tuple",) + metas
     if not isinstance(value, torch.Tensor) or isinstance(value, torch.nn.Parameter):
         return None
     kind = (type(value), value.dtype, value.device, value.requires_grad, value.layout)
@@ -122,6 +145,45 @@ def shaped(writes, reads, served=()) -> List[Tuple[Any, Any, bool]]:
             set(reads.data)
     return [(owner, name, id(old) in asked) for owner, name, old, _ in writes] + \
         [(owner, name, True) for owner, name in served]
+
+
+def _stored(value, graph) -> bool:
+    """``_top_level_tensor``, or a tuple of them (an LSTM's ``(h, c)`` kept on a module)."""
+    if type(value) is tuple:
+        return 0 < len(value) <= _TUPLE_ITEMS and all(_top_level_tensor(v, graph)
+                                                        for v in value)
+    return _top_level_tensor(value, graph)
+
+
+_TUPLE_ITEMS = 16
+
+
+def _servable(value) -> bool:
+    """A tensor (or tuple of them) a trace may read through ``read_attribute`` nodes:
+    not a leaf that requires grad (a read's stand-in would answer as an op's result); a
+    tensor with history is read back with it (the previous call's, as eager's)."""
+    values = value if type(value) is tuple else (value,)
+    return bool(values) and guard_meta(value) is not None and \
+        not any(v.requires_grad and v.grad_fn is None for v in values)
+
+
+def _read_stand_in(record, m, name, value):
+    """The stand-in of ``module.name`` read when the graph runs: one node, or one per item
+    of a tuple; a tensor with history is given as its detached self (the graph holds no
+    autograd history of a past call), its stand-in requiring grad as the value read."""
+    if type(value) is tuple:
+        return tuple(_read_one(record, read_attribute_item, (Held(m), name, i), v)
+                     for i, v in enumerate(value))
+    return _read_one(record, read_attribute, (Held(m), name), value)
+
+
+def _read_one(record, target, args, like):
+    if not like.requires_grad:
+        return record(target, args + (like,))
+    from . import grad_flags
+    out = record(target, args + (like.detach(),))
+    out._node.attrs[grad_flags.KEY] = True
+    return out
 
 
 def _top_level_tensor(value, graph) -> bool:
@@ -175,9 +237,8 @@ class Watch:
         """Install the stand-ins of the served names (``record(fn, args)``: a node)."""
         for m, before in zip(self.modules, self.before):
             for (kind, name), value in before.items():
-                if (id(m), name) in self._wanted and guard_meta(value) is not None and \
-                        not value.requires_grad:
-                    stand_in = record(read_attribute, (Held(m), name, value))
+                if (id(m), name) in self._wanted and _servable(value):
+                    stand_in = _read_stand_in(record, m, name, value)
                     _put(m, (kind, name), stand_in)
                     self._installed[(id(m), name)] = stand_in
                     self.served.append((m, name))
@@ -201,7 +262,7 @@ class Watch:
                         _put(m, slot, old)
                     continue
                 served = stand_in is not _MISSING
-                ok = _top_level_tensor(new, graph)
+                ok = _stored(new, graph)
                 if ok:
                     found.append((m, slot[1], old, new))
                 if ok or served:
@@ -285,14 +346,20 @@ def read_first(graph, writes, watch: Watch) -> List[Tuple[Any, str]]:
     from .errors import GraphError
     held = {id(n.attrs.get("value")) for n in graph.walk() if n.op == "constant"}
     served = {(id(m), name) for m, name in watch.served}
-    found = [(m, name) for m, name, old, _ in writes if isinstance(old, torch.Tensor) and
-             id(old) in held and (id(m), name) not in served]
+    found = [(m, name) for m, name, old, _ in writes if _held_in(old, held) and
+             (id(m), name) not in served]
     for m, name in found:
         if (id(m), name) in watch._wanted:
             raise GraphError(f"the function reads {type(m).__name__}.{name} (a tensor that "
                              f"requires grad) and then rebinds it: the graph would read "
                              f"the first call's tensor on every run")
     return found
+
+
+def _held_in(old, held) -> bool:
+    """Whether the tensor ``old`` (or an item of the tuple ``old``) is a graph constant."""
+    values = old if type(old) is tuple else (old,)
+    return any(isinstance(v, torch.Tensor) and id(v) in held for v in values)
 
 
 def record_writes(writes, record) -> None:
