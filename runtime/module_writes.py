@@ -22,6 +22,13 @@ shape, dtype and device; ``guard_meta`` is part of the module guard instead of i
 identity). Names written or served are compared by that meta, not identity, by the guard
 (``runtime.module_state``), so a write on every call keeps the graph.
 
+A tuple of such tensors (an LSTM's ``(h, c)`` kept as ``self.hidden``) is stored and
+guarded item by item, and served by one ``read_attribute_item`` node per item. A served
+tensor with autograd history (a non-leaf: state kept without ``detach()``) is read back
+with it, as eager's attribute holds it; a leaf that requires grad is refused. The stores
+run at the end of the graph: a step that raises after its forward (a backward through a
+freed graph) leaves the old value where eager's assignment already happened.
+
 The hooks of the tree (``register_forward_hook``, also on submodules) storing activations
 in a dict they reach through a closure cell or a global (``activation[name] =
 output.detach()``, the feature-extraction recipe) are handled alike (``DictWatch``): each
