@@ -28,7 +28,7 @@ from . import autocast_ops, autograd_effects, factory_dtypes, inference_ops, ite
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
 from . import attention_fast_path, carried_numbers, library_questions, tensor_of_items
 from . import inference_warnings, int_overflow, known_values, packed_sequences, unpool_sizes
-from . import foreach_calls
+from . import branch_grad_flags, foreach_calls
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
 from .graph import Graph, Node, find_leaves, map_structure
@@ -824,13 +824,16 @@ class _TracingMode(TorchFunctionMode):
                     self.__torch_function__(method, types, item_args, item_kwargs)
                 return None
             return dispatch(func, args, kwargs)
+        graph = current_graph()
+        if func in _FLAG_SETS and graph is not None and graph.parent is not None:
+            branch_grad_flags.note(graph, args[0])      # in a tensor branch or loop body:
+            return dispatch_record(func, args, kwargs, concrete=True)   # when it runs there
+        if func in _FLAG_READS:
+            branch_grad_flags.refuse_read(graph, args[0], _FLAG_READS[func])
         if func == _GRAD and current_graph() is not None and autograd_effects.staged():
             return autograd_effects.read(args[0])   # p.grad after loss.backward()
         if func == _SET_GRAD and current_graph() is not None:
             autograd_effects.note_set(*args)        # p.grad = None: recorded as below
-        if func is torch.Tensor.requires_grad_ and current_graph() is not None and \
-                current_graph().parent is not None:     # in a tensor branch or loop body:
-            return dispatch_record(func, args, kwargs, concrete=True)   # when it runs there
         if func in _PASSTHROUGH or current_graph() is None:
             # a question about a real tensor (a parameter's flag, a buffer's shape or
             # values): its answer decides Python code once, so it is guarded
@@ -847,6 +850,8 @@ class _TracingMode(TorchFunctionMode):
 
 _GRAD = torch.Tensor.grad.__get__
 _SET_GRAD = torch.Tensor.grad.__set__
+_FLAG_SETS = {torch.Tensor.requires_grad_, torch.Tensor.requires_grad.__set__}
+_FLAG_READS = {torch.Tensor.requires_grad.__get__: "requires_grad", _GRAD: ".grad"}
 _DATA = torch.Tensor.data.__get__
 _TRAINING_CALLS = {torch.Tensor.backward, torch.autograd.backward}
 _PASSTHROUGH = set(_CONCRETE) | _GETTERS | set(_DEVICE_QUERIES) | _SIZE_QUERIES | _TEXT | {

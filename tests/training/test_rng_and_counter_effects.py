@@ -499,3 +499,33 @@ def test_foreach_on_traced_tensors():
     check(f, [(torch.randn(3), torch.rand(())), (torch.randn(3), torch.rand(()))],
           expect="convert")
     check(f, [(torch.randn(3), torch.rand(()))], strict=True, expect="convert")
+
+
+def _freeze_then_read(read):
+    """The counter's branch freezes a layer; the step then asks a question whose answer
+    depends on the path the graph takes (``read(net)``)."""
+    def make():
+        net = _mlp()
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        calls = [0]
+
+        def step(x, y):
+            if calls[0] == 2:
+                net[0].requires_grad_(False)
+            calls[0] += 1
+            opt.zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            answer = read(net)
+            opt.step()
+            return loss.detach(), answer
+        return step, net
+    return make
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
+@pytest.mark.parametrize("read", [lambda net: net[0].weight.requires_grad,
+                                  lambda net: net[0].weight.grad is None],
+                         ids=["requires_grad", "grad_is_none"])
+def test_flag_set_in_branch_then_read_falls_back(read, strict):
+    assert run_steps(_freeze_then_read(read), strict) == "fallback"
