@@ -204,6 +204,13 @@ def set_real(func, t: torch.Tensor, value) -> None:
     (later ops, ``opt.step()`` and the caller see it); ``.grad`` followed as
     ``note_set``."""
     from .symbolic import dispatch_record
+    if func == torch.Tensor.data.__set__ and (
+            isinstance(t, torch.nn.parameter.UninitializedTensorMixin) or
+            not isinstance(value, torch.Tensor) or
+            (tuple(value.shape), value.dtype) != (tuple(t.shape), t.dtype)):
+        raise _refuse("setting its .data to a value of another shape or dtype (a lazy "
+                      "module materializing its parameter; the ops after it were traced "
+                      "for the tensor as it was)")
     dispatch_record(func, (t, value), {})
     if func == torch.Tensor.grad.__set__:        # (a fresh method-wrapper: not `is`)
         note_set(t, value)

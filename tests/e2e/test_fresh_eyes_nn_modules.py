@@ -24,7 +24,6 @@ FALLS_BACK = {
     "manual_sgd_step": (None, "setting its .grad"),
     "lstm_parameter_replaced_between_calls": (None, "mutates"),
     "generator_attribute": (None, "torch.Generator"),
-    "vector_to_parameters_in_forward": (None, "setting its .data"),
     "adaptive_log_softmax_with_loss": (None, "bool() of a symbolic tensor"),
 }
 
