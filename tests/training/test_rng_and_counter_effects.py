@@ -344,8 +344,9 @@ def _mlp(dropout=0.0):
                                torch.nn.Dropout(dropout), torch.nn.Linear(8, 3))
 
 
-def _trainer(effect, dropout=0.0, start=None):
-    """A training step whose counter-driven ``if calls[0] == 2:`` runs ``effect(net)``."""
+def _trainer(effect, dropout=0.0, start=None, read=None):
+    """A training step whose counter-driven ``if calls[0] == 2:`` runs ``effect(net)``;
+    with ``read``, it returns ``read(net)`` asked after the backward too."""
     def make():
         net = _mlp(dropout)
         if start is not None:
@@ -360,8 +361,9 @@ def _trainer(effect, dropout=0.0, start=None):
             opt.zero_grad()
             loss = F.cross_entropy(net(x), y)
             loss.backward()
+            answer = None if read is None else read(net)
             opt.step()
-            return loss.detach()
+            return loss.detach(), answer
         return step, net
     return make
 
@@ -501,31 +503,10 @@ def test_foreach_on_traced_tensors():
     check(f, [(torch.randn(3), torch.rand(()))], strict=True, expect="convert")
 
 
-def _freeze_then_read(read):
-    """The counter's branch freezes a layer; the step then asks a question whose answer
-    depends on the path the graph takes (``read(net)``)."""
-    def make():
-        net = _mlp()
-        opt = torch.optim.SGD(net.parameters(), lr=0.1)
-        calls = [0]
-
-        def step(x, y):
-            if calls[0] == 2:
-                net[0].requires_grad_(False)
-            calls[0] += 1
-            opt.zero_grad()
-            loss = F.cross_entropy(net(x), y)
-            loss.backward()
-            answer = read(net)
-            opt.step()
-            return loss.detach(), answer
-        return step, net
-    return make
-
-
 @pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
 @pytest.mark.parametrize("read", [lambda net: net[0].weight.requires_grad,
                                   lambda net: net[0].weight.grad is None],
                          ids=["requires_grad", "grad_is_none"])
 def test_flag_set_in_branch_then_read_falls_back(read, strict):
-    assert run_steps(_freeze_then_read(read), strict) == "fallback"
+    # the counter's branch freezes a layer; the step then asks what depends on the path
+    assert run_steps(_trainer(_freeze, read=read), strict) == "fallback"
