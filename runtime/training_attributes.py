@@ -32,7 +32,7 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import torch
 
-from . import batchnorm_average
+from . import batchnorm_average, optimizer_reads
 from .errors import GraphError
 from .graph_ops import effect
 from .introspection import NUMBER_KINDS, kind_of, mark
@@ -247,11 +247,13 @@ def _found(roots: Iterable[Any]) -> List[Any]:
 def served(graph, roots):
     """While the trace of ``graph`` runs, the optimizers and schedulers reachable from
     ``roots`` answer through graph values; ``graph.served_attributes`` names what they
-    served ({id(object): attribute names}), for the guard (``Snapshot.release``)."""
+    served ({id(object): attribute names}) and ``graph.read_attributes`` what the code
+    read on each (``optimizer_reads``), for the guard (``Snapshot.release``)."""
     from .autograd_effects import _is_scheduler
     undo, names = [], {}
+    found = _found(roots)
     try:
-        for obj in _found(roots):
+        for obj in found:
             if isinstance(obj, torch.optim.Optimizer) and \
                     type(vars(obj).get("param_groups")) is list and \
                     all(type(g) is dict for g in obj.param_groups):
@@ -266,7 +268,9 @@ def served(graph, roots):
                 undo.append((obj, cls))
                 names[id(obj)] = {"last_epoch", "optimizer"}   # (never rebound by a step)
         graph.served_attributes = names
-        with batchnorm_average.swapped(roots):      # (BatchNorm with momentum=None)
+        graph.read_attributes = {}
+        with batchnorm_average.swapped(roots), \
+                optimizer_reads.recording(found, graph.read_attributes):
             yield
     finally:
         for obj, real in reversed(undo):

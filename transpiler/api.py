@@ -757,8 +757,7 @@ class GraphFunction:
         env = {id(a): b for a, b in zip(iter_nodes(graph.outputs),
                                         iter_nodes(optimized.outputs))}
         outputs = map_structure(structure, lambda v: isinstance(v, (Node, Unstack)),
-                                lambda v: Unstack(env[id(v.node)]) if isinstance(v, Unstack)
-                                else returned_numbers.output(v, env[id(v)]))
+                                lambda v: returned_numbers.output(v, env))
         params = iter(optimized.inputs)
         repeats = argument_aliases.earlier(flat)    # (one tensor passed twice: one input)
         inputs = [next(params) if isinstance(v, torch.Tensor) and i not in repeats else None
@@ -777,7 +776,8 @@ class GraphFunction:
                           [n.attrs["value"] for n in graph.walk() if n.op == "constant"
                            and isinstance(n.attrs.get("value"), torch.Tensor)])
         guard.release(autograd_effects.owners(graph),   # (opt, sched: read when it runs)
-                      getattr(graph, "served_attributes", {}))
+                      getattr(graph, "served_attributes", {}),
+                      getattr(graph, "read_attributes", {}))
         guard.carry(graph.carried_slots)     # (runtime.carried_numbers: not compared)
         trace_log.guard_built(target, guard)
         return _Traced(graph, optimized, executable, guard, inputs, outputs)

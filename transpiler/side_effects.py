@@ -299,19 +299,23 @@ class Snapshot:
         self._held = [p for p in self._held if id(p.value) not in keys]
         self._checks += [alike(d, names) for d, names in keys.values()]
 
-    def release(self, objects, served=None) -> None:
+    def release(self, objects, served=None, noted=None) -> None:
         """Stop guarding the contents of ``objects`` (an optimizer, an lr scheduler whose
         methods the graph calls when it runs: ``runtime.autograd_effects``), which change
         on every call; their bindings stay guarded. Code that names one of their public
         data attributes (``opt.param_groups[0]["lr"]``, ``sched.last_epoch``) may have
         read a value the graph's own calls change when it runs: refused (GraphError),
         but for those ``served`` ({id(object): names}) as graph values while tracing
-        (``runtime.training_attributes``: ``param_groups``, ``last_epoch``)."""
+        (``runtime.training_attributes``: ``param_groups``, ``last_epoch``). ``noted``
+        ({id(object): names}): what the trace saw read on that object itself
+        (``runtime.optimizer_reads``), which decides in place of the names the code uses
+        (a model's ``self.state`` is not the optimizer's)."""
         for o in objects:
             if hook_snapshot._is_module(o):     # its zero_grad() changes grads only: its
                 continue                        # attributes stay the module guard's
-            read = self._names & {k for k, v in vars(o).items()
-                                  if not k.startswith("_") and not callable(v)}
+            used = (noted or {}).get(id(o), self._names)
+            read = used & {k for k, v in vars(o).items()
+                           if not k.startswith("_") and not callable(v)}
             read -= (served or {}).get(id(o), set())
             if read:
                 location = first_use(self._codes, read)

@@ -1,0 +1,115 @@
+"""Three needless fallbacks or retrace storms (h76): differential, eager vs ``to_graph``.
+
+1. A module attribute named like an optimizer's (``self.state``) is not the optimizer's:
+   only what the traced code reads on the optimizer object itself refuses the call
+   (``runtime/optimizer_reads.py``).
+"""
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+from transpiler import to_graph
+from transpiler import ConversionError, FallbackWarning
+
+
+def _fallbacks(caught):
+    return [w for w in caught if issubclass(w.category, FallbackWarning)]
+
+
+class _Stateful(nn.Module):
+    """A model whose attribute ``state`` is a buffer, a dict of tensors or an int."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.kind = kind
+        if kind == "buffer":
+            self.register_buffer("state", torch.full((3,), 0.5))
+        elif kind == "dict":
+            self.state = {"scale": torch.full((3,), 2.0), "shift": torch.ones(3)}
+        else:
+            self.state = 3
+        self.defaults = 2.0
+
+    def forward(self, x):
+        y = self.lin(x)
+        if self.kind == "buffer":
+            return y + self.state
+        if self.kind == "dict":
+            return y * self.state["scale"] + self.state["shift"]
+        return y * self.state * self.defaults
+
+
+def _train(kind, strict, convert, steps=3):
+    torch.manual_seed(0)
+    model = _Stateful(kind)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(x):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    fn = to_graph(step, strict=strict) if convert else step
+    gen = torch.Generator().manual_seed(1)
+    losses = [fn(torch.randn(4, 3, generator=gen)) for _ in range(steps)]
+    return fn, model, opt, losses
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("kind", ["buffer", "dict", "int"])
+def test_model_state_is_not_the_optimizers(kind, strict):
+    _, em, eopt, elosses = _train(kind, strict, convert=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn, gm, gopt, glosses = _train(kind, strict, convert=True)
+    assert not _fallbacks(caught), [str(w.message) for w in _fallbacks(caught)]
+    for a, b in zip(glosses, elosses):
+        torch.testing.assert_close(a.detach(), b.detach())
+    for (n, a), b in zip(gm.named_parameters(), em.parameters()):
+        torch.testing.assert_close(a, b, msg=n)
+        torch.testing.assert_close(gopt.state[a]["momentum_buffer"],
+                                   eopt.state[b]["momentum_buffer"])
+    assert fn.cache_info().traces == 1
+
+
+def _momentum_reader(strict):
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(x):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss, opt.state[model.weight]["momentum_buffer"].clone()
+    step(torch.ones(4, 3))      # (eager: the state exists)
+    return to_graph(step, strict=strict)
+
+
+def test_reading_the_optimizers_state_still_falls_back():
+    fn = _momentum_reader(strict=False)
+    with pytest.warns(FallbackWarning, match=r"test_small_needless_fallbacks\.py:\d+.*SGD's state"):
+        seen = [fn(torch.ones(4, 3))[1] for _ in range(2)]
+    torch.manual_seed(0)        # eager: the same two steps
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for got in [None] + seen:
+        opt.zero_grad()
+        model(torch.ones(4, 3)).pow(2).mean().backward()
+        opt.step()
+        if got is not None:
+            torch.testing.assert_close(got, opt.state[model.weight]["momentum_buffer"])
+    assert not torch.equal(seen[0], seen[1])
+
+
+def test_reading_the_optimizers_state_strict_raises():
+    fn = _momentum_reader(strict=True)
+    with pytest.raises(ConversionError, match="SGD's state"):
+        fn(torch.randn(4, 3))
