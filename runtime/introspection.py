@@ -84,8 +84,9 @@ _PYTHON_OPS = {
     "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
     "eq": operator.eq, "ne": operator.ne, "pow": operator.pow, "rpow": lambda a, b: b ** a,
     "lshift": operator.lshift, "rlshift": lambda a, b: b << a, "rshift": operator.rshift,
-    "rrshift": lambda a, b: b >> a,
-}
+    "rrshift": lambda a, b: b >> a, "and": operator.and_, "or": operator.or_,
+    "ror": lambda a, b: b | a, "xor": operator.xor, "rxor": lambda a, b: b ^ a,
+}       # (not "rand": torch.rand(n, m) has that name too)
 
 
 # in-place operators on a Python number's stand-in: Python rebinds (``k += 1``, which

@@ -29,33 +29,43 @@ from __future__ import annotations
 import torch
 
 from .errors import GraphError
+from .executor import Unstack
 from .introspection import MIXED, NUMBER_KINDS, number_kind
 from .outputs import Rebuild
 from .source_info import format_location
+from .tensor_list import ELEMENTS
 
 
-def output(node, lowered):
-    """The output structure for one result slot: ``lowered`` (the optimized graph's node
-    for the traced ``node``) as it is when ``node`` stands for no Python number, else a
-    ``Rebuild`` handing back the number it stands for on each call."""
-    kind = number_kind(node.attrs)
+def output(value, lowered: dict):
+    """The output structure for one result slot ``value`` (a traced node, or an ``Unstack``
+    of a list grown in tensor control flow; ``lowered``: id of a traced node -> the
+    optimized graph's): as the graph gives it when it stands for no Python number, else a
+    ``Rebuild`` handing back the number (the list of numbers) on each call."""
+    if isinstance(value, Unstack):
+        node = value.node
+        plain = Unstack(lowered[id(node)])      # (its rows, as tensors)
+        kind, make, rank = node.attrs.get(ELEMENTS), torch.Tensor.tolist, 1
+    else:
+        node = value
+        plain = lowered[id(node)]
+        kind, make, rank = number_kind(node.attrs), torch.Tensor.item, 0
     if kind is None:
-        return lowered
+        return plain
     if kind == MIXED:
         where = f"{format_location(node.location)}: " if node.location else ""
         raise GraphError(f"{where}the result holds a value that is a Python number on "
                          f"one path of this tensor-dependent control flow and a tensor on "
                          f"another; which one it is is known only when the graph runs, so "
                          f"the call cannot hand back eager's type")
-    if not _scalar(node):
-        return lowered
-    make = torch.Tensor.item if _exact(kind, node.meta.dtype) else NUMBER_KINDS[kind]
-    return Rebuild((lowered,), make, 0)       # (``item(t)``, ``int(t)``: no frame of ours)
-
-
-def _scalar(node) -> bool:
     meta = node.meta
-    return getattr(meta, "shape", None) == () and isinstance(meta.dtype, torch.dtype)
+    if not isinstance(getattr(meta, "dtype", None), torch.dtype) or meta.shape is None or \
+            len(meta.shape) != rank:        # (a number is 0-d, a list of them a stack)
+        return plain
+    if not _exact(kind, meta.dtype):
+        if rank:
+            return plain
+        make = NUMBER_KINDS[kind]           # (``int(t)``)
+    return Rebuild((lowered[id(node)],), make, 0)   # (``item(t)``, ``tolist(t)``: no frame)
 
 
 def _exact(kind: str, dtype: torch.dtype) -> bool:

@@ -371,8 +371,11 @@ def dispatch(func, args, kwargs):
     if func == _REQUIRES_GRAD and isinstance(args[0], SymbolicTensor):
         flag = grad_of(args[0])         # the value's, not the stand-in's (see grad_flags)
         trace_reads.note_traced_grad()  # (which follows the flags of the constants in it)
-        return flag if flag is not None else \
-            dispatch_record(graph_ops.requires_grad_of, (args[0],), {})
+        if flag is not None:
+            return flag
+        flag = dispatch_record(graph_ops.requires_grad_of, (args[0],), {})
+        mark(flag, "bool")              # (a Python bool, known when the graph runs)
+        return flag
     if func in _GETTERS:
         with torch._C.DisableTorchFunction():
             return func(*args, **kwargs)

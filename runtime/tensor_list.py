@@ -14,6 +14,7 @@ import torch.utils._pytree as pytree
 from . import grad_flags, views
 from .errors import TracingError
 from .grad_flags import grad_of
+from .introspection import kind_of, merged_kind
 from .source_info import format_location, user_location
 from .threads import PerThreadList
 
@@ -25,17 +26,22 @@ class TensorList:
         self.stack = stack
 
     def append(self, value) -> None:
+        kind = kind_of(value)
         value = self._element(value, "appending")
-        self._grow(torch.cat([self.stack, value.unsqueeze(0)], 0), value)
+        self._grow(torch.cat([self.stack, value.unsqueeze(0)], 0), value, kinds={kind})
 
-    def _grow(self, stack, added=None, flags=None) -> None:
-        """The new stack, remembering the ``requires_grad`` of the elements it holds."""
+    def _grow(self, stack, added=None, flags=None, kinds=frozenset()) -> None:
+        """The new stack, remembering the ``requires_grad`` of the elements it holds, and
+        the Python number kinds they stand for (``kinds``: of those added; None: unknown)."""
         before = element_grads(self.stack)
+        known = element_kinds(self.stack)
         if added is not None:
             flags = frozenset([grad_of(added)])
         self.stack = stack
         if before is not None and flags is not None:
             stack._tograph_element_grads = before | flags
+        if known is not None and kinds is not None:
+            stack._tograph_element_kinds = known | frozenset(kinds)
 
     def _read(self, value, element: bool = True):
         """An element (or the stack) handed to user code: a row of the stack, where eager
@@ -65,8 +71,14 @@ class TensorList:
         return self._read(self.stack, element=False)
 
     def unstacked(self) -> torch.Tensor:
-        """The stack of a list the function returns (unbound into its elements)."""
-        return self._read(self.stack)
+        """The stack of a list the function returns (unbound into its elements); its node
+        notes the Python number kind its rows stand for (``ELEMENTS``), when known."""
+        kinds = element_kinds(self.stack)
+        value = self._read(self.stack)
+        node = getattr(value, "_node", None)
+        if node is not None and kinds:
+            node.attrs[ELEMENTS] = merged_kind(kinds)
+        return value
 
     def _element(self, value, doing: str) -> torch.Tensor:
         """``value`` as one row of the stack: a tensor of the element dtype and shape (eager
@@ -90,7 +102,7 @@ class TensorList:
     def extend(self, values) -> None:
         if isinstance(values, TensorList):
             self._grow(torch.cat([self.stack, values.stacked()], 0),
-                       flags=element_grads(values.stack))
+                       flags=element_grads(values.stack), kinds=element_kinds(values.stack))
             return
         for value in values:
             self.append(value)
@@ -123,9 +135,11 @@ class TensorList:
         """``L.insert(i, v)``: ``L[i:i] = [v]`` (a negative or too large ``i`` clamps as a
         slice bound does)."""
         at = self._position(index, "insert()")
+        kind = kind_of(value)
         value = self._element(value, "inserting")
         self._grow(torch.cat([self.stack[self._bounds(slice(None, at))], value.unsqueeze(0),
-                              self.stack[self._bounds(slice(at, None))]], 0), value)
+                              self.stack[self._bounds(slice(at, None))]], 0), value,
+                   kinds={kind})
 
     def reverse(self) -> None:
         self._grow(torch.flip(self.stack, [0]), flags=frozenset())
@@ -150,6 +164,7 @@ class TensorList:
         self.stack = self.stack[:0]
         if hasattr(self.stack, "_node"):
             self.stack._tograph_element_grads = frozenset()
+            self.stack._tograph_element_kinds = frozenset()
 
     def __mul__(self, times):
         """``L * n`` (``n * L``): a new list of ``n`` copies, none for ``n <= 0``."""
@@ -249,8 +264,10 @@ class TensorList:
                                f"list built in a tensor loop (it may change the length)")
         if not isinstance(index, torch.Tensor):
             index = torch.tensor(index, dtype=torch.int64)
+        kind = kind_of(value)
         value = self._element(value, "storing")
-        self._grow(self.stack.index_put((index.reshape(1),), value.unsqueeze(0)), value)
+        self._grow(self.stack.index_put((index.reshape(1),), value.unsqueeze(0)), value,
+                   kinds={kind})
 
     def __len__(self):
         raise _dynamic("len() of a list built in a tensor loop")
@@ -265,6 +282,18 @@ class TensorList:
 pytree.register_pytree_node(
     TensorList, lambda t: ([t.stack], None), lambda children, _: TensorList(children[0]),
     flatten_with_keys_fn=lambda t: ([(pytree.GetAttrKey("stack"), t.stack)], None))
+
+
+#: a returned stack's node attribute: the Python number kind ("int", "float", "bool") its
+#: rows stand for, "mixed" where some are tensors (``runtime.returned_numbers``); absent:
+#: tensors, or not known
+ELEMENTS = "element_number"
+
+
+def element_kinds(stack) -> "frozenset | None":
+    """The Python number kinds (None: a tensor) of the elements a traced stack holds, as
+    far as this trace saw them be added; None if unknown."""
+    return getattr(stack, "__dict__", {}).get("_tograph_element_kinds")
 
 
 def element_grads(stack) -> "frozenset | None":
@@ -358,6 +387,7 @@ def stack_list(items: list, like) -> TensorList:
         flags = frozenset()
     if hasattr(stack, "_node"):
         stack._tograph_element_grads = flags
+        stack._tograph_element_kinds = frozenset(map(kind_of, items))
     return TensorList(stack)
 
 

@@ -84,7 +84,7 @@ def share(t, source) -> None:
 
 # facts about a value that hold for the same value inside a subgraph (a TensorList's
 # element grads: see ``tensor_list``), merged over paths for a cond/while output
-_FOLLOW = ("_tograph_element_grads",)
+_FOLLOW = ("_tograph_element_grads", "_tograph_element_kinds")
 
 
 def follow(outer: list, *paths: list) -> None:

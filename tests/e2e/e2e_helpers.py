@@ -11,7 +11,8 @@ from transpiler import to_graph
 def assert_same(got, exp, path="out"):
     """Same structure and container kinds, same dtypes, floats within 1e-5, ints/bools exact.
 
-    A 0-d tensor may stand for a Python number of the same kind.
+    Python numbers are of eager's type (a converted call hands back numbers, not the 0-d
+    tensors standing for them inside the trace).
     """
     if isinstance(exp, torch.Tensor):
         assert isinstance(got, torch.Tensor), f"{path}: expected tensor, got {type(got).__name__}"
@@ -23,20 +24,9 @@ def assert_same(got, exp, path="out"):
         else:
             assert torch.equal(got, exp), f"{path}: {got} != {exp}"
         return
-    if isinstance(exp, (bool, int, float)) and not isinstance(got, type(exp)):
-        assert isinstance(got, torch.Tensor) and got.dim() == 0, \
-            f"{path}: expected {type(exp).__name__} {exp!r}, got {got!r}"
-        if isinstance(exp, bool):
-            assert got.dtype == torch.bool, f"{path}: bool stood for by {got.dtype}"
-            assert bool(got) == exp, f"{path}: {got} != {exp}"
-        elif isinstance(exp, int):
-            assert not got.is_floating_point() and got.dtype != torch.bool, \
-                f"{path}: int stood for by {got.dtype}"
-            assert int(got) == exp, f"{path}: {got} != {exp}"
-        else:
-            assert got.is_floating_point(), f"{path}: float stood for by {got.dtype}"
-            assert abs(float(got) - exp) <= 1e-5 + 1e-5 * abs(exp), f"{path}: {got} != {exp}"
-        return
+    if isinstance(exp, (bool, int, float)):     # a converted call returns eager's number
+        assert type(got) is type(exp), \
+            f"{path}: expected {type(exp).__name__} {exp!r}, got {type(got).__name__} {got!r}"
     if isinstance(exp, (list, tuple, dict)):
         assert type(got) is type(exp), \
             f"{path}: container {type(got).__name__} != {type(exp).__name__}"

@@ -266,14 +266,38 @@ def test_number_or_tensor_by_path_falls_back(x):
     check_fallback(f, x, says="a Python number on one path")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "open: a list of numbers grown in a tensor loop comes back as 0-d tensors (the stack "
-    "does not record that its rows stand for numbers: runtime/tensor_list.py)"))
-def test_list_of_numbers_grown_in_tensor_loop():
+@pytest.mark.parametrize("x", [POS, NEG, torch.tensor([20.0, 1.0, 2.0])])
+def test_lists_of_numbers_grown_in_tensor_control_flow(x):
+    def f(x):
+        out, flags, i = [], [], 0
+        while x[i] < 10 and i < 2:
+            out.append(x[i].item())
+            flags.append(bool(x[i] > 1))
+            i += 1
+        ints = [1]
+        if x.sum() > 0:
+            ints.extend([2, 3])
+        else:
+            ints.insert(0, 9)
+        return out, flags, ints, i
+    check(f, x)
+
+
+def test_list_of_tensors_grown_in_a_tensor_loop_stays_tensors():
     def f(x):
         out, i = [], 0
         while x[i] < 10 and i < 2:
-            out.append(x[i].item())
+            out.append(x[i] * 2)
             i += 1
         return out
+    assert [type(v) for v in check(f, POS)] == [torch.Tensor] * 2
+
+
+def test_requires_grad_chosen_by_a_branch_is_a_bool():
+    def f(x):
+        w = torch.ones(3)
+        if x.sum() > 0:
+            w.requires_grad_()
+        return x * w, w.requires_grad
     check(f, POS)
+    check(f, NEG)

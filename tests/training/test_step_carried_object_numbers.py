@@ -9,8 +9,8 @@ read and changed under tensor ``if``s (``runtime/region_numbers.py``,
 
 Each program is built twice from one seed: one copy runs eagerly, the other through
 ``to_graph`` (default, then strict), on the same inputs. After *every* call the results
-must be eager's (a 0-d tensor may stand for a Python number of the same kind: the
-project's contract for returned numbers) and the Python state exactly eager's: the same
+must be eager's (returned numbers of eager's type: runtime/returned_numbers.py) and the
+Python state exactly eager's: the same
 values with the same Python types (int, float, bool) -- never a tensor left in the user's
 dict or object. Programs that convert trace once; those that cannot be made exact fall
 back naming the line that changes the number (strict: ``ConversionError`` there).
@@ -312,7 +312,7 @@ def helper_called_twice():
 
 
 def counter_returned():
-    """The counter itself returned (an int: a 0-d int64 tensor may stand for it)."""
+    """The counter itself returned (an int, as eager's)."""
     state = {"improved": 0, "best": 1e9}
 
     def step(x):

@@ -89,17 +89,6 @@ def _exact(got, exp, path):
         assert type(got) is type(exp) and got == exp, f"{path}: {got!r} != {exp!r}"
 
 
-def _number(v):
-    """A returned value as eager's kind: a 0-d float64/int64 tensor may stand for a Python
-    number (in tuples, lists and dicts too)."""
-    if isinstance(v, (tuple, list)):
-        return type(v)(_number(x) for x in v)
-    if isinstance(v, dict):
-        return {k: _number(x) for k, x in v.items()}
-    return v.item() if isinstance(v, torch.Tensor) and v.dim() == 0 and \
-        v.dtype in (torch.float64, torch.int64) else v
-
-
 def _numbers(outs):
     """What the returned values hold but tensors (compared exactly)."""
     if isinstance(outs, torch.Tensor):
@@ -147,7 +136,7 @@ def _compare(program, between=None, modes=("default", "strict")):
         _exact(state, exp_state, f"{mode}.state")
         assert printed == exp_print, f"{mode}: printed {printed!r} != {exp_print!r}"
         assert_same(out, exp_out, f"{mode}.returned")
-        _exact(_numbers(_number(out)), _numbers(exp_out), f"{mode}.numbers")
+        _exact(_numbers(out), _numbers(exp_out), f"{mode}.numbers")    # (types too)
         if not fbs:
             assert traces == 1, f"{mode}: {traces} traces for {STEPS} steps"
         results[mode] = "fallback" if fbs else "converted"
