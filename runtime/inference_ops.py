@@ -27,9 +27,11 @@ so every other op runs in it as eager's do.
   on real tensors of the same shapes and kinds: where eager raises (its text: "Inplace
   update to inference tensor outside InferenceMode", "Inference tensors cannot be saved
   for backward") the trace raises that error as the user's own (in both modes, after
-  eager ran up to it: ``transpiler.api``); where it does not, or cannot be checked (a
-  branch or loop body, a run-time size), the call falls back naming the line (a fused
-  kernel under autograd might save what eager's op does not). A view taken in the mode
+  eager ran up to it: ``transpiler.api``); where it does not (``w + t``, ``torch.cat``,
+  ``torch.where``: the op saves no inference tensor), the op is recorded as an opaque
+  ``normal_<name>`` node (an ``InferenceOp`` in the call's own mode), so no fused kernel,
+  which might save what eager's op does not, takes it in; where it cannot be checked (a
+  branch or loop body, a run-time size), the call falls back naming the line. A view taken in the mode
   of a tensor that requires grad is refused too (eager's view requires grad with no
   history, which the trace's flags do not follow).
 - **Autograd and optimizer effects** (``loss.backward()``, ``opt.step()``) recorded in a
@@ -177,6 +179,9 @@ def target_for(func, target, args, kwargs, location):
         return target
     mode = torch.is_inference_mode_enabled()
     inplace = is_inplace(func, kwargs)
+    opaque, _STARTS.opaque = getattr(_STARTS, "opaque", None), None
+    if opaque == (func, id(args), id(kwargs)):  # (check: eager's op reads an inference
+        return wrapped(target, mode, inplace)   # tensor under autograd without error)
     if mode == start or _python_work(func, args, kwargs):
         return target
     if mode:
@@ -253,23 +258,26 @@ def _check_outside(func, args, kwargs, inplace, graph, location) -> None:
                                                for t in tensors)
     if not inplace and not records:
         return
-    eager = _eager_error(func, args, kwargs, graph)
+    checked, eager = _eager_error(func, args, kwargs, graph)
     if eager is not None:
         eager.add_note(f"{format_location(location)}: {op_name(func)} (found while tracing)")
         eager._tograph_user_error = True
         eager.location = location
         raise eager
+    if checked and not inplace:         # eager's op saves no inference tensor: the same
+        _STARTS.opaque = (func, id(args), id(kwargs))   # op, recorded opaque (target_for)
+        return
     what = "an in-place write to" if inplace else "autograd recording an op on"
     raise _error(location, f"{what} a tensor made in inference mode (torch.inference_mode): "
                  "eager may raise here, and a graph's kernels would not do as eager's op")
 
 
-def _eager_error(func, args, kwargs, graph) -> Optional[Exception]:
-    """The RuntimeError eager's op raises on real tensors of these shapes, kinds and
-    requires_grad flags; None when it does not raise or cannot be checked (in a branch
-    or loop body eager may not run it; a size known only at run time; a kind unknown)."""
+def _eager_error(func, args, kwargs, graph) -> Tuple[bool, Optional[Exception]]:
+    """(checked, the RuntimeError eager's op raises on real tensors of these shapes, kinds
+    and requires_grad flags, or None). Not checked: in a branch or loop body (eager may
+    not run it), a size known only at run time, a kind unknown, another failure."""
     if graph.parent is not None:
-        return None
+        return False, None
     from torch.utils import _pytree as pytree
     from . import grad_flags
     checkable = [True]
@@ -298,16 +306,14 @@ def _eager_error(func, args, kwargs, graph) -> Optional[Exception]:
     with torch._C.DisableTorchFunction():
         real_args, real_kwargs = pytree.tree_map(real, (args, kwargs))
         if not checkable[0]:
-            return None
+            return False, None
         try:
             func(*real_args, **real_kwargs)
         except RuntimeError as e:
-            if "nference" in str(e):
-                return e
-            return None
+            return ("nference" in str(e)), (e if "nference" in str(e) else None)
         except Exception:       # noqa: BLE001 - another failure: not this check's
-            return None
-    return None
+            return False, None
+    return True, None
 
 
 def _error(location, why: str) -> GraphError:

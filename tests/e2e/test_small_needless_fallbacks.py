@@ -113,3 +113,72 @@ def test_reading_the_optimizers_state_strict_raises():
     fn = _momentum_reader(strict=True)
     with pytest.raises(ConversionError, match="SGD's state"):
         fn(torch.randn(4, 3))
+
+
+# 2. An inference tensor read by an op autograd records: eager's op decides (checked on
+# real tensors while tracing: runtime/inference_ops.py). Where it saves none, it converts.
+_W = torch.randn(3, requires_grad=True)
+
+
+def _allowed_add(x):
+    with torch.inference_mode():
+        t = x * 2
+    return (_W + t).sum()
+
+
+def _allowed_sub_cat(x):
+    with torch.inference_mode():
+        t = x.exp()
+    y = torch.cat([_W - t, t]).tanh()
+    return y.sum(), torch.where(t > 1, _W, t)
+
+
+def _refused_mul(x):
+    with torch.inference_mode():
+        t = x * 2
+    return (_W * t).sum()
+
+
+def _refused_matmul(x):
+    with torch.inference_mode():
+        t = x + 1
+    return _W @ t
+
+
+def _grads_of(fn, x):
+    _W.grad = None
+    out = fn(x)
+    loss = out[0] + out[1].sum() if isinstance(out, tuple) else out
+    loss.backward()
+    grad, _W.grad = _W.grad.clone(), None
+    return out, grad
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("fn", [_allowed_add, _allowed_sub_cat], ids=lambda f: f.__name__)
+def test_inference_tensor_eager_allows_converts(fn, strict):
+    g = to_graph(fn, strict=strict)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for seed in range(3):
+            x = torch.randn(3, generator=torch.Generator().manual_seed(seed))
+            got, ggrad = _grads_of(g, x)
+            exp, egrad = _grads_of(fn, x)
+            for a, b in zip(got if isinstance(got, tuple) else (got,),
+                            exp if isinstance(exp, tuple) else (exp,)):
+                torch.testing.assert_close(a, b)
+                assert a.requires_grad == b.requires_grad and a.is_inference() is b.is_inference()
+            torch.testing.assert_close(ggrad, egrad)
+    assert not _fallbacks(caught), [str(w.message) for w in _fallbacks(caught)]
+    info = g.cache_info()
+    assert (info.traces, info.fallbacks) == (1, 0)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("fn", [_refused_mul, _refused_matmul], ids=lambda f: f.__name__)
+def test_inference_tensor_saved_for_backward_raises_eagers_error(fn, strict):
+    x = torch.randn(3)
+    with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
+        fn(x)
+    with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
+        to_graph(fn, strict=strict)(x)
