@@ -92,7 +92,8 @@ def _run(build, strict=None):
     p = build()
     fns = p["fns"] if "fns" in p else {"step": p["fn"]}
     if strict is not None:
-        fns = {k: to_graph(f, strict=strict) for k, f in fns.items()}
+        fns = {k: f if k in p.get("eager", ()) else to_graph(f, strict=strict)
+               for k, f in fns.items()}
     rows, fallbacks = [], []
     for i, item in enumerate(p["inputs"]):
         name, args = item if isinstance(item, tuple) and isinstance(item[0], str) else ("step", item)
@@ -783,8 +784,10 @@ def shared_meter_train_and_eval():
                 opts=[o], state=lambda: {k: vars(v) for k, v in meters.items()})
 
 
-@program("xfail", ("BUG: silent: a function that only reads a closure counter under a Python if guarding an append (`if st['n'] >= 2: st['evals'].append(...)`; `return st['n']`) returns the counter's value from its trace (2) while the caller has changed it (eager 4)",
-                    'converts'))
+@program("xfail", ("BUG: silent: eval_step appends to st['evals'] and reads st['trained'], which "
+                   "train_step changes: the dict's other keys are not guarded once one is written "
+                   "(see test_minimal_dict_written_key_other_key_is_stale); it returns 2 where "
+                   "eager has 4", "converts"))
 def shared_counter_two_steps():
     """Two converted functions sharing a closure counter: train increments, eval reads
     ``step`` under a Python ``if`` (only log when trained >= 2 times)."""
@@ -827,6 +830,80 @@ def fairseq_meters_dict():
 
 
 # ------------------------------------------------------------------------ logged lists
+@program("converts", CALLS)     # a number only read is guarded by value: a trace per epoch
+def epoch_set_by_caller_on_object():
+    """The same with a plain object (``run.epoch`` set by the caller, ``run.last`` carried):
+    the caller's epoch is seen."""
+    m, o = _model_opt()
+    run = types.SimpleNamespace(epoch=0, last=0.0)
+
+    def next_epoch():
+        run.epoch += 1
+
+    def step(x, y):
+        for g in o.param_groups:
+            g["lr"] = 0.1 * min(1.0, (run.epoch + 1) / 3)
+        loss = _fit(m, o, x, y)
+        run.last = loss.item()
+        return run.epoch
+    inputs = []
+    for d in _data(CALLS, SCALES):
+        inputs += [("step", d), ("epoch", ())]
+    return dict(fns={"step": step, "epoch": next_epoch}, eager={"epoch"}, inputs=inputs,
+                modules=[m], opts=[o], state=lambda: vars(run))
+
+
+@program("xfail", ("BUG: silent: a step that appends to a list in a dict and reads another key of "
+                   "that dict the caller changes between calls (`state['epoch']`) uses the epoch of "
+                   "its trace (warmup lr frozen at epoch 0's)", "converts"))
+def epoch_set_by_caller_with_logged_list():  # (the same fault as the next program)
+    """An epoch loop in plain Python sets ``state['epoch']``; the converted step scales its lr
+    by a warmup from that epoch and logs ``state['losses'].append(loss.item())``."""
+    m, o = _model_opt()
+    state = {"epoch": 0, "losses": []}
+
+    def next_epoch():
+        state["epoch"] += 1
+
+    def step(x, y):
+        for g in o.param_groups:
+            g["lr"] = 0.1 * min(1.0, (state["epoch"] + 1) / 3)
+        loss = _fit(m, o, x, y)
+        state["losses"].append(loss.item())
+        return state["epoch"]
+    data = _data(CALLS, SCALES)
+    inputs = []
+    for d in data:
+        inputs += [("step", d), ("epoch", ())]
+    return dict(fns={"step": step, "epoch": next_epoch}, eager={"epoch"}, inputs=inputs,
+                modules=[m], opts=[o], state=lambda: state)
+
+
+@program("xfail", ("BUG: silent: a closure dict the step writes one key of (a carried number, `+=`, or an appended list) is not guarded on its other keys: a key the caller changes between calls and the step only reads keeps its trace-time value (here `state['last'] = loss.item()` and the caller's "
+                   "`state['epoch']`)", "converts"))
+def epoch_set_by_caller_without_list():
+    """The neighbour without the logged list: ``state['last'] = loss.item()`` is the only
+    write, ``state['epoch']`` is still read as it was at the trace."""
+    m, o = _model_opt()
+    state = {"epoch": 0, "last": 0.0}
+
+    def next_epoch():
+        state["epoch"] += 1
+
+    def step(x, y):
+        for g in o.param_groups:
+            g["lr"] = 0.1 * min(1.0, (state["epoch"] + 1) / 3)
+        loss = _fit(m, o, x, y)
+        state["last"] = loss.item()
+        return state["epoch"]
+    data = _data(CALLS, SCALES)
+    inputs = []
+    for d in data:
+        inputs += [("step", d), ("epoch", ())]
+    return dict(fns={"step": step, "epoch": next_epoch}, eager={"epoch"}, inputs=inputs,
+                modules=[m], opts=[o], state=lambda: state)
+
+
 @program()
 def losses_list_smoothed_window():
     """``losses.append(l)``; ``smooth = sum(losses[-3:]) / len(losses[-3:])``."""
@@ -1470,8 +1547,7 @@ def test_enough_programs():
 
 # ------------------------------------------------------------ minimal reproductions
 @pytest.mark.xfail(strict=True, reason=(
-    "BUG: silent: a converted function that reads a closure counter it does not write, under a "
-    "Python if guarding an append, returns the counter's value at its trace"))
+    "BUG: silent: a closure dict the step writes one key of (a carried number, `+=`, or an appended list) is not guarded on its other keys: a key the caller changes between calls and the step only reads keeps its trace-time value; here read under a Python if guarding an append"))
 def test_minimal_read_only_counter_with_guarded_append_is_stale():
     st = {"n": 0, "evals": []}
 
@@ -1488,6 +1564,57 @@ def test_minimal_read_only_counter_with_guarded_append_is_stale():
             got.append(g(torch.zeros(1)))
         exp.append(st["n"])
     assert got == exp, (got, exp)          # got [1, 2, 2, 2, 2]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: silent: a closure dict the step writes one key of (a carried number, `+=`, or an appended list) is not guarded on its other keys: a key the caller changes between calls and the step only reads keeps its trace-time value: [1, 1, 1, 1, 1] where eager has [1, 2, 3, 4, 5]"))
+def test_minimal_dict_with_appended_list_other_key_is_stale():
+    st = {"n": 0, "evals": []}
+
+    def f(x):
+        st["evals"].append(x.sum().item())
+        return st["n"]
+    g = to_graph(f)
+    got, exp = [], []
+    for _ in range(5):
+        st["n"] += 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got.append(g(torch.ones(1)))
+        exp.append(st["n"])
+    assert got == exp, (got, exp)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: silent: a closure dict the step writes one key of (a carried number, `+=`, or an appended list) is not guarded on its other keys: a key the caller changes between calls and the step only reads keeps its trace-time value: the smallest case")
+def test_minimal_dict_written_key_other_key_is_stale():
+    st = {"n": 0, "last": 0.0}
+
+    def f(x):
+        st["last"] = x.sum().item()
+        return x * st["n"]
+    g = to_graph(f)
+    for n in range(1, 5):
+        st["n"] = n
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = g(torch.ones(1))
+        assert got.item() == n, (got, n)           # got 1.0 on every call
+
+
+def test_minimal_two_dicts_are_fresh():
+    """The neighbour that works: the written number in its own dict."""
+    st, cnt = {"n": 0}, {"c": 0}
+
+    def f(x):
+        cnt["c"] += 1
+        return x * st["n"]
+    g = to_graph(f)
+    for n in range(1, 5):
+        st["n"] = n
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = g(torch.ones(1))
+        assert got.item() == n and cnt["c"] == n
 
 
 def test_minimal_read_only_counter_without_append_is_fresh():
