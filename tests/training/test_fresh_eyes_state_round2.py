@@ -859,24 +859,7 @@ def epoch_set_by_caller_on_object():
 def epoch_set_by_caller_with_logged_list():  # (the same fault as the next program)
     """An epoch loop in plain Python sets ``state['epoch']``; the converted step scales its lr
     by a warmup from that epoch and logs ``state['losses'].append(loss.item())``."""
-    m, o = _model_opt()
-    state = {"epoch": 0, "losses": []}
-
-    def next_epoch():
-        state["epoch"] += 1
-
-    def step(x, y):
-        for g in o.param_groups:
-            g["lr"] = 0.1 * min(1.0, (state["epoch"] + 1) / 3)
-        loss = _fit(m, o, x, y)
-        state["losses"].append(loss.item())
-        return state["epoch"]
-    data = _data(CALLS, SCALES)
-    inputs = []
-    for d in data:
-        inputs += [("step", d), ("epoch", ())]
-    return dict(fns={"step": step, "epoch": next_epoch}, eager={"epoch"}, inputs=inputs,
-                modules=[m], opts=[o], state=lambda: state)
+    return _epoch_set_by_caller(log_list=True)
 
 
 @program("xfail", ("BUG: silent: a closure dict the step writes one key of (a carried number, `+=`, or an appended list) is not guarded on its other keys: a key the caller changes between calls and the step only reads keeps its trace-time value (here `state['last'] = loss.item()` and the caller's "
@@ -884,8 +867,12 @@ def epoch_set_by_caller_with_logged_list():  # (the same fault as the next progr
 def epoch_set_by_caller_without_list():
     """The neighbour without the logged list: ``state['last'] = loss.item()`` is the only
     write, ``state['epoch']`` is still read as it was at the trace."""
+    return _epoch_set_by_caller(log_list=False)
+
+
+def _epoch_set_by_caller(log_list):
     m, o = _model_opt()
-    state = {"epoch": 0, "last": 0.0}
+    state = {"epoch": 0, "losses": []} if log_list else {"epoch": 0, "last": 0.0}
 
     def next_epoch():
         state["epoch"] += 1
@@ -894,11 +881,13 @@ def epoch_set_by_caller_without_list():
         for g in o.param_groups:
             g["lr"] = 0.1 * min(1.0, (state["epoch"] + 1) / 3)
         loss = _fit(m, o, x, y)
-        state["last"] = loss.item()
+        if log_list:
+            state["losses"].append(loss.item())
+        else:
+            state["last"] = loss.item()
         return state["epoch"]
-    data = _data(CALLS, SCALES)
     inputs = []
-    for d in data:
+    for d in _data(CALLS, SCALES):
         inputs += [("step", d), ("epoch", ())]
     return dict(fns={"step": step, "epoch": next_epoch}, eager={"epoch"}, inputs=inputs,
                 modules=[m], opts=[o], state=lambda: state)
