@@ -632,7 +632,7 @@ class GraphFunction:
         self._leaf_names = _leaf_names(self._param_names, args, kwargs, len(flat), self._held)
         trace_log.tracing(self, key, self._history, cached, flat, dynamic)
         self._entries.misses += 1
-        self._retraces.note(self, self._param_names, key, cached, flat, dynamic or promoted)
+        self._retraces.note(self, self._leaf_names, key, cached, flat, dynamic or promoted)
         collecting = gc.isenabled()
         if collecting:              # building makes many objects, few cycles: collecting
             gc.disable()            # them meanwhile (a full pass per few thousand) is waste

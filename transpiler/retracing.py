@@ -284,14 +284,35 @@ _ADVICE = {
 
 
 def _compare(names, history, key):
-    """(kind, change, shape advice) for a trace of ``key`` that no cached guard refused."""
+    """(kind, change, advice: for shapes, or a list of numbers) for a trace of ``key`` that
+    no cached guard refused."""
     if key in history:
         return "evicted", "its graph was dropped for the cache limit", None
     old = _closest(history, key)
     found = changes(names, old, key)
     kind = _kind(found)
     return (kind, "; ".join(t for _, t in found) or STATE_CHANGED,
-            _shape_advice(names, old, key) if kind == "shapes" else None)
+            _shape_advice(names, old, key) if kind == "shapes" else
+            _list_advice(names, old, key) if kind == "values" else None)
+
+
+def _list_advice(names, old, new) -> Optional[str]:
+    """For numbers that changed inside one list or tuple argument (``lengths`` for
+    ``pack_padded_sequence``, leaves ``lengths_0``, ``lengths_1``...): pass it as one tensor."""
+    leaves = old[0].num_leaves
+    lists = {names[i].rpartition("_")[0] for i, (a, b) in enumerate(zip(old[1:leaves + 1],
+                                                                          new[1:leaves + 1]))
+             if a != b and _is_value(a) and _is_value(b) and i < len(names) and
+             names[i].rpartition("_")[2].isdigit()}
+    lists.discard("")
+    if not lists:
+        return None
+    example = sorted(lists)[0]
+    return (f"The numbers in a list or tuple argument ({', '.join(sorted(lists))}) are "
+            f"constants of the graph too, one per item: a list that changes from call to "
+            f"call is a new trace each time. Pass it as one tensor "
+            f"(torch.tensor({example}); pack_padded_sequence takes CPU int64 lengths) to "
+            f"reuse one graph")
 
 
 class Retraces:
@@ -307,7 +328,7 @@ class Retraces:
         """A trace of ``key`` is starting (``cached``: the key's entry whose guard failed;
         ``dynamic``: a trace with dynamic dims, the automatic policy's own retrace, not
         counted). Warns when due; returns the kind."""
-        history = self.history
+        history, advice = self.history, None
         if not history:
             kind, change = "first", ""
         elif cached is not None:
@@ -330,7 +351,7 @@ class Retraces:
         if count >= WARN_AFTER and kind not in self.warned:
             self.warned.add(kind)
             name = getattr(function, "__name__", "function")
-            text = advice if kind == "shapes" else _ADVICE[kind]
+            text = advice if advice is not None else _ADVICE[kind]
             warn_at_caller(RetracingWarning(
                 f"{name} was traced {self.traces} times, {count} of them for the same "
                 f"reason; this time because {change}. {text}. (Said once per function "

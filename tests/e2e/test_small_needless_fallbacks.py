@@ -182,3 +182,58 @@ def test_inference_tensor_saved_for_backward_raises_eagers_error(fn, strict):
         fn(x)
     with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
         to_graph(fn, strict=strict)(x)
+
+
+# 3. A list of ints that changes every call (lengths for pack_padded_sequence): each value
+# is a constant of the graph, so a new list is a new trace (bounded by the cache), and the
+# RetracingWarning names the list's items and says to pass it as one tensor, which traces
+# once. Passing the list itself as run-time values is not built (strict xfail below).
+_GRU = nn.GRU(4, 5, batch_first=True)
+
+
+def _packed(x, lengths):
+    p = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    out, h = _GRU(p)
+    y, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+    return y.sum(1), h
+
+
+def _batches(n, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randn(3, 6, 4, generator=gen),
+             torch.randint(1, 7, (3,), generator=gen).tolist()) for _ in range(n)]
+
+
+def _same(got, exp):
+    for a, b in zip(got, exp):
+        torch.testing.assert_close(a, b)
+
+
+def test_changing_int_list_warns_naming_its_items_and_the_tensor_way():
+    g = to_graph(_packed)
+    batches = _batches(6)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for x, lengths in batches:
+            _same(g(x, lengths), _packed(x, lengths))
+    texts = [str(w.message) for w in caught if "RetracingWarning" in w.category.__name__]
+    assert len(texts) == 1, texts
+    assert "lengths_1" in texts[0] and "argument #" not in texts[0]
+    assert "torch.tensor(lengths)" in texts[0]
+    assert g.cache_info().traces == len({tuple(lengths) for _, lengths in batches})
+
+
+def test_int_list_passed_as_a_tensor_traces_once():
+    g = to_graph(_packed)
+    for x, lengths in _batches(6):
+        _same(g(x, torch.tensor(lengths)), _packed(x, lengths))
+    assert g.cache_info().traces == 1
+
+
+@pytest.mark.xfail(strict=True, reason="open: a list of ints that varies is not yet passed "
+                   "as run-time values (one trace per distinct list; see the warning)")
+def test_changing_int_list_becomes_run_time_values():
+    g = to_graph(_packed)
+    for x, lengths in _batches(8):
+        _same(g(x, lengths), _packed(x, lengths))
+    assert g.cache_info().traces <= 3
