@@ -21,7 +21,8 @@ _DROPOUT_ARGUMENT = {"lstm": 5, "gru": 5, "rnn_tanh": 5, "rnn_relu": 5}
 
 
 class _RandomOps:
-    """``name in RANDOM``: the op named ``name`` draws from a random generator (cached)."""
+    """``name in RANDOM``: the op named ``name`` draws from a random generator. Answers are
+    cached in a dict two threads may both fill: each writes torch's same answer."""
 
     def __init__(self):
         self._known = {}
