@@ -308,12 +308,14 @@ class Snapshot:
         but for those ``served`` ({id(object): names}) as graph values while tracing
         (``runtime.training_attributes``: ``param_groups``, ``last_epoch``). ``noted``
         ({id(object): names}): what the trace saw read on that object itself
-        (``runtime.optimizer_reads``), which decides in place of the names the code uses
-        (a model's ``self.state`` is not the optimizer's)."""
+        (``runtime.optimizer_reads``) and the strings the code holds (``getattr``,
+        ``vars(opt)[...]`` read past the recording) decide in place of the attribute names
+        the code uses (a model's ``self.state`` is not the optimizer's)."""
         for o in objects:
             if hook_snapshot._is_module(o):     # its zero_grad() changes grads only: its
                 continue                        # attributes stay the module guard's
-            used = (noted or {}).get(id(o), self._names)
+            used = self._names if id(o) not in (noted or {}) else noted[id(o)] | set(
+                ).union(*(strings_used(c) for c in self._codes))   # (vars(opt)["state"])
             read = used & {k for k, v in vars(o).items()
                            if not k.startswith("_") and not callable(v)}
             read -= (served or {}).get(id(o), set())

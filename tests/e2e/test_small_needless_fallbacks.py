@@ -78,7 +78,12 @@ def test_model_state_is_not_the_optimizers(kind, strict):
     assert fn.cache_info().traces == 1
 
 
-def _momentum_reader(strict):
+_READS = {"attribute": lambda opt, p: opt.state[p]["momentum_buffer"],
+          "getattr": lambda opt, p: getattr(opt, "state")[p]["momentum_buffer"],
+          "vars": lambda opt, p: vars(opt)["state"][p]["momentum_buffer"]}
+
+
+def _momentum_reader(strict, how="attribute"):
     torch.manual_seed(0)
     model = nn.Linear(3, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -88,13 +93,14 @@ def _momentum_reader(strict):
         loss = model(x).pow(2).mean()
         loss.backward()
         opt.step()
-        return loss, opt.state[model.weight]["momentum_buffer"].clone()
+        return loss, _READS[how](opt, model.weight).clone()
     step(torch.ones(4, 3))      # (eager: the state exists)
     return to_graph(step, strict=strict)
 
 
-def test_reading_the_optimizers_state_still_falls_back():
-    fn = _momentum_reader(strict=False)
+@pytest.mark.parametrize("how", sorted(_READS))
+def test_reading_the_optimizers_state_still_falls_back(how):
+    fn = _momentum_reader(strict=False, how=how)
     with pytest.warns(FallbackWarning, match=r"test_small_needless_fallbacks\.py:\d+.*SGD's state"):
         seen = [fn(torch.ones(4, 3))[1] for _ in range(2)]
     torch.manual_seed(0)        # eager: the same two steps
