@@ -28,6 +28,7 @@ from . import autocast_ops, autograd_effects, factory_dtypes, inference_ops, ite
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
 from . import attention_fast_path, carried_numbers, library_questions, tensor_of_items
 from . import inference_warnings, int_overflow, known_values, packed_sequences, unpool_sizes
+from . import value_tests
 from . import branch_grad_flags, foreach_calls
 from .errors import GraphError, TracingError
 from .grad_flags import grad_of
@@ -650,6 +651,10 @@ def _record_call(func, args, kwargs, concrete: bool):
             return made
     if func in index_lists.INDEXING and len(args) >= 2:
         args = (args[0], index_lists.as_index_tensor(args[1])) + tuple(args[2:])
+    if func in value_tests.CALLS:       # torch.equal/allclose: a bool the graph computes
+        answer = value_tests.CALLS[func](*args, **kwargs)
+        if answer is not None:
+            return answer
     number = arithmetic_kind(op_name(func), args) if not kwargs else None
     args, python_int = _as_python_numbers(func, args) if not kwargs else (args, False)
     if not kwargs and len(args) == 2 and op_name(func) in _PROMOTING:

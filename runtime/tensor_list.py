@@ -234,6 +234,12 @@ class TensorList:
     def __getitem__(self, index):
         if isinstance(index, slice):
             part = TensorList(self.stack)
+            step = index.step
+            if isinstance(step, int) and step < 0 and index.start is None and \
+                    index.stop is None:     # L[::-1], L[::-k]: from the last row back
+                flipped = self.stack.flip(0)
+                part._grow(flipped if step == -1 else flipped[::-step], flags=frozenset())
+                return part
             part._grow(self.stack[self._bounds(index)], flags=frozenset())
             return part
         return self._read(self.stack[index])
@@ -282,6 +288,15 @@ class TensorList:
 pytree.register_pytree_node(
     TensorList, lambda t: ([t.stack], None), lambda children, _: TensorList(children[0]),
     flatten_with_keys_fn=lambda t: ([(pytree.GetAttrKey("stack"), t.stack)], None))
+
+
+def truth(value):
+    """``bool(L)`` (``if L:``, ``not L``, ``a if L else b``) of a list built in a tensor
+    loop: ``len(L) > 0``, a bool known when the graph runs (a Python bool where the length
+    is static); any other value as it is."""
+    if type(value) is not TensorList:
+        return value
+    return value.length() > 0
 
 
 #: a returned stack's node attribute: the Python number kind ("int", "float", "bool") its

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..control_flow import staged_cond
 from ..symbolic import is_symbolic
-from ..tensor_list import TensorList, note_converted
+from ..tensor_list import TensorList, note_converted, truth
 from .cells import restoring_cells
 from .decisions import _LISTENERS, note
 from . import state_aliases
@@ -19,6 +19,7 @@ from .object_state import unwrap_state, wrap_state, wrapping
 
 
 def if_stmt(test, body, orelse, state, names):
+    test = truth(test)                  # (``if L:`` of a list grown in a tensor loop)
     if not is_symbolic(test):
         if _LISTENERS:
             note("if", bool(test))

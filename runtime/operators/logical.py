@@ -13,6 +13,7 @@ from ..errors import GraphError
 from ..introspection import MIXED, kind_of, mark
 from ..source_info import format_location, user_location
 from ..symbolic import is_symbolic
+from ..tensor_list import truth
 from .decisions import _LISTENERS, note
 
 
@@ -59,6 +60,7 @@ def is_bool(a, const: bool, negate: bool = False):
 
 def not_(a):
     """``not a``: a bool tensor for a symbolic ``a``."""
+    a = truth(a)                        # (``not L`` of a list grown in a tensor loop)
     if is_symbolic(a):
         return torch.logical_not(a)
     return not a
@@ -66,6 +68,7 @@ def not_(a):
 
 def ifexp(test, true_fn, false_fn):
     """``true_fn() if test else false_fn()``."""
+    test = truth(test)
     if not is_symbolic(test):
         if _LISTENERS:
             note("ifexp", bool(test))

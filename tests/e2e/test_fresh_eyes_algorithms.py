@@ -1959,9 +1959,6 @@ FALLS_BACK = {
     # README: a variable first assigned in a tensor loop and read after it is an error
     # (here `shift = inf` makes the first iteration certain, which the rule cannot see)
     "kmeans_lloyd": "while shift > tol and it < 100:",
-    # a history list grown under a tensor `if`, popped from the front and zipped next
-    # iteration
-    "lbfgs_two_loop": "if s_hist:",
     # eager changes the loop variable's dtype (int64 -> float32) on the first iteration
     "compound_interest_dtype_promotion": "while balance < target:",
     # a work list whose length the data decides, popped and pushed
@@ -1975,35 +1972,22 @@ FALLS_BACK = {
 }
 
 XFAIL = {
+    "lbfgs_two_loop":
+        "BUG: converts now (`if s_hist:` of a list grown in the tensor loop is `len > 0` "
+        "when the graph runs), but the optimized graph's float32 rounding differs from "
+        "eager's and 20 L-BFGS steps amplify it: x[1] 0.0503 where eager gives 0.0502 "
+        "(rel. 1e-4); with options.optimize = False the graph equals eager",
     "taylor_exp_python_factorial":
         "BUG (now loud, not silent): `fact *= k` past 20! leaves int64; the graph checks it "
         "when it runs and the call runs eagerly with a FallbackWarning (eager's values), but "
         "the first input converts, so the verdict is neither 'converts' nor 'falls_back' "
         "on the first call; a graph cannot carry a Python int past int64",
     "dopri5_adaptive":
-        "needless fallback: a generator expression in a tensor `while` body reading a "
-        "body-local list (`ks = [...]; y = y + sum(w * k for w, k in zip(W, ks))`) is refused "
-        "as 'ks is first assigned inside a tensor-dependent loop and used after it'; it is "
-        "not used after the loop. Minimal: `while t < 1.0: ks = [y, 2 * y]; y = y + sum(w * k "
-        "for w, k in zip(W, ks)); t = t + 0.5`",
-    "nms_while_order":
-        "needless fallback: the truth of a list appended in a tensor `while` "
-        "(`torch.stack(keep) if keep else ...`): 'len() of a list built in a tensor loop'; "
-        "`len(keep) > 0` and `torch.stack(keep)` both convert",
-    "lanczos_breakdown":
-        "needless fallback: `if len(betas) >= len(alphas): betas = betas[:len(alphas) - 1]` "
-        "after a `for` with a tensor `break` appending both lists: 'len() of a list built "
-        "in a tensor loop'",
-    "lcs_length_and_backtrack":
-        "needless fallback: `seq[::-1]` of a list appended in a tensor `while` ('a slice with "
-        "step -1 of a list built in a tensor loop'); `reversed(seq)` is supported",
-    "odd_even_transposition":
-        "needless fallback: `torch.equal(a, b)` in a tensor loop: 'equal: the result's shape "
-        "could not be inferred (DataDependentOutputException)'; it is a static-shape test "
-        "and `(a == b).all()`",
-    "bellman_ford":
-        "needless fallback: `if torch.equal(new, dist): break` in a relaxation loop "
-        "(DataDependentOutputException for aten.equal)",
+        "BUG: converts now (the body-local `ks` read by a generator expression is no cell), "
+        "but the optimized graph's float32 rounding differs from eager's: the embedded "
+        "pair's error `((y5 - y4) / scale)` (y5 - y4 ~1e-8, scale ~1e-5) is 0.0042 on the "
+        "first step where eager's is exactly 0.0, so the step controller takes another path "
+        "(n_reject 0, eager 1); with options.optimize = False the graph equals eager",
 }
 
 

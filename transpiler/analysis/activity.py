@@ -124,6 +124,21 @@ def free_names(node):
     return read - bound
 
 
+def _lazy_free_names(node):
+    """The free names ``node`` may read after it is made: a list/set/dict comprehension
+    reads none later (it runs where it is written), a generator expression reads its
+    first iterable there too (``sum(w * k for w, k in zip(W, ks))``: ``ks`` is no cell)."""
+    if isinstance(node, (gast.ListComp, gast.SetComp, gast.DictComp)):
+        return set()
+    if not isinstance(node, gast.GeneratorExp):
+        return free_names(node)
+    first = node.generators[0]
+    rest = gast.GeneratorExp(elt=node.elt, generators=[gast.comprehension(
+        target=first.target, iter=gast.Constant(value=None, kind=None), ifs=first.ifs,
+        is_async=first.is_async)] + node.generators[1:])
+    return free_names(rest)
+
+
 def header_effects(stmt, bindings_only=False, memo=None):
     """Effects of ``stmt`` itself, not of the blocks it contains (``bindings_only``: only
     its ``binds`` and ``deleted`` are complete). ``memo``: a dict the analyses of one
@@ -274,7 +289,7 @@ def _scope(fn, memo):
         for node in traversal.walk(stmt):
             if isinstance(node, _FUNCS + _COMPS) and \
                     not anno.getanno(node, anno.Key.CALLED_AT_ONCE):
-                captured |= free_names(node)
+                captured |= _lazy_free_names(node)
     return Scope(frozenset(params), frozenset(locals_), frozenset(declared_g), frozenset(declared_nl),
                  frozenset(captured & locals_))
 
