@@ -43,9 +43,8 @@ class _Stateful(nn.Module):
         return y * self.state * self.defaults
 
 
-def _train(kind, strict, convert, steps=3):
-    torch.manual_seed(0)
-    model = _Stateful(kind)
+def _sgd_step(model, read=None):
+    """(step, optimizer): one SGD step with momentum; ``read(opt, model)`` is returned too."""
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
     def step(x):
@@ -53,8 +52,14 @@ def _train(kind, strict, convert, steps=3):
         loss = model(x).pow(2).mean()
         loss.backward()
         opt.step()
-        return loss
+        return loss if read is None else (loss, read(opt, model).clone())
+    return step, opt
 
+
+def _train(kind, strict, convert, steps=3):
+    torch.manual_seed(0)
+    model = _Stateful(kind)
+    step, opt = _sgd_step(model)
     fn = to_graph(step, strict=strict) if convert else step
     gen = torch.Generator().manual_seed(1)
     losses = [fn(torch.randn(4, 3, generator=gen)) for _ in range(steps)]
@@ -85,15 +90,7 @@ _READS = {"attribute": lambda opt, p: opt.state[p]["momentum_buffer"],
 
 def _momentum_reader(strict, how="attribute"):
     torch.manual_seed(0)
-    model = nn.Linear(3, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-    def step(x):
-        opt.zero_grad()
-        loss = model(x).pow(2).mean()
-        loss.backward()
-        opt.step()
-        return loss, _READS[how](opt, model.weight).clone()
+    step, _ = _sgd_step(nn.Linear(3, 1), lambda opt, model: _READS[how](opt, model.weight))
     step(torch.ones(4, 3))      # (eager: the state exists)
     return to_graph(step, strict=strict)
 
