@@ -177,6 +177,17 @@ def _len(x):
     return builtins.len(x)
 
 
+def _list(*args):
+    """``list(L)`` and ``list(reversed(L))`` of a list built in a tensor loop: a copy of
+    it (``L[:]``, ``L[::-1]``); anything else as Python's ``list`` makes it."""
+    if len(args) == 1 and isinstance(args[0], TensorList):
+        return args[0][:]
+    if len(args) == 1 and type(args[0]) is SymbolicReversed and \
+            isinstance(args[0].source, TensorList):
+        return args[0].source[::-1]
+    return builtins.list(*args)
+
+
 def _dim_of(args, kwargs) -> int:
     """The ``dim`` of ``torch.stack``/``torch.cat`` (``axis=`` is torch's alias for it)."""
     return args[0] if args else kwargs.get("dim", kwargs.get("axis", 0))
@@ -208,6 +219,7 @@ _SYMBOLIC_BUILTINS = {
     builtins.enumerate: lambda x, start=0: SymbolicEnumerate(x, start),
     builtins.zip: zip_of,
     builtins.reversed: lambda x: SymbolicReversed(x),
+    builtins.list: _list,
     builtins.int: _int,
     builtins.float: _float,
     builtins.bool: _bool,
