@@ -188,6 +188,16 @@ def _list(*args):
     return builtins.list(*args)
 
 
+def _sorted(x, *, key=None, reverse=False):
+    """``sorted(L)`` of a list built in a tensor loop: a sorted copy (``L.sort()``'s
+    rules: integers or bools, no key); anything else as Python sorts it."""
+    if isinstance(x, TensorList):
+        out = x.copy()
+        out.sort(key=key, reverse=reverse)
+        return out
+    return builtins.sorted(x, key=key, reverse=reverse)
+
+
 def _dim_of(args, kwargs) -> int:
     """The ``dim`` of ``torch.stack``/``torch.cat`` (``axis=`` is torch's alias for it)."""
     return args[0] if args else kwargs.get("dim", kwargs.get("axis", 0))
@@ -220,6 +230,7 @@ _SYMBOLIC_BUILTINS = {
     builtins.zip: zip_of,
     builtins.reversed: lambda x: SymbolicReversed(x),
     builtins.list: _list,
+    builtins.sorted: _sorted,
     builtins.int: _int,
     builtins.float: _float,
     builtins.bool: _bool,

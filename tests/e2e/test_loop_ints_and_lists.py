@@ -409,3 +409,34 @@ def test_equal_answers_python_bools():
     for b in (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 3.0])):
         got, warned = _run(equal_as_python, torch.tensor([1.0, 2.0]), b)
         assert not warned and got[1] is (b[1].item() == 2.0)
+
+
+# ----------------------------------------------------------------------------- sorted
+def sorted_ints(x):
+    nums = []
+    k = 0
+    while x.sum() > 0:
+        nums.append(k * 7 % 5)
+        k += 1
+        x = x - 1
+    return sorted(nums), sorted(nums, reverse=True), len(nums)
+
+
+def sorted_floats(x):
+    nums = []
+    while x.sum() > 0:
+        nums.append(float(x.sum()) * 0.5)
+        x = x - 1
+    return sorted(nums)
+
+
+@pytest.mark.parametrize("start", [0.0, 1.0, 6.0])
+def test_sorted_python_ints(start):
+    got, warned = _run(sorted_ints, torch.tensor([start]))
+    assert not warned and all(type(v) is int for v in got[0])
+
+
+def test_sorted_python_floats_fall_back_naming_the_line():
+    _, warned = _run(sorted_floats, torch.tensor([3.0]))
+    line = sorted_floats.__code__.co_firstlineno + 5
+    assert len(warned) == 1 and warned[0].startswith(f"{__file__}:{line}:")
