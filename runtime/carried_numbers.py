@@ -30,6 +30,7 @@ kind of each slot (``check``), so the next call, finding a float, traces once mo
 from __future__ import annotations
 
 import contextlib
+import math
 import types
 from typing import Any, List, Optional, Tuple
 
@@ -362,11 +363,23 @@ def expect_slot(slot: Slot, value, tensor: bool) -> None:
                                f"graph does not read it back there")
         return
     expected = value.item() if isinstance(value, torch.Tensor) else value
-    if held != expected:
+    if not same_number(held, expected):
         raise RuntimeError(f"{slot.label} was changed by Python code the graph ran in a "
                            f"tensor branch or loop body (a hook, an lr_lambda): the graph "
                            f"does not read it back there; eager would see "
                            f"{slot.get()!r}, not {expected!r}")
+
+
+def same_number(a, b) -> bool:
+    """Whether ``a`` is the number ``b``: equal, with nan the same as nan (``==`` never
+    holds for it: a loss that was nan raised 'eager would see nan, not nan') and -0.0 not
+    the same as 0.0."""
+    if a is b:
+        return True
+    if type(a) is float and type(b) is float:
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b) or \
+            a != a and b != b
+    return a == b
 
 
 @contextlib.contextmanager

@@ -195,10 +195,8 @@ class TaggedPrint:
                                                 modules=modules, inputs=_slots(inputs))
         else:
             self.print, self.deep = fingerprint(target, seen=self.seen), None
-        if make is not None and isinstance(getattr(value, "__dict__", None), dict):
-            self.seen.dicts[id(vars(value))] = vars(value)     # what ``make`` reads
-        elif make is not None and type(value) is list:
-            self.seen.lists[id(value)] = value
+        if make is not None:
+            _made_from(self.seen, value)
         self.seen.freeze()
 
     def holds(self) -> bool:
@@ -228,12 +226,24 @@ class TaggedPrint:
                 return False
         if now != self.print:
             return False
-        if self.make is not None and isinstance(getattr(value, "__dict__", None), dict):
-            seen.dicts[id(vars(value))] = vars(value)
-        elif self.make is not None and type(value) is list:
-            seen.lists[id(value)] = value
+        if self.make is not None:
+            _made_from(seen, value)
         self.value, self.seen = value, seen.freeze()
         return True
+
+
+def _made_from(seen: Seen, value) -> None:
+    """Note in ``seen`` what a view ``make()`` read of ``value``: its ``__dict__``, its
+    items (a dict's or a list's). The walk saw only the view, a new object each time: a
+    dict left out kept its tags unchanged however its other keys moved (a dict the graph
+    writes one key of, ``st["last"] = loss.item()``, kept ``st["epoch"]`` at its trace
+    value: silently)."""
+    if type(value) is dict:
+        seen.dicts[id(value)] = value
+    elif type(value) is list:
+        seen.lists[id(value)] = value
+    elif isinstance(getattr(value, "__dict__", None), dict):
+        seen.dicts[id(vars(value))] = vars(value)
 
 
 def _slots(inputs: bool):

@@ -784,11 +784,8 @@ def shared_meter_train_and_eval():
                 opts=[o], state=lambda: {k: vars(v) for k, v in meters.items()})
 
 
-@program("xfail", ("BUG: silent: eval_step appends to st['evals'] and reads st['trained'], which "
-                   "train_step changes: the dict's other keys are not guarded once one is written "
-                   "(see test_minimal_dict_written_key_other_key_is_stale); it returns 2 where "
-                   "eager has 4", "converts"))
-def shared_counter_two_steps():
+@program("converts", 5)     # eval: one per value of st['trained'] it reads (2); train: one,
+def shared_counter_two_steps():  # and one after each eval grew st['evals'] (3)
     """Two converted functions sharing a closure counter: train increments, eval reads
     ``step`` under a Python ``if`` (only log when trained >= 2 times)."""
     m, o = _model_opt()
@@ -853,17 +850,14 @@ def epoch_set_by_caller_on_object():
                 modules=[m], opts=[o], state=lambda: vars(run))
 
 
-@program("xfail", ("BUG: silent: a step that appends to a list in a dict and reads another key of "
-                   "that dict the caller changes between calls (`state['epoch']`) uses the epoch of "
-                   "its trace (warmup lr frozen at epoch 0's)", "converts"))
+@program("converts", CALLS)     # the caller's epoch, only read, is guarded by value
 def epoch_set_by_caller_with_logged_list():  # (the same fault as the next program)
     """An epoch loop in plain Python sets ``state['epoch']``; the converted step scales its lr
     by a warmup from that epoch and logs ``state['losses'].append(loss.item())``."""
     return _epoch_set_by_caller(log_list=True)
 
 
-@program("xfail", ("BUG: silent: a closure dict the step writes one key of (a carried number, `+=`, or an appended list) is not guarded on its other keys: a key the caller changes between calls and the step only reads keeps its trace-time value (here `state['last'] = loss.item()` and the caller's "
-                   "`state['epoch']`)", "converts"))
+@program("converts", CALLS)     # (a trace per epoch, as on an object)
 def epoch_set_by_caller_without_list():
     """The neighbour without the logged list: ``state['last'] = loss.item()`` is the only
     write, ``state['epoch']`` is still read as it was at the trace."""
@@ -1464,8 +1458,7 @@ def list_of_dicts_epoch_records():
     return _std(m, o, step, lambda: records)
 
 
-@program("xfail", ('BUG: crash: a closure float that is nan when the call starts, set after a tensor if that returns early and before/after staged opt calls, raises RuntimeError "st[\'last\'] was changed by Python code ... eager would see nan, not nan" on every call (nan != nan)',
-                    'converts'))
+@program()
 def nan_loss_skip_counter_isnan_item():
     """``lossf = loss.item(); if math.isnan(lossf) or math.isinf(lossf): st['bad'] += 1``."""
     m, o = _model_opt()
@@ -1535,8 +1528,6 @@ def test_enough_programs():
 
 
 # ------------------------------------------------------------ minimal reproductions
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: silent: a closure dict the step writes one key of (a carried number, `+=`, or an appended list) is not guarded on its other keys: a key the caller changes between calls and the step only reads keeps its trace-time value; here read under a Python if guarding an append"))
 def test_minimal_read_only_counter_with_guarded_append_is_stale():
     st = {"n": 0, "evals": []}
 
@@ -1555,8 +1546,6 @@ def test_minimal_read_only_counter_with_guarded_append_is_stale():
     assert got == exp, (got, exp)          # got [1, 2, 2, 2, 2]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: silent: a closure dict the step writes one key of (a carried number, `+=`, or an appended list) is not guarded on its other keys: a key the caller changes between calls and the step only reads keeps its trace-time value: [1, 1, 1, 1, 1] where eager has [1, 2, 3, 4, 5]"))
 def test_minimal_dict_with_appended_list_other_key_is_stale():
     st = {"n": 0, "evals": []}
 
@@ -1606,11 +1595,6 @@ def _written_and_read(kind):
     return lambda n: st.__setitem__("n", n), f
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: silent: a dict the function writes one key of (a carried number, a kept tensor, "
-    "`+=`, an appended list) is not guarded on its other keys: a key the caller changes "
-    "between calls and the function only reads keeps its trace-time value (got 1.0 on every "
-    "call); closure lists, objects, modules and a separate dict are right"))
 @pytest.mark.parametrize("kind", ["closure dict", "global dict", "nested dict", "tensor key"])
 def test_minimal_dict_written_key_other_key_is_stale(kind):
     set_n, f = _written_and_read(kind)
@@ -1656,10 +1640,6 @@ def test_minimal_read_only_counter_without_append_is_fresh():
         assert got.item() == (st["n"] if st["n"] >= 2 else 0)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: crash: a closure float that is nan when the call starts, written after a tensor if "
-    "that returns early and after staged optimizer calls, raises RuntimeError 'changed by "
-    "Python code ... eager would see nan, not nan' (nan != nan) on every call"))
 def test_minimal_nan_carried_float_crash():
     torch.manual_seed(0)
     m = torch.nn.Linear(2, 1)
