@@ -264,6 +264,9 @@ def _slots_for(state, known: dict):
     flat, slots, by_path = [], [], {}
     for path, value in pairs:
         slot = known.get(path)
+        if slot is not None and slot.kind is None and slot.meta is None and \
+                _unobservable(slot.const) and not _unobservable(value):
+            slot.kind = kind_of(value)      # (a variable the loop binds first: the body's kind)
         if slot is None:
             meta = _leaf_meta(value)
             slot = Slot(meta, None if meta is not None else value, _example(value),

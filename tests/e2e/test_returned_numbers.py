@@ -147,6 +147,19 @@ def test_index_after_tensor_break():
     check(f, NEG)
 
 
+@pytest.mark.parametrize("x", [POS, NEG])
+def test_number_first_bound_in_a_tensor_loop(x):
+    def f(x):
+        for row in x:
+            if row > 1:
+                where = 1
+                break
+        else:
+            where = -1
+        return where
+    check(f, x)
+
+
 def test_nested_converted_helper_returns_number_inside():
     @to_graph
     def inner(x):
