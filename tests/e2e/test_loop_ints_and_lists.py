@@ -14,23 +14,11 @@ import warnings
 import pytest
 import torch
 
+from e2e_helpers import assert_same
 from runtime.int_overflow import IntOverflow, checked_int
 from transpiler import ConversionError, FallbackWarning, to_graph
 
 THIS = __file__.rsplit("/", 1)[-1]
-
-
-def _same(got, exp):
-    if isinstance(exp, tuple):
-        assert isinstance(got, tuple) and len(got) == len(exp)
-        for g, e in zip(got, exp):
-            _same(g, e)
-        return
-    if isinstance(exp, torch.Tensor):
-        assert isinstance(got, torch.Tensor) and got.dtype == exp.dtype
-        torch.testing.assert_close(got, exp, equal_nan=True)
-        return
-    assert type(got) is type(exp) and got == exp
 
 
 def _run(fn, *args):
@@ -39,7 +27,7 @@ def _run(fn, *args):
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         got = to_graph(fn)(*args)
-    _same(got, exp)
+    assert_same(got, exp)
     return got, [str(w.message) for w in rec if issubclass(w.category, FallbackWarning)]
 
 
