@@ -651,11 +651,19 @@ class Watch:
 
 
 def difference(before, after) -> str:
-    """Where two fingerprints first differ, as a Python access path (``.log``, ``[2]``)."""
-    if not (isinstance(before, tuple) and isinstance(after, tuple) and len(before) == 2
-            and len(after) == 2 and before[0] == after[0] and isinstance(before[0], type)):
+    """Where two fingerprints first differ, as a Python access path (``.log``, ``[2]``,
+    ``[0].best``: into a list's items and an object's attributes)."""
+    if not (isinstance(before, tuple) and isinstance(after, tuple) and len(before) >= 2
+            and len(after) >= 2 and before[0] == after[0] and isinstance(before[0], type)):
         return ""
     a, b = before[1], after[1]
+    if issubclass(before[0], (list, tuple)):        # (cls, length, items)
+        if len(before) == len(after) == 3 and a == b and \
+                isinstance(before[2], tuple) and isinstance(after[2], tuple):
+            for i, (x, y) in enumerate(zip(before[2], after[2])):
+                if x != y:
+                    return f"[{i}]" + difference(x, y)
+        return ""
     if isinstance(a, tuple) and isinstance(b, tuple) and all(
             isinstance(x, tuple) and len(x) == 2 for x in a + b):
         left, right = dict(a), dict(b)

@@ -73,6 +73,11 @@ def items(obj, copy) -> Optional[List[Tuple[object, object]]]:
 
 def attribute(obj, before, now) -> bool:
     """Whether a branch's change of a plain object's attribute from ``before`` to ``now``
-    is a number the cond may carry (the object keeps its state in its ``__dict__``)."""
+    is a number the cond may carry (the object keeps its state in its ``__dict__``; an
+    ``nn.Module`` keeps its Python numbers there too: ``model.best_loss = lossf``, its
+    ints and floats carried as ``runtime.module_numbers`` says; not a bool: ``training``)."""
+    from .introspection import kind_of
+    from .python_state import _is_module
     from .region_state import _dict_object
-    return number(before) and number(now) and _dict_object(obj)
+    return number(before) and number(now) and (_dict_object(obj) or _is_module(obj) and
+                                               "bool" not in (kind_of(before), kind_of(now)))

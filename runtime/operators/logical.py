@@ -62,7 +62,10 @@ def not_(a):
     """``not a``: a bool tensor for a symbolic ``a``."""
     a = truth(a)                        # (``not L`` of a list grown in a tensor loop)
     if is_symbolic(a):
-        return torch.logical_not(a)
+        out = torch.logical_not(a)
+        if kind_of(a) is not None:      # ``not n`` of a Python number (a carried flag:
+            mark(out, "bool")           # ``flags["flip"] = not flags["flip"]``) is a bool
+        return out
     return not a
 
 

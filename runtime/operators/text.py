@@ -91,8 +91,8 @@ class DeferredText:
         raise _refuse("iterating")
 
     def __getattr__(self, name):
-        if name.startswith("__tograph"):    # the runtime's own marks: it has none
-            raise AttributeError(name)
+        if name.startswith("__"):   # the runtime's own marks, ``__dict__``: it has none
+            raise AttributeError(name)   # (a str has no ``__dict__``: looked at as state)
         raise _refuse(f"str.{name}")
 
 

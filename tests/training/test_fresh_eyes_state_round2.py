@@ -301,8 +301,7 @@ def pytorchtools_stopper_np_inf():
     return _std(m, o, step, lambda: vars(es))
 
 
-@program("xfail", ("BUG: the fallback for a stopper's `self.best_score = score` (None -> float), the stopper held in a closure list, names the step's `def` line, not the store",
-                    'fb:stopper'))
+@program("falls_back_once", "fb:stopper")
 def stopper_in_list_of_objects():
     """Two stoppers in a list (one per metric), both updated each step."""
     m, o = _model_opt()
@@ -499,8 +498,7 @@ def none_to_float_nonlocal():
     return _std(m, o, step, lambda: best)
 
 
-@program("xfail", ("needless fallback: `flags['flip'] = not flags['flip']` on a closure-dict bool falls back ('mutates closure variable'), while `= flags['flip'] is False` converts",
-                    'converts'))
+@program()
 def bool_toggle_every_call():
     """``flags['flip'] = not flags['flip']`` each call and a tensor ``if`` on the flag."""
     m, o = _model_opt()
@@ -617,8 +615,7 @@ def print_in_tensor_if():
     return _std(m, o, step, lambda: 0)
 
 
-@program("xfail", ("BUG: the fallback for `postfix['loss'] = f'{loss.item():.4f}'` names the caller's line (the line calling the converted function), not the f-string's",
-                    'fb:tqdm'))
+@program("falls_back", "fb:tqdm")
 def tqdm_postfix_strings():
     """tqdm-style ``postfix['loss'] = f'{loss.item():.4f}'`` (a string in a dict)."""
     m, o = _model_opt()
@@ -1319,8 +1316,7 @@ def autocast_bf16_best_tracking():
 
 
 # ------------------------------------------------------------------ module-held numbers
-@program("xfail", ("needless fallback: `if loss < m.best_loss: m.best_loss = loss.item()` with the number on an nn.Module falls back ('changes while tracing a branch'), the same on a plain object converts",
-                    'converts'))
+@program()
 def module_attr_best_in_tensor_if():
     """``model.best_loss = lossf`` under a tensor ``if`` (a number kept on an nn.Module)."""
     m, o = _model_opt()
