@@ -172,11 +172,11 @@ def test_branch_on_loss_clip_and_scheduler(kind, optimizer, strict):
     assert "cond" in ops and "run_backward" in ops and ops.count("call_method") == 3, ops
 
 
-def test_item_is_a_detached_float_stand_in():
+def test_item_is_returned_as_a_python_float():
     (m, opt, sched), _ = twins("mlp", "sgd")
     g = to_graph(branchy_step(m, opt, sched), strict=True)
     loss, norm, first = g(*batches("mlp", 1))
-    assert loss.dtype == torch.float64 and not loss.requires_grad and loss.dim() == 0
+    assert type(loss) is float      # (the graph's detached float64 stand-in, handed back)
     assert not norm.requires_grad and not first.requires_grad
 
 
