@@ -340,3 +340,18 @@ def test_same_number():
     assert same_number(float("inf"), float("inf")) and same_number(-0.0, -0.0)
     assert not same_number(0.0, -0.0) and not same_number(nan, 1.0)
     assert not same_number(1.0, nan) and not same_number(2, 3)
+
+
+def _three_levels():
+    st = {"a": {"b": {"n": 0, "w": 0.0}}}
+
+    def f(x):
+        st["a"]["b"]["w"] = x.sum().item()
+        return x * st["a"]["b"]["n"]
+    return f, lambda n: st["a"]["b"].__setitem__("n", n), lambda: dict(st["a"]["b"])
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
+def test_three_levels_down_falls_back(strict):
+    """A number written three levels down is not carried: loud, eager's values."""
+    _differential(_three_levels, [1, 2, 3], [torch.ones(2)] * 3, strict, falls_back=True)
