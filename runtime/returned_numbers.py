@@ -22,17 +22,17 @@ marked and stays a tensor.
 An int stand-in is an int64 (``.item()`` is the exact int), a float one a float64, a bool
 one a bool. A value whose kind depends on the path taken at run time (a Python number on
 one path of a tensor ``if``, a tensor on the other: ``introspection.MIXED``) cannot be
-told apart when the graph runs: returning it raises ``GraphError`` (the call falls back).
+told apart when the graph runs: it comes back as the graph's 0-d tensor on every path, a
+tensor where eager's is one and a 0-d tensor of the same kind standing for eager's number
+on the other path (the contract's stand-in), rather than making the call fall back.
 """
 from __future__ import annotations
 
 import torch
 
-from .errors import GraphError
 from .executor import Unstack
 from .introspection import MIXED, NUMBER_KINDS, number_kind
 from .outputs import Rebuild
-from .source_info import format_location
 from .tensor_list import ELEMENTS
 
 
@@ -51,12 +51,8 @@ def output(value, lowered: dict):
         kind, make, rank = number_kind(node.attrs), torch.Tensor.item, 0
     if kind is None:
         return plain
-    if kind == MIXED:
-        where = f"{format_location(node.location)}: " if node.location else ""
-        raise GraphError(f"{where}the result holds a value that is a Python number on "
-                         f"one path of this tensor-dependent control flow and a tensor on "
-                         f"another; which one it is is known only when the graph runs, so "
-                         f"the call cannot hand back eager's type")
+    if kind == MIXED:               # (a 0-d tensor standing for the number on its path)
+        return plain
     meta = node.meta
     if not isinstance(getattr(meta, "dtype", None), torch.dtype) or meta.shape is None or \
             len(meta.shape) != rank:        # (a number is 0-d, a list of them a stack)

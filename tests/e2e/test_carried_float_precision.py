@@ -113,11 +113,6 @@ def tensor_accumulator_from_a_float(x):
     return total
 
 
-@pytest.mark.xfail(strict=True, raises=ConversionError, reason=(
-    "needless fallback: the staged loop over x's rows merges total's entry (the float 0.0) "
-    "with the body's float32 tensor as 'a number or a tensor by path' (zero iterations "
-    "would keep the float), so returning it falls back (runtime/returned_numbers.py); x's "
-    "first dimension is static and non-zero, so the loop runs at least once"))
 def test_a_float_start_accumulating_tensors_stays_float32():
     exact(tensor_accumulator_from_a_float, POS, NEG)
 
@@ -185,15 +180,22 @@ def branch_mixes_number_and_tensor(x):
     return s * 2
 
 
-def test_a_carried_float_merged_with_a_float32_tensor_falls_back_when_returned():
-    # a number on one path and a tensor on another has one dtype in a graph: which one
-    # the run took is not known, so returning it cannot give eager's type
-    for x in (POS, NEG, torch.tensor([0.2, 0.1, 0.3])):
-        with pytest.warns(FallbackWarning, match="a Python number on one path"):
-            assert_same(to_graph(branch_mixes_number_and_tensor)(x),
-                        branch_mixes_number_and_tensor(x))
-    with pytest.raises(ConversionError, match="a Python number on one path"):
-        to_graph(branch_mixes_number_and_tensor, strict=True)(POS)
+def test_a_carried_float_merged_with_a_float32_tensor_is_a_stand_in_when_returned():
+    # a number on one path and a tensor on another has one dtype in a graph and which one
+    # the run took is not known when it runs: the call converts and returns the 0-d float32
+    # tensor on every path (eager's tensor, or a stand-in for eager's float within float32)
+    for strict in (False, True):
+        g = to_graph(branch_mixes_number_and_tensor, strict=strict)
+        for x in (POS, NEG, torch.tensor([0.2, 0.1, 0.3])):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FallbackWarning)
+                got = g(x)
+            exp = branch_mixes_number_and_tensor(x)
+            assert type(got) is torch.Tensor and got.dim() == 0
+            if isinstance(exp, torch.Tensor):
+                assert got.dtype == exp.dtype and torch.equal(got, exp)
+            else:
+                assert got.item() == pytest.approx(exp, rel=1e-6)
 
 
 # ------------------------------------------------------------- as Python sees the number

@@ -268,15 +268,26 @@ def test_graph_level_apis_keep_tensors():
     assert out.item() == f(POS)
 
 
-# ------------------------------------------------------------------ undecidable: fallback
-@pytest.mark.parametrize("x", [POS, NEG])
-def test_number_or_tensor_by_path_falls_back(x):
+# ------------------------------------------- undecidable: the 0-d tensor stands for it
+@pytest.mark.parametrize("strict", [False, True])
+def test_number_or_tensor_by_path_converts_with_a_stand_in(strict):
+    """A number on one path and a tensor on the other cannot be told apart when the graph
+    runs: the call converts and hands back the graph's 0-d tensor on both paths (eager's
+    tensor, with its dtype, where eager's is one; a 0-d tensor of the number's kind standing
+    for eager's number on the other), not a fallback."""
     def f(x):
         s = 0.0
         if x.sum() > 0:
             s = x.sum()
         return s
-    check_fallback(f, x, says="a Python number on one path")
+    g = to_graph(f, strict=strict)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        pos, neg = g(POS), g(NEG)
+    assert type(pos) is torch.Tensor and pos.dtype == f(POS).dtype and torch.equal(pos, f(POS))
+    assert type(neg) is torch.Tensor and neg.dim() == 0 and neg.dtype.is_floating_point
+    assert type(f(NEG)) is float and neg.item() == f(NEG)
+    assert g.cache_info().traces == 1
 
 
 @pytest.mark.parametrize("x", [POS, NEG, torch.tensor([20.0, 1.0, 2.0])])
