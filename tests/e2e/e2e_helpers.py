@@ -11,8 +11,10 @@ from transpiler import to_graph
 def assert_same(got, exp, path="out"):
     """Same structure and container kinds, same dtypes, floats within 1e-5, ints/bools exact.
 
-    Python numbers are of eager's type (a converted call hands back numbers, not the 0-d
-    tensors standing for them inside the trace).
+    Python numbers are of eager's type (a converted call hands back numbers), except that a
+    0-d tensor of the same kind may stand for one (the contract's stand-in, which a call
+    hands back for a value that is a number on one path of tensor control flow and a
+    tensor on another: ``runtime/returned_numbers.py``).
     """
     if isinstance(exp, torch.Tensor):
         assert isinstance(got, torch.Tensor), f"{path}: expected tensor, got {type(got).__name__}"
@@ -23,6 +25,19 @@ def assert_same(got, exp, path="out"):
                                        equal_nan=True, msg=lambda m: f"{path}: {m}")
         else:
             assert torch.equal(got, exp), f"{path}: {got} != {exp}"
+        return
+    if isinstance(exp, (bool, int, float)) and isinstance(got, torch.Tensor):
+        assert got.dim() == 0, f"{path}: expected {type(exp).__name__} {exp!r}, got {got!r}"
+        if isinstance(exp, bool):
+            assert got.dtype == torch.bool, f"{path}: bool stood for by {got.dtype}"
+            assert bool(got) == exp, f"{path}: {got} != {exp}"
+        elif isinstance(exp, int):
+            assert not got.is_floating_point() and got.dtype != torch.bool, \
+                f"{path}: int stood for by {got.dtype}"
+            assert int(got) == exp, f"{path}: {got} != {exp}"
+        else:
+            assert got.is_floating_point(), f"{path}: float stood for by {got.dtype}"
+            assert abs(float(got) - exp) <= 1e-5 + 1e-5 * abs(exp), f"{path}: {got} != {exp}"
         return
     if isinstance(exp, (bool, int, float)):     # a converted call returns eager's number
         assert type(got) is type(exp), \

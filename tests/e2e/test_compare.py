@@ -77,8 +77,7 @@ def test_acceptance_agrees_and_counts_branches_like_eager(path):
     assert out_x.eager_dtype == out_x.graph_dtype == "float32"
     assert out_x.max_abs == 0.0
     assert out_n.ok and out_n.eager_dtype == "int"          # eager: a Python int
-    assert out_n.graph_dtype == "int64" and out_n.graph_shape == ()
-    assert "0-d tensor" in out_n.note
+    assert out_n.graph_dtype == "int"                       # and the converted call's
 
     assert sorted(b.kind for b in report.branches) == ["cond", "while"]
     loop = next(b for b in report.branches if b.kind == "while")
@@ -283,7 +282,7 @@ COUNTER = []
 
 
 def appends_global(x):
-    COUNTER.append(1)
+    COUNTER.append(str(x.shape))            # (appended numbers would be staged: text is not)
     return x + len(COUNTER)
 
 

@@ -115,13 +115,20 @@ def make_object_in_closure():
     (make_factory_counter, "closure variable 'calls'"),
     (make_own_attribute, "attribute of function 'f'"),
     (make_helper_attribute, "attribute of"),
-    (make_object_in_closure, "closure variable 'stats'"),
 ], ids=lambda v: getattr(v, "__name__", None))
 def test_state_kept_across_calls_falls_back(make, match):
     """A graph would not change it again: the trace's value would stay (it did: x * 1 on
     every call where eager gives x * 1, x * 2, x * 3)."""
     same_over_calls(make, [POS, NEG, POS * 3, V(4.0, 5.0, 6.0)], fallback=True)
     strict_refuses(make, POS, match)
+
+
+def test_a_counter_on_an_object_in_a_closure_converts():
+    """``stats.seen += 1`` on a plain object a helper's closure holds is carried by the
+    graph and written back on every run (``runtime/region_numbers.py``): eager's x * 1,
+    x * 2, x * 3, ... with no fallback (it fell back before, which was also exact)."""
+    same_over_calls(make_object_in_closure, [POS, NEG, POS * 3, V(4.0, 5.0, 6.0)],
+                    fallback=False)
 
 
 def test_fallback_names_the_helpers_line():
