@@ -21,6 +21,7 @@ import re
 from typing import Iterable, List, Optional, Tuple
 
 from runtime.region_numbers import number
+from runtime.source_info import _is_library
 
 
 def changed_keys(before, after, obj=None) -> List[str]:
@@ -52,6 +53,13 @@ def method_codes(obj) -> list:
              if klass.__module__.split(".")[0] not in ("builtins", "torch", "types")
              for f in vars(klass).values() if inspect.isfunction(f)]
     return [f.__code__ for f in sorted(found, key=lambda f: f.__name__ == "__init__")]
+
+
+def installed(code) -> bool:
+    """Code of torch, the standard library or an installed package (site-packages): not
+    the user's line to change."""
+    return _is_library(code.co_filename) or any(
+        part in code.co_filename for part in ("/site-packages/", "/dist-packages/"))
 
 
 def store_line(codes: Iterable, names) -> Optional[Tuple[str, int]]:

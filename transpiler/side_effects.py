@@ -478,8 +478,8 @@ class Snapshot:
         for label, obj, print_, _ in self._deep:
             now = fingerprint(obj)
             if now != print_:
-                where = difference(print_, now)
-                self._stored_at(mutation_lines.path_keys(where))
+                where = difference(print_, now)     # (deep down: only the user's stores,
+                self._stored_at(mutation_lines.path_keys(where), users=True)  # not a model's)
                 return f"the function mutates {label}" + (f" (its {where.lstrip('.')})"
                                                           if where else "")
         filled, owner = helper_containers.left(getattr(self, "_helper_containers", ()))
@@ -499,12 +499,14 @@ class Snapshot:
                                          .containers + getattr(
                                              self, "_trees", hook_snapshot.NOTHING).containers)
 
-    def _stored_at(self, names, obj=None) -> None:
+    def _stored_at(self, names, obj=None, users=False) -> None:
         """Note ``changed_line``: where the code the trace met (then the methods of
         ``obj``'s class) first stores one of the
-        attributes ``names`` (``transpiler.mutation_lines``)."""
+        attributes ``names`` (``transpiler.mutation_lines``); ``users``: the user's code
+        only (a library's store, ``self.config.problem_type = ...``, is not the line)."""
+        codes = self._codes + getattr(self, "_met", []) + mutation_lines.method_codes(obj)
         self.changed_line = mutation_lines.store_line(
-            self._codes + getattr(self, "_met", []) + mutation_lines.method_codes(obj), names)
+            [c for c in codes if not (users and mutation_lines.installed(c))], names)
 
     def changed_labels(self) -> set:
         """The labels (``argument #1``) of the watched objects whose state or deep
