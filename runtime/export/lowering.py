@@ -23,7 +23,7 @@ from typing import Any, Dict, Sequence
 import torch
 from torch._higher_order_ops.while_loop import while_loop
 
-from .. import graph_ops
+from .. import graph_ops, int_overflow
 from ..executor import _FLAT, _Lowering, load_lowered
 from ..graph import Graph, Node, iter_nodes, map_nodes
 from ..ops import is_inplace
@@ -113,8 +113,15 @@ def _tensor(data, *, dtype=None, device=None, requires_grad=False):
     return torch.tensor(data, dtype=dtype, device=device)
 
 
+def _unchecked_int(name: str, file: str, line: int, *args):
+    """``checked_int`` as its plain op: an exported program has no Python to fall back
+    to, so its int stand-ins are int64 and wrap as int64 does (said in the README)."""
+    return int_overflow._OPS[name](*args)
+
+
 _SUBSTITUTES = {graph_ops.dim_size: _dim_size, graph_ops.numel: _numel,
-                graph_ops.setitem: _setitem, torch.tensor: _tensor}
+                graph_ops.setitem: _setitem, torch.tensor: _tensor,
+                int_overflow.checked_int: _unchecked_int}
 _BY_OP = {"getitem": _getitem}
 
 
