@@ -37,6 +37,15 @@ _OPS = {name: _PYTHON_OPS[name]
                      "lshift", "rlshift")}
 
 
+# ``n + k``/``n - k`` with ``|k| <= SIZE_HIGH`` (a step counter's ``+= 1``, a cache length plus
+# a size, a padding length) is not checked: it leaves int64 only when ``n`` is already
+# within 2**48 of its edge, which no counter or size reaches; a product or power that
+# brought ``n`` there is checked itself. (Checking every offset made sizes that the graph
+# computes from a counter (``kv_length = past + 1``, ``pad(mask, (0, kv_length - n))`` in
+# a decoding loop) opaque to shape inference.)
+_SHIFTS = frozenset({"add", "radd", "sub", "rsub"})
+
+
 class IntOverflow(OverflowError):
     """A Python int a graph value stands for left int64 when the graph ran (eager's int
     would not have wrapped). ``file``/``line``: the user's line; ``rerun``: the graph has
@@ -105,6 +114,9 @@ def record(name: str, args, location) -> Optional[tuple]:
         result = _result_bound(name, bounds)
         if result is not None and _LOW <= result[0] and result[1] <= _HIGH:
             return ("bounded", result)
+    if name in _SHIFTS and any(b is not None and -SIZE_HIGH <= b[0] and b[1] <= SIZE_HIGH
+                               for b in bounds):
+        return None             # (an offset: see _SHIFTS)
     file, line = location if location is not None else ("<unknown>", 0)
     return (checked_int, (name, file, line) + tuple(args))
 
