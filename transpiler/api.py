@@ -849,6 +849,7 @@ class GraphFunction:
                 with tracing(graph), trace_reads.recording() as reads, \
                         state_aliases.arguments(list(zip(self._param_names, sargs)) +
                                                 list(skwargs.items())), \
+                        state_aliases.existing(snapshot.labelled_roots()), \
                         training_attributes.served(graph, snapshot.roots() +
                                                    pytree.tree_leaves((sargs, skwargs))), \
                         carried_numbers.serving(graph.carried_slots):

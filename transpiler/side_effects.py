@@ -440,6 +440,15 @@ class Snapshot:
                 [obj for label, obj, _, _ in self._objects
                  if not label.startswith("argument ")])
 
+    def labelled_roots(self) -> list:
+        """``roots`` as (label, value): ``"the global 'STATE'"``, ``"the closure variable
+        'log'"``, ``"the default of parameter 's' (...)"``."""
+        return ([(f"the global {name!r}", value) for _, name, value in self._globals] +
+                [(f"the closure variable {name!r}", value) for name, _, value in self._cells
+                 if value is not _EMPTY] +
+                [(label, obj) for label, obj, _, _ in self._objects
+                 if label.startswith("the default")])
+
     def sees(self, objects) -> str:
         """The label of a watched object that is (or directly holds) one of ``objects``."""
         wanted = {id(o) for o in objects}

@@ -18,7 +18,10 @@ a container reached through one of the state's objects is not an alias. A local 
 an enclosing ``if``/loop operator is threading through its own state (the same variable,
 rebound when that operator returns) is not an alias either. The arguments of the
 function being traced are reached by its caller's names (``d`` of ``f(x, d)``): a list or
-dict among them (or held by them) in a region's state is an alias too (``arguments``).
+dict among them (or held by them) in a region's state is an alias too (``arguments``);
+so is one that existed before the call, reached through the traced function's globals,
+closure or mutable defaults (``existing``: ``s = STATE; if t: s["best"] = v``), or a
+global that a converted helper on the stack names (``_globals_used``).
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ _GENERATED = "<tograph generated"
 _OPERATORS = ("if_stmt", "while_stmt", "for_stmt")
 _HERE = __file__.rsplit("/", 1)[0]
 _ARGUMENTS = PerThreadList()   # (per thread) (name, value): what traced calls were given
+_EXISTING = PerThreadList()    # (per thread) (label, value): what existed before the call
 
 
 @contextlib.contextmanager
@@ -53,6 +57,21 @@ def arguments(pairs):
         yield
     finally:
         del _ARGUMENTS[start:]
+
+
+@contextlib.contextmanager
+def existing(pairs):
+    """While tracing a function: what it reaches that existed before the call and
+    outlives it (``(label, value)``: its globals, closure values, mutable defaults). A
+    list or dict among them that a region's state holds through a local (``s = STATE``,
+    ``def f(x, s={...})``) and changes would keep the old contents there: the region
+    hands the local a new container (``check``)."""
+    start = len(_EXISTING)
+    _EXISTING.extend(pairs)
+    try:
+        yield
+    finally:
+        del _EXISTING[start:]
 
 
 def check(state, names, kind: str, defer: bool = False):
@@ -108,7 +127,7 @@ def check(state, names, kind: str, defer: bool = False):
         if id(v) in containers:
             alias = next(name for name, root in roots
                          if any(w is v for w in reachable([root], stop=stop)))
-            alias = alias if alias.startswith("the caller") else repr(alias)
+            alias = alias if " " in alias else repr(alias)     # (a local's name: quoted)
             if not defer:
                 _refuse(kind, containers[id(v)][0], alias, v)
             pending.append((v, containers[id(v)][0], alias))
@@ -147,7 +166,14 @@ def _roots(arguments: bool = True):
             if name not in threaded.get(id(f), ()) and  # (not our markers: Undefined, ...)
             (type(value).__module__.split(".")[0] not in ("runtime", "transpiler") or
              isinstance(value, torch.Tensor))] + \
-        (list(_ARGUMENTS) if arguments else [])
+        (list(_ARGUMENTS) + list(_EXISTING) + _globals_used(frames) if arguments else [])
+
+
+def _globals_used(frames):
+    """(label, value) of the module globals the running converted frames name (a helper's
+    ``s = STATE`` too): they existed before the call and outlive it."""
+    return [(f"the global {name!r}", f.f_globals[name]) for f in frames
+            for name in f.f_code.co_names if name in f.f_globals]
 
 
 class CallerContainer(GraphError):
