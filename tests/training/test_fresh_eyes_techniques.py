@@ -2370,7 +2370,7 @@ def _bug(reason):
 VERDICTS = {
     "prog_checkpoint_reentrant": "convert",
     "prog_checkpoint_reentrant_model": "convert",
-    "prog_autocast_bf16_reused_layer": "fallback",
+    "prog_autocast_bf16_reused_layer": "convert",   # (one shared cast node: autocast_ops)
     "prog_autograd_grad_into_opt": "convert",
     # (prog_averaged_model_ema, prog_swa_swalr: AveragedModel.update_parameters is staged,
     # runtime.averaged_models)
