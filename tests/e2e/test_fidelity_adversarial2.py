@@ -61,6 +61,20 @@ def same(got, exp, path="out"):
         else:
             assert torch.equal(got, exp), f"{path}: {got} != {exp}"
         return
+    if isinstance(exp, (bool, int, float)) and type(got) is not type(exp):
+        # the fuzzer's rule: a 0-d plain tensor may stand for a Python number of its kind
+        assert type(got) is torch.Tensor and got.dim() == 0, \
+            f"{path}: {type(got).__name__} {got!r} for {type(exp).__name__} {exp!r}"
+        if isinstance(exp, bool):
+            assert got.dtype == torch.bool and bool(got) == exp, f"{path}: {got} != {exp}"
+        elif isinstance(exp, int):
+            assert not got.is_floating_point() and got.dtype != torch.bool
+            assert int(got) == exp, f"{path}: {got} != {exp}"
+        else:
+            assert got.is_floating_point(), f"{path}: float stood for by {got.dtype}"
+            assert math.isclose(float(got), exp, rel_tol=1e-5, abs_tol=1e-5), \
+                f"{path}: {got} != {exp}"
+        return
     if "<locals>" in type(exp).__qualname__:  # a class made per call: one per call in eager
         assert type(got).__qualname__ == type(exp).__qualname__, f"{path}: local class"
     else:

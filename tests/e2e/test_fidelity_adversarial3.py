@@ -32,7 +32,7 @@ class _Raised:
 
 
 def _same(a, b, path="out"):
-    """Exact types (Python numbers too), dtypes, values, requires_grad, strides."""
+    """Exact types, dtypes, values, requires_grad, strides; 0-d tensor may stand for a number."""
     if isinstance(b, torch.Tensor):
         assert type(a) is type(b), f"{path}: type {type(a)} != {type(b)}"
         assert a.dtype == b.dtype and a.shape == b.shape, f"{path}: {a.dtype}{tuple(a.shape)} != {b.dtype}{tuple(b.shape)}"
@@ -43,6 +43,16 @@ def _same(a, b, path="out"):
             torch.testing.assert_close(a.detach(), b.detach(), equal_nan=True)
         else:
             assert torch.equal(a, b), f"{path}: {a} != {b}"
+        return
+    if isinstance(b, (bool, int, float)) and isinstance(a, torch.Tensor):
+        assert a.dim() == 0, f"{path}: {a!r} for {b!r}"
+        if isinstance(b, bool):
+            assert a.dtype == torch.bool
+        elif isinstance(b, int):
+            assert not a.is_floating_point() and a.dtype != torch.bool, f"{path}: {a!r} for {b!r}"
+        else:
+            assert a.is_floating_point(), f"{path}: {a!r} for {b!r}"
+        assert abs(float(a) - float(b)) <= 1e-5 * (1 + abs(float(b))), f"{path}: {a!r} != {b!r}"
         return
     assert type(a) is type(b), f"{path}: type {type(a).__name__} != {type(b).__name__} ({a!r} vs {b!r})"
     if isinstance(b, _Raised):

@@ -99,15 +99,17 @@ GLOBAL_HOLDER = Holder(1.0)
 
 # --------------------------------------------------------------------------- comparing
 def same(got, exp, path="out"):
-    """Values, dtypes, exact types (Python numbers too), attributes and items, recursively."""
+    """Values, dtypes, exact types, attributes and items, recursively; a 0-d tensor may
+    stand for a Python number of the same kind."""
     if isinstance(exp, torch.Tensor):
         assert type(got) is torch.Tensor, f"{path}: {type(got).__name__}, not Tensor"
         assert got.dtype == exp.dtype and got.shape == exp.shape, path
         assert got.requires_grad == exp.requires_grad, f"{path}: requires_grad"
         torch.testing.assert_close(got.detach(), exp.detach(), msg=lambda m: f"{path}: {m}")
         return
-    if isinstance(exp, float):      # (runtime/returned_numbers.py: eager's number)
-        assert type(got) is float and got == pytest.approx(exp), f"{path}: {got!r} != {exp!r}"
+    if isinstance(exp, (bool, int, float)) and not isinstance(got, (bool, int, float)):
+        assert type(got) is torch.Tensor and got.dim() == 0, f"{path}: {got!r} for {exp!r}"
+        assert got.item() == pytest.approx(exp), f"{path}: {got} != {exp}"
         return
     assert type(got) is type(exp), f"{path}: {type(got).__name__} != {type(exp).__name__}"
     if isinstance(exp, dict):
