@@ -18,6 +18,10 @@ _DRAWS_INSIDE = {
 # ATen ops tagged random only for their dropout argument (``torch.lstm(..., dropout,
 # train, ...)``): ``is_impure`` asks the call; as a name they are not random.
 _DROPOUT_ARGUMENT = {"lstm": 5, "gru": 5, "rnn_tanh": 5, "rnn_relu": 5}
+# Attention tagged random for its ``dropout_p``: ``is_impure`` asks the call (``dropout_p``
+# 0 is the inference call every pass rewrites: a mask as ``is_causal``, fused attention).
+_DROPOUT_P = {"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+              "_scaled_dot_product_flash_attention_for_cpu"}
 
 
 class _RandomOps:
@@ -33,6 +37,7 @@ class _RandomOps:
         found = self._known.get(name)
         if found is None:
             found = name in _DRAWS_INSIDE or (name not in _DROPOUT_ARGUMENT
+                                              and name not in _DROPOUT_P
                                               and _schema_draws(name))
             if len(self._known) < 10_000:
                 self._known[name] = found
@@ -116,7 +121,7 @@ def is_impure(func, kwargs, args=()) -> bool:
     if name == "multi_head_attention_forward":      # attention dropout draws at random
         p = kwargs.get("dropout_p", args[10] if len(args) > 10 else 0.0)
         return bool(p) and bool(kwargs.get("training", args[13] if len(args) > 13 else True))
-    if name == "scaled_dot_product_attention":
+    if name in _DROPOUT_P:
         return bool(kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0))
     if name in ("batch_norm", "instance_norm"):      # training updates running statistics
         training = kwargs.get("training", kwargs.get("use_input_stats"))
