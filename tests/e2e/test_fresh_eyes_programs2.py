@@ -79,9 +79,9 @@ FALLS_BACK = {
     # reachable state the trace changes (tests/e2e/test_reachable_state_mutation.py)
     "replay_memory_push": "def act_and_store(",                # (push: not a known mutator)
     "history_default_argument": "history.losses.append(loss.detach())",
-    "early_stopping_fit": "model.train()",                       # train() in a tensor loop
+    "early_stopping_fit": "for epoch in range(max_epochs):",     # train() in its tensor loop
     "bfs_python_queue": ".tolist():",
-    "makemore_sample_until_dot": "out.append(ix)",               # a str built from draws
+    "makemore_sample_until_dot": "idx = torch.tensor([context[-model.block_size:]])",
     "char_rnn_classify": "return all_categories[category_i]",
     "time_sequence_lbfgs": "optimizer.step(closure)",
     "fgsm_test_loop": "data_grad = data.grad.data",              # backward after a tensor continue
