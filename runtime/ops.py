@@ -113,8 +113,6 @@ def is_impure(func, kwargs, args=()) -> bool:
     if name in RANDOM or name in GLOBAL_STATE or getattr(func, "_tograph_effect", False) or \
             getattr(func, "_tograph_impure", False):     # (autograd_effects' reads)
         return True
-    if name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout"):
-        return bool(kwargs.get("training", True))
     if name in _DROPOUT_ARGUMENT:                   # torch.lstm(..., dropout, train, ...)
         at = _DROPOUT_ARGUMENT[name]
         return len(args) > at + 1 and bool(args[at]) and bool(args[at + 1])

@@ -115,8 +115,8 @@ def answer(func, t, args, kwargs):
         return autograd_effects.set_real(func, args[0], args[1])    # p.grad = g: a real p
     if func == _SET_GRAD and argument_grads.known(t)[:1] == ("leaf",):
         return _set_argument_grad(t, args[1])
-    if func is torch.Tensor.is_inference and inference_ops.answer(t) is not None:
-        return inference_ops.answer(t)      # (made in this trace: its mode decides)
+    if func is torch.Tensor.is_inference and (made := inference_ops.answer(t)) is not None:
+        return made                         # (made in this trace: its mode decides)
     if func in _REFUSED:
         raise refusal(_REFUSED[func])
     if func in _LAYOUT:

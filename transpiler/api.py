@@ -133,6 +133,13 @@ def _converted(fn, probed):
 _CALLED = PerThreadList()     # user functions converted while this thread's trace ran
 
 
+def _with_called(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with the globals and closures of the helpers this trace called."""
+    for fn in list(_CALLED):
+        snapshot.include(fn)
+    return snapshot
+
+
 def _made_by_converted_code(fn) -> bool:
     """Whether ``fn`` was defined inside converted code (a branch or loop body, a
     comprehension, a user's nested function): made while the call ran, so its closure
@@ -698,10 +705,7 @@ class GraphFunction:
     def _state_now(self, args, kwargs) -> Snapshot:
         """The Python state a call reaches, now: the function's, and that of the helpers
         its last trace met (what a fallback's retry watches: ``fallback_retry``)."""
-        snapshot = Snapshot.take(_python_function(self._fn), args, kwargs)
-        for fn in list(_CALLED):
-            snapshot.include(fn)
-        return snapshot
+        return _with_called(Snapshot.take(_python_function(self._fn), args, kwargs))
 
     def _store(self, key, entry) -> None:
         """Cache a new entry (counted); the first eviction for the limit warns once."""
@@ -763,9 +767,7 @@ class GraphFunction:
         inputs = [next(params) if isinstance(v, torch.Tensor) and i not in repeats else None
                   for i, v in enumerate(flat)]
         executable = lower(optimized, inputs, outputs, name=_fn_name(target))
-        guard = Snapshot.take(target, (), {})
-        for fn in list(_CALLED):
-            guard.include(fn)
+        guard = _with_called(Snapshot.take(target, (), {}))
         guard.module_writes(list(getattr(graph, "module_writes", ())) +   # (and counters)
                             module_numbers.guarded(graph.carried_slots))
         guard.watch_arguments(flat)
