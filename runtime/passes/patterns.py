@@ -4,8 +4,10 @@ Rule: a node matching a pattern of the table becomes one fused node (its op name
 the kernel, its meta and user location those of the node it replaces). A pattern fires
 only when each intermediate it swallows has the node as its only reader (and is no
 output), in the same grad-mode region; when the dtypes agree and the fused result has
-the node's meta; and when no value it reads may be mutated in place (the fused node reads
-its inputs later than the intermediates did). Fused kernels have their own gradients.
+the node's meta; and when no value it reads may be mutated in place between the first
+node it swallows and the node (the fused node reads its inputs later than the
+intermediates did; a training step's ``opt.step()`` after the forward does not stop
+``matmul(x, w) + b -> addmm``). Fused kernels have their own gradients.
 
 Not fused: ``exp(x) / exp(x).sum(d, keepdim=True) -> softmax(x, d)`` (softmax subtracts the
 maximum first, so for large ``x`` it returns numbers where the pattern returns NaN).
@@ -269,6 +271,22 @@ _BY_OP = rules_by_op(RULES)
 
 
 # --------------------------------------------------------------------------- the pass
+def _first_swallowed(node: Node, leaves: List[Node]) -> Node:
+    """The earliest node of ``node``'s graph between the leaves and ``node`` (what the
+    fused node replaces), or ``node``."""
+    graph, stop = node.graph, {id(v) for v in leaves}
+    between, stack = set(), list(iter_nodes((node.args, node.kwargs)))
+    while stack:
+        value = stack.pop()
+        if id(value) in stop or id(value) in between or value.graph is not graph:
+            continue
+        between.add(id(value))
+        stack.extend(iter_nodes((value.args, value.kwargs)))
+    if not between:
+        return node
+    return next(n for n in graph.nodes if id(n) in between)
+
+
 def fuse_patterns(graph: Graph) -> Graph:
     """Replace every match of the table by its fused kernel, in every graph."""
     facts = ctx = None
@@ -280,8 +298,10 @@ def fuse_patterns(graph: Graph) -> Graph:
             fused = rule(node, ctx)
             if fused is None:
                 continue
-            leaves = [a.value if isinstance(a, Reshaped) else a for a in fused.args]
-            if not any(facts.mutated(v) for v in iter_nodes(leaves)):
+            leaves = list(iter_nodes([a.value if isinstance(a, Reshaped) else a
+                                      for a in fused.args]))
+            first = _first_swallowed(node, leaves)
+            if not any(facts.mutated_between(v, first, node) for v in leaves):
                 ctx.replace(node, fused)
                 break
     return graph

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import weakref
 from collections import defaultdict
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ..graph import Graph, Node, iter_nodes, map_nodes
 from ..ops import GLOBAL_STATE, RANDOM
@@ -157,7 +157,8 @@ class Facts:
         self._flags: Dict[int, int] = defaultdict(int)
         self.any_mutation = False
         self.grad_switch = False
-        self._scan(root, True)
+        self._mutations: List[Tuple[tuple, list]] = []   # (node and its ancestors, inputs)
+        self._scan(root, True, ())
         for value in iter_nodes(root.outputs):
             self._flag(value, _ESCAPES)
 
@@ -184,14 +185,14 @@ class Facts:
     def _has(self, node: Node, flag: int) -> bool:
         return bool(self._flags.get(self._find(id(node)), 0) & flag)
 
-    def _scan(self, graph: Graph, is_root: bool) -> None:
+    def _scan(self, graph: Graph, is_root: bool, chain: tuple) -> None:
         for node in graph.nodes:
             if node.op == "constant" or (node.op == "placeholder" and is_root) or \
                     getattr(node.target, "_tograph_external", False):   # (a module's tensor)
                 self._flag(node, _EXTERNAL)
             inputs = inputs_of(node)
             if node.subgraphs:
-                self._scan_control(node)
+                self._scan_control(node, chain + (node,))
             elif node.op == "get" and node.args[0].op in ("cond", "while"):
                 self.union(node, (id(node.args[0]), node.attrs["index"]))
             elif node.op not in FRESH:
@@ -206,15 +207,16 @@ class Facts:
                 self.any_mutation = True
                 for value in inputs:
                     self._flag(value, _MUTATED)
+                self._mutations.append((chain + (node,), list(inputs)))
 
-    def _scan_control(self, node: Node) -> None:
+    def _scan_control(self, node: Node, chain: tuple) -> None:
         """Result ``k`` of a cond is output ``k`` of either branch; of a while, loop
         variable ``k``: its initial value, the body's inputs and outputs ``k``."""
         for index, sub in enumerate(node.subgraphs):
             for inner, outer in zip(sub.inputs, sub_operands(node, index)):
                 if isinstance(outer, Node):
                     self.union(inner, outer)
-            self._scan(sub, False)
+            self._scan(sub, False, chain)
         if node.op == "while":
             cond_g, body = node.subgraphs
             for k, value in enumerate(iter_nodes(body.outputs)):
@@ -238,6 +240,26 @@ class Facts:
 
     def mutated(self, node: Node) -> bool:
         return self.any_mutation and self._has(node, _MUTATED)
+
+    def mutated_between(self, node: Node, first: Node, last: Node) -> bool:
+        """Whether ``node``'s storage group may be changed in place after ``first`` and
+        before ``last`` (two nodes of one graph; a change inside a cond/while node between
+        them counts; changes before ``first``, after ``last`` or in other graphs do not:
+        a training step's ``opt.step()`` after the forward leaves the forward's parameters
+        unchanged while it runs)."""
+        if not self.mutated(node):
+            return False
+        order = {id(n): i for i, n in enumerate(last.graph.nodes)}
+        lo, hi = order.get(id(first)), order.get(id(last))
+        if lo is None or hi is None:
+            return True
+        group = self.group(node)
+        for chain, inputs in self._mutations:
+            here = next((order[id(n)] for n in chain if id(n) in order), None)
+            if here is not None and lo < here < hi and \
+                    any(isinstance(v, Node) and self.group(v) == group for v in inputs):
+                return True
+        return False
 
     def escapes(self, node: Node) -> bool:
         return self._has(node, _ESCAPES)
