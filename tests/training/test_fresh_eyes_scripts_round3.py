@@ -2320,6 +2320,152 @@ def prog_weighted_smoothed_ce(wrap):
     return step, [net, optimizer], _ignored_batches()
 
 
+# ================================================================ more hooks and Functions
+@program()
+def prog_hook_registered_inside_step(wrap):
+    """Feature extraction the way forum answers and torchvision's old IntermediateLayerGetter
+    users write it inside the step: `h = layer.register_forward_hook(save)`, forward,
+    `h.remove()`; a feature-matching loss on the saved activation."""
+    net = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3))
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+
+    def step(x, y):
+        acts = []
+        handle = net[1].register_forward_hook(lambda m, i, o: acts.append(o))
+        out = net(x)
+        handle.remove()
+        loss = F.cross_entropy(out, y) + 1e-2 * acts[0].pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.detach(), len(net[1]._forward_hooks)
+    return step, [net, optimizer], _xy()
+
+
+@program()
+def prog_forward_hook_with_kwargs_modifies_output(wrap):
+    """A forward hook registered with `with_kwargs=True` that returns a modified output
+    (activation scaling for a pruning/steering experiment)."""
+    net = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3))
+
+    def hook(module, args, kwargs, output):
+        return output * 0.5 + 0.1
+    net[0].register_forward_hook(hook, with_kwargs=True)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    return _plain_step(net, optimizer), [net, optimizer], _xy()
+
+
+class ScaledTanh(torch.autograd.Function):
+    """A new-style Function: `forward` without ctx, `setup_context`, ctx attributes."""
+
+    @staticmethod
+    def forward(x, scale):
+        return torch.tanh(x) * scale
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, scale = inputs
+        ctx.scale = scale
+        ctx.save_for_backward(output)
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        return g * (ctx.scale - out * out / ctx.scale), None
+
+
+@program()
+def prog_custom_function_setup_context(wrap):
+    """The torch>=2.0 Function style (`setup_context`, ctx attributes), used by xformers-like
+    kernels' Python fallbacks."""
+    net = nn.Sequential(nn.Linear(5, 8), nn.Linear(8, 3))
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-2)
+
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(net[1](ScaledTanh.apply(net[0](x), 1.7)), y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+    return step, [net, optimizer], _xy()
+
+
+@program()
+def prog_orthogonal_parametrization(wrap):
+    """`parametrizations.orthogonal` on a recurrent-style square weight (expRNN/orthogonal
+    RNN scripts)."""
+    from torch.nn.utils import parametrizations
+    net = nn.Sequential(nn.Linear(5, 6), nn.Tanh(),
+                        parametrizations.orthogonal(nn.Linear(6, 6)), nn.Tanh(), nn.Linear(6, 3))
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.05)
+    return _plain_step(net, optimizer), [net, optimizer], _xy(n=5)
+
+
+@program()
+def prog_fork_rng_augment(wrap):
+    """Reproducible augmentation with `torch.random.fork_rng()` + `manual_seed(epoch_seed)`
+    inside the step (noise that is the same every call, the global stream untouched), then a
+    dropout forward drawing from the global stream."""
+    net = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Dropout(0.3), nn.Linear(8, 3))
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+
+    def step(x, y):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(7)
+            x = x + 0.1 * torch.randn_like(x)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+    return step, [net, optimizer], _xy()
+
+
+
+class RouterWithStats(nn.Module):
+    """A mixture-of-experts router keeping load statistics in a dict attribute (the shape of
+    fairseq/Megatron MoE logging): `self.stats['calls'] += 1`, `self.stats['load'] =
+    ...item()` in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = nn.Linear(5, 2)
+        self.experts = nn.ModuleList(nn.Linear(5, 3) for _ in range(2))
+        self.stats = {"calls": 0, "load": 0.0}
+
+    def forward(self, x):
+        w = F.softmax(self.gate(x), dim=-1)
+        self.stats["calls"] += 1
+        self.stats["load"] = w[:, 0].mean().item()
+        return w[:, :1] * self.experts[0](x) + w[:, 1:] * self.experts[1](x)
+
+
+def _router(wrap):
+    net = RouterWithStats()
+    model = wrap(net)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+    return step, [net, optimizer], _xy()
+
+
+@program()
+def prog_moe_router_dict_stats(wrap):
+    """MoE router statistics in a module's dict attribute, whole step converted."""
+    return _router(wrap)
+
+
+@program("model")
+def prog_moe_router_dict_stats_model(wrap):
+    """The router `to_graph`-converted in an eager step."""
+    return _router(wrap)
+
+
 # ----------------------------------------------------------------------------- verdicts
 def _bug(reason):
     return pytest.mark.xfail(strict=True, reason=reason)
@@ -2362,11 +2508,20 @@ VERDICTS = {
     "prog_center_loss_two_optimizers": ("convert", _needless(
         "`for p in lin.parameters(): p.grad.data *= 0.5` after a staged backward falls back "
         "('setting its .data of a traced tensor'); `p.grad.data.mul_(0.5)` converts")),
+    "prog_moe_router_dict_stats": ("convert", _needless(
+        "numbers in an nn.Module's dict attribute changed in forward: `self.stats = {'n': 0}`"
+        "; `def forward(self, x): self.stats['n'] += 1; ...` falls back ('changes the "
+        "model's dict attribute'); `self.n += 1` on the module, or the same dict held by a "
+        "closure, converts")),
+    "prog_moe_router_dict_stats_model": ("convert", _needless(
+        "to_graph(model) whose forward does `self.stats['n'] += 1` falls back ('mutates an "
+        "attribute of the object the method belongs to (its stats['n'])')")),
     "prog_forward_pre_hook_input_scaling": ("convert", _bug(
         "BUG: a forward hook's closure-dict counter is silently lost: `st = {'n': 0}; "
         "net.register_forward_pre_hook(lambda m, a: st.__setitem__('n', st['n'] + 1)); "
         "f = to_graph(lambda x: net(x).sum())`: after 3 calls st['n'] == 0 (eager 3), no "
-        "warning; with a list counter `lst[0] += 1`, or in a plain helper, it is 3")),
+        "warning (a global dict too); with a list counter `lst[0] += 1`, an object's attribute, a "
+        "nonlocal, or the dict written by a plain helper, it is 3")),
     "prog_activation_stats_forward_hooks": ("convert", _bug(
         "BUG: forward hooks writing a dict: `net.register_forward_hook(lambda m, i, o: "
         "stats.__setitem__('act', o.abs().mean().item()))`; to_graph(lambda x: "
