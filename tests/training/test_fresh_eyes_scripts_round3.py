@@ -36,6 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 
+from tests.training.test_fresh_eyes_techniques import _gen, _same, mlp
+from tests.training.test_fresh_eyes_techniques import _xy as _techniques_xy
 from transpiler import ConversionError, FallbackWarning, to_graph
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -50,19 +52,8 @@ def program(how="step"):
     return deco
 
 
-def _gen(seed=7):
-    return torch.Generator().manual_seed(seed)
-
-
-def _xy(n=6, b=6, d=5, k=3, seed=7):
-    g = _gen(seed)
-    return [(torch.randn(b, d, generator=g), torch.randint(0, k, (b,), generator=g))
-            for _ in range(n)]
-
-
-def _xr(n=6, b=6, d=5, k=3, seed=7):
-    g = _gen(seed)
-    return [(torch.randn(b, d, generator=g), torch.randn(b, k, generator=g)) for _ in range(n)]
+def _xy(n=6, **kw):
+    return _techniques_xy(n=n, **kw)
 
 
 def _imgs(n=6, b=4, c=1, hw=8, k=3, seed=7):
@@ -71,8 +62,15 @@ def _imgs(n=6, b=4, c=1, hw=8, k=3, seed=7):
             for _ in range(n)]
 
 
-def mlp(d=5, h=8, k=3):
-    return nn.Sequential(nn.Linear(d, h), nn.Tanh(), nn.Linear(h, k))
+def _plain_step(net, optimizer):
+    """The usual four lines of a step: zero_grad, cross_entropy, backward, step."""
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+    return step
 
 
 # ----------------------------------------------------------------------------- runner
@@ -114,35 +112,6 @@ def _snap(x, depth=0):
     if hasattr(x, "__dict__"):
         return {k: _snap(v, depth + 1) for k, v in vars(x).items() if not callable(v)}
     return repr(x)
-
-
-def _same(a, b, where, rtol=1e-5, atol=1e-6):
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor), \
-            f"{where}: {type(a).__name__} vs {type(b).__name__}"
-        assert a.dtype == b.dtype, f"{where}: dtype {a.dtype} vs {b.dtype}"
-        assert a.shape == b.shape, f"{where}: shape {tuple(a.shape)} vs {tuple(b.shape)}"
-        assert a.requires_grad == b.requires_grad, f"{where}: requires_grad differs"
-        if a.dtype.is_floating_point or a.dtype.is_complex:
-            torch.testing.assert_close(b.detach(), a.detach(), rtol=rtol, atol=atol,
-                                       equal_nan=True, msg=lambda m: f"{where}: {m}")
-        else:
-            assert torch.equal(a, b), f"{where}: {a} vs {b}"
-        return
-    assert type(a) is type(b), f"{where}: type {type(a).__name__} vs {type(b).__name__}"
-    if isinstance(a, dict):
-        assert list(a) == list(b), f"{where}: keys {list(a)} vs {list(b)}"
-        for k in a:
-            _same(a[k], b[k], f"{where}.{k}", rtol, atol)
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), f"{where}: len {len(a)} vs {len(b)}"
-        for i, (u, v) in enumerate(zip(a, b)):
-            _same(u, v, f"{where}[{i}]", rtol, atol)
-    elif isinstance(a, float):
-        assert math.isclose(a, b, rel_tol=rtol, abs_tol=atol) or (a != a and b != b), \
-            f"{where}: {a} vs {b}"
-    else:
-        assert a == b, f"{where}: {a!r} vs {b!r}"
 
 
 def _run(name, mode):
@@ -673,11 +642,7 @@ def linear_schedule(start_e, end_e, duration, t):
     return max(slope * t + start_e, end_e)
 
 
-@program()
-def prog_dqn_epsilon_greedy_torch_rand(wrap):
-    """CleanRL dqn.py action selection with torch's RNG instead of `random.random()`:
-    `if torch.rand(()) < epsilon: action = torch.randint(...)` else argmax (a tensor `if`
-    whose branches draw different amounts of random numbers), then one TD step."""
+def _epsilon_greedy(choose, n):
     qn = QNetwork()
     optimizer = torch.optim.SGD(qn.parameters(), lr=0.1)
     state = {"t": 0}
@@ -685,10 +650,7 @@ def prog_dqn_epsilon_greedy_torch_rand(wrap):
     def act_and_learn(obs, reward):
         epsilon = linear_schedule(1.0, 0.05, 4, state["t"])
         state["t"] += 1
-        if torch.rand(()) < epsilon:
-            action = torch.randint(0, 2, ())
-        else:
-            action = qn(obs).argmax()
+        action = choose(qn, obs, epsilon)
         q = qn(obs)[action]
         loss = (q - reward) ** 2
         optimizer.zero_grad()
@@ -697,33 +659,32 @@ def prog_dqn_epsilon_greedy_torch_rand(wrap):
         return action, loss.detach()
     g = _gen(19)
     return act_and_learn, [qn, optimizer, state], [
-        (torch.randn(4, generator=g), torch.randn((), generator=g)) for _ in range(8)]
+        (torch.randn(4, generator=g), torch.randn((), generator=g)) for _ in range(n)]
+
+
+@program()
+def prog_dqn_epsilon_greedy_torch_rand(wrap):
+    """CleanRL dqn.py action selection with torch's RNG instead of `random.random()`:
+    `if torch.rand(()) < epsilon: action = torch.randint(...)` else argmax (a tensor `if`
+    whose branches draw different amounts of random numbers), then one TD step."""
+    def choose(qn, obs, epsilon):
+        if torch.rand(()) < epsilon:
+            action = torch.randint(0, 2, ())
+        else:
+            action = qn(obs).argmax()
+        return action
+    return _epsilon_greedy(choose, 8)
 
 
 @program()
 def prog_dqn_epsilon_greedy_python_random(wrap):
     """The same with CleanRL's own `random.random() < epsilon` (Python randomness: a graph
     would freeze one draw, so it must fall back)."""
-    qn = QNetwork()
-    optimizer = torch.optim.SGD(qn.parameters(), lr=0.1)
-    state = {"t": 0}
-
-    def act_and_learn(obs, reward):
-        epsilon = linear_schedule(1.0, 0.05, 4, state["t"])
-        state["t"] += 1
-        if random.random() < epsilon:  # py-random
-            action = random.randint(0, 1)
-        else:
-            action = qn(obs).argmax().item()
-        q = qn(obs)[action]
-        loss = (q - reward) ** 2
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return action, loss.detach()
-    g = _gen(19)
-    return act_and_learn, [qn, optimizer, state], [
-        (torch.randn(4, generator=g), torch.randn((), generator=g)) for _ in range(5)]
+    def choose(qn, obs, epsilon):
+        if random.random() < epsilon:
+            return random.randint(0, 1)
+        return qn(obs).argmax().item()
+    return _epsilon_greedy(choose, 5)
 
 
 # ================================================================ timm train.py
@@ -862,12 +823,13 @@ def prog_timm_ema_v3_warmup(wrap):
     return step, [net, ema, optimizer], _imgs(n=5)
 
 
-def _clip_nonfinite_batches():
-    out = _xy(n=5)
-    x, y = out[2]
+def _bad_batches(n, value, at=2):
+    """``n`` batches; batch ``at`` holds one ``value`` (inf, nan) in its input."""
+    out = _xy(n=n)
+    x, y = out[at]
     x = x.clone()
-    x[0, 0] = float("inf")
-    out[2] = (x, y)
+    x[1, 2] = value
+    out[at] = (x, y)
     return out
 
 
@@ -885,16 +847,7 @@ def prog_timm_clip_error_if_nonfinite(wrap):
         norm = torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0, error_if_nonfinite=True)
         optimizer.step()
         return loss.detach(), norm
-    return step, [net, optimizer], _clip_nonfinite_batches()
-
-
-def _nan_batches():
-    out = _xy(n=6)
-    x, y = out[2]
-    x = x.clone()
-    x[1, 2] = float("nan")
-    out[2] = (x, y)
-    return out
+    return step, [net, optimizer], _bad_batches(5, float("inf"))
 
 
 @program()
@@ -916,7 +869,7 @@ def prog_skip_nonfinite_loss(wrap):
             optimizer.step()
             counters["updates"] += 1
         return loss.detach()
-    return step, [net, optimizer, counters], _nan_batches()
+    return step, [net, optimizer, counters], _bad_batches(6, float("nan"))
 
 
 @program()
@@ -937,7 +890,7 @@ def prog_skip_nonfinite_grad_norm(wrap):
             print("skipping step: grad norm", total_norm.item())
             optimizer.zero_grad()
         return total_norm
-    return step, [net, optimizer], _nan_batches()
+    return step, [net, optimizer], _bad_batches(6, float("nan"))
 
 
 # ================================================================ Lightning
@@ -1228,13 +1181,7 @@ def _ste(wrap):
     model = wrap(net)
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-2)
 
-    def step(x, y):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-    return step, [net, optimizer], _xy()
+    return _plain_step(model, optimizer), [net, optimizer], _xy()
 
 
 @program()
@@ -1321,13 +1268,7 @@ def prog_forward_pre_hook_input_scaling(wrap):
     net.register_forward_pre_hook(pre)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
 
-    def step(x, y):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(net(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-    return step, [net, optimizer, seen], _xy()
+    return _plain_step(net, optimizer), [net, optimizer, seen], _xy()
 
 
 class Symmetric(nn.Module):
@@ -1931,13 +1872,7 @@ def prog_activation_stats_forward_hooks(wrap):
             m.register_forward_hook(make(name))
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
 
-    def step(x, y):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(net(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-    return step, [net, optimizer, stats], _xy()
+    return _plain_step(net, optimizer), [net, optimizer, stats], _xy()
 
 
 @program()
@@ -1948,59 +1883,7 @@ def prog_old_weight_norm_wavenet(wrap):
     net = nn.Sequential(weight_norm(nn.Linear(5, 8)), nn.ReLU(), weight_norm(nn.Linear(8, 3)))
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-2)
 
-    def step(x, y):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(net(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-    return step, [net, optimizer], _xy()
-
-
-@program()
-def prog_dcgan_label_fill(wrap):
-    """pytorch/examples dcgan/main.py: `label = torch.full((b,), real_label)`,
-    `label.fill_(fake_label)`, `D_x = output.mean().item()`, `D_G_z1/D_G_z2`, the
-    `[%d/%d] Loss_D: %.4f ...` print with `%` formatting."""
-    netG = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 4), nn.Tanh())
-    netD = nn.Sequential(nn.Linear(4, 8), nn.LeakyReLU(0.2), nn.Linear(8, 1), nn.Sigmoid())
-    criterion = nn.BCELoss()
-    optimizerD = torch.optim.Adam(netD.parameters(), lr=2e-4, betas=(0.5, 0.999))
-    optimizerG = torch.optim.Adam(netG.parameters(), lr=2e-4, betas=(0.5, 0.999))
-    real_label, fake_label = 1., 0.
-    it = [0]
-
-    def step(real_cpu):
-        netD.zero_grad()
-        b_size = real_cpu.size(0)
-        label = torch.full((b_size,), real_label, dtype=torch.float)
-        output = netD(real_cpu).view(-1)
-        errD_real = criterion(output, label)
-        errD_real.backward()
-        D_x = output.mean().item()
-        noise = torch.randn(b_size, 3)
-        fake = netG(noise)
-        label.fill_(fake_label)
-        output = netD(fake.detach()).view(-1)
-        errD_fake = criterion(output, label)
-        errD_fake.backward()
-        D_G_z1 = output.mean().item()
-        errD = errD_real + errD_fake
-        optimizerD.step()
-        netG.zero_grad()
-        label.fill_(real_label)
-        output = netD(fake).view(-1)
-        errG = criterion(output, label)
-        errG.backward()
-        D_G_z2 = output.mean().item()
-        optimizerG.step()
-        print('[%d/%d][%d/%d] Loss_D: %.4f Loss_G: %.4f D(x): %.4f D(G(z)): %.4f / %.4f'
-              % (0, 1, it[0], 5, errD.item(), errG.item(), D_x, D_G_z1, D_G_z2))
-        it[0] += 1
-        return errD.item(), errG.item()
-    g = _gen(41)
-    return step, [netG, netD, optimizerD, optimizerG, it], [
-        (torch.randn(6, 4, generator=g),) for _ in range(5)]
+    return _plain_step(net, optimizer), [net, optimizer], _xy()
 
 
 @program()
@@ -2030,16 +1913,6 @@ def prog_accum_loop_inside_step(wrap):
 
 
 # ================================================================ the loop changes things between calls
-def _plain_step(net, optimizer):
-    def step(x, y):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(net(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-    return step
-
-
 @program()
 def prog_add_param_group_between_calls(wrap):
     """Progressive unfreezing as ULMFiT/fastai scripts do it: the head trains alone, then the
@@ -2149,7 +2022,7 @@ def prog_clip_inf_norm_and_nan_to_num(wrap):
         norm = torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5, norm_type=float("inf"))
         optimizer.step()
         return norm
-    return step, [net, optimizer], _nan_batches()
+    return step, [net, optimizer], _bad_batches(6, float("nan"))
 
 
 @program()
@@ -2445,13 +2318,7 @@ def _router(wrap):
     model = wrap(net)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
 
-    def step(x, y):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-    return step, [net, optimizer], _xy()
+    return _plain_step(model, optimizer), [net, optimizer], _xy()
 
 
 @program()
