@@ -1794,6 +1794,21 @@ def fixed_point_quantise_int(x):
     return int(x.item() * 1e20)
 
 
+@program((torch.tensor([1.0, -1.0, 2.0]),), (torch.tensor([-1.0, -2.0, -3.0]),))
+def count_positive_sum_of_comprehension(x):
+    """Counting with ``sum`` of a list comprehension of 0-d bool tensors over a tensor of
+    static length (TheAlgorithms-style ``sum(1 for ...)`` written with tensors)."""
+    return sum([v > 0 for v in x])
+
+
+@program((torch.tensor(True),), (torch.tensor(False),))
+def sign_from_bool_item(flag):
+    """A sign from a bool flag's ``.item()`` (``-flag.item()`` is the int -1 or 0 in Python;
+    a ranking script's ``direction = 1 - 2 * descending``)."""
+    direction = 1 - 2 * flag.item()
+    return direction, -flag.item()
+
+
 # ============================================================================ more algorithms
 @program((torch.tensor([[0.0, 4.0, 1.0, 0.0], [4.0, 0.0, 2.0, 5.0], [1.0, 2.0, 0.0, 8.0], [0.0, 5.0, 8.0, 0.0]]), 0),
          (torch.tensor([[0.0, 1.0], [1.0, 0.0]]), 1))
@@ -2130,6 +2145,16 @@ _LOOP_ELSE_RAISE = ("needless fallback: a `raise` in the `else:` of a loop with 
                     "else:\n        raise RuntimeError('no')\n    return x\nf(torch.tensor(8.0))`")
 
 XFAIL = {
+    "count_positive_sum_of_comprehension":
+        "needless fallback: `sum([v > 0 for v in x])` over a tensor of static length falls "
+        "back ('iteration over a list built in a tensor loop: its length is known only when "
+        "the graph runs'); the length is x.shape[0]. Repro: `to_graph(lambda x: sum([v > 0 "
+        "for v in x]))(torch.tensor([1.0, -1.0, 2.0]))`",
+    "sign_from_bool_item":
+        "needless fallback: `-flag.item()` of a bool tensor (the Python int -1) falls back "
+        "with an internal reason ('checked_int: the result's shape could not be inferred "
+        "(RuntimeError: Negation, the `-` operator, on a bool tensor is not supported')). "
+        "Repro: `to_graph(lambda b: -b.item())(torch.tensor(True))`",
     "bool_items_added":
         "BUG: `flags[0].item() + flags[1].item()` of two True bool tensors is the Python int 2 "
         "in eager; the converted call returns 1 (the sum stays bool). Repro: `to_graph(lambda "
