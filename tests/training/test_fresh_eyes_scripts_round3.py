@@ -1629,14 +1629,7 @@ def _max_norm(wrap):
         net.emb.weight.mul_(3.0)
     model = wrap(net)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.5)
-
-    def step(ids, y):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(ids), y)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-    return step, [net, optimizer], _ids()
+    return _plain_step(model, optimizer), [net, optimizer], _ids()
 
 
 @program()
@@ -2331,6 +2324,45 @@ def prog_moe_router_dict_stats(wrap):
 def prog_moe_router_dict_stats_model(wrap):
     """The router `to_graph`-converted in an eager step."""
     return _router(wrap)
+
+
+
+@program()
+def prog_head_swap_new_optimizer_between_calls(wrap):
+    """Fine-tuning on a new label set (the torchvision finetuning tutorial's
+    `model.fc = nn.Linear(num_ftrs, num_classes)`): after 3 steps the loop replaces the head
+    with a fresh 4-class Linear and builds a new optimizer the step reaches through a dict."""
+    net = mlp()
+    holder = {"opt": torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)}
+
+    def step(x, y):
+        opt = holder["opt"]
+        opt.zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    def swap(step):
+        net[2] = nn.Linear(8, 4)
+        holder["opt"] = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    d = _xy(n=6)
+    d4 = [(x, (y + 1) % 4) for x, y in _xy(n=3, k=4, seed=9)]
+    return step, [net, holder], d[:3] + [swap] + d4
+
+
+@program()
+def prog_model_double_between_calls(wrap):
+    """Switching to float64 for a gradient check (`model.double()` and double inputs) after
+    a few float32 steps, the optimizer kept."""
+    net = mlp()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    step = _plain_step(net, optimizer)
+
+    def to_double(step):
+        net.double()
+    d = _xy(n=6)
+    return step, [net, optimizer], d[:3] + [to_double] + [(x.double(), y) for x, y in d[3:]]
 
 
 # ----------------------------------------------------------------------------- verdicts
