@@ -1673,7 +1673,8 @@ OPTIMIZERS = {
     "adamax": lambda p: torch.optim.Adamax(p, lr=1e-2),
     "asgd": lambda p: torch.optim.ASGD(p, lr=1e-2, t0=2),
     "rprop": lambda p: torch.optim.Rprop(p, lr=1e-2),
-    "adam_amsgrad_maximize": lambda p: torch.optim.Adam(p, lr=1e-2, amsgrad=True),
+    "adam_amsgrad_maximize": lambda p: torch.optim.Adam(p, lr=1e-2, amsgrad=True,
+                                                        maximize=True),
     "sgd_dampening_nesterov_off": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9,
                                                             dampening=0.1),
 }
