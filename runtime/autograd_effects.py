@@ -52,7 +52,7 @@ import torch
 from . import argument_grads, grad_flags, grad_reach, module_modes, scaler_effects
 from .errors import GraphError
 from .graph_ops import effect
-from .kernels import sgd_step
+from .kernels import adam_step, sgd_step
 from .source_info import format_location, user_location
 
 NOT_STAGED = object()
@@ -91,9 +91,9 @@ class Held:
 @effect
 def call_method(owner: Held, name: str, params, kwargs) -> None:
     """``owner.obj.name(**kwargs)`` when the graph runs (``params``: the tensors it may
-    change, named for the passes). ``SGD.step()`` runs as one C loop where that gives
-    eager's bits (``kernels.sgd_step``)."""
-    if name == "step" and not kwargs and sgd_step.run(owner.obj):
+    change, named for the passes). ``SGD.step()``, ``Adam.step()`` and ``AdamW.step()`` run as
+    one C loop where that gives eager's bits (``kernels.sgd_step``, ``kernels.adam_step``)."""
+    if name == "step" and not kwargs and (sgd_step.run(owner.obj) or adam_step.run(owner.obj)):
         return
     getattr(owner.obj, name)(**kwargs)
 

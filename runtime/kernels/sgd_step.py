@@ -193,14 +193,26 @@ def _hooks(opt) -> bool:
                 module._global_optimizer_pre_hooks or module._global_optimizer_post_hooks)
 
 
-def run(opt) -> bool:
-    """Do ``opt.step()`` in C and return True, or change nothing and return False."""
-    if type(opt) is not torch.optim.SGD or _hooks(opt) or opt.defaults.get("differentiable") \
+def plain_step(opt):
+    """False where ``opt.step()`` would do more than the class's own update (step hooks,
+    ``differentiable``, GradScaler's ``grad_scale``/``found_inf``, a ``step`` wrapper other
+    than an lr scheduler's); else that wrapper or None."""
+    if _hooks(opt) or opt.defaults.get("differentiable") \
             or getattr(opt, "grad_scale", None) is not None \
             or getattr(opt, "found_inf", None) is not None:
         return False
     wrapper = opt.__dict__.get("step")
     if wrapper is not None and not getattr(wrapper, "_wrapped_by_lr_sched", False):
+        return False
+    return wrapper
+
+
+def run(opt) -> bool:
+    """Do ``opt.step()`` in C and return True, or change nothing and return False."""
+    if type(opt) is not torch.optim.SGD:
+        return False
+    wrapper = plain_step(opt)
+    if wrapper is False:
         return False
     fn = _function()
     if fn is None:
