@@ -6,10 +6,12 @@ question about its state is either answered exactly at trace time or refused wit
 ``GraphError`` naming the user's line (the call falls back to eager):
 
 - **Layout** (``stride()``, ``is_contiguous()``, ``storage_offset()``): the example
-  (meta) tensor behind a traced value has eager's layout — an argument's strides and
-  offset are part of the call signature, and meta kernels compute strides as the real
-  ones do. A ``cond`` output whose branches leave different layouts, and a ``while``
-  variable whose layout changes across iterations, have a layout known only at run time:
+  (meta) tensor behind a traced value has eager's layout — an argument's strides are part
+  of the call signature, its offset once a trace answers ``storage_offset()``
+  (``reads_offsets``: until then a view at another offset, ``data[i:i + 4]``, shares the
+  graph), and meta kernels compute strides as the real ones do. A ``cond`` output whose
+  branches leave different layouts, and a ``while`` variable whose layout changes across
+  iterations, have a layout known only at run time:
   it is marked (``LAYOUT_VARIES`` in the node's attrs, passed on to everything computed
   from it) and layout questions about it are refused. So are they about a value whose
   shape is not static (dims known only at run time, or differing by path: even
@@ -126,9 +128,28 @@ def answer(func, t, args, kwargs):
         if node.meta is None or not node.meta.is_static:
             raise refusal(f"{func.__name__}()", "its shape, and so its layout, is known "
                           "only at run time")
+        if func is torch.Tensor.storage_offset:
+            _offset_read()
         with torch._C.DisableTorchFunction():
             return func(*args, **kwargs)
     return _autograd_answer(func, t)
+
+
+def _offset_read() -> None:
+    """The trace answered ``storage_offset()``: an answer that follows the arguments'
+    offsets (``x[1:]`` of ``x``), which a call's key holds only from then on
+    (``reads_offsets``)."""
+    from .symbolic import current_graph
+    graph = current_graph()
+    if graph is not None:
+        graph.root.reads_offsets = True
+
+
+def reads_offsets(graph) -> bool:
+    """Whether the trace ``graph`` answered a ``storage_offset()`` question: its calls'
+    keys must then hold their tensors' storage offsets (other layout answers, strides and
+    contiguity, do not depend on them; the graph's ops run on the caller's views)."""
+    return bool(getattr(graph, "reads_offsets", False))
 
 
 def _autograd_answer(func, t):
@@ -316,8 +337,9 @@ CLASS = "tensor_class"      # node.attrs key: an argument's class other than tor
 
 def argument_example(value: torch.Tensor, meta, name: str) -> Optional[torch.Tensor]:
     """The example behind an argument's placeholder: its strides and storage offset (a
-    call's signature holds them), or None (a default one) for a dynamic shape or a
-    layout without strides."""
+    call's signature holds the strides, the offset once a trace reads one:
+    ``reads_offsets``), or None (a default one) for a dynamic shape or a layout without
+    strides."""
     if value.layout != torch.strided or meta.shape != tuple(value.shape):
         return None
     return meta_strided(tuple(value.shape), tuple(value.stride()), value.storage_offset(),

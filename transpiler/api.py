@@ -63,8 +63,8 @@ from runtime.threads import TRACE_LOCK, PerThreadList
 
 from . import fallback_retry
 from .random_state import RandomState
-from . import (argument_aliases, call_entry, conversion, held_arguments, lazy_init,
-               method_binding, trace_log)
+from . import (argument_aliases, argument_offsets, call_entry, conversion, held_arguments,
+               lazy_init, method_binding, trace_log)
 from .call_entry import MISS as _MISS
 from .data_parallel import convert_wrapped_module, is_distributed_data_parallel
 from .errors import ConversionError
@@ -208,7 +208,8 @@ def to_code(fn) -> str:
 # --------------------------------------------------------------------------- signatures
 def _leaf_key(v):
     if isinstance(v, torch.Tensor):
-        # layout too: a trace answers stride()/is_contiguous() from it (runtime.tensor_state)
+        # strides too: a trace answers stride()/is_contiguous() from them (runtime.tensor_state);
+        # the storage offset only once a trace reads it (argument_offsets)
         return ("T", tuple(v.shape), v.dtype, v.requires_grad, v.device.type, _layout(v),
                 type(v), bool(v.__dict__))
     if isinstance(v, float) and not v:
@@ -229,9 +230,9 @@ _TENSOR = torch.Tensor
 
 
 def _layout(t):
-    """A tensor's strides and storage offset (None for a layout without strides)."""
+    """A tensor's strides (None for a layout without strides)."""
     try:
-        return t.stride(), t.storage_offset()
+        return t.stride()
     except RuntimeError:            # sparse and other layouts without strides
         return None
 
@@ -246,8 +247,8 @@ def _flat_key(args):
             if cls is _TENSOR or (cls not in _SCALARS and isinstance(a, torch.Tensor)):
                 if not a.is_cpu:
                     return None
-                key += (cls, a.shape, a.dtype, a.requires_grad, (a.stride(),
-                        a.storage_offset()), bool(a.__dict__))     # the layout, as _layout
+                key += (cls, a.shape, a.dtype, a.requires_grad, a.stride(),
+                        bool(a.__dict__))                   # the layout, as _layout
             elif cls in _SCALARS:
                 key += (cls, a if cls is not float or a else repr(a))    # -0.0 is not 0.0
             else:
@@ -361,6 +362,7 @@ class GraphFunction:
         self._held: frozenset = frozenset()     # list/dict arguments changed in place: whole
         self._served: frozenset = frozenset()   # (id(module), name) read when the graph runs
         self._grad_args = False     # a trace read an argument's .grad: keys hold them
+        self._offsets = False       # a trace read a storage_offset(): keys hold the arguments'
         self._appended = appended_arguments.AppendedArguments()     # (list arguments)
 
         self._history: List[Any] = self._retraces.history
@@ -414,6 +416,8 @@ class GraphFunction:
         # it runs ops as the caller's autocast state and default dtype make them behave
         if self._grad_args:             # (runtime.argument_grads)
             key = key + argument_grads.signature(flat)
+        if self._offsets:
+            key = key + argument_offsets.signature(flat)
         return key + (_call_modes(), _GRAD_MODE[torch.is_grad_enabled()]), flat, spec
 
     def __call__(self, *args, **kwargs):
@@ -441,6 +445,9 @@ class GraphFunction:
                 if self._grad_args:
                     fast += argument_grads.signature(args if not kwargs else
                                                      args + tuple(kwargs.values()))
+                if self._offsets:
+                    fast += argument_offsets.signature(args if not kwargs else
+                                                       args + tuple(kwargs.values()))
                 entry = self._fast.get(fast)
                 if entry is not None:
                     cache = self._entries           # a hit: counted, and stamped for LRU
@@ -494,15 +501,15 @@ class GraphFunction:
                 # the plain call's own TypeError, raised before its body runs (no
                 # fallback warning, nothing cached)
                 return _python_function(self._fn)(*args, **kwargs)
-            held, grads = self._held, self._grad_args
+            held, grads, offsets = self._held, self._grad_args, self._offsets
             self._retried = retried
             try:
                 entry = self._dynamic_entry(key, args, kwargs, flat, spec) or \
                     self._build(key, args, kwargs, flat, spec)
             finally:
                 self._retried = None
-            if self._grad_args is not grads:    # (keys hold the arguments' grads now)
-                fast = None
+            if self._grad_args is not grads or self._offsets is not offsets:
+                fast = None             # (keys hold the arguments' grads or offsets now)
             if self._held is not held:      # the trace held a list/dict argument whole
                 self._entries.drop_inline()     # (entry functions flatten it: none now)
                 key, flat, spec = self._signature(args, kwargs)
@@ -528,8 +535,9 @@ class GraphFunction:
     def _inline(self, entry, args, kwargs) -> None:
         """Serve calls like this one, with ``entry``, by a generated entry function first
         (``transpiler.call_entry``; not for a partial's or held arguments, nor where keys
-        hold the arguments' gradients)."""
-        if self._partial is None and not self._held and not self._grad_args:
+        hold the arguments' gradients or storage offsets)."""
+        if self._partial is None and not self._held and not self._grad_args and \
+                not self._offsets:
             enter = call_entry.build(entry, args, kwargs, self._entries, self._training)
             if enter is not None:
                 self._entries.add_inline(enter)
@@ -697,6 +705,10 @@ class GraphFunction:
             trace_log.traced(self, entry)
             if argument_grads.depends(entry.graph) and not self._grad_args:
                 self._grad_args = True      # it read an argument's .grad: keyed on them
+                self._entries.drop_inline()
+                key = self._signature(args, kwargs)[0]
+            if tensor_state.reads_offsets(entry.graph) and not self._offsets:
+                self._offsets = True        # it read a storage_offset(): keyed on them
                 self._entries.drop_inline()
                 key = self._signature(args, kwargs)[0]
         self._store(key, entry)

@@ -20,7 +20,7 @@ function built here checks the same things against the values of one signature, 
         a2_0, = a2.values()
         if not (a2_0.__class__ is float and a2_0 == 2.0):
             return MISS
-        if not (tensors(a0) and not a0.storage_offset() and not a0.__dict__):
+        if not (tensors(a0) and not a0.__dict__):
             return MISS
         if not (grad_enabled() is True and default_dtype() is dtype and
                 forward_ad._current_level == -1 and not autocasting()):
@@ -35,8 +35,10 @@ function built here checks the same things against the values of one signature, 
 
 ``tensors`` is torch's own C tensor check (``TensorGuards``, as dynamo's guards use: class,
 dtype, device, dispatch keys, requires_grad, sizes and strides of each tensor in one C
-call); the storage offset and attribute dict are the two parts of the cache key it does not
-see. A tensor passed twice (``f(x, x)``) is checked as one object (``a1 is a0``), and
+call); the attribute dict is the part of the cache key it does not see (a storage offset
+is in the key only for a function whose trace read one, which gets no entry functions:
+``argument_offsets``). A tensor passed twice (``f(x, x)``) is checked as one object
+(``a1 is a0``), and
 tensors traced as distinct objects that could be one (same class, shape, dtype, device and
 strides) as distinct (``a0 is not a1``; ``len({id(a0), ...}) == n`` for more): the
 pattern is part of the signature (``argument_aliases``); TensorGuards, which refuses a
@@ -211,8 +213,7 @@ def build(entry, args: tuple, kwargs: dict, cache, training=None, held=frozenset
         except (RuntimeError, TypeError):       # a tensor it does not take: not built
             return None
         src.check(" and ".join([f"tensors({', '.join(n for n, _ in firsts.values())})"] + [
-            f"{n}.storage_offset() == {t.storage_offset()} and not {n}.__dict__"
-            for n, t in firsts.values()]))
+            f"not {n}.__dict__" for n, _ in firsts.values()]))
         if entry.writes_inputs and len(firsts) > 1:     # (its trace's: none share storage)
             src.env["shared"] = argument_aliases.shared
             src.check(f"shared(({', '.join(n for n, _ in firsts.values())},)) is None")

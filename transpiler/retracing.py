@@ -25,7 +25,7 @@ import sys
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import argument_aliases
+from . import argument_aliases, argument_offsets
 
 WARN_AFTER = 4          # retraces of one kind before its warning
 HISTORY = 256           # signatures kept for the messages (``f.explain``)
@@ -68,7 +68,7 @@ def warn_at_caller(warning: Warning) -> None:
 
 # --------------------------------------------------------------------------- what changed
 _GRAD_MODE = {True: ("grad mode on",), False: ("grad mode off",)}     # a signature's last item
-_TENSOR_PARTS = ("shape", "dtype", "requires_grad", "device", "strides and offset", "class",
+_TENSOR_PARTS = ("shape", "dtype", "requires_grad", "device", "strides", "class",
                  "Python attributes")
 STATE_CHANGED = ("Python state the last trace read changed (a global, a closure variable, a "
                  "class or module attribute, a module's submodules, parameters, buffers or "
@@ -99,11 +99,11 @@ def dynamic_mark(key):
 
 
 def _contiguous_layout(shape, layout) -> bool:
-    """Whether a static key's (strides, offset) is the contiguous one of ``shape``."""
-    if not (isinstance(layout, tuple) and len(layout) == 2 and layout[1] == 0):
+    """Whether a static key's strides are the contiguous ones of ``shape``."""
+    if not isinstance(layout, tuple) or len(layout) != len(shape):
         return False
     stride = 1
-    for size, step in reversed(list(zip(shape, layout[0]))):
+    for size, step in reversed(list(zip(shape, layout))):
         if size != 1 and step != stride:
             return False
         stride *= size
@@ -178,6 +178,8 @@ def _changes(names: List[str], old, new) -> List[Tuple[str, str]]:
         elif _is_call_modes(a):
             out.append(("modes", f"CPU autocast, default dtype, forward-AD level, inference "
                          f"mode: {a} -> {b}"))
+        elif argument_offsets.is_key(a) and argument_offsets.is_key(b):
+            out.append(("tensors", argument_offsets.text(a, b, names)))
         elif argument_aliases.is_key(a):
             out.append(("aliases", f"one tensor object passed as several arguments: "
                         f"{argument_aliases.text(a, names)} -> "
@@ -190,7 +192,7 @@ def _changes(names: List[str], old, new) -> List[Tuple[str, str]]:
                 what = [f"shape {_shape_text(x)} -> {_shape_text(y)}" if label == "shape"
                         else f"{label} {x} -> {y}" for label, x, y in
                         zip(_TENSOR_PARTS, a[1:], b[1:]) if x != y and not (
-                            label == "strides and offset" and _same_layout(a, b))]
+                            label == "strides" and _same_layout(a, b))]
                 if not what:
                     continue
                 kind = "shapes" if a[1] != b[1] else "tensors"

@@ -126,7 +126,7 @@ def test_plan_keys_hold_offsets():
     def plan(s, offset):
         flat = [torch.zeros(s), torch.zeros(s + offset)]
         key = ("sig",) + tuple(("T", tuple(t.shape), torch.float32, False, torch.strided,
-                                (tuple(t.stride()), 0)) for t in flat)
+                                tuple(t.stride())) for t in flat)   # (api._leaf_key)
         return d.plan(key, flat, lambda: [("cache", [0]), ("mask", [1])]), key, flat
     plan(4, 1)
     p, key, flat = plan(5, 1)
@@ -150,7 +150,7 @@ def test_plain_refusal_without_offset_is_unchanged():
     before: no shifted plan."""
     d = DynamicShapes(True)
     flat = [torch.zeros(3, 5)]
-    key = ("sig", ("T", (3, 5), torch.float32, False, torch.strided, ((5, 1), 0)))
+    key = ("sig", ("T", (3, 5), torch.float32, False, torch.strided, (5, 1)))
     p = d.plan(key, flat, lambda: [("x", [0])])
     size_probes.note_failure(False)
     narrower = d.refuse(p, key, flat)
