@@ -65,6 +65,7 @@ from . import fallback_retry
 from .random_state import RandomState
 from . import (argument_aliases, argument_offsets, call_entry, conversion, held_arguments,
                lazy_init, method_binding, trace_log)
+from . import user_errors
 from .call_entry import MISS as _MISS
 from .data_parallel import convert_wrapped_module, is_distributed_data_parallel
 from .errors import ConversionError
@@ -335,6 +336,7 @@ class _Fallback:
     def __init__(self, reason: str, filename=None, lineno=None, retry=None):
         self.reason, self.filename, self.lineno = reason, filename, lineno
         self.retry = retry
+        self.ran = None         # the call that made it, run eagerly (user_errors.Outcome)
 
 
 # --------------------------------------------------------------------------- GraphFunction
@@ -523,7 +525,8 @@ class GraphFunction:
         if entry.__class__ is _Traced:
             self._inline(entry, args, kwargs)
         if isinstance(entry, _Fallback):
-            return self._fn(*args, **kwargs)
+            ran, entry.ran = entry.ran, None
+            return ran.result if ran is not None else self._fn(*args, **kwargs)
         if entry.writes:                # to argument objects (a KV cache grown)
             out, writes = entry(flat)
             argument_objects.write_back(flat.found, writes)
@@ -653,6 +656,7 @@ class GraphFunction:
             gc.disable()            # them meanwhile (a full pass per few thousand) is waste
         # what the trace draws is put back: the graph, or eager, draws from the call's state
         state = RandomState.take(flat, self._submodules)
+        ran = user_errors.NOT_RUN       # (an eager run of this call after its trace failed)
         try:
             start = time.perf_counter()
             try:
@@ -691,16 +695,20 @@ class GraphFunction:
                     self._fn(*args, **kwargs)   # eager's own error, if it has one, as eager raises it
                 raise ConversionError(reason, file, line) from e
             previous = self._retried
-            if fallback_retry.warns(reason, previous):
+            retry = fallback_retry.after(reason, previous, lambda: self._state_now(args, kwargs))
+            if not isinstance(e, (ConversionError, GraphError)):    # the user's own error?
+                ran = user_errors.run_eagerly(self._fn, args, kwargs, e)
+            if not ran.raised_same and fallback_retry.warns(reason, previous):
                 warnings.warn(FallbackWarning(f"{file}:{line}: {reason} -- running "
                                               f"{getattr(self, '__name__', 'the function')} "
                                               f"eagerly"), stacklevel=5)
-            entry = _Fallback(reason, file, line, fallback_retry.after(
-                reason, previous, lambda: self._state_now(args, kwargs)))
+            entry = _Fallback(reason, file, line, retry)
         finally:
             del _CALLED[:]              # (the guard has them: no table keeps them after)
             if collecting:
                 gc.enable()
+        if ran.raised_same:     # eager raised it too: its error, no fallback (user_errors)
+            raise ran.error
         if not isinstance(entry, _Fallback):
             trace_log.traced(self, entry)
             if argument_grads.depends(entry.graph) and not self._grad_args:
@@ -712,6 +720,10 @@ class GraphFunction:
                 self._entries.drop_inline()
                 key = self._signature(args, kwargs)[0]
         self._store(key, entry)
+        if ran.error is not None:       # (this call ran eagerly already: its error, its
+            raise ran.error             # result, the call not run twice)
+        if ran.ran:
+            entry.ran = ran
         return entry
 
     def _state_now(self, args, kwargs) -> Snapshot:

@@ -87,8 +87,8 @@ def _max_min(pick_second, args, kwargs):
         items = list(items)
     else:
         items = list(args)
-    if kwargs:
-        return _max_min_keyed(pick_second, items, kwargs)
+    if kwargs and not (len(args) == 1 and items and set(kwargs) == {"default"}):
+        return _max_min_keyed(pick_second, items, kwargs)   # (a default beside items: unused)
     best = items[0]
     for item in items[1:]:
         best = ifexp(pick_second(item, best), lambda item=item: item, lambda best=best: best)

@@ -117,8 +117,8 @@ class _TryGuard:
             else:
                 flat.append(t)
         errors = _RUN_TIME_ERRORS + tuple(self.staged)
-        return any(not isinstance(t, type) or any(issubclass(err, t) for err in errors)
-                   for t in flat)
+        return any(not isinstance(t, type) or _torch_error(t) or
+                   any(issubclass(err, t) for err in errors) for t in flat)
 
     @contextlib.contextmanager
     def body(self, control_flow: bool = False):
@@ -141,6 +141,13 @@ class _TryGuard:
             raise self._refuse("code that uses a tensor's value")
         if node_count() != nodes and self._graph_may_raise_caught():
             raise self._refuse("tensor operations whose run-time errors it may catch")
+
+
+def _torch_error(t: type) -> bool:
+    """Whether handler type ``t`` is one of torch's own errors (``torch.linalg.LinAlgError``,
+    ``torch.OutOfMemoryError``, ...): subclasses of RuntimeError that its ops raise when
+    the graph runs (a singular matrix), not while tracing."""
+    return t.__module__.split(".")[0] == "torch" and issubclass(t, _RUN_TIME_ERRORS)
 
 
 def _first_line(e: BaseException) -> str:

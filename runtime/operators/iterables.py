@@ -27,7 +27,26 @@ def length_of(x):
     return len(x)
 
 
-class SymbolicRange:
+class _Iterable:
+    """Python iteration (``iter()``) of a symbolic iterable, for code the converter leaves
+    to Python (a generator expression, a dict or set comprehension, ``dict(enumerate(x))``):
+    its items one by one where the length is known while tracing (a tensor's static
+    first dimension), else a ``TracingError`` saying what to write instead."""
+
+    what = "range()"
+
+    def __iter__(self):
+        n = self.length()
+        if not isinstance(n, int):
+            raise TracingError(
+                f"{format_location(user_location())}: Python iterates a {self.what} whose "
+                f"length is known only when the graph runs (in a generator expression, a "
+                f"set or dict comprehension, or a call such as tuple() or dict()); a `for` "
+                f"loop or a list comprehension over it converts")
+        return (self.item(i) for i in range(n))
+
+
+class SymbolicRange(_Iterable):
     """``range(start, stop, step)`` with a symbolic bound."""
 
     def __init__(self, *args):
@@ -51,7 +70,9 @@ def _positive(step) -> bool:
     return step > 0
 
 
-class SymbolicEnumerate:
+class SymbolicEnumerate(_Iterable):
+    what = "enumerate()"
+
     def __init__(self, source, start=0):
         self.source, self.start = as_source(source), start
 
@@ -62,7 +83,9 @@ class SymbolicEnumerate:
         return (self.start + i, self.source.item(i))
 
 
-class SymbolicZip:
+class SymbolicZip(_Iterable):
+    what = "zip()"
+
     def __init__(self, *sources):
         self.sources = [as_source(s) for s in sources]
 
@@ -113,8 +136,10 @@ def _same_lengths(sources) -> None:
         pass
 
 
-class SymbolicReversed:
+class SymbolicReversed(_Iterable):
     """``reversed(...)`` of a tensor, a symbolic range or a list built in a tensor loop."""
+
+    what = "reversed()"
 
     def __init__(self, source):
         self.source = as_source(source)

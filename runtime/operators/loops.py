@@ -167,6 +167,8 @@ def _staged_for(source, extra_test, body, state, names):
         if not isinstance(n, int):
             raise problem if isinstance(problem, KindChange) else \
                 _first_assigned(location, problem.name) from None
+        for obj in object_states(state):    # (the refused body trace wrote its objects:
+            obj.restore()                   # the peeled iteration starts from before)
         if extra_test is not None and not _truthy_python(extra_test(*unwrap_state(state))):
             return unwrap_state(state)
         full = loop_body(*full)                          # the first iteration, unrolled

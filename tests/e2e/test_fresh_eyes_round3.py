@@ -2130,19 +2130,19 @@ FALLS_BACK = {
     "default_mutable_argument": "seen.append(x.max().item())",
     # the untaken branch of a tensor `if` fails to broadcast while tracing
     "shape_mismatch_error": "return a + b",
+    # a handler of LinAlgError (a RuntimeError the graph's solve raises when it runs)
+    "linalg_error_caught": "try:",
+    # str() of an object holding `.item()` values (the class's __str__ line is named)
+    "average_meter_created_inside": ".format(**self.__dict__)",
+    # text made from `.item()` values returned (the function's first line is named)
+    "fixed_point_cos_while_else": "@program((torch.tensor(0.5),), (torch.tensor(2.0),), "
+                                  "(torch.tensor(-1.0),))",
+    # a generator expression over range(v) with v known only when the graph runs
+    "perfect_numbers_python_loop": "out.append(sum(i for i in range(1, v // 2 + 1) if v % i",
+    # max by a tensor-valued key (the element's identity)
+    "sorted_items_dict_of_tensors": "best = max(d, key=lambda k: d[k].item())",
 }
 
-_PY_RAISE = ("needless fallback: a `raise` (or failing `assert`) under a Python-valued "
-             "condition is reached while tracing; the call warns 'tracing failed with "
-             "ValueError: ... -- running eagerly' and then raises eager's exception, where "
-             "the converted call could raise it with no FallbackWarning. Repro: "
-             "`@to_graph\ndef f(x, k):\n    if k > x.shape[0]:\n        raise ValueError('too "
-             "wide')\n    return x * 2\nf(torch.ones(2), 5)`")
-_LOOP_ELSE_RAISE = ("needless fallback: a `raise` in the `else:` of a loop with a tensor "
-                    "`break` runs while tracing ('tracing failed with RuntimeError') although a "
-                    "`raise` under a tensor `if` converts. Repro: `@to_graph\ndef f(x):\n    for i "
-                    "in range(10):\n        if x < 1:\n            break\n        x = x / 2\n    "
-                    "else:\n        raise RuntimeError('no')\n    return x\nf(torch.tensor(8.0))`")
 
 XFAIL = {
     "count_positive_sum_of_comprehension":
@@ -2200,32 +2200,6 @@ XFAIL = {
         "the graph computes inf (silently, and an `except OverflowError` branch is never "
         "taken). Repro: `@to_graph\ndef f(x):\n    return x.item() ** 2\n"
         "f(torch.tensor(1e308, dtype=torch.float64))` -> inf, eager raises OverflowError",
-    "linalg_error_caught":
-        "BUG: `try: torch.linalg.solve(A, b) except torch.linalg.LinAlgError: ...` converts "
-        "(no fallback; README says try/except around tensor work falls back), and a later call "
-        "with a singular A raises LinAlgError to the caller where eager takes the `except`. "
-        "Repro: `@to_graph\ndef f(A, b):\n    try:\n        return torch.linalg.solve(A, b)\n"
-        "    except torch.linalg.LinAlgError:\n        return torch.zeros_like(b)\n"
-        "f(torch.eye(2), torch.ones(2)); f(torch.zeros(2, 2), torch.ones(2))`",
-    "average_meter_created_inside":
-        "BUG: an internal error as the fallback reason ('tracing failed with AssertionError: "
-        "%add_2 is not from this graph or an enclosing one', or \"tensor 'add_1' belongs to "
-        "another graph\"): an object made in the call whose attributes a method updates with "
-        "`.item()` values in a `for` over tensors. Repro: `class M:\n    def __init__(self): "
-        "self.sum = 0; self.count = 0\n    def update(self, v, n): self.sum += v * n; "
-        "self.count += n\n@to_graph\ndef f(xs, ns):\n    m = M()\n    for v, n in zip(xs, "
-        "ns):\n        m.update(v.item(), int(n))\n    return m.sum, m.count\n"
-        "f(torch.tensor([0.5, 1.0]), torch.tensor([2, 4]))`",
-    "perfect_numbers_python_loop":
-        "needless fallback: a generator expression over `range(v)` with `v = n.item()` fails "
-        "with an internal reason ('tracing failed with TypeError: 'SymbolicRange' object is "
-        "not iterable'). Repro: `@to_graph\ndef f(n):\n    v = n.item()\n    return sum(i for "
-        "i in range(1, v) if v % i == 0)\nf(torch.tensor(6))`",
-    "sorted_items_dict_of_tensors":
-        "needless fallback: a dict comprehension over `enumerate(x)` of a tensor of static "
-        "length fails with an internal reason ('tracing failed with TypeError: "
-        "'SymbolicEnumerate' object is not iterable'). Repro: `@to_graph\ndef f(x):\n    d = "
-        "{i: v for i, v in enumerate(x)}\n    return d[0]\nf(torch.tensor([3.0, 1.0]))`",
     "run_length_unique_consecutive":
         "needless fallback: `torch.repeat_interleave(vals, counts)` with tensor counts, in "
         "straight-line code, falls back ('repeat_interleave: the result's shape could not be "
@@ -2233,18 +2207,6 @@ XFAIL = {
         "`counts.sum()`. Repro: `@to_graph\ndef "
         "f(v, c):\n    return torch.repeat_interleave(v, c)\nf(torch.tensor([1, 2]), "
         "torch.tensor([2, 1]))`",
-    "longest_increasing_subsequence":
-        "needless fallback: `max(dp, default=0)` of a list of Python ints changed under tensor "
-        "`if`s falls back ('max/min picks an element by a tensor-valued key ... identity "
-        "cannot be kept') while `max(dp)` of the same list converts. Repro: `@to_graph\ndef "
-        "f(x):\n    dp = [1] * x.shape[0]\n    for i in range(x.shape[0]):\n        if x[i] > "
-        "0:\n            dp[i] = 2\n    return max(dp, default=0)\nf(torch.tensor([3.0, "
-        "1.0]))`",
-    "regula_falsi": _LOOP_ELSE_RAISE,
-    "fixed_point_cos_while_else": _LOOP_ELSE_RAISE,
-    "median_filter_unfold": _PY_RAISE,
-    "match_activation_name": _PY_RAISE,
-    "assert_with_message": _PY_RAISE,
 }
 
 

@@ -17,8 +17,11 @@ it reads are read right there, so they need no cells (activity).
 
 The other branch follows the check (a raise in the ``else`` branch checks
 ``tg.not_(test)``); ``elif`` chains become one check after another (inner statements are
-converted first). ``raise_parts`` gives the error class and its arguments (None: ``raise
-X`` of a class or an instance, raised as it is); a Python ``test`` runs it and raises as
+converted first). A loop's ``else:`` raising after a ``break`` (a search that failed) sets
+a flag instead, checked after the loop: ``raise_test = False; for ...: ... else:
+raise_test = True; tg.raise_if(raise_test, raise_parts)``. ``raise_parts`` gives the
+error class and its arguments (None: ``raise X`` of a class or an instance, raised as
+it is); a Python ``test`` runs it and raises as
 Python would, a traced one stages the check (``runtime.operators.staged_raises``).
 
 Converted only where the graph raising at run time is what eager does: the raising branch
@@ -34,6 +37,7 @@ lowering (which must see the moved statements as plain code).
 import gast
 
 from transpiler.converters import base
+from transpiler.converters import jumps
 from transpiler.pyct import anno
 from transpiler.pyct import templates
 from transpiler.pyct import traversal
@@ -186,6 +190,35 @@ class StagedRaiseTransformer(base.Transformer):
             test_name=test_name, assignments=list(assignments), parts=parts)
         anno.setanno(body[0], anno.Key.CALLED_AT_ONCE, True)    # (its reads make no cells)
         return head + body + rest
+
+
+    def _visit_loop(self, node):
+        """``for ...: ... break ... else: raise E(msg)``: the ``else`` sets a flag, the
+        check after the loop raises when it is set (a tensor ``break`` makes it a traced
+        flag: the check is staged; a Python one raises as the ``else`` would)."""
+        node = self.generic_visit(node)
+        if not jumps.contains(node.body, gast.Break, into_loops=False):
+            return node         # (the else always runs: the raise as written, after it)
+        staged = self._staged(node.orelse)
+        if staged is None:
+            return node
+        assignments, parts = staged
+        raise_stmt = node.orelse[-1]
+        namer = self.ctx.namer
+        name, test_name = namer.new('raise_parts'), namer.new('raise_test')
+        head = templates.replace('test_name = False', node, test_name=test_name)
+        node.orelse = templates.replace('test_name = True', raise_stmt, test_name=test_name)
+        check = templates.replace('''
+            def fn_name():
+                assignments
+                return parts
+            tg.raise_if(test_name, fn_name)
+        ''', raise_stmt, _owned=('assignments', 'parts'), fn_name=name,
+            test_name=test_name, assignments=list(assignments), parts=parts)
+        anno.setanno(check[0], anno.Key.CALLED_AT_ONCE, True)
+        return head + [node] + check
+
+    visit_For = visit_While = _visit_loop
 
 
 def transform(node, ctx):
