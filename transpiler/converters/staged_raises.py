@@ -164,6 +164,21 @@ class StagedRaiseTransformer(base.Transformer):
         parts = _parts(last.exc)
         return None if parts is None else (block[:-1], parts)
 
+    def _check(self, raise_stmt, test_name, staged):
+        """``def raise_parts(): ...; tg.raise_if(test_name, raise_parts)`` on the line of
+        ``raise_stmt``, for ``staged`` (``_staged``'s assignments and parts)."""
+        assignments, parts = staged
+        body = templates.replace('''
+            def fn_name():
+                assignments
+                return parts
+            tg.raise_if(test_name, fn_name)
+        ''', raise_stmt, _owned=('assignments', 'parts'),
+            fn_name=self.ctx.namer.new('raise_parts'), test_name=test_name,
+            assignments=list(assignments), parts=parts)
+        anno.setanno(body[0], anno.Key.CALLED_AT_ONCE, True)    # (its reads make no cells)
+        return body
+
     def visit_If(self, node):
         node = self.generic_visit(node)
         staged = self._staged(node.body)
@@ -173,24 +188,13 @@ class StagedRaiseTransformer(base.Transformer):
             if staged is None:
                 return node
             test, rest = base.tg_call('not_', [test], node), node.body
-        assignments, parts = staged
         raise_stmt = (node.body if rest is node.orelse else node.orelse)[-1]
-        namer = self.ctx.namer
-        name, test_name = namer.new('raise_parts'), namer.new('raise_test')
+        test_name = self.ctx.namer.new('raise_test')
         # the test on a line of the ``if``, the check on one of the ``raise``: an error in
         # the test names the one, the raised error (and the graph's check) the other
         head = templates.replace('test_name = test', node, _owned=('test',),
                                  test_name=test_name, test=test)
-        body = templates.replace('''
-            def fn_name():
-                assignments
-                return parts
-            tg.raise_if(test_name, fn_name)
-        ''', raise_stmt, _owned=('assignments', 'parts'), fn_name=name,
-            test_name=test_name, assignments=list(assignments), parts=parts)
-        anno.setanno(body[0], anno.Key.CALLED_AT_ONCE, True)    # (its reads make no cells)
-        return head + body + rest
-
+        return head + self._check(raise_stmt, test_name, staged) + rest
 
     def _visit_loop(self, node):
         """``for ...: ... break ... else: raise E(msg)``: the ``else`` sets a flag, the
@@ -202,21 +206,11 @@ class StagedRaiseTransformer(base.Transformer):
         staged = self._staged(node.orelse)
         if staged is None:
             return node
-        assignments, parts = staged
         raise_stmt = node.orelse[-1]
-        namer = self.ctx.namer
-        name, test_name = namer.new('raise_parts'), namer.new('raise_test')
+        test_name = self.ctx.namer.new('raise_test')
         head = templates.replace('test_name = False', node, test_name=test_name)
         node.orelse = templates.replace('test_name = True', raise_stmt, test_name=test_name)
-        check = templates.replace('''
-            def fn_name():
-                assignments
-                return parts
-            tg.raise_if(test_name, fn_name)
-        ''', raise_stmt, _owned=('assignments', 'parts'), fn_name=name,
-            test_name=test_name, assignments=list(assignments), parts=parts)
-        anno.setanno(check[0], anno.Key.CALLED_AT_ONCE, True)
-        return head + [node] + check
+        return head + [node] + self._check(raise_stmt, test_name, staged)
 
     visit_For = visit_While = _visit_loop
 
