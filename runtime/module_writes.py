@@ -44,6 +44,7 @@ import torch
 
 from .autograd_effects import Held
 from .graph_ops import effect
+from .introspection import NUMBER_KINDS, kind_of
 
 _MISSING = object()
 
@@ -101,6 +102,14 @@ def set_item(owner: Held, key, value) -> None:
 
 
 set_item._tograph_stores = True
+
+
+@effect
+def set_number_item(owner: Held, key, value, kind: str) -> None:
+    """``d[key] = number`` when the graph runs: the number a graph value stands for, as the
+    Python number eager's dict holds (a hook's ``stats[name] = o.mean().item()``: a float,
+    never a 0-d tensor)."""
+    owner.obj[key] = NUMBER_KINDS[kind](value.item())
 
 
 def guard_meta(value, shaped: bool = True) -> Optional[tuple]:
@@ -310,20 +319,28 @@ class DictWatch:
 
     def writes(self, graph) -> List[Tuple[dict, Any, Any, Any]]:
         """(dict, key, old value, new value) of each tensor the trace set in a dict whose
-        changes are all such (else it is left as it is: the side-effect check refuses);
-        those dicts get their old items back."""
+        changes are all such (else it is left as it is: the side-effect check carries the
+        numbers or refuses); those items get their old values back. A number's stand-in
+        (``loss.item()``: a float in eager's dict, never a 0-d tensor) is not such a tensor,
+        and an item served as a carried number (``stats["n"] += 1`` traced again with it
+        served) is ``carried_numbers``' to write, not this watch's (it used to put the old
+        number back after the served one was set, and the graph wrote that old number).
+        A number's stand-in set at a new key is such a write too (``set_number_item``): the
+        next call finds the key (the guard's ``alike``) and traces it served."""
+        from .carried_numbers import SERVED
+        served = {(id(e[0].holder), e[0].key) for e in (SERVED[-1] if SERVED else ())
+                  if e[0].kind == "item"}
         found = []
         for d, before in self.dicts:
-            now = dict(d)
-            if now.keys() == before.keys() and all(now[k] is before[k] for k in now):
+            changed = [(d, k, before.get(k, _MISSING), v) for k, v in d.items()
+                       if v is not before.get(k, _MISSING) and (id(d), k) not in served]
+            if not changed:
                 continue
-            changed = [(d, k, before.get(k, _MISSING), v) for k, v in now.items()
-                       if v is not before.get(k, _MISSING)]
-            if set(before) <= set(now) and all(_top_level_tensor(new, graph)
-                                               for _, _, _, new in changed):
+            if set(before) <= set(d) and all(_dict_write(old, new, graph)
+                                             for _, _, old, new in changed):
                 found += changed
-                d.clear()
-                d.update(before)
+                for _, key, old, _ in changed:
+                    d.pop(key) if old is _MISSING else d.__setitem__(key, old)
         return found
 
     def restore(self) -> None:
@@ -332,6 +349,15 @@ class DictWatch:
             if d.keys() != before.keys() or any(d[k] is not before[k] for k in d):
                 d.clear()
                 d.update(before)
+
+
+def _dict_write(old, new, graph) -> bool:
+    """Whether ``d[key] = new`` (``old``: what it held) is a write the graph makes: a
+    tensor, or a number's stand-in at a key the dict did not have."""
+    if kind_of(new) is not None:
+        return old is _MISSING and isinstance(new, torch.Tensor) and \
+            _top_level_tensor(new, graph)
+    return _top_level_tensor(new, graph)
 
 
 def refuse_read_items(graph, writes) -> None:
@@ -373,4 +399,7 @@ def record_writes(writes, record) -> None:
     """One ``set_attribute`` (a module's) or ``set_item`` (a dict's) node per write, in
     the order found."""
     for owner, name, _, new in writes:
-        record(set_item if type(owner) is dict else set_attribute, (Held(owner), name, new))
+        if type(owner) is dict and kind_of(new) is not None:
+            record(set_number_item, (Held(owner), name, new, kind_of(new)))
+        else:
+            record(set_item if type(owner) is dict else set_attribute, (Held(owner), name, new))

@@ -35,7 +35,8 @@ from runtime.python_state import (DEPTH, difference, fingerprint, is_tensor, res
                                   strings_used, user_classes)
 from runtime.source_info import _is_library
 
-from . import function_state, helper_containers, hook_snapshot, module_containers, mutation_lines
+from . import (function_state, helper_containers, hook_helpers, hook_snapshot,
+               module_containers, mutation_lines)
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None))
 
@@ -167,7 +168,9 @@ class Snapshot:
             list(kwargs.values())          # (a model the function calls, or is passed)
         for hook in {_hook_key(h): h for m in reached for h in module_hooks(m)}.values():
             if _hook_key(hook) not in taking:   # they run while tracing: what they change
-                snap.include(hook, taking)
+                snap.include(hook, taking)      # (and the helpers they call: run natively)
+                for helper in hook_helpers.reached(hook):
+                    snap.include(helper, taking | {_hook_key(hook)})
         for i, a in enumerate(args):
             snap._watch(f"argument #{i}", a)
         for k, v in kwargs.items():

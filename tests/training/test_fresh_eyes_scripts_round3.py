@@ -2416,18 +2416,9 @@ VERDICTS = {
     "prog_moe_router_dict_stats_model": ("convert", _needless(
         "to_graph(model) whose forward does `self.stats['n'] += 1` falls back ('mutates an "
         "attribute of the object the method belongs to (its stats['n'])')")),
-    "prog_forward_pre_hook_input_scaling": ("convert", _bug(
-        "BUG: a forward hook's closure-dict counter is silently lost: `st = {'n': 0}; "
-        "net.register_forward_pre_hook(lambda m, a: st.__setitem__('n', st['n'] + 1)); "
-        "f = to_graph(lambda x: net(x).sum())`: after 3 calls st['n'] == 0 (eager 3), no "
-        "warning (a global dict too); with a list counter `lst[0] += 1`, an object's attribute, a "
-        "nonlocal, or the dict written by a plain helper, it is 3")),
-    "prog_activation_stats_forward_hooks": ("convert", _bug(
-        "BUG: forward hooks writing a dict: `net.register_forward_hook(lambda m, i, o: "
-        "stats.__setitem__('act', o.abs().mean().item()))`; to_graph(lambda x: "
-        "net(x).sum())` leaves stats['act'] a float64 0-d tensor where eager has a float, "
-        "and a `stats['calls'] += 1` in the hook stays 0, silently; the same store from a "
-        "plain helper gives a float")),
+    # (fixed by h86: hooks' Python state, tests/training/test_hook_python_state.py)
+    "prog_forward_pre_hook_input_scaling": "convert",
+    "prog_activation_stats_forward_hooks": "convert",
 }
 
 
