@@ -195,7 +195,9 @@ def test_a_new_list_per_epoch_is_read():
         for c in cells + eager_cells:
             c.cell_contents = []
         for x, y in batches[:3]:
-            torch.testing.assert_close(g(x, y), step(x, y), rtol=0, atol=0)
+            # (1 ulp: the step's ``loss * losses[0] + n`` fuses to one addcmul, now that the
+            # backward before it no longer stops pattern fusion)
+            torch.testing.assert_close(g(x, y), step(x, y), rtol=1e-6, atol=0)
         assert g_state() == state()
     assert g.cache_info().traces == 1
 
