@@ -132,6 +132,10 @@ def _exact(v):
     return int(v) if isinstance(v, torch.Tensor) else v
 
 
+# graph targets that may raise IntOverflow (``number_checks`` adds its own)
+RERUNS = set()
+
+
 @register
 def checked_int(name: str, file: str, line: int, *args):
     """``name``'s op on ``args`` (int stand-ins and Python numbers), raising
@@ -163,9 +167,7 @@ def _raise(name: str, file: str, line: int, what: str = "") -> None:
 def rerun_on_overflow(fn, graph):
     """``fn`` (a compiled graph holding ``checked_int``) whose ``IntOverflow`` says
     whether the call may run eagerly instead: the graph has no effect nodes."""
-    from .ops import is_impure
-    pure = not any(is_impure(n.target, n.kwargs, n.args) for n in graph.walk()
-                   if callable(n.target))
+    pure = _no_visible_effects(graph)
 
     def run(*args):
         try:
@@ -176,5 +178,45 @@ def rerun_on_overflow(fn, graph):
     return run
 
 
+def _no_visible_effects(graph) -> bool:
+    """No node of ``graph`` has an effect the caller could see: in-place writes into
+    tensors the graph made itself (``i += 1`` on a ``torch.tensor(0)`` counter, through a
+    loop's carried values; memory planning's ``out=`` buffers) and grad-mode switches
+    (restored by the executor when the graph raises) are not such effects."""
+    from .ops import is_impure, is_inplace
+    owners = {id(sub): n for n in graph.walk() for sub in n.subgraphs}
+    for n in graph.walk():
+        if not callable(n.target) or n.attrs.get("planned_out") or n.op == "set_grad_enabled" \
+                or not is_impure(n.target, n.kwargs, n.args):
+            continue
+        if is_inplace(n.target, n.kwargs) and n.args and _made_here(n.args[0], owners):
+            continue
+        return False
+    return True
+
+
+def _made_here(value, owners) -> bool:
+    """``value``'s storage is one the graph allocated (a fresh op's result, followed back
+    through in-place ops and a ``while`` body's carried inputs); False when unsure."""
+    from .ops import is_inplace
+    from .passes.rewrite import FRESH
+    for _ in range(64):
+        if not hasattr(value, "op"):
+            return False
+        if value.op == "placeholder":
+            owner = owners.get(id(value.graph))
+            if owner is None or owner.op != "while":
+                return False            # (an argument; a cond's operand: unsure)
+            value = owner.args[value.graph.inputs.index(value)]
+        elif callable(value.target) and is_inplace(value.target, value.kwargs) and value.args:
+            value = value.args[0]
+        else:
+            return value.op in FRESH and "out" not in value.kwargs
+    return False
+
+
 def holds_checks(graph) -> bool:
-    return any(n.target is checked_int for n in graph.walk())
+    return any(n.target is t for n in graph.walk() for t in RERUNS)
+
+
+RERUNS.add(checked_int)

@@ -63,8 +63,10 @@ def round_of(x, ndigits=None):
             dispatch_record(python_round, (x.to(torch.float64), ndigits), {}).to(torch.int64)
         mark(value, "int")
         return value
-    if ndigits is None:
-        value = torch.round(x).to(torch.int64)
+    if ndigits is None:         # (int() of the rounded float: Python's errors, no wrap)
+        from .number_checks import int_of
+        from .source_info import user_location
+        value = int_of(torch.round(x), user_location())
         mark(value, "int")
         return value
     value = dispatch_record(python_round, (x, int(ndigits)), {})

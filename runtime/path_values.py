@@ -34,6 +34,7 @@ from typing import Dict, List, Tuple
 
 import torch
 
+from .constant_keys import same_constant
 from .errors import GraphError
 from .subgraphs import _leaf_meta, _is_plain
 from .symbolic import building
@@ -174,7 +175,7 @@ def _options(v) -> tuple:
 
 
 def _same(a, b) -> bool:
-    return type(a) is type(b) and (a is b or a == b)
+    return same_constant(a, b)
 
 
 class _Lift:

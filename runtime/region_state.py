@@ -31,6 +31,7 @@ import sys
 from typing import List, Optional, Tuple
 
 from . import region_numbers
+from .constant_keys import same_constant
 from .errors import GraphError
 from .python_state import _EMPTY, _FixedCell, _library, is_tensor
 from .threads import PerThreadList
@@ -106,7 +107,7 @@ class Grown(Location):
         probe = owner.__dict__.get(name)
         items = probe.appended() if type(probe) is _AppendOnly else None
         if items is None or len(items) != len(self.pattern) or \
-                any(type(a) is not type(b) or a != b for a, b in zip(items, self.pattern)):
+                any(not same_constant(a, b) for a, b in zip(items, self.pattern)):
             raise GraphError(
                 f"{self.label} (a list) grows differently on the paths of the body of a "
                 f"tensor-dependent loop: its contents are known only when the graph runs")
@@ -470,7 +471,7 @@ def choose_contents(locations, then_carry, else_carry):
             rest.append(loc)
             continue
         TOUCHED.append((loc.obj, None, None))
-        if a == b and all(type(x) is type(y) for x, y in zip(a, b)):
+        if same_constant(a, b):        # (by type and bits: [-0.0] is not [0.0])
             loc.set(list(a))
             continue
         if _aliased(loc.obj, *loc.holder) or not allowed():

@@ -22,6 +22,7 @@ from .source_info import format_location, location_of_traceback
 from .graph import Graph, Node
 from .meta import TensorMeta, meta_empty
 from . import module_modes, views
+from .constant_keys import same_constant
 from .symbolic import (SymbolicTensor, building, current_graph, rebound_mark,
                        restore_rebound, to_node, wrap_node)
 from .threads import PerThreadList
@@ -376,7 +377,7 @@ def _merge_leaf(a, b, name: str, where: str):
             f"control flow and used after it; define it on every path (e.g. assign it "
             f"before the `if`)")
     if ma is None and mb is None:
-        if type(a) is type(b) and (a is b or (_is_plain(a) and a == b)):
+        if a is b or (_is_plain(a) and same_constant(a, b)):    # (-0.0 is not 0.0)
             return "const", a
         if isinstance(a, _NUMBER) and isinstance(b, _NUMBER) and type(a) is type(b):
             dtype = python_number_dtype(a)

@@ -28,6 +28,7 @@ from . import autocast_ops, autograd_effects, factory_dtypes, inference_ops, ite
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
 from . import attention_fast_path, carried_numbers, library_questions, tensor_of_items
 from . import inference_warnings, int_overflow, known_values, packed_sequences, unpool_sizes
+from . import number_checks
 from . import value_tests
 from . import branch_grad_flags, foreach_calls
 from .errors import GraphError, TracingError
@@ -126,11 +127,13 @@ class SymbolicTensor(torch.Tensor):
 
     def __divmod__(self, other):        # ``divmod(k, 3)`` of a Python number's stand-in
         _number_operand(self, other)
-        return self // other, self % other
+        with number_checks.divmod_parts():
+            return self // other, self % other
 
     def __rdivmod__(self, other):
         _number_operand(self, other)
-        return other // self, other % self
+        with number_checks.divmod_parts():
+            return other // self, other % self
 
     def __setattr__(self, name, value):
         tensor_state.check_setattr(self, name)     # a user's attribute: refused
@@ -524,6 +527,22 @@ def _int_number(value) -> bool:
         (value._node.attrs.get("python_number") == "int" or _python_int(value))
 
 
+def _bools_as_ints(args):
+    """Bool stand-ins in int or float arithmetic as ints (torch's ``True + True`` is
+    ``True``, its ``-True`` an error; Python's are ``2`` and ``-1``)."""
+    if not any(kind_of(a) == "bool" for a in args):
+        return args
+    out = []
+    for a in args:
+        if isinstance(a, SymbolicTensor) and kind_of(a) == "bool":
+            a = dispatch_record(torch.Tensor.to, (a,), {"dtype": torch.int64})
+            mark(a, "int")
+        elif type(a) is bool:
+            a = int(a)
+        out.append(a)
+    return tuple(out)
+
+
 def _as_python_numbers(func, args):
     """(args, whether the result is a Python-int stand-in) for arithmetic on stand-ins."""
     name = op_name(func)
@@ -656,13 +675,19 @@ def _record_call(func, args, kwargs, concrete: bool):
         if answer is not None:
             return answer
     number = arithmetic_kind(op_name(func), args) if not kwargs else None
+    if number in ("int", "float"):      # ``True + True`` is 2: bools count as ints
+        args = _bools_as_ints(args)
+    checked = number_checks.record(op_name(func), args, number, user_location()) \
+        if number is not None else None     # (Python's errors and signs: checked)
     args, python_int = _as_python_numbers(func, args) if not kwargs else (args, False)
     if not kwargs and len(args) == 2 and op_name(func) in _PROMOTING:
         args = _numbers_as_scalars(args)
     elif op_name(func) in _SCALAR_OPERANDS:
         args, kwargs = _operands_as_scalars(func, args, kwargs)
     recorded, bound = func, None        # (an int past int64: checked when it runs)
-    if number == "int" and not kwargs and int_overflow.checks(op_name(func)):
+    if checked is not None:
+        recorded = checked
+    elif number == "int" and not kwargs and int_overflow.checks(op_name(func)):
         checked = int_overflow.record(op_name(func), args, user_location())
         if checked is not None:
             bound, recorded = (checked[1], func) if checked[0] == "bounded" else (None, checked)

@@ -14,6 +14,7 @@ import torch.utils._pytree as pytree
 
 from . import grad_flags, inference_ops, loop_options, path_values, region_state, tensor_state, views
 from .grad_flags import grad_of
+from .constant_keys import same_constant
 from .introspection import kind_of, mark, merged_kind
 from .errors import BranchMismatchError, GraphError
 from .meta import TensorMeta, meta_empty
@@ -297,9 +298,9 @@ def _widen(slot: Slot, new, widenable: bool, name: str, where: str) -> Optional[
                         meta_empty((), python_number_dtype(new)))
         return Slot(None, new)
     if slot.meta is None:
-        if new_meta is None and (new is slot.const or (_is_plain(new) and new == slot.const
-                                                       and type(new) is type(slot.const))):
-            return None
+        if new_meta is None and (new is slot.const or (_is_plain(new) and
+                                                       same_constant(new, slot.const))):
+            return None                 # (-0.0 is not 0.0: constant_keys)
         if isinstance(slot.const, _NUMBER):
             dtype = python_number_dtype(slot.const)
             if new_meta is not None:        # (the number beside a tensor: a Python scalar)

@@ -23,7 +23,7 @@ from typing import Any, Dict, Sequence
 import torch
 from torch._higher_order_ops.while_loop import while_loop
 
-from .. import graph_ops, int_overflow
+from .. import graph_ops, int_overflow, number_checks
 from ..executor import _FLAT, _Lowering, load_lowered
 from ..graph import Graph, Node, iter_nodes, map_nodes
 from ..ops import is_inplace
@@ -121,7 +121,9 @@ def _unchecked_int(name: str, file: str, line: int, *args):
 
 _SUBSTITUTES = {graph_ops.dim_size: _dim_size, graph_ops.numel: _numel,
                 graph_ops.setitem: _setitem, torch.tensor: _tensor,
-                int_overflow.checked_int: _unchecked_int}
+                int_overflow.checked_int: _unchecked_int,
+                number_checks.checked_number: number_checks.unchecked_number,
+                number_checks.checked_int_of: number_checks.unchecked_int_of}
 _BY_OP = {"getitem": _getitem}
 
 

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import torch
 
 from .. import autograd_effects, deferred_calls, flag_arguments, item_values, list_reads
-from .. import known_values, tensor_state
+from .. import known_values, number_checks, tensor_state
 from .. import transformer_forwards
 from ..distributed_modules import refuse_distributed_module
 from ..errors import GraphError
@@ -121,8 +121,8 @@ def _lt(b, a):
 
 
 def _int(x, *rest):
-    return _number(x.to(torch.int64), "int") if _unknown(x) and not rest else \
-        builtins.int(_known(x), *rest)
+    return _number(number_checks.int_of(x, user_location()), "int") \
+        if _unknown(x) and not rest else builtins.int(_known(x), *rest)
 
 
 def _float(x):

@@ -22,8 +22,11 @@ import math
 
 import torch
 
+from .. import int_overflow, number_checks
 from ..introspection import mark
+from ..source_info import user_location
 from ..symbolic import contains_symbolic, dispatch_record, is_symbolic
+from .effects import note_staged_error
 
 NOT_MATH = object()
 _FLOAT = {"cos", "sin", "tan", "acos", "asin", "atan", "atan2", "cosh", "sinh", "tanh",
@@ -37,14 +40,20 @@ _KINDS = {**{n: "float" for n in _FLOAT}, **{n: "int" for n in _INT},
 _DTYPES = {"float": torch.float64, "int": torch.int64, "bool": torch.bool}
 
 
-def python_math(name: str, *args) -> torch.Tensor:
+def python_math(name: str, file: str, line: int, *args) -> torch.Tensor:
     """``math.<name>(*args)`` on the numbers the 0-d tensors among ``args`` hold, as a 0-d
-    tensor of the result's kind."""
+    tensor of the result's kind (``file``/``line``: the call's, for its errors)."""
     kind = _KINDS[name]
     if any(isinstance(a, torch.Tensor) and a.is_meta for a in args):
         return torch.empty((), dtype=_DTYPES[kind], device="meta")
-    value = getattr(math, name)(*[a.item() if isinstance(a, torch.Tensor) else a
-                                  for a in args])
+    try:
+        value = getattr(math, name)(*[a.item() if isinstance(a, torch.Tensor) else a
+                                      for a in args])
+    except (ArithmeticError, ValueError) as e:     # math range/domain errors, as eager's
+        number_checks.raise_python(e)
+    if kind == "int" and not -(1 << 63) <= value < (1 << 63):
+        raise number_checks.rerun(f"math.{name}() of a number the graph computed is past "
+                                  f"int64 ({value}): eager's Python int holds it", file, line)
     return torch.tensor(value, dtype=_DTYPES[kind])
 
 
@@ -58,10 +67,15 @@ def math_call(f, args, kwargs):
     if any(is_symbolic(a) and a.dim() != 0 or not is_symbolic(a) and
            not isinstance(a, (int, float)) for a in args):
         return NOT_MATH
+    note_staged_error(OverflowError)    # (math.exp(1000): an enclosing try refuses)
     with torch.no_grad():
-        out = dispatch_record(python_math, (name,) + tuple(args), {})
+        out = dispatch_record(python_math, (name,) + (user_location() or ("<unknown>", 0))
+                              + tuple(args), {})
     kind = _KINDS[name]
     mark(out, kind)
     if kind == "int":
         out._node.attrs["python_int"] = True
     return out
+
+
+int_overflow.RERUNS.add(python_math)     # (an int past int64: the call runs eagerly)

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-import torch
-
+from ..constant_keys import key_of  # noqa: F401 (cse.key_of, as before)
 from ..graph import Graph, Node
 from .rewrite import Uses, facts_for, graphs_post_order, grad_regions, has_effect
 
@@ -26,26 +25,6 @@ def cse(graph: Graph) -> Graph:
     for g in graphs_post_order(graph):
         _cse_graph(g, graph, facts)
     return graph
-
-
-def key_of(value: Any) -> Any:
-    """A hashable key equal for values that are interchangeable as arguments."""
-    kind = type(value)
-    if kind is Node:
-        return id(value)
-    if kind is int or kind is bool or kind is str or value is None or value is Ellipsis:
-        return (kind, value)
-    if kind is float:
-        return (float, repr(value))
-    if isinstance(value, (tuple, list)):
-        return (kind,) + tuple(key_of(v) for v in value)
-    if isinstance(value, dict):
-        return (dict,) + tuple((k, key_of(v)) for k, v in value.items())
-    if isinstance(value, slice):
-        return (slice, key_of(value.start), key_of(value.stop), key_of(value.step))
-    if isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
-        return (kind, str(value))
-    return ("id", id(value))
 
 
 def _node_key(node: Node, region: int):

@@ -278,7 +278,7 @@ def _apply(node: Node, result, facts: Facts, uses: Uses) -> bool:
         uses.replace_node(node, value)
         return True
     ins = [a for a in result.args if isinstance(a, Node)]
-    if len(ins) == 1 and not _same_meta(ins[0].meta, node.meta):
+    if len({id(a) for a in ins}) == 1 and not _same_meta(ins[0].meta, node.meta):
         return False            # abs(x), x*x, zeros_like(x) take x's dtype and shape
     if not facts.stable(node) or any(facts.mutated(a) for a in ins):
         return False
