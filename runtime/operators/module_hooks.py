@@ -30,14 +30,28 @@ def backward_hooked(module: torch.nn.Module) -> bool:
 
 
 def refuse_backward_hooks(modules) -> None:
-    """GraphError where one of ``modules`` has backward hooks: autograd would call them on
-    the module's gradients, and a graph node records no module boundary to hook (they
-    were silently not called)."""
-    for module in modules:
-        if isinstance(module, torch.nn.Module) and backward_hooked(module):
-            raise GraphError(f"{format_location(user_location())}: {type(module).__name__} "
-                             f"has backward hooks, which autograd runs on its gradients; "
-                             f"a graph of its forward cannot call them")
+    """GraphError where one of ``modules`` or of their submodules (a native container's
+    children: ``nn.Sequential`` calls them unconverted) has backward hooks: autograd would
+    call them on the module's gradients, and a graph node records no module boundary to
+    hook (they were silently not called; a child's failed in torch's own set-up)."""
+    for root in modules:
+        if not isinstance(root, torch.nn.Module):
+            continue
+        for module in root.modules():
+            if backward_hooked(module):
+                raise GraphError(f"{format_location(user_location())}: "
+                                 f"{type(module).__name__} has backward hooks{_hook_at(module)}"
+                                 f", which autograd runs on its gradients; a graph of its "
+                                 f"forward cannot call them")
+
+
+def _hook_at(module) -> str:
+    """`` (its hook at file:line)`` for the first backward hook of ``module`` with code."""
+    for hook in (*module._backward_hooks.values(), *module._backward_pre_hooks.values()):
+        code = getattr(getattr(hook, "__func__", hook), "__code__", None)
+        if code is not None:
+            return f" (its hook at {code.co_filename}:{code.co_firstlineno})"
+    return ""
 
 
 def forward_hooks_only(module: torch.nn.Module) -> bool:

@@ -204,6 +204,7 @@ def check(build, entry, expect="convert", max_traces=2):
             assert len(fallbacks) == 1 and f.cache_info().traces <= max_traces
         with pytest.raises(ConversionError):
             _states(build, entry, convert=True, strict=True)
+        return fallbacks
     if expect == "convert":
         strict, _, _ = _states(build, entry, convert=True, strict=True)
         for (es, eo, _), (gs, go, _) in zip(eager, strict):
@@ -240,8 +241,14 @@ def test_hook_on_a_user_module_inside_a_container(holder):
 
 @pytest.mark.parametrize("entry", ["model", "fn", "step"])
 def test_full_backward_hook_writing_state_falls_back(entry):
-    """A full backward hook: a graph has no module boundary to hook; eager's results."""
-    check(lambda: _build("dict", "count", "backward", entry), entry, expect="fallback")
+    """A full backward hook: a graph has no module boundary to hook; eager's results, and
+    the reason names the hook (it used to be torch's 'Error while setting up backward
+    hooks' for a child of a container called from a function)."""
+    fallbacks = check(lambda: _build("dict", "count", "backward", entry), entry,
+                      expect="fallback")
+    assert all("backward hooks" in m for m in fallbacks), fallbacks
+    if entry != "model":
+        assert all(f"(its hook at {__file__}:" in m for m in fallbacks), fallbacks
 
 
 # ------------------------------------------------ the reported programs, hooks writing directly
