@@ -168,9 +168,9 @@ class Snapshot:
             list(kwargs.values())          # (a model the function calls, or is passed)
         for hook in {_hook_key(h): h for m in reached for h in module_hooks(m)}.values():
             if _hook_key(hook) not in taking:   # they run while tracing: what they change
-                snap.include(hook, taking)      # (and the helpers they call: run natively)
-                for helper in hook_helpers.reached(hook):
-                    snap.include(helper, taking | {_hook_key(hook)})
+                snap.include(hook, taking, deep=True)   # (and the helpers they call, run
+                for helper in hook_helpers.reached(hook):   # natively: ``self.hist`` too)
+                    snap.include(helper, taking | {_hook_key(hook)}, deep=True)
         for i, a in enumerate(args):
             snap._watch(f"argument #{i}", a)
         for k, v in kwargs.items():
@@ -640,9 +640,13 @@ class Snapshot:
             return ""
         return explain
 
-    def include(self, fn, _taking: frozenset = frozenset()) -> None:
-        """Also record the globals and closure of ``fn`` (a function the trace called)."""
+    def include(self, fn, _taking: frozenset = frozenset(), deep: bool = False) -> None:
+        """Also record the globals and closure of ``fn`` (a function the trace called);
+        ``deep``: and what the containers they hold (and a method's object) hold, put
+        back after a refused trace (a hook's ``self.hist.append(...)``)."""
         other = Snapshot.take(fn, (), {}, _taking)
+        if deep:
+            self._deep += other._deep
         self._globals += other._globals
         self._cells += other._cells
         self._objects += other._objects

@@ -252,6 +252,21 @@ def test_full_backward_hook_writing_state_falls_back(entry):
 
 
 # ------------------------------------------------ the reported programs, hooks writing directly
+class ActivationStats:
+    """fastai's shape: the hook is a method; it counts and logs through another method."""
+
+    def __init__(self, count):
+        self.count, self.calls, self.hist = count, 0, []
+
+    def hook(self, m, i, o):
+        if self.count:
+            self.calls += 1
+        self.log(o)
+
+    def log(self, o):
+        self.hist.append(o.detach().abs().mean().item())
+
+
 def _direct(kind, entry="fn"):
     def build():
         torch.manual_seed(0)
@@ -283,6 +298,10 @@ def _direct(kind, entry="fn"):
                 stats["calls"] += 1
             handle = net.register_forward_hook(hook)
             read = lambda: dict(stats)      # noqa: E731
+        elif kind in ("method", "method_append"):
+            stats = ActivationStats(count=kind == "method")
+            handle = net.register_forward_hook(stats.hook)
+            read = lambda: (stats.calls, list(stats.hist))     # noqa: E731
         else:
             assert kind == "activation_and_counter"
             feats = {"n": 0}
@@ -312,3 +331,12 @@ def _direct(kind, entry="fn"):
 def test_hooks_writing_dicts(kind, entry):
     check(_direct(kind, entry), entry)
 
+
+
+@pytest.mark.parametrize("entry", ["model", "fn", "step"])
+@pytest.mark.parametrize("kind", ["method", "method_append"])
+def test_hook_methods_of_an_object(kind, entry):
+    """A hook that is a bound method changing its object (a counter, a list it appends to
+    through another method): not carried; every call falls back, and the refused trace's
+    appends are taken back (a graph value used to stay in ``self.hist``)."""
+    check(_direct(kind, entry), entry, expect="fallback")
