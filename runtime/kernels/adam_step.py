@@ -44,13 +44,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 from typing import List, Optional
 
 import torch
 
 from .built_once import built_once
-from .sgd_step import _array, _dense, _increment_version, _number, _threads, plain_step
+from .optimizer_steps import (PerThreads, array, dense, increment_version, number,
+                              plain_step, split_loop, threads)
 
 SOURCE = r"""
 #include <math.h>
@@ -121,18 +121,9 @@ void tg_adam_f32(int64_t count, float **params, float **grads, float **ms, float
   for (int64_t k = 0; k < count; k++) {
     const int64_t n = sizes[k];
     float *mx = mxs ? mxs[k] : 0;
-    *steps[k] += 1.0f;                                  /* step_t += 1 */
-    if (nthreads > 1 && n >= 65536) {
-      const int64_t chunk = (n + nthreads - 1) / nthreads;
-      #pragma omp parallel for schedule(static) num_threads(nthreads)
-      for (int t = 0; t < nthreads; t++) {
-        const int64_t lo = t * chunk, hi = lo + chunk < n ? lo + chunk : n;
-        if (lo < hi) one(params[k] + lo, grads[k] + lo, ms[k] + lo, vs[k] + lo,
-                         mx ? mx + lo : 0, hi - lo, hp, flags, (root_fn)root);
-      }
-    } else {
-      one(params[k], grads[k], ms[k], vs[k], mx, n, hp, flags, (root_fn)root);
-    }
+    *steps[k] += 1.0f;                                  /* step_t += 1 */""" + split_loop(
+    "one(params[k] + lo, grads[k] + lo, ms[k] + lo, vs[k] + lo, mx ? mx + lo : 0, len, hp, "
+    "flags, (root_fn)root)") + r"""
   }
 }
 """
@@ -149,8 +140,6 @@ def _bind(lib):
 _function = built_once("tg_adam_step", lambda: SOURCE, _bind, background=True)
 
 _ADAMS = (torch.optim.Adam, torch.optim.AdamW)
-_checked: dict = {}             # thread count -> the sqrt giving torch's bits, or False
-_check_lock = threading.Lock()
 _STEP_DTYPE = torch.float32
 
 
@@ -198,9 +187,9 @@ def _group_ok(group) -> bool:
             group.get("differentiable"):
         return False
     betas = group["betas"]
-    return _number(group["lr"]) and _number(group["eps"]) and _number(group["weight_decay"]) \
-        and type(betas) in (tuple, list) and len(betas) == 2 and _number(betas[0]) and \
-        _number(betas[1]) and type(group["amsgrad"]) is bool and \
+    return number(group["lr"]) and number(group["eps"]) and number(group["weight_decay"]) \
+        and type(betas) in (tuple, list) and len(betas) == 2 and number(betas[0]) and \
+        number(betas[1]) and type(group["amsgrad"]) is bool and \
         type(group["maximize"]) is bool and type(group["decoupled_weight_decay"]) is bool
 
 
@@ -219,7 +208,7 @@ def _plan(opt) -> Optional[List[_Call]]:
             g = p.grad
             if g is None:
                 continue
-            if not _dense(p) or not _dense(g) or g.shape != p.shape:
+            if not dense(p) or not dense(g) or g.shape != p.shape:
                 return None
             entry = state.get(p)
             if not entry:
@@ -230,7 +219,7 @@ def _plan(opt) -> Optional[List[_Call]]:
             seen_steps.add(id(step_t))
             buffers = [entry.get(name) for name in names]
             for b in buffers:
-                if b is None or not _dense(b) or b.shape != p.shape:
+                if b is None or not dense(b) or b.shape != p.shape:
                     return None
             by_step.setdefault(step_t.item(), []).append((p, g, buffers, step_t))
         wd = group["weight_decay"]
@@ -246,10 +235,10 @@ def _plan(opt) -> Optional[List[_Call]]:
             if not amsgrad:
                 columns.append(None)
             columns.append([s.data_ptr() for _, _, _, s in members])
-            call.ptrs = [_array(ctypes.c_void_p, c) if c is not None else None
+            call.ptrs = [array(ctypes.c_void_p, c) if c is not None else None
                          for c in columns]
-            call.sizes = _array(ctypes.c_int64, [p.numel() for p, _, _, _ in members])
-            call.hp = _array(ctypes.c_float, _scalars(group, _f32(before + 1)))  # step_t += 1
+            call.sizes = array(ctypes.c_int64, [p.numel() for p, _, _, _ in members])
+            call.hp = array(ctypes.c_float, _scalars(group, _f32(before + 1)))  # step_t += 1
             call.flags = flags
             params = [p for p, _, _, _ in members]
             # eager's in-place ops: params addcdiv_ (and AdamW's mul_), exp_avg lerp_,
@@ -265,8 +254,8 @@ def _plan(opt) -> Optional[List[_Call]]:
 
 def _call(fn, call: _Call, root: Optional[int], nthreads: int) -> None:
     fn(call.count, *call.ptrs, call.sizes, call.hp, call.flags, root, nthreads)
-    _increment_version(call.once)
-    _increment_version(call.again)
+    increment_version(call.once)
+    increment_version(call.again)
 
 
 def run(opt) -> bool:
@@ -279,7 +268,7 @@ def run(opt) -> bool:
     fn = _function()
     if fn is None:
         return False
-    nthreads = _threads()
+    nthreads = threads()
     root = _matches_torch(fn, nthreads)
     if root is False:
         return False
@@ -293,21 +282,16 @@ def run(opt) -> bool:
     return True
 
 
-def _matches_torch(fn, nthreads: int):
+def _sqrt_matching_torch(fn, nthreads: int):
     """The sqrt (MKL's address, or None for ``sqrtf``) with which the kernel gives torch's
-    Adam/AdamW bits here, or False (once per thread count)."""
-    verdict = _checked.get(nthreads)
-    if verdict is None:
-        with _check_lock:
-            verdict = _checked.get(nthreads)
-            if verdict is None:
-                verdict = False
-                for root in (_mkl_sqrt(), None):
-                    if _self_check(fn, root, nthreads):
-                        verdict = root
-                        break
-                _checked[nthreads] = verdict
-    return verdict
+    Adam/AdamW bits here, or False."""
+    for root in (_mkl_sqrt(), None):
+        if _self_check(fn, root, nthreads):
+            return root
+    return False
+
+
+_matches_torch = PerThreads(_sqrt_matching_torch)
 
 
 CHECKS = ((torch.optim.Adam, dict()),

@@ -28,12 +28,13 @@ buffers +2), so autograd still detects a saved parameter changed by the step.
 from __future__ import annotations
 
 import ctypes
-import threading
 from typing import List, Optional
 
 import torch
 
 from .built_once import built_once
+from .optimizer_steps import (PerThreads, array, dense, increment_version, number,
+                              plain_step, split_loop, threads)
 
 SOURCE = r"""
 #include <math.h>
@@ -74,22 +75,12 @@ void tg_sgd_f32(int64_t count, float **params, float **grads, float **bufs,
                 const int64_t *sizes, const float *hp, int flags, int nthreads) {
   for (int64_t k = 0; k < count; k++) {
     const int64_t n = sizes[k];
-    float *buf = bufs ? bufs[k] : 0;
-    if (nthreads > 1 && n >= 65536) {
-      const int64_t chunk = (n + nthreads - 1) / nthreads;
-      #pragma omp parallel for schedule(static) num_threads(nthreads)
-      for (int t = 0; t < nthreads; t++) {
-        const int64_t lo = t * chunk, hi = lo + chunk < n ? lo + chunk : n;
-        if (lo < hi) one(params[k] + lo, grads[k] + lo, buf ? buf + lo : 0, hi - lo, hp, flags);
-      }
-    } else {
-      one(params[k], grads[k], buf, n, hp, flags);
-    }
+    float *buf = bufs ? bufs[k] : 0;""" + split_loop(
+    "one(params[k] + lo, grads[k] + lo, buf ? buf + lo : 0, len, hp, flags)") + r"""
   }
 }
 """
 
-_P = ctypes.POINTER(ctypes.c_void_p)
 
 
 def _bind(lib):
@@ -101,28 +92,6 @@ def _bind(lib):
 
 
 _function = built_once("tg_sgd_step", lambda: SOURCE, _bind, background=True)
-
-_F32 = torch.float32
-_STRIDED = torch.strided
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-_increment_version = torch._C._increment_version
-_threads = torch.get_num_threads
-_checked: dict = {}             # thread count -> whether the kernel matched torch's SGD
-_check_lock = threading.Lock()
-
-
-def _dense(t: torch.Tensor) -> bool:
-    return type(t) in _PLAIN and t.dtype is _F32 and t.layout is _STRIDED and t.is_cpu and \
-        t.is_contiguous() and not t.is_inference()
-
-
-def _number(v) -> bool:
-    return type(v) in (float, int)
-
-
-def _array(ctype, values) -> ctypes.Array:
-    return (ctype * len(values))(*values)
-
 
 class _Group:
     """One parameter group's C call: pointer arrays, sizes, hyperparameters, flags, and the
@@ -142,7 +111,7 @@ def _plan(opt) -> Optional[List[_Group]]:
         lr, m, d, wd = group["lr"], group["momentum"], group["dampening"], \
             group["weight_decay"]
         nesterov, maximize = group["nesterov"], group["maximize"]
-        if not (_number(lr) and _number(m) and _number(d) and _number(wd)) or \
+        if not (number(lr) and number(m) and number(d) and number(wd)) or \
                 type(nesterov) is not bool or type(maximize) is not bool:
             return None
         params, grads, bufs, sizes, touched, buffers = [], [], [], [], [], []
@@ -150,12 +119,12 @@ def _plan(opt) -> Optional[List[_Group]]:
             g = p.grad
             if g is None:
                 continue
-            if not _dense(p) or not _dense(g) or g.shape != p.shape:
+            if not dense(p) or not dense(g) or g.shape != p.shape:
                 return None
             if m != 0:
                 entry = state.get(p)
                 buf = entry.get("momentum_buffer") if entry else None
-                if buf is None or not _dense(buf) or buf.shape != p.shape:
+                if buf is None or not dense(buf) or buf.shape != p.shape:
                     return None         # a first step: eager clones the gradient
                 bufs.append(buf.data_ptr())
                 buffers.append(buf)
@@ -165,9 +134,9 @@ def _plan(opt) -> Optional[List[_Group]]:
             touched.append(p)
         plan = _Group()
         plan.count = len(params)
-        plan.params, plan.grads = _array(ctypes.c_void_p, params), _array(ctypes.c_void_p, grads)
-        plan.bufs = _array(ctypes.c_void_p, bufs) if bufs else None
-        plan.sizes = _array(ctypes.c_int64, sizes)
+        plan.params, plan.grads = array(ctypes.c_void_p, params), array(ctypes.c_void_p, grads)
+        plan.bufs = array(ctypes.c_void_p, bufs) if bufs else None
+        plan.sizes = array(ctypes.c_int64, sizes)
         plan.hp = (ctypes.c_float * 4)(wd, m, 1 - d, -lr)
         plan.flags = (1 if wd != 0 else 0) | (2 if m != 0 else 0) | \
             (4 if nesterov else 0) | (8 if maximize else 0)
@@ -181,30 +150,10 @@ def _call(fn, plan: _Group, nthreads: int) -> None:
         return
     fn(plan.count, plan.params, plan.grads, plan.bufs, plan.sizes, plan.hp, plan.flags,
        nthreads)
-    _increment_version(plan.touched)
+    increment_version(plan.touched)
     if plan.buffers:
-        _increment_version(plan.buffers)
-        _increment_version(plan.buffers)
-
-
-def _hooks(opt) -> bool:
-    from torch.optim import optimizer as module
-    return bool(opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks or
-                module._global_optimizer_pre_hooks or module._global_optimizer_post_hooks)
-
-
-def plain_step(opt):
-    """False where ``opt.step()`` would do more than the class's own update (step hooks,
-    ``differentiable``, GradScaler's ``grad_scale``/``found_inf``, a ``step`` wrapper other
-    than an lr scheduler's); else that wrapper or None."""
-    if _hooks(opt) or opt.defaults.get("differentiable") \
-            or getattr(opt, "grad_scale", None) is not None \
-            or getattr(opt, "found_inf", None) is not None:
-        return False
-    wrapper = opt.__dict__.get("step")
-    if wrapper is not None and not getattr(wrapper, "_wrapped_by_lr_sched", False):
-        return False
-    return wrapper
+        increment_version(plan.buffers)
+        increment_version(plan.buffers)
 
 
 def run(opt) -> bool:
@@ -217,7 +166,7 @@ def run(opt) -> bool:
     fn = _function()
     if fn is None:
         return False
-    nthreads = _threads()
+    nthreads = threads()
     if not _matches_torch(fn, nthreads):
         return False
     plan = _plan(opt)
@@ -228,18 +177,6 @@ def run(opt) -> bool:
     for group in plan:
         _call(fn, group, nthreads)
     return True
-
-
-def _matches_torch(fn, nthreads: int) -> bool:
-    """Whether the kernel gives torch's SGD bits here (once per thread count): every flag
-    combination, sizes around the vector widths and over the parallel threshold."""
-    verdict = _checked.get(nthreads)
-    if verdict is None:
-        with _check_lock:
-            verdict = _checked.get(nthreads)
-            if verdict is None:
-                verdict = _checked[nthreads] = _self_check(fn, nthreads)
-    return verdict
 
 
 def _self_check(fn, nthreads: int) -> bool:
@@ -276,3 +213,6 @@ def _self_check(fn, nthreads: int) -> bool:
                                          b.state[pb]["momentum_buffer"]):
                     return False
     return True
+
+
+_matches_torch = PerThreads(_self_check)   # whether the kernel gives torch's SGD bits here

@@ -1,0 +1,90 @@
+"""What the C optimizer steps (``sgd_step``, ``adam_step``) share: which tensors and
+hyperparameters a C loop may take, whether ``opt.step()`` would do more than the class's
+own update, the loop that splits a large parameter over threads, and the once-per-thread-
+count verdict of a kernel's self-check against torch's own optimizer."""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Callable, Dict
+
+import torch
+
+_F32 = torch.float32
+_STRIDED = torch.strided
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+increment_version = torch._C._increment_version
+threads = torch.get_num_threads
+
+SPLIT_MIN = 65536               # elements: a smaller parameter runs on the calling thread
+
+
+def split_loop(call: str) -> str:
+    """C for one parameter ``k`` of ``n`` elements: ``call`` (a C call naming ``lo`` and
+    ``len``: the first element and the count) over the whole tensor, or over ``nthreads``
+    static chunks when it is large (every element takes the same formula, so the split
+    changes no bit)."""
+    return f"""
+    if (nthreads > 1 && n >= {SPLIT_MIN}) {{
+      const int64_t chunk = (n + nthreads - 1) / nthreads;
+      #pragma omp parallel for schedule(static) num_threads(nthreads)
+      for (int t = 0; t < nthreads; t++) {{
+        const int64_t lo = t * chunk, len = (lo + chunk < n ? lo + chunk : n) - lo;
+        if (len > 0) {call};
+      }}
+    }} else {{
+      const int64_t lo = 0, len = n;
+      {call};
+    }}"""
+
+
+def dense(t: torch.Tensor) -> bool:
+    """A plain dense contiguous float32 CPU tensor (a Parameter or a Tensor)."""
+    return type(t) in _PLAIN and t.dtype is _F32 and t.layout is _STRIDED and t.is_cpu and \
+        t.is_contiguous() and not t.is_inference()
+
+
+def number(v) -> bool:
+    return type(v) in (float, int)
+
+
+def array(ctype, values) -> ctypes.Array:
+    return (ctype * len(values))(*values)
+
+
+def _hooks(opt) -> bool:
+    from torch.optim import optimizer as module
+    return bool(opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks or
+                module._global_optimizer_pre_hooks or module._global_optimizer_post_hooks)
+
+
+def plain_step(opt):
+    """False where ``opt.step()`` would do more than the class's own update (step hooks,
+    ``differentiable``, GradScaler's ``grad_scale``/``found_inf``, a ``step`` wrapper other
+    than an lr scheduler's); else that wrapper or None."""
+    if _hooks(opt) or opt.defaults.get("differentiable") \
+            or getattr(opt, "grad_scale", None) is not None \
+            or getattr(opt, "found_inf", None) is not None:
+        return False
+    wrapper = opt.__dict__.get("step")
+    if wrapper is not None and not getattr(wrapper, "_wrapped_by_lr_sched", False):
+        return False
+    return wrapper
+
+
+class PerThreads:
+    """``verdict(fn, nthreads)``: ``check(fn, nthreads)``, computed once per thread count
+    (threads share it)."""
+
+    def __init__(self, check: Callable):
+        self.check = check
+        self.verdicts: Dict[int, object] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, fn, nthreads: int):
+        verdicts = self.verdicts
+        if nthreads not in verdicts:
+            with self.lock:
+                if nthreads not in verdicts:
+                    verdicts[nthreads] = self.check(fn, nthreads)
+        return verdicts[nthreads]
