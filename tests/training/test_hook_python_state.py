@@ -267,10 +267,10 @@ class ActivationStats:
         self.hist.append(o.detach().abs().mean().item())
 
 
-def _direct(kind, entry="fn"):
+def _direct(kind, entry="fn", user=False):
     def build():
         torch.manual_seed(0)
-        net = nn.Linear(3, 2)
+        net = UserLinear() if user else nn.Linear(3, 2)
         st = {"n": 0}
         if kind == "pre_dict":
             def pre(m, a):
@@ -316,7 +316,7 @@ def _direct(kind, entry="fn"):
 
         def step(x, y):
             opt.zero_grad()
-            loss = ((net(x) - y[:, :2]) ** 2).mean()
+            loss = ((net(x)[:, :2] - y) ** 2).mean()
             loss.backward()
             opt.step()
             return loss.detach()
@@ -340,3 +340,11 @@ def test_hook_methods_of_an_object(kind, entry):
     through another method): not carried; every call falls back, and the refused trace's
     appends are taken back (a graph value used to stay in ``self.hist``)."""
     check(_direct(kind, entry), entry, expect="fallback")
+
+
+@pytest.mark.parametrize("entry", ["fn", "step"])
+@pytest.mark.parametrize("kind", ["pre_dict", "post_item", "post_item_new_key"])
+def test_hooks_of_a_user_module_called_from_converted_code(kind, entry):
+    """A user module called from converted code: its hooks are converted and run around
+    its converted forward (``module_hooks.hooked_call``), not natively."""
+    check(_direct(kind, entry, user=True), entry)
