@@ -3,7 +3,8 @@ graph ops for symbolic tensors. See ``transpiler`` for the code that calls them.
 """
 from .calls import call, set_converter
 from .conditionals import if_stmt
-from .effects import assert_stmt, eager_only, print_, try_body, try_guard
+from .effects import (assert_stmt, eager_only, finally_block, node_mark, print_,
+                      try_body, try_guard)
 from .iterables import TensorList
 from .logical import and_, ifexp, is_bool, not_, or_
 from .loops import for_stmt, while_stmt
@@ -17,4 +18,5 @@ from .text import fstring, percent
 __all__ = ["TensorList", "UNREAD", "Unassigned", "Undefined", "UndefinedReturn", "and_", "assert_stmt", "call",
            "eager_only", "for_stmt", "fstring", "if_stmt", "ifexp", "is_bool", "is_undefined", "iterated", "match_case",
            "not_", "or_",
-           "percent", "print_", "probe", "raise_if", "set_converter", "try_body", "try_guard", "while_stmt"]
+           "percent", "print_", "probe", "raise_if", "set_converter", "try_body", "try_guard",
+           "finally_block", "node_mark", "while_stmt"]

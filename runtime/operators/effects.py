@@ -13,7 +13,7 @@ import sys
 
 from .. import grad_fn_names, graph_ops
 from ..errors import GraphError, TracingError
-from ..graph import node_count
+from ..graph import Node, node_count
 from ..symbolic import (contains_symbolic, current_graph, dispatch_record, is_symbolic,
                         tracing_error_count)
 from ..source_info import format_location, user_location
@@ -200,6 +200,72 @@ def try_guard(catches):
         _GUARDS.pop()
         if _REFUSALS[0] != guard.refusals:
             raise GraphError(_REFUSALS[1])
+
+
+def node_mark():
+    """Before a ``try``/``finally`` without ``except`` clauses: where its body's nodes
+    start (the graph being traced and its length), for ``finally_block``."""
+    graph = current_graph()
+    return None if graph is None else (graph, len(graph.nodes))
+
+
+# ops that may raise when the graph runs, on the values (a singular matrix, an index out
+# of range, a staged check); ops on static shapes are checked while tracing
+_RAISING = frozenset({"inverse", "cholesky", "cholesky_inverse", "cholesky_solve",
+                      "lu_solve", "triangular_solve", "assert_true", "index_select", "gather",
+                      "take", "take_along_dim", "embedding", "scatter", "scatter_add",
+                      "index_add", "index_copy", "index_fill", "index_put", "bincount"})
+_INDEXING = frozenset({"getitem", "setitem"})
+_LINALG_QUIET = frozenset({"linalg_vector_norm", "linalg_matrix_norm", "linalg_norm",
+                           "linalg_det", "linalg_slogdet", "linalg_cross", "linalg_vecdot",
+                           "linalg_matmul", "linalg_multi_dot", "linalg_diagonal",
+                           "linalg_vander", "linalg_solve_triangular", "linalg_matrix_exp",
+                           "linalg_solve_ex", "linalg_inv_ex", "linalg_cholesky_ex",
+                           "linalg_lu_factor_ex", "linalg_ldl_factor_ex"})
+
+
+def _holds_node(value) -> bool:
+    if isinstance(value, (tuple, list)):
+        return any(_holds_node(v) for v in value)
+    if isinstance(value, slice):
+        return any(_holds_node(v) for v in (value.start, value.stop, value.step))
+    return isinstance(value, Node)
+
+
+def _may_raise(node) -> bool:
+    op = node.op
+    return op in _RAISING or op.startswith("checked_") or \
+        (op.startswith("linalg_") and op not in _LINALG_QUIET) or \
+        (op in _INDEXING and _holds_node(node.args[1:2]))
+
+
+@contextlib.contextmanager
+def finally_block(mark):
+    """Around the ``finally`` block of a ``try`` that ``mark`` (``node_mark``) came before.
+    When the graph runs, an error an op of the ``try`` body raises (a singular ``solve``,
+    an index out of range) stops it there, where eager runs the ``finally`` block first: a
+    block that adds an effect (print, an in-place write) after such an op refuses the
+    trace (the call falls back). While an error raised during the trace passes through,
+    nothing is checked."""
+    graph = current_graph()
+    if graph is None or mark is None or mark[0] is not graph or sys.exc_info()[0] is not None:
+        yield
+        return
+    before = len(graph.nodes)
+    location = user_location()
+    yield
+    if any(_may_raise(n) for node in graph.nodes[mark[1]:before] for n in _walk(node)) and \
+            any(node.impure for node in graph.nodes[before:]):
+        raise GraphError(f"{format_location(location)}: a `finally` block with an effect "
+                         f"(print, an in-place write, ...) after tensor operations that may "
+                         f"raise when the graph runs: eager runs the block on that error, "
+                         f"the graph would stop before it")
+
+
+def _walk(node):
+    yield node
+    for sub in node.subgraphs:
+        yield from sub.walk()
 
 
 @contextlib.contextmanager

@@ -9,7 +9,10 @@ call, FallbackWarnings naming the user's line).
 - a ``raise`` in a loop's ``else:`` after a tensor ``break``: a staged check
   (``converters/staged_raises.py``).
 - ``try``/``except`` whose handler catches one of torch's own errors that graph ops raise
-  when the graph runs (``torch.linalg.LinAlgError``): falls back naming the ``try``.
+  when the graph runs (``torch.linalg.LinAlgError``): falls back naming the ``try``; a
+  ``finally`` block with an effect (print) after ops that may raise when the graph runs
+  (a solve, an index by a tensor): falls back naming the block (eager runs it on the
+  error, the graph would stop first).
 - an object made in the call whose attributes a method updates in a tensor loop
   (the refused first body trace no longer leaves its tensors in the object).
 - Python iteration of ``enumerate``/``zip``/``range`` of traced values in a generator
@@ -327,6 +330,52 @@ _SINGULAR = (torch.tensor([[1.0, 2.0], [2.0, 4.0]]), torch.tensor([1.0, 1.0]))
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_a_handler_of_errors_the_graph_raises_when_it_runs_falls_back(fn, calls):
     falls_back(fn, "try:", *calls, reason="try/except around tensor operations")
+
+
+def solve_then_print_in_finally(A, b):
+    try:
+        x = torch.linalg.solve(A, b)
+    finally:
+        print("solved", A.shape[0])
+    return x
+
+
+def gather_then_print_in_finally(x, i):
+    try:
+        y = x[i] * 2
+    finally:
+        print("done")
+    return y
+
+
+def test_a_finally_with_an_effect_after_ops_that_raise_when_the_graph_runs_falls_back():
+    # eager prints before the singular matrix's LinAlgError reaches the caller; a graph
+    # would stop at the solve
+    falls_back(solve_then_print_in_finally, 'print("solved", A.shape[0])', _GOOD, _SINGULAR,
+               reason="a `finally` block with an effect")
+    falls_back(gather_then_print_in_finally, 'print("done")',
+               (torch.ones(3), torch.tensor([0, 2])), (torch.ones(3), torch.tensor([5])),
+               reason="a `finally` block with an effect")
+
+
+def test_a_finally_with_an_effect_after_ops_that_cannot_raise_converts():
+    def f(x):
+        try:
+            if x.sum() > 0:
+                return x * 2
+            y = torch.linalg.norm(x) + x[0]
+        finally:
+            print("cleanup")
+        return y
+    converts(f, (torch.tensor([1.0, 2.0]),), (torch.tensor([-3.0, 2.0]),))
+
+    def g(A, b, log):
+        try:
+            x = torch.linalg.solve(A, b)
+        finally:
+            log.append(1)          # a Python effect: runs while tracing, as eagerly
+        return x
+    converts(g, (*_GOOD, []))
 
 
 def test_a_handler_of_python_errors_only_still_converts():

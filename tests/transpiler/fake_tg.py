@@ -138,6 +138,15 @@ def try_body(control_flow):
     yield
 
 
+def node_mark():
+    return 0
+
+
+@contextlib.contextmanager
+def finally_block(mark):
+    yield
+
+
 UNREAD = object()   # a branch's value for a variable no later code reads
 
 
@@ -150,6 +159,7 @@ class _Module:
     ifexp, and_, or_, not_ = staticmethod(ifexp), staticmethod(and_), staticmethod(or_), staticmethod(not_)
     call, assert_stmt, eager_only = staticmethod(call), staticmethod(assert_stmt), staticmethod(eager_only)
     try_guard, try_body = staticmethod(try_guard), staticmethod(try_body)
+    node_mark, finally_block = staticmethod(node_mark), staticmethod(finally_block)
     fstring, percent = staticmethod(fstring), staticmethod(percent)
 
 

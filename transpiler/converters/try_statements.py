@@ -3,7 +3,11 @@
 - ``try``/``finally`` without ``except`` stays a Python ``try`` (its blocks converted like
   any others, its returns/breaks lowered to flags by the later converters): the
   ``finally`` block runs once on every path of the trace, as it runs once on every path
-  eagerly, and tensor control flow inside becomes graph nodes. A ``finally`` holding its
+  eagerly, and tensor control flow inside becomes graph nodes. ``try_start =
+  tg.node_mark()`` comes before it and its ``finally`` block is wrapped in ``with
+  tg.finally_block(try_start):``: a block with an effect after tensor ops that may raise
+  when the graph runs refuses the trace (eager runs the block on that error; the graph
+  would stop before it). A ``finally`` holding its
   own ``return``/``break``/``continue`` (which would swallow an exception) is guarded as
   below, with no catching clause.
 - with ``except`` clauses, the ``try`` body is guarded::
@@ -65,7 +69,11 @@ class TryTransformer(base.Transformer):
     def visit_Try(self, node):
         node = self.generic_visit(node)
         if not node.handlers and not _jumps_out_of(node.finalbody):
-            return node
+            mark = self.ctx.namer.new('try_start')
+            node.finalbody = templates.replace('with tg.finally_block(mark):\n    body',
+                                               node.finalbody[0], mark=mark,
+                                               body=node.finalbody)
+            return templates.replace('mark = tg.node_mark()', node, mark=mark) + [node]
         node.body = templates.replace('with tg.try_body(flow):\n    body', node,
                                       flow=gast.Constant(value=_has_control_flow(node.body),
                                                          kind=None),
