@@ -221,18 +221,18 @@ def for_else_raise(x):
     return x, i
 
 
-def while_else_raise(x):
-    i = 0
-    while i < 50:
-        nxt = torch.cos(x)
-        if (nxt - x).abs() < 1e-4:
+def while_else_raise(a, steps):
+    """Newton's square root with an iteration cap: too few steps raise."""
+    r, k = a, 0
+    while k < steps:
+        r = 0.5 * (r + a / r)
+        k += 1
+        if (r * r - a).abs() < 1e-3:
             break
-        x = nxt
-        i += 1
     else:
-        msg = "no fixed point"
-        raise RuntimeError(msg)
-    return nxt
+        msg = f"sqrt not found in {steps} steps"
+        raise ArithmeticError(msg)
+    return r, k
 
 
 def tensor_loop_else_raise(xs, limit):
@@ -256,7 +256,7 @@ def else_without_break(x):
 
 @pytest.mark.parametrize("fn, calls", [
     (for_else_raise, ((torch.tensor([8.0]),), (torch.tensor([8.0 ** 20]),), (torch.tensor([0.5]),))),
-    (while_else_raise, ((torch.tensor(0.5),), (torch.tensor(-1.0),))),
+    (while_else_raise, ((torch.tensor(2.0), 20), (torch.tensor(1e6), 3), (torch.tensor(9.0), 20))),
     (tensor_loop_else_raise, ((torch.tensor([1.0, 2.0, 3.0]), 2.5), (torch.tensor([1.0, 2.0, 3.0]), 10.0),
                               (torch.tensor([5.0, 2.0, 3.0]), 2.5))),
     (else_without_break, ((torch.ones(2),),)),
@@ -266,7 +266,7 @@ def test_raise_in_a_loop_else_after_a_tensor_break(fn, calls):
 
 
 def test_the_loop_else_raise_is_a_check_in_the_graph():
-    ops = op_counts(to_graph(while_else_raise, strict=True).graph(torch.tensor(0.5)))
+    ops = op_counts(to_graph(while_else_raise, strict=True).graph(torch.tensor(2.0), 20))
     assert ops["while"] == 1 and ops["assert_true"] == 1, ops
 
 
