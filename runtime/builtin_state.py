@@ -24,6 +24,9 @@ import sys
 import types
 from typing import Callable, Optional, Tuple
 
+from .plain_containers import elements, list_copy
+from .plain_containers import put_back as put_items_back
+
 _BYTES_KEPT = 1 << 16      # arrays larger than this are compared by a digest of their bytes
 _GENERATORS = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
 
@@ -57,8 +60,8 @@ def state_of(v) -> Optional[tuple]:
         return ("closed",) if v.closed else (v.getvalue(), v.tell())
     if isinstance(v, io.IOBase):
         return _stream(v)
-    if isinstance(v, collections.deque):
-        return (v.maxlen, tuple(v))
+    if isinstance(v, collections.deque):        # (not a subclass's own methods)
+        return (v.maxlen, tuple(elements(v)))
     if isinstance(v, array.array):
         return (v.typecode, v.tobytes())
     if isinstance(v, _GENERATORS):
@@ -149,12 +152,8 @@ def restorer(v) -> Optional[Callable[[], None]]:
                 v.seek(at)
         return put_back
     if isinstance(v, collections.deque):
-        items = list(v)
-
-        def put_back():
-            v.clear()
-            v.extend(items)
-        return put_back
+        items = list_copy(v)
+        return lambda: put_items_back(v, items)
     if isinstance(v, array.array):
         saved = v.tobytes()
 

@@ -27,7 +27,6 @@ is shared by the runtime's region operators and the front door's guards.
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import dis
 import functools
@@ -38,6 +37,8 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from . import builtin_state
 from .builtin_state import slot_names
+from .plain_containers import (dict_copy, dict_items, elements, list_copy, put_back,
+                               size)
 
 _ATOMS = (int, str, bytes, bool, complex, type(None))
 _CODE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
@@ -226,16 +227,16 @@ def _fp_inner(v, cls, depth: int, walk: _Walk):
     carried = id(v) in walk.carried
     if walk.seen is not None:
         walk.seen.walked(v, cls)
-    if isinstance(v, (list, tuple)):
-        if walk.containers is not None and isinstance(v, list):
-            walk.containers.append((v, list(v)))
+    if isinstance(v, (list, tuple)):        # (a subclass's own methods are not run:
+        if walk.containers is not None and isinstance(v, list):     # plain_containers)
+            walk.containers.append((v, list_copy(v)))
         if walk.inputs is not None and isinstance(v, list):
-            return (cls, len(v), walk.inputs.holder(v, "list", depth, walk))
-        return (cls, len(v), tuple(_fp(x, depth, walk) for x in v))
+            return (cls, size(v), walk.inputs.holder(v, "list", depth, walk))
+        return (cls, size(v), tuple(_fp(x, depth, walk) for x in elements(v)))
     if isinstance(v, dict):
         if walk.containers is not None:
-            walk.containers.append((v, dict(v)))
-        items = tuple((_key(k), _fp(x, depth, walk)) for k, x in v.items()
+            walk.containers.append((v, dict_copy(v)))
+        items = tuple((_key(k), _fp(x, depth, walk)) for k, x in dict_items(v)
                       if not (carried and _carried_leaf(x))) if walk.inputs is None else \
             walk.inputs.holder(v, "dict", depth, walk)
         attrs = getattr(v, "__dict__", None)
@@ -244,8 +245,8 @@ def _fp_inner(v, cls, depth: int, walk: _Walk):
         return (cls, items)
     if isinstance(v, (set, frozenset)):
         if walk.containers is not None and isinstance(v, set):
-            walk.containers.append((v, set(v)))
-        return (cls, frozenset(_key(x) for x in v))
+            walk.containers.append((v, set(elements(v))))
+        return (cls, frozenset(_key(x) for x in elements(v)))
     if isinstance(v, bytearray):
         return (cls, bytes(v))
     attrs = getattr(v, "__dict__", None)
@@ -292,10 +293,8 @@ class InputSlots:
         index = len(self.holders)
         if self.record:
             self.holders.append((v, kind))
-        items = enumerate(v) if kind == "list" else vars(v).items() if kind == "attrs" \
-            else slots_of(v).items() if kind == "slots" \
-            else (collections.OrderedDict if isinstance(v, collections.OrderedDict)
-                  else dict).items(v)
+        items = enumerate(elements(v)) if kind == "list" else vars(v).items() \
+            if kind == "attrs" else slots_of(v).items() if kind == "slots" else dict_items(v)
         out = []
         for k, x in items:
             if kind == "attrs" and k.startswith("_tograph"):
@@ -452,11 +451,8 @@ def restore(containers: List[Tuple[Any, Any]]) -> None:
     for obj, copy in reversed(containers):
         if isinstance(copy, _PutBack):
             copy.put_back()
-        elif isinstance(obj, list):
-            obj[:] = copy
-        elif isinstance(obj, (dict, set)):
-            obj.clear()
-            obj.update(copy)
+        elif isinstance(obj, (list, dict, set)):
+            put_back(obj, copy)
         else:
             attrs = obj.__dict__       # compared by identity: == on tensors is elementwise
             if attrs.keys() != copy.keys() or any(attrs[k] is not v for k, v in copy.items()):

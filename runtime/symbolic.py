@@ -38,6 +38,7 @@ from .introspection import (REBINDING_OPS, RunTimeSize, arithmetic_kind, kind_of
                             legacy_type, mark)
 from .meta import TensorMeta, meta_empty
 from .ops import is_impure, is_inplace, op_name
+from .plain_containers import dict_values, elements
 from .shape_inference import fails_eagerly, infer, infer_known
 from .source_info import format_location, user_location
 from .threads import PerThreadList
@@ -170,10 +171,10 @@ def is_symbolic(value: Any) -> bool:
 def contains_symbolic(value: Any) -> bool:
     if isinstance(value, SymbolicTensor):
         return True
-    if isinstance(value, (list, tuple)):
-        return any(contains_symbolic(v) for v in value)
+    if isinstance(value, (list, tuple)):        # (not a subclass's own methods)
+        return any(contains_symbolic(v) for v in elements(value))
     if isinstance(value, dict):
-        return any(contains_symbolic(v) for v in value.values())
+        return any(contains_symbolic(v) for v in dict_values(value))
     if isinstance(value, slice):
         return any(contains_symbolic(v) for v in (value.start, value.stop, value.step))
     return False

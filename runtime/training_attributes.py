@@ -36,6 +36,7 @@ from . import batchnorm_average, optimizer_reads
 from .errors import GraphError
 from .graph_ops import effect
 from .introspection import NUMBER_KINDS, kind_of, mark
+from .plain_containers import dict_values, list_copy
 
 _NUMBERS = (int, float)
 
@@ -227,10 +228,10 @@ def _found(roots: Iterable[Any]) -> List[Any]:
             return
         if depth == 0 or isinstance(value, (torch.nn.Module, str, bytes, int, float)):
             return
-        if isinstance(value, (list, tuple)):
-            items = value[:64]
+        if isinstance(value, (list, tuple)):        # (not the subclass's own methods)
+            items = list_copy(value)[:64]
         elif isinstance(value, dict):
-            items = list(value.values())[:64]
+            items = list(dict_values(value))[:64]
         elif isinstance(getattr(value, "__dict__", None), dict) and \
                 not isinstance(value, (type(contextlib), type(_found))):
             items = list(vars(value).values())[:64]

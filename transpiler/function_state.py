@@ -17,6 +17,7 @@ import types
 from typing import Any, List, Optional, Tuple
 
 from runtime.builtin_state import state_of
+from runtime.plain_containers import dict_items, elements
 from runtime.python_state import difference, fingerprint, restore
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None))
@@ -106,12 +107,12 @@ def _plain(obj) -> bool:
 
 def _state(obj) -> Any:
     """A shallow fingerprint: identities of what a list, dict, set or object holds."""
-    if isinstance(obj, list):
-        return tuple(id(v) for v in obj)
+    if isinstance(obj, list):       # (a subclass's own methods are not run: plain_containers)
+        return tuple(id(v) for v in elements(obj))
     if isinstance(obj, dict):
-        return tuple((id(k), id(v)) for k, v in obj.items())
+        return tuple((id(k), id(v)) for k, v in dict_items(obj))
     if isinstance(obj, set):
-        return frozenset(id(v) for v in obj)
+        return frozenset(id(v) for v in elements(obj))
     if isinstance(obj, types.FunctionType) or _plain(obj) and not isinstance(obj, type):
         return tuple((k, id(v)) for k, v in vars(obj).items())
     return None

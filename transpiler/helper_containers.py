@@ -23,6 +23,9 @@ import collections
 import types
 from typing import List, Tuple
 
+from runtime.plain_containers import (dict_copy, dict_items, dict_values, elements, list_copy,
+                                      put_back, size)
+
 # (global's name, container, copy, its lists' copies, the helper whose code names it)
 Entry = Tuple[str, object, object, dict, object]
 
@@ -32,13 +35,13 @@ _SEQUENCES = (list, collections.deque)
 def take(name: str, value, owner=None) -> List[Entry]:
     """A copy of ``value`` when it is a list, deque, dict or set (and of the lists and
     deques a dict holds)."""
-    if isinstance(value, _SEQUENCES):
-        return [(name, value, list(value), {}, owner)]
-    if isinstance(value, dict) and len(value) <= 4096:
-        return [(name, value, dict(value),
-                 {k: list(v) for k, v in value.items() if isinstance(v, _SEQUENCES)}, owner)]
-    if isinstance(value, set) and len(value) <= 4096:
-        return [(name, value, set(value), {}, owner)]
+    if isinstance(value, _SEQUENCES):       # (read as stored: a subclass's own methods
+        return [(name, value, list_copy(value), {}, owner)]     # are not run)
+    if isinstance(value, dict) and size(value) <= 4096:
+        return [(name, value, dict_copy(value), {k: list_copy(v) for k, v in dict_items(value)
+                                                 if isinstance(v, _SEQUENCES)}, owner)]
+    if isinstance(value, set) and size(value) <= 4096:
+        return [(name, value, set(elements(value)), {}, owner)]
     if _plain_object(value):
         from runtime.python_state import fingerprint
         containers: list = []
@@ -71,13 +74,14 @@ def _traced(value) -> bool:
 
 
 def _items(container) -> list:
-    return list(container.values() if isinstance(container, dict) else container)
+    return list(dict_values(container) if isinstance(container, dict) else elements(container))
 
 
 def _holds_traced(container) -> bool:
     if _plain_object(container):
         return False        # (its fingerprint tells any change)
-    return any(_traced(v) or isinstance(v, (_SEQUENCES, tuple)) and any(_traced(i) for i in v)
+    return any(_traced(v) or isinstance(v, (_SEQUENCES, tuple)) and
+               any(_traced(i) for i in elements(v))
                for v in _items(container))
 
 
@@ -93,16 +97,17 @@ def _changed(container, copy, lists) -> str:
         return "" if now == copy.print else \
             f"its {difference(copy.print, now).lstrip('.') or 'attributes'}"
     if isinstance(container, _SEQUENCES):
-        return "" if _same(list(container), copy) else "its items"
+        return "" if _same(list_copy(container), copy) else "its items"
     if isinstance(container, set):
-        return "" if copy == container else "its items"
-    if container.keys() != copy.keys():
-        return f"its keys {list(container)}"
+        return "" if copy == set(elements(container)) else "its items"
+    now = dict_copy(container)
+    if now.keys() != copy.keys():
+        return f"its keys {list(now)}"
     for key, value in copy.items():
-        if container[key] is not value:
+        if now[key] is not value:
             return f"its [{key!r}]"
     for key, items in lists.items():
-        if not _same(list(container[key]), items):
+        if not _same(list_copy(now[key]), items):
             return f"its [{key!r}]"
     return ""
 
@@ -129,16 +134,11 @@ def restore(entries: List[Entry]) -> None:
         if not _holds_traced(container) and not _changed(container, copy, lists):
             continue
         if isinstance(copy, _Deep):
-            from runtime.python_state import restore as put_back
-            put_back(copy.containers)
+            from runtime.python_state import restore as restore_containers
+            restore_containers(copy.containers)
             continue
         for key, items in lists.items():
-            if isinstance(container.get(key), _SEQUENCES):
-                held = container[key]
-                held.clear()
-                held.extend(items)
-        container.clear()
-        if isinstance(container, _SEQUENCES):
-            container.extend(copy)
-        else:
-            container.update(copy)
+            held = dict.get(container, key)
+            if isinstance(held, _SEQUENCES):
+                put_back(held, items)
+        put_back(container, copy)

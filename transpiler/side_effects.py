@@ -31,6 +31,8 @@ from runtime import carried_numbers
 from runtime.builtin_state import slot_names, state_of
 from runtime.errors import GraphError
 from runtime.guard_tags import EMPTY, Bindings, ShallowState, Tags, TaggedPrint
+from runtime.plain_containers import (dict_copy, dict_items, dict_values, elements, list_copy,
+                                      put_back)
 from runtime.python_state import (DEPTH, difference, fingerprint, is_tensor, restore,
                                   strings_used, user_classes)
 from runtime.source_info import _is_library
@@ -43,12 +45,13 @@ _ATOMS = (int, float, complex, str, bytes, bool, type(None))
 
 def _state_of(obj) -> Any:
     """A shallow fingerprint of a mutable object (identities of what it holds)."""
-    if isinstance(obj, list):
-        return ("list", tuple(id(v) for v in obj))
+    if isinstance(obj, list):       # (a subclass's own methods are not run: plain_containers)
+        return ("list", tuple(id(v) for v in elements(obj)))
     if isinstance(obj, dict):
-        return ("dict", tuple((k, id(v)) for k, v in obj.items() if _hashable(k)))
+        return ("dict", tuple((k, id(v)) for k, v in dict_items(obj) if _hashable(k)))
     if isinstance(obj, (set, bytearray)):
-        return ("set", frozenset(id(v) for v in obj)) if isinstance(obj, set) else bytes(obj)
+        return ("set", frozenset(id(v) for v in elements(obj))) if isinstance(obj, set) \
+            else bytes(obj)
     if isinstance(obj, (types.ModuleType, types.FunctionType, type, types.BuiltinFunctionType,
                         types.MethodType)):     # (a method's __dict__ is its function's)
         return None
@@ -71,11 +74,11 @@ def _hashable(k) -> bool:
 
 def _copy(obj):
     if isinstance(obj, list):
-        return list(obj)
+        return list_copy(obj)
     if isinstance(obj, dict):
-        return dict(obj)
+        return dict_copy(obj)
     if isinstance(obj, set):
-        return set(obj)
+        return set(elements(obj))
     attrs = getattr(obj, "__dict__", None)
     if isinstance(attrs, dict):
         return dict(attrs)
@@ -718,8 +721,7 @@ class Snapshot:
             if copy is None or _state_of(obj) == state:
                 continue
             if isinstance(obj, (list, dict, set)):
-                obj.clear()
-                obj.update(copy) if not isinstance(obj, list) else obj.extend(copy)
+                put_back(obj, copy)
             elif isinstance(getattr(obj, "__dict__", None), dict):
                 obj.__dict__.clear()
                 obj.__dict__.update(copy)
@@ -740,7 +742,8 @@ def _holds_containers(v) -> bool:
     if isinstance(v, type) or not _plain_holder(v):
         return False
     state = _state_of(v)
-    held = v if isinstance(v, (list, tuple, set)) else v.values() if isinstance(v, dict) \
+    held = elements(v) if isinstance(v, (list, tuple, set)) else dict_values(v) \
+        if isinstance(v, dict) \
         else vars(v).values() if state is not None else ()
     return any(_plain_holder(h) and not isinstance(h, type) or _keeps_state(h) for h in held)
 
