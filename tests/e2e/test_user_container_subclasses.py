@@ -348,3 +348,4 @@ def test_act2fn_models_convert(name):
         got = _no_fallback(conv, ids).logits
         want = model(ids).logits
     assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+

@@ -552,8 +552,10 @@ SIZES = [(2, 7), (3, 9), (4, 6), (5, 11), (2, 13), (6, 8), (3, 5)]
     # The MoE decoders stay correct but trace once per sequence length: the retrace
     # history shows the dynamic trace of both dims giving way to the batch dim only
     # (`explain`: "traced with dynamic dims input_ids[0]"), so every new length is a new
-    # static trace (README "Dynamic shapes": correct, one trace per size). Open: the
-    # expert routing's sizes under a dynamic sequence dim.
+    # static trace (README "Dynamic shapes": correct, one trace per size). Open (h88): not
+    # the routing -- the MoE block's reshape of the flattened (B*S, H) tokens back to
+    # (B, S, H) is refused with both dims dynamic (test_user_container_subclasses.py::
+    # test_flattened_tokens_reshaped_back_serve_every_length).
     pytest.param("mixtral", len(SIZES), marks=_slow),
 ])
 def test_new_sizes_stay_correct_with_bounded_traces(name, bound):
