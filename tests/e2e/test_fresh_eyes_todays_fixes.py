@@ -1748,8 +1748,176 @@ def view_self_overlapping_window_write(conv):
     return r.items
 
 
+# --------------------------------------------------------------- more neighbours (round 2)
+@program
+def item_count_as_slice_bound(conv):
+    def f(scores, thresh):
+        k = int((scores > thresh).sum())
+        top = scores.sort(descending=True).values[:k]
+        return top, k, top.sum().item() / max(k, 1)
+    g, r = conv(f), Rec()
+    for t in (0.5, 0.0, 2.0, -1.0):
+        r.call(g, torch.tensor([0.9, 0.1, 0.6, -0.2, 0.7]), t)
+    return r.items
+
+
+@program
+def item_label_counts_dict(conv):
+    counts = {}
+
+    def f(labels):
+        for lab in labels:
+            k = int(lab)
+            counts[k] = counts.get(k, 0) + 1
+        return len(counts)
+    g, r = conv(f), Rec()
+    for labs in ([0, 1, 1], [2, 0, 0], [1, 1, 1], [3, 2, 0]):
+        r.call(g, torch.tensor(labs))
+        r.note(dict(counts))
+    return r.items
+
+
+@program
+def hook_shared_module_called_twice(conv):
+    torch.manual_seed(0)
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.proj(torch.relu(self.proj(x)))
+    model = Tied()
+    seen = {"n": 0, "norms": 0.0}
+
+    def hook(mod, inp, out):
+        seen["n"] += 1
+        seen["norms"] += out.norm().item()
+        return out * 0.5
+    model.proj.register_forward_hook(hook)
+
+    def f(x):
+        return model(x)
+    g, r = conv(f), Rec()
+    for x in _inputs():
+        r.call(g, x)
+        r.note(dict(seen))
+    return r.items
+
+
+@program
+def hook_prepend_and_always_call(conv):
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 4)
+    order = {"last": ""}
+    lin.register_forward_hook(lambda m, i, o: o + 1)
+    lin.register_forward_hook(lambda m, i, o: o * 3, prepend=True)
+    lin.register_forward_pre_hook(lambda m, a: (a[0] - 1,), prepend=True)
+
+    def f(x):
+        return lin(x)
+    g, r = conv(f), Rec()
+    for x in _inputs():
+        r.call(g, x)
+        r.note(dict(order))
+    return r.items
+
+
+@program
+def exc_raise_after_batchnorm_update(conv):
+    torch.manual_seed(0)
+    bn = nn.BatchNorm1d(3)
+
+    def f(x):
+        y = bn(x)
+        if y.abs().max() > 1.5:
+            raise ValueError("outlier after normalization")
+        return y
+    g, r = conv(f), Rec()
+    gen = torch.Generator().manual_seed(4)
+    for k in range(5):
+        x = torch.randn(4, 3, generator=gen)
+        if k in (1, 3):
+            x[0, 0] = 40.0
+        r.call(g, x)
+        r.note(bn.running_mean, bn.running_var, bn.num_batches_tracked)
+    return r.items
+
+
+@program
+def view_transposed_arg_inplace(conv):
+    base = torch.arange(12.0).reshape(3, 4)
+
+    def f(t):
+        t[0].fill_(-1.0)
+        return t.sum(0)
+    g, r = conv(f), Rec()
+    for k in range(4):
+        b = base + k
+        r.call(g, b.t())
+        r.note(b)
+    return r.items
+
+
+def _two_optimizers_prog(conv):
+    torch.manual_seed(0)
+    gen_net, disc = nn.Linear(3, 4), nn.Sequential(nn.Linear(4, 1))
+    disc.double()
+    opt_g = torch.optim.Adam(gen_net.parameters(), lr=1e-2, betas=(0.5, 0.999))
+    opt_d = torch.optim.SGD(disc.parameters(), lr=5e-2, momentum=0.5)
+
+    def step(z, real):
+        opt_d.zero_grad()
+        fake = gen_net(z)
+        d_loss = F.softplus(-disc(real.double())).mean() + F.softplus(disc(fake.detach().double())).mean()
+        d_loss.backward()
+        opt_d.step()
+        opt_g.zero_grad()
+        g_loss = F.softplus(-disc(gen_net(z).double())).mean()
+        g_loss.backward()
+        opt_g.step()
+        opt_g.step()   # a second step on the same gradients
+        return d_loss.item(), g_loss.item()
+    g, r = conv(step), Rec()
+    gen = torch.Generator().manual_seed(6)
+    for _ in range(5):
+        r.call(g, torch.randn(5, 3, generator=gen), torch.randn(5, 4, generator=gen))
+        r.note(list(gen_net.parameters()), list(disc.parameters()), opt_g.state_dict()["state"],
+               opt_d.state_dict()["state"])
+    return r.items
+
+
+_register("gan_two_optimizers_float64_and_double_step", _two_optimizers_prog)
+
+
+def _lr_zero(k, model, opt):
+    if k in (2, 3):
+        opt.param_groups[1]["lr"] = 0.0 if k == 2 else 1e-2
+
+
+_register("adam_group_lr_zeroed", _train_program(
+    lambda m: torch.optim.Adam([{"params": m[0].parameters()}, {"params": m[2].parameters()}], lr=1e-2),
+    between=_lr_zero))
+
+
+@program
+def item_fstring_formats_of_specials(conv):
+    def f(x):
+        v = x.max().item()
+        n = int(x.numel())
+        print(f"{v:,.1f}|{v:g}|{v:>10.3e}|{v!s}|{n:+d}|{v:.0%}")
+        return f"{v:.2f}"
+    g, r = conv(f), Rec()
+    for a in ([1234567.891, 0.0], [float("inf"), 1.0], [float("nan"), 2.0], [-0.0, -1.0], [1e-7, -5.0]):
+        r.call(g, torch.tensor(a, dtype=torch.float64))
+    return r.items
+
+
 # ---------------------------------------------------------------------------- verdicts
 FALLS_BACK = {
+    "item_fstring_formats_of_specials": "returns an f-string of an .item() value (text known at run time)",
+    "item_label_counts_dict": "int(label) of a traced tensor as a dict key (hash() at run time)",
     "exc_assert_without_message_and_chained": "try/except TypeError around int(x.argmax()) (README)",
     "exc_effects_before_raise": "log.append in the converted function (a closure list mutated)",
     "item_sum_of_items_and_tolist": ".tolist() of a traced tensor",
@@ -1772,7 +1940,8 @@ APPROX = {
     "hook_global_forward_counter", "view_bptt_batches_trace_count", "hook_counter_dict_get_idiom",
     "hook_counter_augmented_assign", "hook_round_item_stat", "hook_module_attribute_counter",
     "hook_reads_global_flag_toggled", "hook_tensor_branch_inside_hook", "hook_instance_flag_on_module",
-    "model_eval_train_toggle_with_dropout_free_bn",
+    "model_eval_train_toggle_with_dropout_free_bn", "hook_shared_module_called_twice",
+    "hook_prepend_and_always_call", "gan_two_optimizers_float64_and_double_step",
 }
 
 XFAIL = {
