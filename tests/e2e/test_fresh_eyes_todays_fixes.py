@@ -1914,8 +1914,47 @@ def item_fstring_formats_of_specials(conv):
     return r.items
 
 
+def _item_program(fn, values, dtype=None):
+    """``fn(t)`` on a 1-element tensor of each value in turn."""
+    def prog(conv):
+        g, r = conv(fn), Rec()
+        for v in values:
+            r.call(g, torch.tensor([v], dtype=dtype))
+        return r.items
+    return prog
+
+
+def _int_past_int64(x):
+    n = x.sum().item()
+    return n * n * n, 2 ** n, n << 40
+
+
+def _factorial_comb(x):
+    n = x.sum().item()
+    return math.factorial(n) % 1000003, math.comb(n, 2)
+
+
+def _neg_floor_mod_inverse(x):
+    n = x.sum().item()
+    return -n // 7, (-n) % 7, n ** -1 if n else 0.0, abs(-n)
+
+
+def _float_floordiv_tiny(x):
+    v = x.sum().item()
+    return v // 0.1, v % 0.1, v / 1e-320
+
+
+_register("item_int_products_past_int64", _item_program(_int_past_int64, [3, 2_097_152, -3_000_000, 62]))
+_register("item_math_factorial_comb", _item_program(_factorial_comb, [5, 20, 30, 0]))
+_register("item_int_negative_floor_mod_inverse", _item_program(_neg_floor_mod_inverse, [7, -9, 1, 0]))
+_register("item_float_floordiv_tiny_divisor", _item_program(_float_floordiv_tiny, [1.0, 0.3, -0.7, 1e300],
+                                                           dtype=torch.float64))
+
+
 # ---------------------------------------------------------------------------- verdicts
 FALLS_BACK = {
+    "item_int_products_past_int64": "n * n * n, 2 ** n, n << 40 past int64 rerun eagerly (README)",
+    "item_math_factorial_comb": "math.factorial/math.comb of an .item() int",
     "item_fstring_formats_of_specials": "returns an f-string of an .item() value (text known at run time)",
     "item_label_counts_dict": "int(label) of a traced tensor as a dict key (hash() at run time)",
     "exc_assert_without_message_and_chained": "try/except TypeError around int(x.argmax()) (README)",
