@@ -427,6 +427,16 @@ def _inputs(n=4, seed=3):
     return [torch.randn(2, 4, generator=gen) for _ in range(n)]
 
 
+def _run_inputs(conv, f, note, n=4):
+    """Calls of ``conv(f)`` on ``_inputs(n)``, recording ``note()`` (a tuple) after each."""
+    g, r = conv(f), Rec()
+    for x in _inputs(n):
+        r.call(g, x)
+        if note is not None:
+            r.note(*note())
+    return r.items
+
+
 @program
 def hook_activation_cache_nested(conv):
     torch.manual_seed(0)
@@ -443,11 +453,7 @@ def hook_activation_cache_nested(conv):
 
     def f(x):
         return (model(x) ** 2).sum()
-    g, r = conv(f), Rec()
-    for x in _inputs():
-        r.call(g, x)
-        r.note(dict(feats))
-    return r.items
+    return _run_inputs(conv, f, lambda: (dict(feats),))
 
 
 @program
@@ -466,11 +472,7 @@ def hook_counters_and_item_stats(conv):
 
     def f(x):
         return model(x).mean()
-    g, r = conv(f), Rec()
-    for x in _inputs():
-        r.call(g, x)
-        r.note(dict(calls), dict(stats))
-    return r.items
+    return _run_inputs(conv, f, lambda: (dict(calls), dict(stats)))
 
 
 @program
@@ -516,10 +518,7 @@ def hook_pre_modifies_input(conv):
         if y[0, 0] > 0:  # (the sum of a LayerNorm output is ~0: a rounding flips it)
             return y.relu()
         return -y
-    g, r = conv(f), Rec()
-    for x in _inputs(5):
-        r.call(g, x)
-    return r.items
+    return _run_inputs(conv, f, None, 5)
 
 
 @program
@@ -530,10 +529,7 @@ def hook_returns_modified_output(conv):
 
     def f(x):
         return model(x)
-    g, r = conv(f), Rec()
-    for x in _inputs():
-        r.call(g, x)
-    return r.items
+    return _run_inputs(conv, f, None)
 
 
 @program
@@ -611,11 +607,7 @@ def hook_list_append_shapes(conv):
 
     def f(x):
         return model(x)
-    g, r = conv(f), Rec()
-    for x in _inputs():
-        r.call(g, x)
-        r.note(list(log))
-    return r.items
+    return _run_inputs(conv, f, lambda: (list(log),))
 
 
 @program
@@ -649,11 +641,7 @@ def hook_nonlocal_running_mean(conv):
 
     def f(x):
         return model(x).mean()
-    g, r = conv(f), Rec()
-    for x in _inputs():
-        r.call(g, x)
-        r.note(running, steps)
-    return r.items
+    return _run_inputs(conv, f, lambda: (running, steps))
 
 
 # ------------------------------------------------------------------- view arguments
@@ -1420,11 +1408,7 @@ def hook_module_attribute_counter(conv):
 
     def f(x):
         return (model(x) ** 2).mean()
-    g, r = conv(f), Rec()
-    for x in _inputs():
-        r.call(g, x)
-        r.note([(layer.n_calls, layer.last_norm) for layer in model.layers])
-    return r.items
+    return _run_inputs(conv, f, lambda: ([(layer.n_calls, layer.last_norm) for layer in model.layers],))
 
 
 @program
@@ -1799,11 +1783,7 @@ def hook_shared_module_called_twice(conv):
 
     def f(x):
         return model(x)
-    g, r = conv(f), Rec()
-    for x in _inputs():
-        r.call(g, x)
-        r.note(dict(seen))
-    return r.items
+    return _run_inputs(conv, f, lambda: (dict(seen),))
 
 
 @program
@@ -1817,11 +1797,7 @@ def hook_prepend_and_always_call(conv):
 
     def f(x):
         return lin(x)
-    g, r = conv(f), Rec()
-    for x in _inputs():
-        r.call(g, x)
-        r.note(dict(order))
-    return r.items
+    return _run_inputs(conv, f, lambda: (dict(order),))
 
 
 @program
