@@ -445,8 +445,15 @@ def _is_scheduler(owner) -> bool:
 
 
 def _torch_own(cls, name: str) -> bool:
+    """Whether ``cls.name`` is torch's own method. A subclass that only inherits ``step``
+    may still hold one in its ``__dict__``: torch's step-hook wrapper, which the first
+    optimizer made of that subclass installs there when torch's class was not wrapped
+    yet (``Optimizer._patch_step_function``); what it wraps decides."""
     for klass in cls.__mro__:
         if name in klass.__dict__:
+            f = klass.__dict__[name]
+            if getattr(f, "hooked", False) and getattr(f, "__wrapped__", None) is not None:
+                return (getattr(f.__wrapped__, "__module__", None) or "").startswith("torch.")
             return (klass.__module__ or "").startswith("torch.")
     return False
 
