@@ -53,18 +53,23 @@ class Before:
 
 def held(value, label: str, slot_type) -> list:
     """(slot, Before) for the lists ``value`` holds (a dict's str keys, a plain object's or
-    an ``nn.Module``'s public attributes)."""
+    an ``nn.Module``'s public attributes, and the str keys of the dicts those attributes
+    hold: a LightningModule's ``self.logged["train_loss"].append(float(loss))``)."""
     from .carried_numbers import plain
     if type(value) is dict:
-        pairs, kind = [(k, v) for k, v in value.items() if type(k) is str], "item"
-        names = [f"{label}[{k!r}]" for k, _ in pairs]
-    elif plain(value) or _module(value):
-        pairs = [(k, v) for k, v in vars(value).items() if not k.startswith("_")]
-        kind, names = "attr", [f"{label}.{k}" for k, _ in pairs]
-    else:
+        return [(slot_type("item", value, k, f"{label}[{k!r}]"), Before(v))
+                for k, v in value.items() if type(k) is str and type(v) is list]
+    if not (plain(value) or _module(value)):
         return []
-    return [(slot_type(kind, value, k, name), Before(v))
-            for (k, v), name in zip(pairs, names) if type(v) is list]
+    found = []
+    for k, v in vars(value).items():
+        if k.startswith("_"):
+            continue
+        if type(v) is list:
+            found.append((slot_type("attr", value, k, f"{label}.{k}"), Before(v)))
+        elif type(v) is dict:
+            found += held(v, f"{label}.{k}", slot_type)
+    return found
 
 
 def _module(value) -> bool:
@@ -113,6 +118,21 @@ class AppendOnly:
         if graph is not None and graph.parent is None:   # (what a later lst[-1] reads)
             object.__getattribute__(self, "_appended").append((value, kind))
 
+    def extend(self, values) -> None:
+        """``losses.extend([a, b])`` and ``stats["clipfracs"] += [t.item()]`` (CleanRL):
+        an append per item of a list or tuple written in the code; any other iterable
+        (a tensor, a generator) would be iterated by the trace, so it is refused."""
+        if type(values) not in (list, tuple):
+            _refuse(f"extends {object.__getattribute__(self, '_slot').label} by a "
+                    f"{type(values).__name__}, a list the graph appends numbers to when it "
+                    f"runs (a list or tuple of numbers only)")
+        for value in values:
+            self.append(value)
+
+    def __iadd__(self, values):
+        self.extend(values)
+        return self
+
     def __getitem__(self, index):
         return list_reads.item(self, index)     # (a read when the graph runs)
 
@@ -154,7 +174,7 @@ class AppendOnly:
                 f"held then")
 
     __len__ = __iter__ = __setitem__ = __contains__ = __bool__ = _read
-    __eq__ = __add__ = __iadd__ = __reversed__ = __setattr__ = _read
+    __eq__ = __add__ = __reversed__ = __setattr__ = _read
     __hash__ = None
 
 

@@ -23,6 +23,7 @@ import torch
 
 KIND = "kind"       # (module_writes.alike: compare this name's value by its Python type)
 _MODULES = 256      # modules of one tree looked at
+_ITEMS = 32         # items of one dict looked at
 
 
 def number(value) -> bool:
@@ -50,7 +51,17 @@ def candidates(cells, globals_, owner, slot_type) -> list:
             seen.add(id(m))
             found += [(slot_type("attr", m, k, f"{type(m).__name__}.{k}"), v)
                       for k, v in vars(m).items() if not k.startswith("_") and number(v)]
+            found += _in_dicts(m, slot_type)
     return found
+
+
+def _in_dicts(m, slot_type) -> list:
+    """(slot, value) for the numbers held by the dicts among ``m``'s public attributes
+    (str keys): ``self.stats["calls"] += 1`` in an MoE router's forward. The dict itself
+    stays the module's (guarded by identity); its numbers are carried as a closure's."""
+    return [(slot_type("item", d, k, f"{type(m).__name__}.{name}[{k!r}]"), v)
+            for name, d in vars(m).items() if not name.startswith("_") and type(d) is dict
+            and len(d) <= _ITEMS for k, v in d.items() if type(k) is str and number(v)]
 
 
 def guarded(slots) -> List[tuple]:

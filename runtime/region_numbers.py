@@ -60,15 +60,35 @@ def global_location(root, now):
 
 def items(obj, copy) -> Optional[List[Tuple[object, object]]]:
     """(location, new value) of the items of the dict or list ``obj`` (``copy``: its items
-    before the branch) that the branch replaced, each a number before and after, keys
-    and length kept; None otherwise."""
+    before the branch) that the branch replaced, each a number (or each a tensor) before
+    and after, keys and length kept; None otherwise."""
     from .loop_items import replaced
     if type(obj) not in (dict, list):
         return None
     found = replaced(obj, copy)
-    if found is None or not all(number(loc.before) and number(new) for loc, new in found):
+    if found is None or not all(_kept(loc.before, new) for loc, new in found):
         return None
     return found
+
+
+def _kept(before, now) -> bool:
+    """A number before and after, or a tensor (not standing for a number) of one shape
+    and dtype before and after: ``acc[0] = torch.zeros(())`` resetting a running sum
+    kept in a closure's list, carried as ``runtime.carried_tensors`` carries it across
+    calls (another shape, known or not, is refused as before)."""
+    if number(before) or number(now):
+        return number(before) and number(now)
+    if not (is_tensor(before) and is_tensor(now)):
+        return False
+    a, b = _meta(before), _meta(now)
+    return a.is_static and a == b
+
+
+def _meta(t):
+    """A tensor's TensorMeta: a traced one's node's, a real one's own."""
+    from .meta import TensorMeta
+    node = getattr(t, "_node", None)
+    return node.meta if node is not None else TensorMeta.of(t)
 
 
 def attribute(obj, before, now) -> bool:

@@ -13,20 +13,24 @@ Requires: ``symbolic`` (imported when called: it calls this module).
 """
 from __future__ import annotations
 
+import collections
+
 import torch
 
 from .introspection import kind_of
 
 _NUMBER_DTYPES = {"int": torch.int64, "bool": torch.bool}
+# what eager reads item by item (reinforce.py's returns built by ``deque.appendleft``)
+_SEQUENCES = (list, tuple, collections.deque)
 
 
 def tensor_of(args, kwargs):
     """The tensor eager's ``torch.tensor(items, dtype=...)`` makes, or None."""
     from .symbolic import SymbolicTensor, _python_index, _python_int
-    if len(args) != 1 or not isinstance(args[0], (list, tuple)) or not args[0] or \
+    if len(args) != 1 or not isinstance(args[0], _SEQUENCES) or not args[0] or \
             set(kwargs) - {"dtype", "device"}:
         return None
-    items = args[0]
+    items = list(args[0])
     if not all(isinstance(v, SymbolicTensor) and v.dim() == 0 for v in items):
         return None
     kinds = {"int" if _python_int(v) or _python_index(v) else kind_of(v) for v in items}

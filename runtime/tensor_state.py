@@ -117,6 +117,8 @@ def answer(func, t, args, kwargs):
         return autograd_effects.set_real(func, args[0], args[1])    # p.grad = g: a real p
     if func == _SET_GRAD and argument_grads.known(t)[:1] == ("leaf",):
         return _set_argument_grad(t, args[1])
+    if func == _SET_DATA and own_data(t, args[1]):
+        return None         # ``p.grad.data *= c``: the write in place was the whole effect
     if func is torch.Tensor.is_inference and (made := inference_ops.answer(t)) is not None:
         return made                         # (made in this trace: its mode decides)
     if func in _REFUSED:
@@ -205,6 +207,26 @@ def _set_argument_grad(t, value) -> None:
         raise refusal("setting its .grad to a non-tensor")
     dispatch_record(argument_grads.set_grad, (argument_grads.value(t), value), {})
     autograd_effects.note_set(t, value)
+
+
+_SET_DATA = torch.Tensor.data.__set__
+_NO_HISTORY = ("data", "detach")
+
+
+def own_data(t, value) -> bool:
+    """Whether ``t.data = value`` leaves ``t`` as it is: ``value`` is ``t`` or its
+    ``.data`` (``.detach()``), written in place since, of its shape and dtype. Python runs
+    ``p.grad.data *= c`` as ``g = p.grad; g.data = g.data.__imul__(c)``: the multiply in
+    place is the effect (the graph runs it on the real gradient), setting .data back to
+    what it already shares is nothing."""
+    from .ops import is_inplace
+    node, own = getattr(value, "_node", None), t._node
+    if node is None or node.meta != own.meta:
+        return False
+    while node is not own and node.op not in _NO_HISTORY and node.target is not None and \
+            is_inplace(node.target, node.kwargs) and node.args and hasattr(node.args[0], "op"):
+        node = node.args[0]
+    return node is own or node.op in _NO_HISTORY and bool(node.args) and node.args[0] is own
 
 
 WRITTEN = "_tograph_written"    # attribute of the stand-in of a real leaf written in place

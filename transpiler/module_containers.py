@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
+from runtime.carried_numbers import plain
+
 # torch.nn.Module's own bookkeeping (parameters, buffers, submodules, hook dicts):
 # handled by ``hook_snapshot`` and the module guard, not user state
 _INTERNAL_PREFIXES = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
@@ -44,16 +46,41 @@ class Held:
         vars(self.module)[self.name] = value
 
 
+_DEPTH = 3          # levels of containers looked into below a module's attribute
+_ITEMS = 64         # items of one container looked into
+
+
 def take(path: str, module) -> List[Entry]:
     """A copy of each list, dict and set held in ``module``'s own attributes (and each
-    int or float: ``Held``)."""
+    int or float: ``Held``), and of those they hold, and the attributes of the plain
+    objects they hold, ``_DEPTH`` levels down (a LightningModule's
+    ``self.logged["train_loss"]``, ``self.logs["train"]["loss"]``, ``self.meter.values``:
+    a trace that changed one unseen left its stand-ins there, and no graph changes it)."""
     found = []
     for name, value in vars(module).items():
-        kind = type(value)
-        if kind in (list, dict, set) and not name.startswith(_INTERNAL_PREFIXES):
-            found.append((path, name, value, kind(value)))
-        elif kind in (int, float):
+        if type(value) in (int, float):
             found.append((path, name, Held(module, name), value))
+        elif not name.startswith(_INTERNAL_PREFIXES):
+            found += _nested(path, name, value, _DEPTH)
+    return found
+
+
+def _nested(path: str, label: str, value, depth: int) -> List[Entry]:
+    """Entries for ``value`` (a list, dict or set; a plain object's ``__dict__``) and
+    the containers it holds, ``depth`` levels down."""
+    kind = type(value)
+    if kind in (list, dict, set):
+        found, held = [(path, label, value, kind(value))], value
+    elif plain(value):
+        found, held = [(path, label, vars(value), dict(vars(value)))], vars(value)
+    else:
+        return []
+    if depth == 0 or kind is set or len(held) > _ITEMS:
+        return found
+    pairs = held.items() if type(held) is dict else enumerate(held)
+    for k, v in list(pairs):
+        found += _nested(path, f"{label}.{k}" if held is not value else f"{label}[{k!r}]",
+                         v, depth - 1)
     return found
 
 
