@@ -44,6 +44,8 @@ def form(value) -> Optional[tuple]:
     if not isinstance(value, torch.Tensor):
         return None
     if getattr(value, "_node", None) is not None:       # (a graph value of this trace)
+        if not getattr(value._node.meta, "is_static", False):
+            return None     # (a size known only at run time: its shape is not asked)
         from .inference_ops import flag_of
         from .introspection import kind_of
         from .tensor_state import leaf_of

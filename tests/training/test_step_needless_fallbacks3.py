@@ -464,3 +464,20 @@ def _reset_to_another_shape(wrap):
 def test_kept_tensor_reset_to_another_shape_is_exact():
     fallbacks, _ = _run(_reset_to_another_shape)
     assert all(THIS_FILE in m for m in fallbacks)
+
+
+def _grown_in_a_loop(wrap):
+    acc = [torch.zeros(())]
+
+    def step(x):
+        i = x.sum()
+        while i > 0:                    # a tensor loop: acc[0]'s length known when it runs
+            acc[0] = torch.cat([acc[0].reshape(-1), i.reshape(1)])
+            i = i - 1
+        return x + 1
+    return step, lambda: acc, [], [(torch.ones(2),)] * 3
+
+
+def test_kept_tensor_grown_in_a_tensor_loop_falls_back_with_the_list_intact():
+    # (the trace's symbolic tensor was left in acc, and the eager run met it)
+    _falls_back(_grown_in_a_loop)
