@@ -308,6 +308,19 @@ def _outputs(facts: _Facts) -> str:
     return "".join(parts)
 
 
+def _raised_at(facts: _Facts, e: BaseException) -> Optional[tuple]:
+    """``(file, line)`` of the innermost frame of ``e``'s traceback in the function's own
+    file (the user's ``raise``), or None."""
+    found, tb = None, e.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if facts.filename and os.path.realpath(code.co_filename) == \
+                os.path.realpath(facts.filename):
+            found = (code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    return found
+
+
 def _fallbacks(facts: _Facts) -> str:
     reasons = []                      # (reason, (file, line) or None)
     report = facts.comparison
@@ -317,7 +330,7 @@ def _fallbacks(facts: _Facts) -> str:
         if isinstance(e, ConversionError):
             reasons.append((e.reason, (e.filename, e.lineno)))
         elif e is not None:
-            reasons.append((f"tracing failed: {_why(e)}", None))
+            reasons.append((f"tracing failed: {_why(e)}", _raised_at(facts, e)))
     if not reasons:
         return _note(NO_FALLBACK, "ok")
     rows = [[_where(facts, loc), _esc(text)] for text, loc in reasons]
