@@ -88,3 +88,32 @@ class PerThreads:
                 if nthreads not in verdicts:
                     verdicts[nthreads] = self.check(fn, nthreads)
         return verdicts[nthreads]
+
+
+def agrees_with_torch(cls, kw: dict, sizes, steps: int, gen: torch.Generator,
+                      run: Callable, grad_scale: Callable = lambda step: 1.0) -> bool:
+    """Whether ``run(opt)`` (the C step; False: it refused) leaves the parameters and every
+    state tensor of a ``cls(**kw)`` over parameters of ``sizes`` bit-equal to torch's own
+    ``step()``, over ``steps`` steps on the same random gradients (times ``grad_scale(step)``);
+    the first step is torch's on both sides (it makes the state, as eager)."""
+    with torch.no_grad():
+        ours = [torch.randn(n, generator=gen) * 3 for n in sizes]
+        theirs = [p.clone() for p in ours]
+        a = cls([torch.nn.Parameter(p) for p in ours], **kw)
+        b = cls([torch.nn.Parameter(p) for p in theirs], **kw)
+        pairs = list(zip(a.param_groups[0]["params"], b.param_groups[0]["params"]))
+        for step in range(steps):
+            for pa, pb in pairs:
+                pa.grad = torch.randn(pa.shape, generator=gen) * grad_scale(step)
+                pb.grad = pa.grad.clone()
+            b.step()
+            if step == 0:
+                a.step()
+            elif not run(a):
+                return False
+        for pa, pb in pairs:
+            sa, sb = a.state[pa], b.state[pb]
+            if not torch.equal(pa, pb) or sa.keys() != sb.keys() or \
+                    not all(torch.equal(sa[k], sb[k]) for k in sa):
+                return False
+    return True
