@@ -329,6 +329,12 @@ def _holds(entry, flat) -> bool:
         (entry.arguments_hold is None or entry.arguments_hold(flat))
 
 
+# what a trace may read of a tensor argument beyond its key, and the signature the keys add
+# from then on: its .grad (runtime.argument_grads), its storage_offset() (argument_offsets)
+_READS = ((argument_grads.depends, argument_grads.signature),
+          (tensor_state.reads_offsets, argument_offsets.signature))
+
+
 class _Fallback:
     """A signature whose trace failed: calls run the Python function. ``retry``: when a
     later call traces it again (``transpiler.fallback_retry``), or None: never."""
@@ -363,8 +369,7 @@ class GraphFunction:
         self._leaf_names: List[str] = []            # the last trace's (for cache_info)
         self._held: frozenset = frozenset()     # list/dict arguments changed in place: whole
         self._served: frozenset = frozenset()   # (id(module), name) read when the graph runs
-        self._grad_args = False     # a trace read an argument's .grad: keys hold them
-        self._offsets = False       # a trace read a storage_offset(): keys hold the arguments'
+        self._keyed: tuple = ()     # signatures keys add once a trace read them (_READS)
         self._appended = appended_arguments.AppendedArguments()     # (list arguments)
 
         self._history: List[Any] = self._retraces.history
@@ -416,10 +421,8 @@ class GraphFunction:
             key = key + (tuple(map(_TRAINING, self._submodules)),)
         # a trace applies no_grad/enable_grad and answers requires_grad in the ambient mode;
         # it runs ops as the caller's autocast state and default dtype make them behave
-        if self._grad_args:             # (runtime.argument_grads)
-            key = key + argument_grads.signature(flat)
-        if self._offsets:
-            key = key + argument_offsets.signature(flat)
+        for sign in self._keyed:
+            key = key + sign(flat)
         return key + (_call_modes(), _GRAD_MODE[torch.is_grad_enabled()]), flat, spec
 
     def __call__(self, *args, **kwargs):
@@ -444,12 +447,8 @@ class GraphFunction:
                          _aliases(args if not kwargs else args + tuple(kwargs.values())))
                 if self._module is not None:
                     fast += self._training()        # (read again when the tree changed)
-                if self._grad_args:
-                    fast += argument_grads.signature(args if not kwargs else
-                                                     args + tuple(kwargs.values()))
-                if self._offsets:
-                    fast += argument_offsets.signature(args if not kwargs else
-                                                       args + tuple(kwargs.values()))
+                for sign in self._keyed:
+                    fast += sign(args if not kwargs else args + tuple(kwargs.values()))
                 entry = self._fast.get(fast)
                 if entry is not None:
                     cache = self._entries           # a hit: counted, and stamped for LRU
@@ -503,15 +502,15 @@ class GraphFunction:
                 # the plain call's own TypeError, raised before its body runs (no
                 # fallback warning, nothing cached)
                 return _python_function(self._fn)(*args, **kwargs)
-            held, grads, offsets = self._held, self._grad_args, self._offsets
+            held, keyed = self._held, self._keyed
             self._retried = retried
             try:
                 entry = self._dynamic_entry(key, args, kwargs, flat, spec) or \
                     self._build(key, args, kwargs, flat, spec)
             finally:
                 self._retried = None
-            if self._grad_args is not grads or self._offsets is not offsets:
-                fast = None             # (keys hold the arguments' grads or offsets now)
+            if self._keyed is not keyed:
+                fast = None             # (keys hold more of the arguments now)
             if self._held is not held:      # the trace held a list/dict argument whole
                 self._entries.drop_inline()     # (entry functions flatten it: none now)
                 key, flat, spec = self._signature(args, kwargs)
@@ -539,8 +538,7 @@ class GraphFunction:
         """Serve calls like this one, with ``entry``, by a generated entry function first
         (``transpiler.call_entry``; not for a partial's or held arguments, nor where keys
         hold the arguments' gradients or storage offsets)."""
-        if self._partial is None and not self._held and not self._grad_args and \
-                not self._offsets:
+        if self._partial is None and not self._held and not self._keyed:
             enter = call_entry.build(entry, args, kwargs, self._entries, self._training)
             if enter is not None:
                 self._entries.add_inline(enter)
@@ -711,12 +709,10 @@ class GraphFunction:
             raise ran.error
         if not isinstance(entry, _Fallback):
             trace_log.traced(self, entry)
-            if argument_grads.depends(entry.graph) and not self._grad_args:
-                self._grad_args = True      # it read an argument's .grad: keyed on them
-                self._entries.drop_inline()
-                key = self._signature(args, kwargs)[0]
-            if tensor_state.reads_offsets(entry.graph) and not self._offsets:
-                self._offsets = True        # it read a storage_offset(): keyed on them
+            added = tuple(sign for reads, sign in _READS
+                          if sign not in self._keyed and reads(entry.graph))
+            if added:                   # it read those of an argument: keyed on them
+                self._keyed += added
                 self._entries.drop_inline()
                 key = self._signature(args, kwargs)[0]
         self._store(key, entry)

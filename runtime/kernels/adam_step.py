@@ -50,7 +50,7 @@ import torch
 
 from .built_once import built_once
 from .optimizer_steps import (PerThreads, agrees_with_torch, array, dense,
-                              increment_version, number, plain_step, split_loop, threads)
+                              increment_version, number, run_in_c, split_loop)
 
 SOURCE = r"""
 #include <math.h>
@@ -260,26 +260,7 @@ def _call(fn, call: _Call, root: Optional[int], nthreads: int) -> None:
 
 def run(opt) -> bool:
     """Do ``opt.step()`` in C and return True, or change nothing and return False."""
-    if type(opt) not in _ADAMS:
-        return False
-    wrapper = plain_step(opt)
-    if wrapper is False:
-        return False
-    fn = _function()
-    if fn is None:
-        return False
-    nthreads = threads()
-    root = _matches_torch(fn, nthreads)
-    if root is False:
-        return False
-    plan = _plan(opt)
-    if plan is None:
-        return False
-    if wrapper is not None:
-        opt._opt_called = True          # what the lr scheduler's wrapper records
-    for call in plan:
-        _call(fn, call, root, nthreads)
-    return True
+    return type(opt) in _ADAMS and run_in_c(opt, _function, _matches_torch, _plan, _call)
 
 
 def _sqrt_matching_torch(fn, nthreads: int):

@@ -72,6 +72,32 @@ def plain_step(opt):
     return wrapper
 
 
+def run_in_c(opt, function: Callable, matches: Callable, plan: Callable,
+             call: Callable) -> bool:
+    """``opt.step()`` by a C kernel: ``function()`` (the bound kernel or None while it
+    builds), ``matches(fn, nthreads)`` (the self-check's verdict: False, or what ``call``
+    needs), ``plan(opt)`` (the calls, or None) and ``call(fn, one, verdict, nthreads)``.
+    True when done; False, having changed nothing, where ``opt.step()`` must run."""
+    wrapper = plain_step(opt)
+    if wrapper is False:
+        return False
+    fn = function()
+    if fn is None:
+        return False
+    nthreads = threads()
+    verdict = matches(fn, nthreads)
+    if verdict is False:
+        return False
+    calls = plan(opt)
+    if calls is None:
+        return False
+    if wrapper is not None:
+        opt._opt_called = True          # what the lr scheduler's wrapper records
+    for one in calls:
+        call(fn, one, verdict, nthreads)
+    return True
+
+
 class PerThreads:
     """``verdict(fn, nthreads)``: ``check(fn, nthreads)``, computed once per thread count
     (threads share it)."""

@@ -34,7 +34,7 @@ import torch
 
 from .built_once import built_once
 from .optimizer_steps import (PerThreads, agrees_with_torch, array, dense,
-                              increment_version, number, plain_step, split_loop, threads)
+                              increment_version, number, run_in_c, split_loop)
 
 SOURCE = r"""
 #include <math.h>
@@ -158,25 +158,9 @@ def _call(fn, plan: _Group, nthreads: int) -> None:
 
 def run(opt) -> bool:
     """Do ``opt.step()`` in C and return True, or change nothing and return False."""
-    if type(opt) is not torch.optim.SGD:
-        return False
-    wrapper = plain_step(opt)
-    if wrapper is False:
-        return False
-    fn = _function()
-    if fn is None:
-        return False
-    nthreads = threads()
-    if not _matches_torch(fn, nthreads):
-        return False
-    plan = _plan(opt)
-    if plan is None:
-        return False
-    if wrapper is not None:
-        opt._opt_called = True          # what the lr scheduler's wrapper records
-    for group in plan:
-        _call(fn, group, nthreads)
-    return True
+    return type(opt) is torch.optim.SGD and \
+        run_in_c(opt, _function, _matches_torch, _plan,
+                 lambda fn, group, _, nthreads: _call(fn, group, nthreads))
 
 
 def _self_check(fn, nthreads: int) -> bool:
