@@ -38,6 +38,7 @@ from .math_calls import NOT_MATH, math_call
 from .messages import NOT_STAGED, staged_message
 from .numpy_calls import NOT_NUMPY, numpy_call
 from .rng_calls import NOT_RNG, rng_call, watch as watch_seed
+from .scans import NOT_SCAN, scan_call
 from .text import DeferredText, format_method, join_text, text_of
 
 _CONVERTER: list = [None]          # fn -> converted fn, or None when it cannot be converted
@@ -361,6 +362,9 @@ def call(f, *args, **kwargs):
             return result
         result = math_call(f, args, kwargs)      # math.cos(ratio) of a traced number
         if result is not NOT_MATH:
+            return result
+        result = scan_call(f, args, kwargs)      # associative_scan(combine_fn, xs, dim)
+        if result is not NOT_SCAN:
             return result
         staged = autograd_effects.staged_call(f, args, kwargs)    # opt.step(), ...
         if staged is not autograd_effects.NOT_STAGED:
