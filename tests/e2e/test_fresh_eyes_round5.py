@@ -1741,12 +1741,9 @@ def test_program(fn, inputs, grad, verdict, line):
         raise NeedlessFallback(fell_back[0])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: the graph's `torch.unique_consecutive(x, dim=-1)` of a 1-D tensor has rank 2 where "
-    "eager's has rank 1, so `.dim()` is silently 2 and iterating it yields rows of the whole "
-    "tensor (torchaudio's GreedyCTCDecoder then falls back with 'the condition has shape (N,)' "
-    "on its comprehension). Repro: `to_graph(lambda x: torch.unique_consecutive(x, "
-    "dim=-1).dim())(torch.tensor([0, 0, 2]))` returns 2, eager 1 (dim=0 is right)"))
+# Was a strict xfail (BUG, fixed in runtime/shape_inference.py: unique_consecutive's fake
+# kernel took dim=-1 as it is): the graph's unique_consecutive(x, dim=-1) of a 1-D tensor
+# had rank 2.
 def test_unique_consecutive_dim_minus_one():
     def f(x):
         u = torch.unique_consecutive(x, dim=-1)
