@@ -215,6 +215,7 @@ def _fake_infer(func, args, kwargs) -> Inferred:
 
     def fake(t):
         return mode.from_tensor(torch.empty(tuple(t.shape), dtype=t.dtype))
+    args, kwargs = _nonnegative_dim(func, args, kwargs)
     with torch._C.DisableTorchFunction():
         fargs, fkwargs = _map(args, fake), _map(kwargs, fake)
     with mode, torch._C.DisableTorchFunction(), torch.no_grad(), inference_warnings.quiet():
@@ -229,6 +230,20 @@ def _fake_infer(func, args, kwargs) -> Inferred:
     pairs = [describe(o) for o in out]
     return Inferred(tuple(p[0] for p in pairs), type(out)(p[1] for p in pairs)
                     if type(out) is not tuple else tuple(p[1] for p in pairs))
+
+
+def _nonnegative_dim(func, args, kwargs):
+    """``unique_consecutive``'s fake kernel takes a negative ``dim`` as it is (a 1-D
+    tensor's ``dim=-1`` came out 2-D): the same call with the dim counted from the front,
+    which eager treats alike."""
+    if getattr(func, "__name__", None) != "unique_consecutive" or not args or \
+            not isinstance(args[0], torch.Tensor):
+        return args, kwargs
+    if isinstance(kwargs.get("dim"), int) and kwargs["dim"] < 0:
+        kwargs = dict(kwargs, dim=kwargs["dim"] + max(args[0].dim(), 1))
+    elif len(args) > 3 and isinstance(args[3], int) and args[3] < 0:
+        args = (*args[:3], args[3] + max(args[0].dim(), 1), *args[4:])
+    return args, kwargs
 
 
 def _run_any(func, args, kwargs) -> Inferred:
