@@ -65,7 +65,7 @@ from . import fallback_retry
 from .random_state import RandomState
 from . import (argument_aliases, argument_offsets, call_entry, conversion, held_arguments,
                lazy_init, method_binding, trace_log)
-from . import user_errors
+from . import unread_numbers, user_errors
 from .call_entry import MISS as _MISS
 from .data_parallel import convert_wrapped_module, is_distributed_data_parallel
 from .errors import ConversionError
@@ -370,6 +370,7 @@ class GraphFunction:
         self._held: frozenset = frozenset()     # list/dict arguments changed in place: whole
         self._served: frozenset = frozenset()   # (id(module), name) read when the graph runs
         self._keyed: tuple = ()     # signatures keys add once a trace read them (_READS)
+        self._unread = None     # its unread number arguments (transpiler.unread_numbers)
         self._appended = appended_arguments.AppendedArguments()     # (list arguments)
 
         self._history: List[Any] = self._retraces.history
@@ -416,6 +417,11 @@ class GraphFunction:
     # -- calling
     def _signature(self, args, kwargs):
         key, flat, spec = signature_of(args, kwargs, self._held, self._appended)
+        if self._unread is None:            # numbers its source never reads: by type
+            self._unread = (unread_numbers.of(_python_function(self._fn))
+                            if self._no_source is None else None) or ()
+        if self._unread and not (self._fn is self._module and _call_hooks(self._fn)):
+            key = self._unread.key(key, args, kwargs, flat, self._held)
         if self._module is not None:          # train/eval changes dropout, batch norm...
             self._submodules = list(self._module.modules())
             key = key + (tuple(map(_TRAINING, self._submodules)),)
@@ -441,8 +447,12 @@ class GraphFunction:
                 out = enter(args, kwargs)           # (transpiler.call_entry)
                 if out is not _MISS:
                     return out
-            fast = _flat_key(args) if not kwargs else _flat_call_key(args, kwargs)
+            keyed, named, unread = args, kwargs, ()     # (unread numbers: by type)
+            if self._unread and self._fn is not self._module:
+                keyed, named, unread = self._unread.fast(args, kwargs)
+            fast = _flat_key(keyed) if not kwargs else _flat_call_key(keyed, named)
             if fast is not None:                   # the fast path: flat arguments
+                fast += unread
                 fast += (torch.is_grad_enabled(), _call_modes(),
                          _aliases(args if not kwargs else args + tuple(kwargs.values())))
                 if self._module is not None:
@@ -715,6 +725,8 @@ class GraphFunction:
                 self._keyed += added
                 self._entries.drop_inline()
                 key = self._signature(args, kwargs)[0]
+            entry.unread = unread_numbers.masked(key)   # (leaves any value of whose
+                                                        # type it serves: call_entry)
         self._store(key, entry)
         if ran.error is not None:       # (this call ran eagerly already: its error, its
             raise ran.error             # result, the call not run twice)

@@ -46,7 +46,9 @@ tensor given twice, gets each object once. A graph that writes a tensor argument
 also checks that no two of them share storage (``shared((a0, a1)) is None``). Every check
 is at least as strict as the key it stands for (a check that fails only sends the call to
 the ordinary path, which finds the same entry or traces); a module's call also compares
-its tree's ``training`` flags (``runtime.module_flags``).
+its tree's ``training`` flags (``runtime.module_flags``). A number the function never
+reads, which its key holds by type (``transpiler.unread_numbers``), is checked by class
+only (``a1.__class__ is int``): the entry serves any value.
 
 Only plain calls are built: exact ``torch.Tensor``/``nn.Parameter`` tensors with no Python
 attributes, ``int``/``float``/``bool``/``str``/``None``, and exact tuples, lists and dicts
@@ -102,6 +104,7 @@ class _Source:
         self.leaves: List[str] = []         # the variables holding the flat leaves, in order
         self.tensors: List[Any] = []        # (the variable, the call's tensor)
         self.unpacking: List[str] = []      # the lines that unpack (``_same_leaves``)
+        self.unread = frozenset()           # leaves keyed by type only (unread_numbers)
 
     def value(self, name: str, value) -> str:
         self.env[name] = value
@@ -126,8 +129,9 @@ def _walk(src: _Source, name: str, value) -> bool:
         src.tensors.append((name, value))
         return True
     if kind in _SCALARS or kind is float:
+        src.check(f"{name}.__class__ is {kind.__name__}" if len(src.leaves) in src.unread
+                  else _scalar_test(src, name, value))
         src.leaves.append(name)
-        src.check(_scalar_test(src, name, value))
         return True
     if kind is tuple or kind is list:
         names = [f"{name}_{i}" for i in range(len(value))]
@@ -186,7 +190,8 @@ def build(entry, args: tuple, kwargs: dict, cache, training=None, held=frozenset
         return None
     entry.inline_tries = tries + 1
     src = _Source()
-    names = [f"a{i}" for i in range(len(args))]
+    src.unread = getattr(entry, "unread", frozenset())     # (a number the function never
+    names = [f"a{i}" for i in range(len(args))]            # reads: any value of its type)
     keywords = [f"k{i}" for i in range(len(kwargs))]
     src.check(f"len(args) == {len(args)} and " +
               (f"tuple(kwargs) == {src.value('names', tuple(kwargs))}" if kwargs else
