@@ -19,8 +19,12 @@ or bool, or a graph value standing for one), the front door traces again with th
 - anything else asked of it (iterating, ``sorted(losses)``, ``if losses:``) raises
   GraphError: the trace would bake in what the list held then, so the call falls back as
   before (naming the line), never a stale value;
-- an append in a tensor branch or loop body, or of anything but a number (a tensor, a
-  dict), raises GraphError as well;
+- an append of a value a graph can repeat (``repeatable``: text, None, or a tuple of such
+  values and numbers, as a hook's ``log.append((name, tuple(o.shape), round(v, 3)))`` or
+  ``names.append(type(mod).__name__)``) is an ``append_value`` node, which builds the tuple
+  of that run's numbers; a list holding one is read by no ``runtime.list_reads`` read;
+- an append in a tensor branch or loop body, or of anything else (a tensor, a dict, a
+  list), raises GraphError as well;
 - the guard compares neither the list's contents nor (for a closure cell or a global) its
   binding, only that the slot still holds a list (``carried_numbers.check``): a new
   ``losses = []`` per epoch is neither a retrace nor stale.
@@ -28,6 +32,8 @@ or bool, or a graph value standing for one), the front door traces again with th
 from __future__ import annotations
 
 from typing import List, Optional
+
+import torch.utils._pytree as pytree
 
 from . import list_reads
 from .errors import GraphError
@@ -44,11 +50,25 @@ class Before:
     def __init__(self, items: list):
         self.items, self.ids = items, [id(v) for v in items]
 
-    def grew_by_numbers(self) -> bool:
-        """Whether the list now is what it was plus numbers (or stand-ins for them)."""
+    def grew(self) -> bool:
+        """Whether the list now is what it was plus numbers (or stand-ins for them) or
+        other values a graph can append again (``repeatable``)."""
         now, n = self.items, len(self.ids)
         return len(now) > n and [id(v) for v in now[:n]] == self.ids and \
-            all(kind_of(v) in NUMBER_KINDS for v in now[n:])
+            all(repeatable(v) for v in now[n:])
+
+
+_ATOMS = (str, bytes, type(None))
+_TUPLE_ITEMS = 16
+
+
+def repeatable(value, depth: int = 0) -> bool:
+    """A value an ``append`` node can append on every run: a number (or its stand-in),
+    text, None, or a (short, shallow) tuple of such values."""
+    if kind_of(value) in NUMBER_KINDS or type(value) in _ATOMS:
+        return True
+    return type(value) is tuple and depth < 3 and len(value) <= _TUPLE_ITEMS and \
+        all(repeatable(v, depth + 1) for v in value)
 
 
 def held(value, label: str, slot_type) -> list:
@@ -111,10 +131,17 @@ class AppendOnly:
         slot = object.__getattribute__(self, "_slot")
         kind = kind_of(value)
         graph = current_graph()
-        if kind not in NUMBER_KINDS:
+        if kind not in NUMBER_KINDS and not repeatable(value):
             _refuse(f"appends a {type(value).__name__} to {slot.label}, a list the graph "
-                    f"appends numbers to when it runs (numbers only)")
-        dispatch_record(append_number, (slot, kind, value), {})
+                    f"appends numbers to when it runs (numbers, text, None and tuples of "
+                    f"them only)")
+        if kind in NUMBER_KINDS:
+            dispatch_record(append_number, (slot, kind, value), {})
+        else:
+            leaves, spec = pytree.tree_flatten(value)
+            dispatch_record(append_value, (slot, spec, tuple(kind_of(v) for v in leaves))
+                            + tuple(leaves), {})
+            kind = "a " + type(value).__name__   # (no number: list_reads refuses a read)
         if graph is not None and graph.parent is None:   # (what a later lst[-1] reads)
             object.__getattribute__(self, "_appended").append((value, kind))
 
@@ -199,6 +226,17 @@ def append_number(slot, kind: str, value) -> None:
                       else value)
 
 
+@effect
+def append_value(slot, spec, kinds: tuple, *leaves) -> None:
+    """``slot``'s list ``.append(value)`` when the graph runs, for a ``repeatable`` value
+    that is no number: rebuilt from its pytree ``spec`` and ``leaves``, each 0-d tensor
+    standing for a number as the Python number of its kind (``kinds``)."""
+    import torch
+    values = [NUMBER_KINDS[k](v.item()) if isinstance(v, torch.Tensor) and k in NUMBER_KINDS
+              else v for v, k in zip(leaves, kinds)]
+    slot.get().append(pytree.tree_unflatten(values, spec))
+
+
 def form(value) -> Optional[str]:
     """"list" for a list (what a carried list's slot must hold at each call), else None."""
     return "list" if type(value) is list else None
@@ -206,4 +244,4 @@ def form(value) -> Optional[str]:
 
 def grown(before: List[tuple]) -> list:
     """The slots among ``before`` ((slot, Before)) whose list the trace grew by numbers."""
-    return [slot for slot, b in before if b.grew_by_numbers()]
+    return [slot for slot, b in before if b.grew()]

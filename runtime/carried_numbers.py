@@ -204,7 +204,7 @@ def rebound(before) -> List[Slot]:
             continue
         seen.add((slot.kind, id(slot.holder), slot.key))
         if isinstance(value, appended_lists.Before):    # (a list appended numbers to)
-            if value.grew_by_numbers():
+            if value.grew():
                 out.append(slot)
             continue
         try:

@@ -138,6 +138,8 @@ def _decide(items, tracker: ItemKinds, how: str, appended: frozenset, start, sto
     held ``items`` at the call and the trace appended numbers of the kinds ``appended``
     before it: None where it is not one kind known now (refused)."""
     kinds = tracker.of(items) | appended
+    if not kinds <= NUMBER_KINDS.keys():     # (text or tuples among them: appended_lists)
+        return None
     if how == "item":           # (also max/min: which item, only the run knows)
         return next(iter(kinds)) if len(kinds) == 1 else None
     window = start is not None or stop is not None

@@ -108,8 +108,9 @@ set_item._tograph_stores = True
 def set_number_item(owner: Held, key, value, kind: str) -> None:
     """``d[key] = number`` when the graph runs: the number a graph value stands for, as the
     Python number eager's dict holds (a hook's ``stats[name] = o.mean().item()``: a float,
-    never a 0-d tensor)."""
-    owner.obj[key] = NUMBER_KINDS[kind](value.item())
+    never a 0-d tensor; a Python number: itself)."""
+    owner.obj[key] = NUMBER_KINDS[kind](value.item()) if isinstance(value, torch.Tensor) \
+        else value
 
 
 def guard_meta(value, shaped: bool = True) -> Optional[tuple]:
@@ -353,10 +354,12 @@ class DictWatch:
 
 def _dict_write(old, new, graph) -> bool:
     """Whether ``d[key] = new`` (``old``: what it held) is a write the graph makes: a
-    tensor, or a number's stand-in at a key the dict did not have."""
+    tensor, or a number at a key the dict did not have (a stand-in, or a Python number:
+    ``calls[k] = calls.get(k, 0) + 1`` sets 1 on the call that adds the key; the next one
+    finds the key and carries the count)."""
     if kind_of(new) is not None:
-        return old is _MISSING and isinstance(new, torch.Tensor) and \
-            _top_level_tensor(new, graph)
+        return old is _MISSING and (not isinstance(new, torch.Tensor) or
+                                    _top_level_tensor(new, graph))
     return _top_level_tensor(new, graph)
 
 

@@ -42,7 +42,7 @@ from runtime.errors import GraphError
 from runtime.int_overflow import IntOverflow
 from runtime.module_flags import TrainingFlags
 from runtime.options import options
-from runtime.operators import module_hooks
+from runtime.operators import module_hooks, traced_hooks
 from runtime.operators.module_hooks import backward_hooked
 from runtime.executor import Unstack, located, lower
 from runtime.graph import Node, iter_nodes, map_structure
@@ -891,7 +891,8 @@ class GraphFunction:
                     _WATCHING.append(snapshot)
                     try:
                         watch.serve(_record)
-                        out = converted(*sargs, **skwargs)
+                        with traced_hooks.converted(reached + passed):    # (torch's
+                            out = converted(*sargs, **skwargs)    # modules' hooks too)
                         stored = watch.writes(graph)    # (tensors set on modules: put back)
                         again = module_writes.read_first(graph, stored, watch)
                         items = dicts.writes(graph)     # (and in a hook's dict)

@@ -1934,7 +1934,6 @@ FALLS_BACK = {
     "item_fstring_formats_of_specials": "returns an f-string of an .item() value (text known at run time)",
     "item_label_counts_dict": "int(label) of a traced tensor as a dict key (hash() at run time)",
     "exc_assert_without_message_and_chained": "try/except TypeError around int(x.argmax()) (README)",
-    "exc_effects_before_raise": "log.append in the converted function (a closure list mutated)",
     "item_sum_of_items_and_tolist": ".tolist() of a traced tensor",
     "view_aliasing_pattern_changes": "writes `a` in place while `a` and `b` share storage (README)",
     "item_try_zero_division_default": "a try whose handler catches ZeroDivisionError (README)",
@@ -1959,49 +1958,7 @@ APPROX = {
     "hook_prepend_and_always_call", "gan_two_optimizers_float64_and_double_step",
 }
 
-XFAIL = {
-    "hook_counter_dict_get_idiom": (
-        "needless fallback: a forward hook counting with `calls[k] = calls.get(k, 0) + 1` falls "
-        "back ('the function mutates closure variable calls'), while `calls[k] += 1` converts; "
-        "repro: m = nn.Linear(3, 3); c = {}; m.register_forward_hook(lambda *a: c.__setitem__("
-        "'n', c.get('n', 0) + 1)); to_graph(lambda x: m(x).sum())(torch.randn(2, 3))"),
-    "hook_counters_and_item_stats": (
-        "needless fallback: the same `calls.get(name, 0) + 1` counter in a hook on every Linear "
-        "of a nested model (see hook_counter_dict_get_idiom)"),
-    "hook_global_forward_counter": (
-        "needless fallback: a global forward hook doing counts['names'].append(type(mod).__name__) "
-        "falls back ('mutates closure variable counts (its ['names'])'); a list append of a "
-        "constant per call is repeatable"),
-    "hook_round_item_stat": (
-        "needless fallback: round(out.std().item(), 3) in a forward hook fails the trace with "
-        "'TypeError: type SymbolicTensor doesn't define __round__ method' (a generic 'tracing "
-        "failed' fallback); round(x.item(), 1) in converted code itself converts"),
-    "hook_list_append_shapes": (
-        "needless fallback: round(o.std().item(), 3) in a hook appending to a list (see "
-        "hook_round_item_stat)"),
-    "item_math_fmod_copysign_isclose": (
-        "needless fallback: math.isclose(x.item(), y.item(), rel_tol=1e-3) falls back ('float() of "
-        "a symbolic tensor'); math.fmod/copysign/hypot/atan2/log2/pow/fabs of .item() convert"),
-    "hook_tensor_branch_inside_hook": (
-        "needless fallback: `if out.mean() > 0: counts['pos'] += 1` inside a forward hook falls "
-        "back ('bool() of a symbolic tensor', naming the hook's line): hook code runs unconverted "
-        "while the forward is traced, though the same `if` in a called helper converts"),
-    "item_math_isclose_modf": (
-        "needless fallback: math.isclose and math.modf of .item() values fall back ('float() of a "
-        "symbolic tensor')"),
-    "exc_custom_class_with_attrs": (
-        "needless fallback: raise BudgetExceeded(s[-1].item(), lim) under a tensor condition, "
-        "whose __init__ formats f'{spent:.2f}', falls back ('the text of a symbolic tensor is "
-        "known only when the graph runs'); raise ValueError(f'{s.item():.3f}') converts"),
-    "exc_custom_class_plain_args": (
-        "needless fallback: `class StepLimit(Exception): pass`; `if s[-1] > lim: raise "
-        "StepLimit('over the limit', lim)` falls back with 'tracing failed with StepLimit' "
-        "(the same raise of ValueError converts)"),
-    "exc_try_finally_no_effect": (
-        "needless fallback: `try: (if x.max() > 10: raise OverflowError('too large')); return "
-        "x * 2 finally: pass` falls back with 'tracing failed with OverflowError: too large' "
-        "on the calls that raise (no effect in the finally; without try/finally it converts)"),
-}
+XFAIL: dict = {}    # (all converted: tests/e2e/test_needless_fallbacks_round4.py)
 
 
 def _params():

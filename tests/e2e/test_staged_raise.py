@@ -196,12 +196,19 @@ def custom_constructor(x):
     return x
 
 
-def test_error_class_with_its_own_constructor_falls_back():
-    g = to_graph(custom_constructor)
-    with pytest.warns(FallbackWarning, match="constructor"):
-        assert_same(g(X), X)
-    with pytest.raises(CountingError, match="too big"):
-        g(X * 10)
+def test_error_class_with_its_own_constructor_is_called_when_the_graph_raises():
+    """Its constructor runs when the graph raises, as eager's does: once per raising call,
+    never while tracing (operators.staged_raises.raise_made)."""
+    g = to_graph(custom_constructor, strict=True)
+    made = CountingError.made
+    assert_same(g(X), X)
+    assert CountingError.made == made
+    for n in (1, 2):
+        with pytest.raises(CountingError, match="too big"):
+            g(X * 10)
+        assert CountingError.made == made + n
+    assert_same(g(X), X)
+    assert CountingError.made == made + 2     # (its class's changed ``made``: a retrace)
 
 
 class Head(torch.nn.Module):

@@ -125,7 +125,7 @@ def raise_from(x):
 
 def with_keywords(x):
     if x > 0:
-        raise OSError(2, 'missing')
+        raise ImportError('missing', name='m')
     return x
 
 

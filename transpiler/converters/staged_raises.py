@@ -25,9 +25,10 @@ it is); a Python ``test`` runs it and raises as
 Python would, a traced one stages the check (``runtime.operators.staged_raises``).
 
 Converted only where the graph raising at run time is what eager does: the raising branch
-is assignments to local names followed by ``raise X`` or ``raise X(arg)`` (no ``from``, no
-keywords, at most one argument); no ``try`` of the function encloses it (its handlers or
-``finally`` would run while tracing, not on the raise); every enclosing ``with`` is one of
+is assignments to local names followed by ``raise X`` or ``raise X(args)`` (no ``from``, no
+keywords, no ``*args``); no ``try`` of the function encloses it (its handlers or
+``finally`` would run while tracing, not on the raise; a ``finally: pass`` without
+handlers does nothing: ``_transparent``); every enclosing ``with`` is one of
 torch's mode switches, whose ``__exit__`` never swallows an error. Anything else keeps the
 ``if``, whose tracing fails and falls back as before.
 
@@ -83,10 +84,17 @@ def _parts(exc):
             return gast.Tuple(elts=[exc, gast.Constant(value=None, kind=None)], ctx=gast.Load())
         return None
     args = exc.args[1:]
-    if exc.keywords or len(args) > 1 or any(isinstance(a, gast.Starred) for a in args):
+    if exc.keywords or any(isinstance(a, gast.Starred) for a in args):
         return None
     return gast.Tuple(elts=[callee, gast.Tuple(elts=list(args), ctx=gast.Load())],
                       ctx=gast.Load())
+
+
+def _transparent(node) -> bool:
+    """A ``try`` that neither catches nor does anything on the way out (``try: ...
+    finally: pass``): a raise in it leaves as it would without the ``try``."""
+    return not node.handlers and not node.orelse and \
+        all(isinstance(stmt, gast.Pass) for stmt in node.finalbody)
 
 
 def _names(target):
@@ -132,9 +140,10 @@ class StagedRaiseTransformer(base.Transformer):
         return node
 
     def visit_Try(self, node):
-        return self._guarded_visit(node, 1)
+        return self._guarded_visit(node, 0 if _transparent(node) else 1)
 
-    visit_TryStar = visit_Try
+    def visit_TryStar(self, node):
+        return self._guarded_visit(node, 1)
 
     def visit_With(self, node):
         return self._guarded_visit(node, 0 if all(_passes_errors(i) for i in node.items)
