@@ -447,15 +447,10 @@ CHECKS = {"eval": check_eval, "train": check_train, "generate": check_generate}
 
 # (name, check) -> ("fallback", substring of the reason) or ("bug", reason). Each fallback
 # below was checked to give eager's results (the check ran and compared them).
-_SCAN = ("fallback", "a meta tensor")
 EXPECT = {
     # (Fixed, h88: the trace no longer builds ACT2FN's other entries -- DeBERTa-v2 converts.)
-    # Needless, open: MambaConfig's default use_associative_scan=True takes, under
-    # is_compiling() (True to library code while tracing), torch's associative_scan, whose
-    # generic mode vmaps the combine function: a meta tensor meets traced ones
-    # (modeling_mamba.py:234). With use_associative_scan=False Mamba converts
-    # (tests/e2e/test_user_container_subclasses.py).
-    ("mamba", "eval"): _SCAN, ("mamba", "train"): _SCAN, ("mamba", "generate"): _SCAN,
+    # (Fixed: Mamba's associative_scan, taken under is_compiling(), traces as its loop --
+    # runtime/operators/scans.py; it fell back on the meta tensors of its vmap.)
     # Needed: the sliding-window cache layer keeps a Python int (cumulative_length) that
     # every step changes (as Mistral's, README "Models from other libraries").
     ("gemma2", "generate"): ("fallback", "cumulative_length"),
