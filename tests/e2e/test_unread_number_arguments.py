@@ -347,9 +347,25 @@ def _frame(x, n):
     return locals()["x"]
 
 
-def test_analysis_gives_up_where_a_frame_is_named():
-    node, _ = parser.parse_function(_frame)
+def _frame_attribute(x, n):
+    import sys
+    return sys._getframe(0).f_locals["x"]
+
+
+def _eval_and_stack_methods(model, x, n):
+    model.eval()
+    return torch.stack([x, x])
+
+
+@pytest.mark.parametrize("fn", [_frame, _frame_attribute])
+def test_analysis_gives_up_where_a_frame_is_named(fn):
+    node, _ = parser.parse_function(fn)
     assert unread_arguments.unread(node) == {}
+
+
+def test_analysis_keeps_methods_named_like_builtins():
+    node, _ = parser.parse_function(_eval_and_stack_methods)
+    assert unread_arguments.unread(node) == {"n": unread_arguments.WHOLE}
 
 
 def test_entry_function_checks_only_the_type():

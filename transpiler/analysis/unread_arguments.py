@@ -27,8 +27,8 @@ import gast
 
 WHOLE = 'whole'
 QUESTIONS = frozenset({'isinstance', 'type'})
-_FRAMES = frozenset({'locals', 'vars', 'eval', 'exec', '_getframe', 'currentframe',
-                     'f_locals', 'getframeinfo', 'stack'})
+_SCOPES = frozenset({'locals', 'vars', 'eval', 'exec'})       # (as names)
+_FRAMES = frozenset({'_getframe', 'currentframe', 'f_locals', 'f_back'})    # (attributes)
 # classes whose isinstance answer is the argument's type alone (no __instancecheck__ of
 # the user's that could read the value)
 CLASSES = frozenset({'int', 'float', 'bool', 'complex', 'str', 'bytes', 'tuple', 'list',
@@ -66,7 +66,7 @@ def _parameters(args) -> list:
 
 
 def _names_frame(n) -> bool:
-    return (isinstance(n, gast.Name) and n.id in _FRAMES) or \
+    return (isinstance(n, gast.Name) and (n.id in _SCOPES or n.id in _FRAMES)) or \
         (isinstance(n, gast.Attribute) and n.attr in _FRAMES)
 
 
