@@ -141,9 +141,11 @@ def _held(value, label: str, depth: int = 1) -> List[Tuple[Slot, Any]]:
 def held_numbers(cells, globals_) -> List[Tuple[Slot, Any]]:
     """(slot, value) for the numbers held by the lists, dicts and plain objects that the
     cells ``[(name, cell, value)]`` and globals ``[(namespace, name, value)]`` hold, as
-    they are now (``Snapshot.include_new``: a helper's, before it runs)."""
+    they are now (``Snapshot.include_new``: a helper's, before it runs); and (slot,
+    ``appended_lists.Before``) for the lists they hold (a helper's ``calls["vals"]``)."""
     return [found for name, cell, value in cells for found in _held(value, name)] + \
-        [found for ns, name, value in globals_ for found in _held(value, name)]
+        [found for ns, name, value in globals_ for found in _held(value, name)] + \
+        appended_lists.candidates(cells, globals_, None, Slot)
 
 
 def candidates(cells, globals_, owner=None) -> List[Tuple[Slot, Any]]:

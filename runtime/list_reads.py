@@ -140,6 +140,8 @@ def _decide(items, tracker: ItemKinds, how: str, appended: frozenset, start, sto
     kinds = tracker.of(items) | appended
     if not kinds <= NUMBER_KINDS.keys():     # (text or tuples among them: appended_lists)
         return None
+    if how == "item" and not kinds:     # (an empty list: the read raises IndexError
+        return "float"                  # when it runs, whatever its kind, as eager's)
     if how == "item":           # (also max/min: which item, only the run knows)
         return next(iter(kinds)) if len(kinds) == 1 else None
     window = start is not None or stop is not None

@@ -650,7 +650,7 @@ class ScalarWriter:
         self.scalars.append((tag, value, global_step))
 
 
-@program("falls_back", "fb:writer")
+@program()   # (a tuple of text and numbers appended: runtime.appended_lists)
 def tensorboard_writer_add_scalar():
     """``writer.add_scalar('train/loss', loss.item(), global_step)``."""
     m, o = _model_opt()
@@ -660,7 +660,7 @@ def tensorboard_writer_add_scalar():
     def step(x, y):
         loss = _fit(m, o, x, y)
         writer.add_scalar("train/loss", loss.item(), st["gs"])
-        st["gs"] += 1  # fb:writer
+        st["gs"] += 1
     return _std(m, o, step, lambda: (writer.scalars, st))
 
 
@@ -910,8 +910,7 @@ def hist_setdefault_append():
     return _std(m, o, step, lambda: history)
 
 
-@program("xfail", ("needless fallback: `len(losses) > 0 and l > losses[-1]` on an empty list argument falls back ('reads an item of argument input2 holding nothing': the item read is short-circuited away; the message names 'input2', not 'losses'); strict raises on the first call",
-                    'converts'))
+@program()   # (an item of an empty list: a read that raises IndexError when it runs)
 def losses_passed_as_argument_read_last():
     """``train_step(x, y, losses)`` reading ``losses[-1]`` vs the new loss (plateau check)."""
     m, o = _model_opt()
@@ -1418,8 +1417,7 @@ def numpy_scalar_returned():
     return _std(m, o, step, lambda: 0)
 
 
-@program("xfail", ("needless fallback: a helper's closure counter with a counter-driven append (`calls['n'] += 1; if calls['n'] % 2 == 1: calls['vals'].append(v)` inside log()) falls back; the same code inline in the step converts",
-                    'converts'))
+@program()   # (a helper's lists are carried as its numbers are: carried_numbers)
 def nested_helper_closure_counter():
     """A helper factory's closure counter (``make_logger()`` returning ``log(v)``) called
     from the step, logging every other call."""
