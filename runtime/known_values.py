@@ -11,7 +11,10 @@ the same on every run: the node's value is fixed by the Python data the trace ba
 A node's *known value* (``node.attrs[KEY]``, a real CPU tensor) is what the node computes
 on every run of its graph:
 
-- a factory of Python data (``torch.tensor``/``as_tensor`` of ints and bools, no tensors);
+- a factory of Python data (``torch.tensor``/``as_tensor`` of ints and bools, no tensors),
+  or any pure op whose arguments hold no tensor (``torch.div(h.size(1), 2 * w,
+  rounding_mode="trunc")``, Longformer's and LED's chunk count, then a ``view`` size;
+  ``torch.arange(n)``): torch wraps the numbers, the value is the same on every run;
 - the integer or bool result of a pure op whose tensor arguments all have known values
   (``lengths.to(int64)``, ``torch.sort(lengths)``, ``batch_sizes[0]``): it is run for real;
 - an integer or bool output that shape inference computed for real from known values
@@ -105,10 +108,22 @@ def _python_data(v) -> bool:
     return type(v) in (int, bool)
 
 
+def _plain_value(v) -> bool:
+    """Python data an op of no tensors may take (numbers, flags, sizes, dtypes, names)."""
+    if isinstance(v, (list, tuple)):
+        return all(_plain_value(x) for x in v)
+    return v is None or type(v) in (int, bool, float, str, torch.dtype, torch.device)
+
+
 def _factory_value(func, args, kwargs):
-    if func not in _FACTORIES or len(args) != 1 or not _python_data(args[0]) or \
-            set(kwargs) - {"dtype", "device"} or \
-            any(isinstance(v, torch.Tensor) for v in kwargs.values()):
+    if func in _FACTORIES:
+        if len(args) != 1 or not _python_data(args[0]) or \
+                set(kwargs) - {"dtype", "device"} or \
+                any(isinstance(v, torch.Tensor) for v in kwargs.values()):
+            return None
+    elif not (_plain_value(args) and _plain_value(tuple(kwargs.values()))) or \
+            not kwargs.get("device", "cpu") in ("cpu", torch.device("cpu")) or \
+            "out" in kwargs or "generator" in kwargs:
         return None
     with torch._C.DisableTorchFunction():
         try:
@@ -122,7 +137,8 @@ def note(func, args, kwargs, out, real) -> None:
     whose value is known. ``real``: the op's outputs as shape inference computed them with
     the known values of its arguments (``substituted``), or None."""
     if real is None:
-        if func not in _FACTORIES:
+        if func not in _FACTORIES and (is_impure(func, kwargs, args) or
+                                       op_name(func) in _UNSET):
             return
         real = _factory_value(func, args, kwargs)
     if real is None or is_impure(func, kwargs, args) or op_name(func) in _UNSET:
