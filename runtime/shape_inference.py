@@ -252,6 +252,15 @@ def _run_any(func, args, kwargs) -> Inferred:
         return _describe(_run(func, args, kwargs))
     except NotImplementedError:
         return _fake_infer(func, args, kwargs)
+    except RuntimeError:
+        if func not in _DATA_SIZED:
+            raise
+        return _fake_infer(func, args, kwargs)
+
+
+# ops whose meta kernel refuses a size that depends on data, which a fake one gives
+# (``repeat_interleave(v, counts)``: its length is ``counts.sum()``)
+_DATA_SIZED = frozenset({torch.repeat_interleave, torch.Tensor.repeat_interleave})
 
 
 _RETRY_SIZES = (1, 2, 3, 4, 5, 6, 8, 16)

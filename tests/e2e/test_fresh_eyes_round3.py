@@ -2164,13 +2164,6 @@ XFAIL = {
         "verdict admits no warning, and call 0 converts where 'falls_back' wants one. (Before "
         "h84 the overflow reached the caller as IntOverflow: plan_memory's out= buffers "
         "counted as effects; tests/e2e/test_python_number_semantics.py holds it now.)",
-    "run_length_unique_consecutive":
-        "needless fallback: `torch.repeat_interleave(vals, counts)` with tensor counts, in "
-        "straight-line code, falls back ('repeat_interleave: the result's shape could not be "
-        "inferred (cannot repeat_interleave a meta tensor without output_size)'); its size is "
-        "`counts.sum()`. Repro: `@to_graph\ndef "
-        "f(v, c):\n    return torch.repeat_interleave(v, c)\nf(torch.tensor([1, 2]), "
-        "torch.tensor([2, 1]))`",
 }
 
 

@@ -538,3 +538,38 @@ def test_raise_under_try_finally_with_an_effect_falls_back():
     got, fell, _ = run(make, "default")
     same(got, want)
     assert fell
+
+
+# ------------------------------------------------------- sizes that depend on data
+def test_repeat_interleave_with_tensor_counts():
+    """Its length is ``counts.sum()``: shape inference under fake tensors
+    (``runtime/shape_inference.py``); function, method and ``dim`` forms, gradients."""
+    def make():
+        w = torch.randn(3, 2, requires_grad=True)
+
+        def step(v, c):
+            out = torch.repeat_interleave(v * w[: v.shape[0], 0], c)
+            rows = w.repeat_interleave(c[:3].clamp(min=0), dim=0)
+            total = out.sum() + rows.sum()
+            w.grad = None
+            total.backward()
+            return out.detach(), rows.detach(), torch.repeat_interleave(c)
+        calls = [(torch.tensor([1.0, 2.0]), torch.tensor([2, 1])),
+                 (torch.tensor([1.0, 2.0, 3.0]), torch.tensor([0, 0, 4])),
+                 (torch.tensor([4.0, 5.0]), torch.tensor([3, 0]))]
+        return step, calls, lambda: w.grad
+    converts(make, traces=3)
+
+
+def test_run_length_round_trip_in_a_python_loop():
+    def make():
+        def step(xs):
+            out = []
+            for x in xs:
+                vals, counts = torch.unique_consecutive(x, return_counts=True)
+                assert torch.equal(torch.repeat_interleave(vals, counts), x)
+                out.append((vals, counts))
+            return out
+        return step, [([torch.tensor([1, 1, 2, 3, 3]), torch.tensor([7])],),
+                      ([torch.tensor([4, 4, 4]), torch.tensor([1, 2])],)], lambda: None
+    converts(make, traces=3)
