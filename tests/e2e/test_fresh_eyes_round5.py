@@ -1626,6 +1626,398 @@ def actor_critic_returns(rewards, gamma):
     return loss, returns
 
 
+# ================================================================ more library code
+@program((_randn(6, 4), _randn(5, 4, seed=1) + 1, 0.5, 1e-9, 1000), (_randn(3, 3, seed=2), _randn(3, 3, seed=3), 0.05, 1e-9, 25),
+         (_randn(4, 2, seed=4), _randn(4, 2, seed=5), 1.0, 1e-3, 1000))
+def pot_sinkhorn_knopp(xs, xt, reg, stopThr, numItermax):
+    """PythonOT/POT ot/bregman.py `sinkhorn_knopp` (torch arrays, nx calls written as torch):
+    `while (err > stopThr and ii < numItermax)` with `err` a Python 1 that becomes a tensor
+    norm, the numerical-error `break` restoring `u = uprev`, `if ii % 10 == 0:` error
+    checks, `ii = ii + 1`; the plan `u.reshape((-1, 1)) * K * v.reshape((1, -1))`."""
+    a = torch.full((xs.shape[0],), 1.0 / xs.shape[0])
+    b = torch.full((xt.shape[0],), 1.0 / xt.shape[0])
+    M = torch.cdist(xs, xt) ** 2
+    M = M / M.max()
+    dim_a, dim_b = a.shape[0], b.shape[0]
+    u = torch.ones(dim_a) / dim_a
+    v = torch.ones(dim_b) / dim_b
+    K = torch.exp(M / (-reg))
+    Kp = (1 / a).reshape(-1, 1) * K
+    err = 1
+    ii = 0
+    log = {'err': []}
+    while (err > stopThr and ii < numItermax):
+        uprev = u
+        vprev = v
+        KtransposeU = K.T @ u
+        v = b / KtransposeU
+        u = 1. / (Kp @ v)
+        if (torch.any(KtransposeU == 0)
+                or torch.any(torch.isnan(u)) or torch.any(torch.isnan(v))
+                or torch.any(torch.isinf(u)) or torch.any(torch.isinf(v))):
+            print('Warning: numerical errors at iteration %d' % ii)
+            u = uprev
+            v = vprev
+            break
+        if ii % 10 == 0:
+            tmp2 = torch.einsum('i,ij,j->j', u, K, v)
+            err = torch.norm(tmp2 - b)
+            log['err'].append(err)
+        ii = ii + 1
+    return u.reshape((-1, 1)) * K * v.reshape((1, -1)), ii, log
+
+
+@program((torch.tensor([1, 2, 3, 4]), torch.tensor([1, 3, 4])), (torch.tensor([5, 5]), torch.tensor([6])),
+         (torch.tensor([1, 2]), torch.tensor([1, 2])))
+def torchmetrics_edit_distance(prediction_tokens, reference_tokens):
+    """Lightning-AI/torchmetrics functional/text/helper.py `_edit_distance` (written for
+    lists of str tokens, called here on token-id tensors as a WER helper would): a nested
+    list DP of Python ints, `if prediction_tokens[i - 1] == reference_tokens[j - 1]:` on
+    tensor elements, `min(...) + 1`."""
+    dp = [[0] * (len(reference_tokens) + 1) for _ in range(len(prediction_tokens) + 1)]
+    for i in range(len(prediction_tokens) + 1):
+        dp[i][0] = i
+    for j in range(len(reference_tokens) + 1):
+        dp[0][j] = j
+    for i in range(1, len(prediction_tokens) + 1):
+        for j in range(1, len(reference_tokens) + 1):
+            if prediction_tokens[i - 1] == reference_tokens[j - 1]:
+                dp[i][j] = dp[i - 1][j - 1]
+            else:
+                dp[i][j] = min(dp[i - 1][j], dp[i][j - 1], dp[i - 1][j - 1]) + 1
+    return dp[-1][-1]
+
+
+@program((torch.tensor([0.9, 0.1, 0.8, 0.8, 0.3, 0.5]), torch.tensor([1, 0, 1, 0, 0, 1]), 1),
+         (torch.tensor([[0.2, 0.8], [0.7, 0.3], [0.7, 0.3]]), torch.tensor([0, 1, 1]), 1))
+def torchmetrics_binary_clf_curve(preds, target, pos_label):
+    """torchmetrics functional/classification/precision_recall_curve.py
+    `_binary_clf_curve`: `if preds.ndim > target.ndim: preds = preds[:, 0]`, argsort,
+    `torch.where(preds[1:] - preds[:-1])[0]` (nonzero of a float tensor: a run-time
+    length), `F.pad(..., value=target.size(0) - 1)`, cumsum (`_cumsum`)."""
+    with torch.no_grad():
+        if preds.ndim > target.ndim:
+            preds = preds[:, 0]
+        desc_score_indices = torch.argsort(preds, descending=True)
+        preds = preds[desc_score_indices]
+        target = target[desc_score_indices]
+        weight = 1.0
+        distinct_value_indices = torch.where(preds[1:] - preds[:-1])[0]
+        threshold_idxs = F.pad(distinct_value_indices, [0, 1], value=target.size(0) - 1)
+        target = (target == pos_label).to(torch.long)
+        tps = torch.cumsum(target * weight, dim=0)[threshold_idxs]
+        fps = 1 + threshold_idxs - tps
+        return fps, tps, preds[threshold_idxs]
+
+
+def _masks(n, seed):
+    g = _g(seed)
+    m = torch.zeros(n, 6, 7, dtype=torch.uint8)
+    for i in range(n):
+        y0, x0 = torch.randint(0, 4, (2,), generator=g).tolist()
+        m[i, y0:y0 + 2 + i % 2, x0:x0 + 3] = 1
+    return m
+
+
+@program((_masks(3, 0),), (_masks(1, 1),), (torch.zeros(0, 6, 7, dtype=torch.uint8),))
+def torchvision_masks_to_boxes(masks):
+    """pytorch/vision torchvision/ops/boxes.py `masks_to_boxes`: the empty early return,
+    `for index, mask in enumerate(masks)`, `y, x = torch.where(mask != 0)` (run-time
+    lengths) and `bounding_boxes[index, 0] = torch.min(x)` writes."""
+    if masks.numel() == 0:
+        return torch.zeros((0, 4), device=masks.device, dtype=torch.float)
+    n = masks.shape[0]
+    bounding_boxes = torch.zeros((n, 4), device=masks.device, dtype=torch.float)
+    for index, mask in enumerate(masks):
+        y, x = torch.where(mask != 0)
+        bounding_boxes[index, 0] = torch.min(x)
+        bounding_boxes[index, 1] = torch.min(y)
+        bounding_boxes[index, 2] = torch.max(x)
+        bounding_boxes[index, 3] = torch.max(y)
+    return bounding_boxes
+
+
+@program((torch.tensor([[0., 0, 1, 1], [0, 0, 0.05, 3], [2, 2, 5, 5]]), 0.1), (torch.tensor([[0., 0, 0.01, 0.01]]), 0.1))
+def torchvision_remove_small_boxes(boxes, min_size):
+    """torchvision/ops/boxes.py `remove_small_boxes`: `keep = (ws >= min_size) & (hs >=
+    min_size)`, `keep = torch.where(keep)[0]`, then the kept boxes indexed."""
+    ws, hs = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
+    keep = (ws >= min_size) & (hs >= min_size)
+    keep = torch.where(keep)[0]
+    return keep, boxes[keep]
+
+
+@program((_randn(2, 3, 4), 0.5, True, True), (_randn(2, 3, 4, seed=1), 0.0, True, True),
+         (_randn(3, 2, seed=2), 0.3, False, True), (_randn(4, 2, seed=3), 0.25, True, False))
+def timm_drop_path(x, drop_prob, training, scale_by_keep):
+    """timm/layers/drop.py `drop_path`: early return when `drop_prob == 0. or not
+    training`, shape `(x.shape[0],) + (1,) * (x.ndim - 1)`, `x.new_empty(shape)
+    .bernoulli_(keep_prob)` (the global RNG), `random_tensor.div_(keep_prob)`."""
+    if drop_prob == 0. or not training:
+        return x
+    keep_prob = 1 - drop_prob
+    shape = (x.shape[0],) + (1,) * (x.ndim - 1)
+    random_tensor = x.new_empty(shape).bernoulli_(keep_prob)
+    if keep_prob > 0.0 and scale_by_keep:
+        random_tensor.div_(keep_prob)
+    return x * random_tensor
+
+
+@program(((2, 4), torch.float32, 0), ((1, 3), torch.float32, 2), ((2, 2), torch.float64, 1))
+def hf_make_causal_mask(input_ids_shape, dtype, past_key_values_length):
+    """transformers (4.3x) modeling_attn_mask_utils.py AttentionMaskConverter
+    `_make_causal_mask`: `torch.full(..., torch.finfo(dtype).min)`, `masked_fill_(mask_cond <
+    (mask_cond + 1).view(...), 0)`, zeros concatenated for past keys, expand."""
+    device = torch.device("cpu")
+    bsz, tgt_len = input_ids_shape
+    mask = torch.full((tgt_len, tgt_len), torch.finfo(dtype).min, device=device)
+    mask_cond = torch.arange(mask.size(-1), device=device)
+    mask.masked_fill_(mask_cond < (mask_cond + 1).view(mask.size(-1), 1), 0)
+    mask = mask.to(dtype)
+    if past_key_values_length > 0:
+        mask = torch.cat([torch.zeros(tgt_len, past_key_values_length, dtype=dtype, device=device), mask], dim=-1)
+    return mask[None, None, :, :].expand(bsz, 1, tgt_len, tgt_len + past_key_values_length)
+
+
+@program((torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]),), (torch.tensor([[1, 1, 1]]),), (torch.tensor([[0, 0], [1, 0]]),))
+def hf_get_unpad_data(attention_mask):
+    """transformers modeling_flash_attention_utils.py `_get_unpad_data`: int32 seqlens,
+    `torch.nonzero(attention_mask.flatten(), as_tuple=False).flatten()`, `max_seqlen_in_batch
+    = seqlens_in_batch.max().item()`, `F.pad(torch.cumsum(..., dtype=torch.int32), (1, 0))`."""
+    seqlens_in_batch = attention_mask.sum(dim=-1, dtype=torch.int32)
+    indices = torch.nonzero(attention_mask.flatten(), as_tuple=False).flatten()
+    max_seqlen_in_batch = seqlens_in_batch.max().item()
+    cu_seqlens = F.pad(torch.cumsum(seqlens_in_batch, dim=0, dtype=torch.int32), (1, 0))
+    return indices, cu_seqlens, max_seqlen_in_batch
+
+
+@program((torch.rand(1, 1, 8, 8, generator=_g(1)), torch.rand(1, 1, 8, 8, generator=_g(2)), 5, True),
+         (torch.rand(2, 3, 8, 8, generator=_g(3)), torch.rand(2, 3, 8, 8, generator=_g(4)), 3, False), grad=(0,))
+def pytorch_ssim(img1, img2, window_size, size_average):
+    """Po-Hsun-Su/pytorch-ssim pytorch_ssim/__init__.py `gaussian`, `create_window`
+    (`_1D_window.mm(_1D_window.t())`, `Variable(...expand(channel, 1, ...).contiguous())`)
+    and `_ssim` (grouped conv2d, C1/C2 constants, `if size_average:` mean or
+    `.mean(1).mean(1).mean(1)`), via `ssim(img1, img2, window_size, size_average)`."""
+    def gaussian(window_size, sigma):
+        gauss = torch.Tensor([math.exp(-(x - window_size // 2)**2 / float(2 * sigma**2)) for x in range(window_size)])
+        return gauss / gauss.sum()
+
+    def create_window(window_size, channel):
+        _1D_window = gaussian(window_size, 1.5).unsqueeze(1)
+        _2D_window = _1D_window.mm(_1D_window.t()).float().unsqueeze(0).unsqueeze(0)
+        window = _2D_window.expand(channel, 1, window_size, window_size).contiguous()
+        return window
+
+    def _ssim(img1, img2, window, window_size, channel, size_average=True):
+        mu1 = F.conv2d(img1, window, padding=window_size // 2, groups=channel)
+        mu2 = F.conv2d(img2, window, padding=window_size // 2, groups=channel)
+        mu1_sq = mu1.pow(2)
+        mu2_sq = mu2.pow(2)
+        mu1_mu2 = mu1 * mu2
+        sigma1_sq = F.conv2d(img1 * img1, window, padding=window_size // 2, groups=channel) - mu1_sq
+        sigma2_sq = F.conv2d(img2 * img2, window, padding=window_size // 2, groups=channel) - mu2_sq
+        sigma12 = F.conv2d(img1 * img2, window, padding=window_size // 2, groups=channel) - mu1_mu2
+        C1 = 0.01**2
+        C2 = 0.03**2
+        ssim_map = ((2 * mu1_mu2 + C1) * (2 * sigma12 + C2)) / ((mu1_sq + mu2_sq + C1) * (sigma1_sq + sigma2_sq + C2))
+        if size_average:
+            return ssim_map.mean()
+        else:
+            return ssim_map.mean(1).mean(1).mean(1)
+
+    (_, channel, _, _) = img1.size()
+    window = create_window(window_size, channel)
+    if img1.is_cuda:
+        window = window.cuda(img1.get_device())
+    window = window.type_as(img1)
+    return _ssim(img1, img2, window, window_size, channel, size_average)
+
+
+@program((_randn(2, 5, 3), _randn(4, 3, seed=1), 0.25), (_randn(1, 2, 3, seed=2), _randn(2, 3, seed=3), 1.0), grad=(0,))
+def vq_straight_through(x, embed, commitment_weight):
+    """lucidrains/vector-quantize-pytorch (early vector_quantize_pytorch.py, EuclideanCodebook
+    without EMA): `dist = -(x.pow(2).sum(1, keepdim=True) - 2 * flatten @ embed.t() +
+    embed.pow(2).sum(1))`, `embed_ind = dist.max(dim=-1).indices`, `F.embedding`, the
+    commitment loss `F.mse_loss(quantize.detach(), x)` and the straight-through `quantize =
+    x + (quantize - x).detach()`."""
+    shape = x.shape
+    flatten = x.reshape(-1, shape[-1])
+    dist = -(
+        flatten.pow(2).sum(1, keepdim=True)
+        - 2 * flatten @ embed.t()
+        + embed.pow(2).sum(1, keepdim=True).t()
+    )
+    embed_ind = dist.max(dim=-1).indices
+    embed_ind = embed_ind.view(*shape[:-1])
+    quantize = F.embedding(embed_ind, embed)
+    loss = torch.tensor([0.], requires_grad=True)
+    if commitment_weight > 0:
+        commit_loss = F.mse_loss(quantize.detach(), x)
+        loss = loss + commit_loss * commitment_weight
+    quantize = x + (quantize - x).detach()
+    return quantize, embed_ind, loss
+
+
+@program((_randn(6, 4), 3, 0.6, True), (_randn(5, 4, seed=1), 2, 1.0, False), (_randn(8, 5, seed=2), 2, 2.0, "never"))
+def hf_beam_hypotheses(step_logprobs, num_beams, length_penalty, early_stopping):
+    """transformers generation/beam_search.py BeamHypotheses (`add` keeps the best
+    `num_beams` by `sorted([(s, idx) for idx, (s, _, _) in enumerate(self.beams)])` and `del
+    self.beams[...]`, `worst_score`; `is_done` with its three `early_stopping` modes), fed
+    one finished hypothesis per step with a 0-d tensor `sum_logprobs` (as beam search
+    does); the hypotheses are built inside the call."""
+    class BeamHypotheses:
+        def __init__(self, num_beams, length_penalty, early_stopping, max_length=None):
+            self.length_penalty = length_penalty
+            self.early_stopping = early_stopping
+            self.max_length = max_length
+            self.num_beams = num_beams
+            self.beams = []
+            self.worst_score = 1e9
+
+        def __len__(self):
+            return len(self.beams)
+
+        def add(self, hyp, sum_logprobs, beam_indices=None, generated_len=None):
+            if generated_len is not None:
+                score = sum_logprobs / (generated_len**self.length_penalty)
+            else:
+                score = sum_logprobs / (hyp.shape[-1] ** self.length_penalty)
+            if len(self) < self.num_beams or score > self.worst_score:
+                self.beams.append((score, hyp, beam_indices))
+                if len(self) > self.num_beams:
+                    sorted_next_scores = sorted([(s, idx) for idx, (s, _, _) in enumerate(self.beams)])
+                    del self.beams[sorted_next_scores[0][1]]
+                    self.worst_score = sorted_next_scores[1][0]
+                else:
+                    self.worst_score = min(score, self.worst_score)
+
+        def is_done(self, best_sum_logprobs, cur_len, decoder_prompt_len=0):
+            if len(self) < self.num_beams:
+                return False
+            if self.early_stopping is True:
+                return True
+            elif self.early_stopping is False:
+                highest_attainable_score = best_sum_logprobs / (cur_len - decoder_prompt_len) ** self.length_penalty
+                ret = self.worst_score >= highest_attainable_score
+                return ret
+            else:
+                if length_penalty > 0.0:
+                    highest_attainable_score = best_sum_logprobs / (self.max_length - decoder_prompt_len) ** self.length_penalty
+                else:
+                    highest_attainable_score = best_sum_logprobs / (cur_len - decoder_prompt_len) ** self.length_penalty
+                ret = self.worst_score >= highest_attainable_score
+                return ret
+
+    hyps = BeamHypotheses(num_beams, length_penalty, early_stopping, max_length=10)
+    lp = F.log_softmax(step_logprobs, dim=-1)
+    done_at = None
+    for t in range(lp.size(0)):
+        hyp = lp[: t + 1].argmax(-1)
+        hyps.add(hyp, lp[: t + 1].max(-1).values.sum())
+        if hyps.is_done(lp[t].max(), t + 1):
+            done_at = t
+            break
+    return [(s, h) for s, h, _ in hyps.beams], hyps.worst_score, done_at
+
+
+@program((_randn(3, 4), torch.tensor([[1, 0, 1, 1], [0, 0, 1, 0], [1, 1, 1, 1]])), (_randn(2, 4, seed=1), None))
+def cleanrl_categorical_masked(logits, masks):
+    """vwxyzjn/cleanrl (invalid action masking, gym-microrts ppo_gridnet.py) CategoricalMasked:
+    a torch.distributions.Categorical subclass with a mutable default `masks=[]`, `if
+    len(self.masks) == 0:` on a list or a tensor, `torch.where(self.masks, logits,
+    torch.tensor(-1e+8))`, the masked entropy; sample, log_prob and entropy returned."""
+    from torch.distributions.categorical import Categorical
+    device = torch.device("cpu")
+
+    class CategoricalMasked(Categorical):
+        def __init__(self, probs=None, logits=None, validate_args=None, masks=[]):
+            self.masks = masks
+            if len(self.masks) == 0:
+                super(CategoricalMasked, self).__init__(probs, logits, validate_args)
+            else:
+                self.masks = masks.type(torch.BoolTensor).to(device)
+                logits = torch.where(self.masks, logits, torch.tensor(-1e+8).to(device))
+                super(CategoricalMasked, self).__init__(probs, logits, validate_args)
+
+        def entropy(self):
+            if len(self.masks) == 0:
+                return super(CategoricalMasked, self).entropy()
+            p_log_p = self.logits * self.probs
+            p_log_p = torch.where(self.masks, p_log_p, torch.tensor(0.).to(device))
+            return -p_log_p.sum(-1)
+
+    dist = CategoricalMasked(logits=logits, masks=masks) if masks is not None else CategoricalMasked(logits=logits)
+    action = dist.sample()
+    return action, dist.log_prob(action), dist.entropy()
+
+
+class TinyEncoderDecoder(nn.Module):
+    """A stand-in for harvardnlp/annotated-transformer's EncoderDecoder (encode, decode with
+    a target mask, generator) small enough for the test: one masked attention layer."""
+
+    def __init__(self, vocab=9, d=8):
+        super().__init__()
+        self.src_embed = nn.Embedding(vocab, d)
+        self.tgt_embed = nn.Embedding(vocab, d)
+        self.proj = nn.Linear(d, d)
+        self.generator = nn.Sequential(nn.Linear(d, vocab), nn.LogSoftmax(dim=-1))
+
+    def encode(self, src, src_mask):
+        return self.proj(self.src_embed(src)) * src_mask.transpose(-2, -1)
+
+    def decode(self, memory, src_mask, tgt, tgt_mask):
+        x = self.tgt_embed(tgt)
+        scores = x @ x.transpose(-2, -1) / math.sqrt(x.size(-1))
+        scores = scores.masked_fill(tgt_mask == 0, -1e9)
+        x = F.softmax(scores, dim=-1) @ x
+        return x + memory.sum(1, keepdim=True) / src_mask.sum()
+
+
+torch.manual_seed(10)
+_ENCDEC = TinyEncoderDecoder().eval()
+
+
+@program((torch.tensor([[1, 2, 3, 4]]), torch.ones(1, 1, 4), 6, 0), (torch.tensor([[5, 1]]), torch.ones(1, 1, 2), 3, 1))
+def annotated_transformer_greedy_decode(src, src_mask, max_len, start_symbol):
+    """harvardnlp/annotated-transformer the_annotated_transformer.py `greedy_decode` and
+    `subsequent_mask` (`torch.triu(torch.ones(attn_shape), diagonal=1).type(torch.uint8)
+    == 0`): `ys = torch.zeros(1, 1).fill_(start_symbol).type_as(src.data)`, `next_word =
+    next_word.data[0]`, `torch.zeros(1, 1).type_as(src.data).fill_(next_word)` (a 0-d
+    tensor as the fill value)."""
+    def subsequent_mask(size):
+        attn_shape = (1, size, size)
+        subsequent_mask = torch.triu(torch.ones(attn_shape), diagonal=1).type(torch.uint8)
+        return subsequent_mask == 0
+
+    model = _ENCDEC
+    memory = model.encode(src, src_mask)
+    ys = torch.zeros(1, 1).fill_(start_symbol).type_as(src.data)
+    for i in range(max_len - 1):
+        out = model.decode(memory, src_mask, ys, subsequent_mask(ys.size(1)).type_as(src.data))
+        prob = model.generator(out[:, -1])
+        _, next_word = torch.max(prob, dim=1)
+        next_word = next_word.data[0]
+        ys = torch.cat([ys, torch.zeros(1, 1).type_as(src.data).fill_(next_word)], dim=1)
+    return ys
+
+
+@program((torch.tensor([[1, 2]]), _randn(1, 6), 4, [5]), (torch.tensor([[1, 2, 3, 4, 5]]), _randn(1, 6, seed=1), 4, [5, 0]))
+def hf_min_length_and_top_k(input_ids, scores, min_length, eos_token_id):
+    """transformers logits_process.py MinLengthLogitsProcessor (`vocab_tensor =
+    torch.arange(...)`, `torch.isin`, `if input_ids.shape[-1] < self.min_length:
+    torch.where(eos_token_mask, -math.inf, scores)`) followed by TopKLogitsWarper (`top_k =
+    min(self.top_k, scores.size(-1))`, masked_fill of `scores < topk[..., -1, None]`)."""
+    eos_token_id = torch.tensor(eos_token_id)
+    vocab_tensor = torch.arange(scores.shape[-1], device=scores.device)
+    eos_token_mask = torch.isin(vocab_tensor, eos_token_id)
+    scores_processed = scores.clone()
+    if input_ids.shape[-1] < min_length:
+        scores_processed = torch.where(eos_token_mask, -math.inf, scores)
+    top_k = min(3, scores_processed.size(-1))
+    indices_to_remove = scores_processed < torch.topk(scores_processed, top_k)[0][..., -1, None]
+    return scores_processed.masked_fill(indices_to_remove, -float("Inf"))
+
+
 # ----------------------------------------------------------------------------- verdicts
 class NeedlessFallback(AssertionError):
     """A clean fallback (eager's results, this file's line named) where the program should
@@ -1657,6 +2049,16 @@ VERDICTS = {
     "opennmt_beam_search": ("fallback", "if self.next_ys[-1][0] == self._eos:", ""),
     # str() of an object holding `.item()`-derived values (round 3's average_meter verdict)
     "imagenet_accuracy_average_meter": ("fallback", "return str(top1), str(top5), top1.avg", ""),
+    # `done_at` is an int on the `break` path and None otherwise, decided by a tensor `if`
+    "hf_beam_hypotheses": ("fallback", "if hyps.is_done(lp[t].max(), t + 1):", ""),
+    "pot_sinkhorn_knopp": (
+        "needless", "log['err'].append(err)",
+        "needless fallback: a list held in a dict made in the call (POT's `log = {'err': []}`) "
+        "appended in a tensor `while` falls back ('log['err']' changes while tracing the body "
+        "of a tensor-dependent loop) where the same list as a plain local converts to a "
+        "list of run-time length. Repro: `def f(x):\n log = {'err': []}\n while x.sum() > "
+        "1:\n  x = x * 0.5\n  log['err'].append(x.sum())\n return log` on "
+        "torch.tensor([8.0, 8.0])"),
     "torchcrf_log_likelihood": (
         "needless", "score = torch.where(mask[i].unsqueeze(1), next_score, score)",
         "needless fallback: torch.where with a uint8 condition (pytorch-crf's default mask, "

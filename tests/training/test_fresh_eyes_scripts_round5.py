@@ -131,12 +131,13 @@ def check(name, expect, line=None):
         _run(name, "strict")
         return
     assert fbs, "expected a FallbackWarning"
+    texts = (line,) if isinstance(line, str) else line
     for msg in fbs:
         src = _named_line(msg)
-        assert line in src, f"named line {src.strip()!r} holds no {line!r}: {msg}"
+        assert any(t in src for t in texts), f"named line {src.strip()!r} holds none of {texts}: {msg}"
     with pytest.raises(ConversionError) as info:
         _run(name, "strict")
-    assert line in _named_line(str(info.value)), str(info.value)
+    assert any(t in _named_line(str(info.value)) for t in texts), str(info.value)
     if expect == "needless":
         raise NeedlessFallback(fbs[0])
 
@@ -1368,6 +1369,127 @@ def prog_gcn_examples(wrap):
     return train, [model, optimizer], [(e,) for e in range(4)]
 
 
+# ======================================================= harvardnlp/annotated-transformer
+def _annotated(wrap):
+    torch.manual_seed(0)
+
+    class LabelSmoothing(nn.Module):
+        "Implement label smoothing."
+
+        def __init__(self, size, padding_idx, smoothing=0.0):
+            super(LabelSmoothing, self).__init__()
+            self.criterion = nn.KLDivLoss(reduction="sum")
+            self.padding_idx = padding_idx
+            self.confidence = 1.0 - smoothing
+            self.smoothing = smoothing
+            self.size = size
+            self.true_dist = None
+
+        def forward(self, x, target):
+            assert x.size(1) == self.size
+            true_dist = x.data.clone()
+            true_dist.fill_(self.smoothing / (self.size - 2))
+            true_dist.scatter_(1, target.data.unsqueeze(1), self.confidence)
+            true_dist[:, self.padding_idx] = 0
+            mask = torch.nonzero(target.data == self.padding_idx)
+            if mask.dim() > 0:
+                true_dist.index_fill_(0, mask.squeeze(), 0.0)
+            self.true_dist = true_dist
+            return self.criterion(x, true_dist.clone().detach())
+
+    class SimpleLossCompute:
+        "A simple loss compute and train function."
+
+        def __init__(self, generator, criterion):
+            self.generator = generator
+            self.criterion = criterion
+
+        def __call__(self, x, y, norm):
+            x = self.generator(x)
+            sloss = (
+                self.criterion(
+                    x.contiguous().view(-1, x.size(-1)), y.contiguous().view(-1)
+                )
+                / norm
+            )
+            return sloss.data * norm, sloss
+
+    def rate(step, model_size, factor, warmup):
+        if step == 0:
+            step = 1
+        return factor * (
+            model_size ** (-0.5) * min(step ** (-0.5), step * warmup ** (-1.5))
+        )
+
+    class TrainState:
+        """Track number of steps, examples, and tokens processed"""
+        step: int = 0
+        accum_step: int = 0
+        samples: int = 0
+        tokens: int = 0
+
+    net = nn.Sequential(nn.Embedding(7, 8), nn.Linear(8, 8), nn.ReLU())
+    generator = nn.Sequential(nn.Linear(8, 7), nn.LogSoftmax(dim=-1))
+    model = wrap(net)
+    criterion = LabelSmoothing(size=7, padding_idx=0, smoothing=0.1)
+    loss_compute = SimpleLossCompute(generator, criterion)
+    optimizer = torch.optim.Adam(list(net.parameters()) + list(generator.parameters()), lr=1.0,
+                                 betas=(0.9, 0.98), eps=1e-9)
+    lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer=optimizer, lr_lambda=lambda step: rate(step, 8, factor=1.0, warmup=3))
+    train_state = TrainState()
+    accum_iter = 2
+    totals = {"total_loss": 0, "total_tokens": 0, "n_accum": 0}
+
+    def step(i, src, tgt_y):
+        ntokens = (tgt_y != 0).data.sum()
+        out = model(src)
+        loss, loss_node = loss_compute(out, tgt_y, ntokens)
+        loss_node.backward()
+        train_state.step += 1
+        train_state.samples += src.shape[0]
+        train_state.tokens += ntokens
+        if i % accum_iter == 0:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            totals["n_accum"] += 1
+            train_state.accum_step += 1
+        lr_scheduler.step()
+        totals["total_loss"] += loss
+        totals["total_tokens"] += ntokens
+        if i % 2 == 1:
+            lr = optimizer.param_groups[0]["lr"]
+            print(("Epoch Step: %6d | Accumulation Step: %3d | Loss: %6.2f "
+                   + "| Tokens / Sec: %7.1f | Learning Rate: %6.1e")
+                  % (i, totals["n_accum"], loss / ntokens, 0.0, lr))
+        return totals["total_loss"] / totals["total_tokens"]
+    g = _gen(12)
+    calls = []
+    for i in range(5):
+        src = torch.randint(1, 7, (2, 5), generator=g)
+        tgt = src.flip(1).clone()
+        tgt[:, -1 - i % 2:] = 0     # padding
+        calls.append((i, src, tgt))
+    return step, [net, generator, optimizer, lr_scheduler, criterion, vars(train_state), totals], calls
+
+
+@program()
+def prog_annotated_transformer_run_epoch(wrap):
+    """harvardnlp/annotated-transformer the_annotated_transformer.py: `LabelSmoothing`
+    (KLDivLoss(sum), `mask = torch.nonzero(target.data == self.padding_idx)`, `if mask.dim()
+    > 0: true_dist.index_fill_(0, mask.squeeze(), 0.0)`, `self.true_dist = true_dist` stored
+    on the module), `SimpleLossCompute` (`return sloss.data * norm, sloss`), the Noam `rate`
+    in a LambdaLR, `TrainState` counters (`train_state.tokens += batch.ntokens`, a tensor
+    added to an int) and `run_epoch`'s `if i % accum_iter == 0:` step and printed log line;
+    an embedding MLP stands in for the transformer."""
+    return _annotated(wrap)
+
+
+@program("model")
+def prog_annotated_transformer_run_epoch_model(wrap):
+    return _annotated(wrap)
+
+
 # ----------------------------------------------------------------------------- verdicts
 VERDICTS = {
     # time.time() in the step: a graph would freeze the clock (README)
@@ -1382,6 +1504,16 @@ VERDICTS = {
     # the first call turns `best_score` from None into a float (an attribute of an object that
     # existed before the call changes kind); later calls convert
     "prog_early_stopping_deepinpainting": ("fallback", "self.best_score = score", ""),
+    "prog_annotated_transformer_run_epoch": (
+        "needless", ('totals["n_accum"] += 1', 'print(("Epoch Step: %6d'),
+        "needless fallback, with a wrong reason: every call falls back naming `totals[\"n_accum\"] "
+        "+= 1` ('the function mutates closure variable totals'), yet with LabelSmoothing.forward's "
+        "`self.true_dist = true_dist` line removed the even calls convert (only call 0, where "
+        "totals' ints become tensors, falls back), so the refusal comes from that module "
+        "attribute write and is reported at another line; simpler module-attribute writes "
+        "(`self.true_dist = x * 2`, or after fill_/scatter_) convert, so the repro is this "
+        "program. The odd calls also fall back on the log line (`'%6.2f' % (loss / ntokens)`: "
+        "'float() of a symbolic tensor'), though `'%6.2f' % (x.sum(),)` alone converts"),
     "prog_torchcrf_bilstm_default_mask": (
         "needless", "score = torch.where(mask[i].unsqueeze(1), next_score, score)",
         "needless fallback: pytorch-crf's default uint8 mask in torch.where (eager CPU accepts "
