@@ -512,14 +512,14 @@ class GraphFunction:
                 # the plain call's own TypeError, raised before its body runs (no
                 # fallback warning, nothing cached)
                 return _python_function(self._fn)(*args, **kwargs)
-            held, keyed = self._held, self._keyed
+            held, keyed, unread = self._held, self._keyed, self._unread
             self._retried = retried
             try:
                 entry = self._dynamic_entry(key, args, kwargs, flat, spec) or \
                     self._build(key, args, kwargs, flat, spec)
             finally:
                 self._retried = None
-            if self._keyed is not keyed:
+            if self._keyed is not keyed or self._unread is not unread:
                 fast = None             # (keys hold more of the arguments now)
             if self._held is not held:      # the trace held a list/dict argument whole
                 self._entries.drop_inline()     # (entry functions flatten it: none now)
@@ -724,6 +724,12 @@ class GraphFunction:
             if added:                   # it read those of an argument: keyed on them
                 self._keyed += added
                 self._entries.drop_inline()
+                key = self._signature(args, kwargs)[0]
+            if self._unread and unread_numbers.changed(self._unread,
+                                                       _python_function(self._fn)):
+                self._unread = None     # (a callee it passes numbers to is another now:
+                if dynamic or promoted:     # keyed as the trace met it; a dynamic graph's
+                    return entry            # key has no other form: the next call traces)
                 key = self._signature(args, kwargs)[0]
             entry.unread = unread_numbers.masked(key)   # (leaves any value of whose
                                                         # type it serves: call_entry)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import types
 from typing import Optional
 
 import torch
@@ -47,6 +48,7 @@ class Unread:
         whole = [n for n, what in spec.items() if what is unread_arguments.WHOLE]
         self.positions = tuple(i for i, n in enumerate(positional) if n in whole)
         self.names = tuple(n for n in whole if n in named)
+        self.forwards = False               # (some through callees: see ``of``)
 
     def fast(self, args: tuple, kwargs: dict):
         """``(args, kwargs, types)`` for the fast path's key (``api._flat_key``): each
@@ -134,10 +136,15 @@ def _mask(value, offset: int, flat, masked: list) -> int:
     return offset
 
 
-def of(target) -> Optional[Unread]:
+def of(target, depth: int = 0) -> Optional[Unread]:
     """The unread arguments of ``target`` (a function or bound method with source, as
-    ``api._python_function`` gives it); None when every argument may be read."""
+    ``api._python_function`` gives it); None when every argument may be read. A
+    parameter only passed on to a function or method (``self.shared(batch, batch_idx)``)
+    is unread where that callee, found now, leaves it unread (3 calls deep at most;
+    ``forwards`` then says the answer holds for these callees only)."""
     function = getattr(target, "__func__", target)
+    if not isinstance(function, types.FunctionType):
+        return None
     try:
         node, _ = parser.parse_function(function)
         parameters = inspect.signature(target).parameters.values()
@@ -146,8 +153,63 @@ def of(target) -> Optional[Unread]:
     spec = unread_arguments.unread(node)
     if _rebound(function):
         return None
+    forwards = False            # (passed on: asked again after each trace, see api)
+    for name, what in list(spec.items()):
+        if isinstance(what, unread_arguments.Passed):
+            del spec[name]
+            forwards = True
+            if depth < 3 and all(_unread_in(target, call, slot, depth) for call, slot in what):
+                spec[name] = unread_arguments.WHOLE
     positional = [p.name for p in parameters if p.kind in _POSITIONAL]
     named = frozenset(p.name for p in parameters if p.kind in (
         inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY))
     spec = {name: what for name, what in spec.items() if name in named or name in positional}
-    return Unread(positional, named, spec) if spec else None
+    if not spec:            # (nothing unread: by value, with no callee to ask again)
+        return None
+    unread = Unread(positional, named, spec)
+    unread.forwards = forwards
+    return unread
+
+
+def changed(unread: Unread, target) -> bool:
+    """Whether ``unread``, found through callees (``forwards``), differs for the callees
+    that ``target``'s names give now (asked after each trace: keys are the trace's)."""
+    if not unread.forwards:
+        return False
+    fresh = of(target)
+    return (fresh.spec if fresh is not None else {}) != unread.spec
+
+
+def _unread_in(target, call, slot, depth: int) -> bool:
+    """Whether the callee ``call`` names, in ``target``'s scope now, leaves its argument
+    ``slot`` (a position or keyword) unread."""
+    callee = _callee(target, call)
+    found = of(callee, depth + 1) if callee is not None else None
+    if found is None:
+        return False
+    name = slot if isinstance(slot, str) else (
+        found.positional[slot] if slot < len(found.positional) else None)
+    if isinstance(slot, str) and slot not in found.named:
+        return False
+    return found.spec.get(name) is unread_arguments.WHOLE
+
+
+def _callee(target, call):
+    """The Python function or bound method ``('name', f)`` / ``('attr', self, m)`` calls."""
+    function = getattr(target, "__func__", target)
+    if call[0] == "name":
+        scope = dict(zip(function.__code__.co_freevars, function.__closure__ or ()))
+        if call[1] in scope:
+            try:
+                found = scope[call[1]].cell_contents
+            except ValueError:
+                return None
+        else:
+            found = function.__globals__.get(call[1])
+        return found if isinstance(found, types.FunctionType) else None
+    owner = getattr(target, "__self__", None)
+    first = next(iter(inspect.signature(function).parameters), None)
+    if owner is None or call[1] != first or call[2] in getattr(owner, "__dict__", {}):
+        return None
+    found = inspect.getattr_static(type(owner), call[2], None)
+    return found.__get__(owner) if isinstance(found, types.FunctionType) else None

@@ -401,3 +401,87 @@ def _own_isinstance():
 def test_a_rebound_isinstance_reads_the_number():
     g = _both(_own_isinstance(), [((_x(), i), {}) for i in range(6)])
     assert _traces(g) == 6
+
+
+# ------------------------------------------------------------------ passed on to a callee
+def _ignores(x, i):
+    return x * 2
+
+
+def _reads(x, i):
+    return x * i
+
+
+def _passes_on(x, i):
+    return _ignores(x, i=i)
+
+
+class _Shared:
+    def __init__(self, model):
+        self.model = model
+
+    def shared(self, batch, batch_idx, stage):
+        return self.model(batch).sum()
+
+    def training_step(self, batch, batch_idx):
+        return self.shared(batch, batch_idx, "train")
+
+
+def test_a_number_passed_to_a_method_that_never_reads_it():
+    lit = _Shared(nn.Linear(3, 3))
+    g = _both(lit.training_step, [((_x(), i), {}) for i in VALUES])
+    assert _traces(g) == 1
+
+
+def test_a_callee_rebound_to_one_that_reads_keys_by_value(monkeypatch):
+    g = _both(_passes_on, [((_x(), i), {}) for i in range(5)])
+    assert _traces(g) == 1
+    monkeypatch.setitem(globals(), "_ignores", _reads)
+    _both(_passes_on, [((_x(), i), {}) for i in range(5)])         # (a fresh function)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(5):
+            assert_same(g(_x(), i), _passes_on(_x(), i))
+    assert _traces(g) == 6
+    monkeypatch.setitem(globals(), "_ignores", _ignores)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(5):
+            assert_same(g(_x(), i), _passes_on(_x(), i))
+    assert _traces(g) == 6              # (the first graph, whose guard holds again)
+
+
+def test_a_method_rebound_on_the_class_keys_by_value(monkeypatch):
+    lit = _Shared(nn.Linear(3, 3))
+    g = _both(lit.training_step, [((_x(), i), {}) for i in range(3)])
+    monkeypatch.setattr(_Shared, "shared", lambda self, b, i, s: self.model(b).sum() * i)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(5):
+            assert_same(g(_x(), i), lit.training_step(_x(), i))
+    assert _traces(g) == 6
+
+
+def _passes_to_print(x, i):
+    print(i, end="")
+    return _ignores(x, i)
+
+
+def test_a_number_also_passed_to_a_builtin_is_read(capsys):
+    g = _both(_passes_to_print, [((_x(), i), {}) for i in range(4)])
+    assert capsys.readouterr().out == "00112233"
+    assert _traces(g) + g.cache_info().fallbacks == 4
+
+
+def _passing(self, a, n, m):
+    return self.f(a, n) + _ignores(a, i=n) + m(n)
+
+
+def test_analysis_names_what_is_passed_on():
+    node, _ = parser.parse_function(_passing)
+    found = unread_arguments.unread(node)
+    assert found == {"n": unread_arguments.Passed({(("attr", "self", "f"), 1),
+                                                   (("name", "_ignores"), "i"),
+                                                   (("name", "m"), 0)}),
+                     "a": unread_arguments.Passed({(("attr", "self", "f"), 0),
+                                                   (("name", "_ignores"), 0)})}   # (m: called)

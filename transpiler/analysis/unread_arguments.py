@@ -1,16 +1,19 @@
 """Unread arguments: which parameters' values the function's source can never read.
 
 Requires: nothing (a gast FunctionDef, as ``pyct.parser.parse_function`` gives it).
-Provides: ``unread(node)`` -> {parameter name: ``WHOLE`` or a frozenset of element keys},
-for the parameters whose value no code of the function can read:
+Provides: ``unread(node)`` -> {parameter name: ``WHOLE``, a frozenset of element keys or
+``Passed``}, for the parameters whose value no code of the function can read:
 
-    def training_step(self, batch, batch_idx):     # {'batch_idx': WHOLE, 'self': WHOLE}
+    def training_step(self, batch, batch_idx):     # {'batch_idx': WHOLE}
         x, y = batch                                # (batch: every element read)
         return self.model(x).sum()
 
-    def step(x, cfg, n):                            # {'cfg': frozenset({1}), 'n': WHOLE}
+    def step(x, cfg, n):                            # {'cfg': frozenset({0}), 'n': WHOLE}
         if n is None or isinstance(n, int):         # a question its type answers
             return x * cfg[0]                       # only cfg[0] (cfg[1] never read)
+
+    def training_step(self, batch, batch_idx):     # {'batch_idx': Passed(((('attr',
+        return self.shared(batch, batch_idx)        #   'self', 'shared'), 1),))}
 
 ``WHOLE``: the name is never loaded, except as ``n is None``/``n is not None`` or
 ``isinstance(n, <a built-in class>)``/``type(n)`` (which its type answers; ``QUESTIONS``
@@ -19,7 +22,8 @@ frozenset: the parameter is loaded only as ``p[<constant>]`` (a read of that ele
 unpacked whole by ``a, b, c = p`` with every target a plain name (element ``i`` read where
 its name is loaded anywhere): the elements not listed are never read. Any other use -- an
 operator, a call, a store (``self.step = n``), a nested function, lambda or comprehension
-naming it, ``x += n`` -- is a read, as is everything where the function names ``locals``,
+naming it, ``x += n`` -- is a read (but ``Passed``: only passed on as an argument, which
+the caller resolves), as is everything where the function names ``locals``,
 ``vars``, ``eval``, ``exec`` or a frame (``_getframe``, ``currentframe``, ``f_locals``): the
 answer is by name, conservative (a name loaded on a path never taken still counts).
 """
@@ -41,16 +45,60 @@ def unread(node) -> dict:
     if not params or any(_names_frame(n) or _rebinds_question(n) for n in gast.walk(node)):
         return {}
     uses = {p: [] for p in params}          # name -> (node, parent) of each use
+    parents = {}
     for parent in gast.walk(node):
         for child in gast.iter_child_nodes(parent):
+            parents[id(child)] = parent
             if isinstance(child, gast.Name) and child.id in uses and \
                     not isinstance(child.ctx, gast.Param) and parent is not node.args:
                 uses[child.id].append((child, parent))
     out = {}
     for p in params:
-        found = _elements_read(uses[p], node)
+        passed = _passed_on(uses[p], parents)
+        found = _elements_read([u for u in uses[p] if u[0] not in passed], node)
+        if found is WHOLE and passed:
+            found = Passed(frozenset(passed.values()))
+        elif passed:
+            found = None
         if found is not None:
             out[p] = found
+    return out
+
+
+class Passed(tuple):
+    """A parameter whose only reads are as an argument of calls (besides type questions):
+    ``(callee, slot)`` pairs; callee ``('name', f)`` for ``f(..., n)``, ``('attr', base,
+    m)`` for ``base.m(..., n)``; slot the position among the call's arguments, or the
+    keyword. Unread where every callee leaves that parameter unread (the caller decides:
+    it knows the callees)."""
+
+    def __new__(cls, calls):
+        return super().__new__(cls, sorted(calls, key=repr))
+
+
+def _passed_on(uses, parents) -> dict:
+    """{use: (callee, slot)} for the uses that are a plain argument of a call of a name
+    or of an attribute of a name (no ``*``/``**`` in that call)."""
+    out = {}
+    for name, parent in uses:
+        if _type_question(name, parent):
+            continue
+        call, slot = parent, None
+        if isinstance(parent, gast.keyword) and parent.arg is not None:
+            call, slot = parents.get(id(parent)), parent.arg
+        if not isinstance(call, gast.Call) or call.func is name or \
+                any(isinstance(a, gast.Starred) for a in call.args) or \
+                any(k.arg is None for k in call.keywords):
+            continue
+        if slot is None:
+            if not any(a is name for a in call.args):
+                continue
+            slot = next(i for i, a in enumerate(call.args) if a is name)
+        func = call.func
+        if isinstance(func, gast.Name):
+            out[name] = (('name', func.id), slot)
+        elif isinstance(func, gast.Attribute) and isinstance(func.value, gast.Name):
+            out[name] = (('attr', func.value.id, func.attr), slot)
     return out
 
 
