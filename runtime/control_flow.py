@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dis
 import sys
+import types
 import weakref
 from typing import Callable
 
@@ -291,30 +292,47 @@ def refuse_reached(varying: dict, where: str, which: str) -> None:
 def compares_values() -> bool:
     """Whether converted code on the stack compares two values with ``is``: the right
     operand not a constant, a global or an attribute (``y is None``, ``type(t) is
-    torch.Tensor`` compare with no tensor that a cond could hand back)."""
+    torch.Tensor`` compare with no tensor that a cond could hand back), nor a closure's
+    variable that holds a function or class (transformers' ``type(self).forward is
+    forward_with_checkpointing``, in every decoder layer: it made a dynamic trace of
+    GPT-2/LLaMA with a KV cache and no mask refuse sdpa's ``if ... kv_length > q_length:
+    key = key[..., :q_length, :]`` on the cache's keys, one trace per length)."""
     frame = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
-        if code.co_filename.startswith("<tograph generated") and _is_of_values(code):
+        if code.co_filename.startswith("<tograph generated") and _is_of_values(code, frame):
             return True
         frame = frame.f_back
     return False
 
 
-_IS_OF_VALUES = weakref.WeakKeyDictionary()     # code -> bool (generated code is freed)
+_IS_OPERANDS = weakref.WeakKeyDictionary()     # code -> (right operands, nested code does)
 
 _NAMED = ("LOAD_CONST", "LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD")
+_NOT_VALUES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type,
+               types.ModuleType)
 
 
-def _is_of_values(code) -> bool:
-    hit = _IS_OF_VALUES.get(code)
-    if hit is None:
+def _is_of_values(code, frame=None) -> bool:
+    """Whether ``code`` (running in ``frame``, if given) compares values with ``is``."""
+    found = _IS_OPERANDS.get(code)
+    if found is None:
         ins = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "PRECALL")]
-        hit = any(i.opname == "IS_OP" and k > 0 and ins[k - 1].opname not in _NAMED
-                  for k, i in enumerate(ins)) or any(
-            _is_of_values(c) for c in code.co_consts if hasattr(c, "co_code"))
-        _IS_OF_VALUES[code] = hit
-    return hit
+        operands = tuple((ins[k - 1].opname, ins[k - 1].argval) for k, i in enumerate(ins)
+                         if i.opname == "IS_OP" and k > 0 and ins[k - 1].opname not in _NAMED)
+        found = operands, any(_is_of_values(c) for c in code.co_consts
+                              if hasattr(c, "co_code"))
+        _IS_OPERANDS[code] = found
+    operands, nested = found
+    return nested or any(not _names_no_value(code, frame, op, name) for op, name in operands)
+
+
+def _names_no_value(code, frame, op: str, name) -> bool:
+    """Whether the operand ``op name`` of an ``is`` in ``frame`` is a closure's variable
+    holding a function, class or module (no tensor or container a cond hands back)."""
+    if frame is None or op != "LOAD_DEREF" or name not in code.co_freevars:
+        return False
+    return isinstance(frame.f_locals.get(name), _NOT_VALUES)
 
 
 def _note_copies(then_tree, else_tree) -> bool:

@@ -21,8 +21,8 @@ from typing import Any, Dict, NamedTuple, Optional
 
 import torch
 
-from . import graph_ops, inference_warnings, known_values, packed_sequences, size_probes
-from . import value_bounds
+from . import graph_ops, inference_warnings, known_values, packed_sequences, probe_shapes
+from . import size_probes, value_bounds
 from .errors import GraphError
 from .meta import TensorMeta
 from .ops import is_inplace
@@ -67,6 +67,7 @@ def _probes():
 class Inferred(NamedTuple):
     meta: Any
     example: Any
+    probes: Any = None      # {probe: meta} of a strict trace's probes (``probe_shapes``)
 
 
 def _meta_like(t: torch.Tensor, shape=None) -> torch.Tensor:
@@ -308,8 +309,9 @@ def _generalize(first: Inferred, func, args, kwargs, dynamic, sizes=None) -> Inf
     hints = {s for t in dynamic for s, d in zip(sizes.get(id(t), tuple(t.shape)),
                                                 _symbolic_meta(t).shape or
                                                 (None,) * t.dim()) if d is None}
+    per_probe = None
     if _strict() and not unknown_rank:
-        second = _proven(func, args, kwargs, dynamic)
+        second, per_probe = _proven(func, args, kwargs, dynamic)
         _same_count(first.meta, second, func)
         if func in _CLAMPING or func in _COUNTED:
             second = _at_one(first.meta, second, _run_at_one(func, args, kwargs, dynamic),
@@ -336,7 +338,7 @@ def _generalize(first: Inferred, func, args, kwargs, dynamic, sizes=None) -> Inf
     elif isinstance(meta, tuple):
         seconds = second if isinstance(second, tuple) else (None,) * len(meta)
         meta = tuple(None if a is None else join(a, b) for a, b in zip(meta, seconds))
-    return Inferred(meta, first.example)
+    return Inferred(meta, first.example, per_probe)
 
 
 def _proven(func, args, kwargs, dynamic):
@@ -346,23 +348,21 @@ def _proven(func, args, kwargs, dynamic):
     give 49 and 4), and moves what follows a size (a stride-2 conv's ``(n - 1) // 2 + 1``
     is 2 at 3 and 4, 3 at 6). A shifted trace also probes them all grown by the same
     amount (``size_probes``). ``GraphError`` when the op holds at no probe: it holds only
-    at the sizes it was traced with."""
+    at the sizes it was traced with. The inputs are resized to the shapes they have at
+    each probe (``probe_shapes``: 4BS rows for tokens flattened from (B, S), doubled)."""
     def at(probe):
-        scale, grow = probe
-        resize = {}
-        for t in dynamic:
-            dims = _symbolic_meta(t).shape
-            resize[id(t)] = [s * scale + grow if d is None else s
-                             for s, d in zip(t.shape, dims)]
+        resize = {id(t): probe_shapes.resized(t._node, tuple(t.shape), _symbolic_meta(t).shape,
+                                              *probe) for t in dynamic}
         margs, mkwargs = _to_meta_args(args, kwargs, resize)
         return _run_any(func, margs, mkwargs).meta
     return _at_probes(func, at)
 
 
 def _at_probes(func, at):
-    """``at(probe)`` merged over the strict probes where it holds (``size_probes.merge``);
-    when none holds, ``GraphError``, noting whether a shifted probe would have held."""
-    seconds, error = [], None
+    """``at(probe)`` merged over the strict probes where it holds (``size_probes.merge``),
+    and ``{probe: at(probe)}`` of those; when none holds, ``GraphError``, noting whether a
+    shifted probe would have held."""
+    held, error = {}, None
     probes = _probes()
     for probe in probes:
         try:
@@ -371,9 +371,9 @@ def _at_probes(func, at):
             error = e
             continue
         if meta is not None:
-            seconds.append(meta)
-    if seconds:
-        return size_probes.merge(seconds)
+            held[probe] = meta
+    if held:
+        return size_probes.merge(list(held.values())), held
     shifted = None
     if size_probes.SHIFTED not in probes:
         try:
@@ -500,6 +500,7 @@ def _infer_indexing(func, args, kwargs) -> Inferred:
     meta_index = tuple(meta_items) if isinstance(index, tuple) else meta_items[0]
     result = _infer(func, (args[0], meta_index) + tuple(args[2:]), kwargs)
     if isinstance(result.meta, TensorMeta) and dynamic and result.meta.shape is not None:
+        # (no probe shapes: the slice was probed at its bounds' example values)
         dims = tuple(None if i in dynamic else d for i, d in enumerate(result.meta.shape))
         result = Inferred(TensorMeta(dims, result.meta.dtype), result.example)
     return result
@@ -634,8 +635,8 @@ def _infer_sized(func, args, kwargs, sizes, error) -> Inferred:
         grown = {id(s): hint(s._node, grow=grow, scale=scale) for s in sizes}
         if (not dynamic and scale == 1) or any(h is None for h in grown.values()):
             return None
-        resize = {id(t): [s * scale + grow if d is None else s for s, d in
-                          zip(t.shape, _symbolic_meta(t).shape or (None,) * t.dim())]
+        resize = {id(t): probe_shapes.resized(t._node, tuple(t.shape), _symbolic_meta(t).shape
+                                              or (None,) * t.dim(), scale, grow)
                   for t in dynamic}
         try:
             margs, mkwargs = _to_meta_args(with_hints(args, grown), with_hints(kwargs, grown),
@@ -643,8 +644,9 @@ def _infer_sized(func, args, kwargs, sizes, error) -> Inferred:
             return _run_any(func, margs, mkwargs).meta
         except Exception:  # noqa: BLE001 - then other values for the sizes alone
             return None
+    per_probe = None
     if _strict():       # at the probes _proven uses; no guess when none holds
-        second = _at_probes(func, lambda probe: grown_by(probe[1], scale=probe[0]))
+        second, per_probe = _at_probes(func, lambda probe: grown_by(probe[1], scale=probe[0]))
         _same_count(first.meta, second, func)
         if func in _CLAMPING or func in _COUNTED:
             second = _at_one(first.meta, second, grown_by(1, scale=0), func)
@@ -674,7 +676,7 @@ def _infer_sized(func, args, kwargs, sizes, error) -> Inferred:
         meta = tuple(vary(a, b) for a, b in zip(meta, seconds))
     else:
         meta = vary(meta, second)
-    return Inferred(meta, first.example)
+    return Inferred(meta, first.example, per_probe)
 
 
 def _infer(func, args, kwargs) -> Inferred:
@@ -691,7 +693,9 @@ def _infer(func, args, kwargs) -> Inferred:
                 else (func,) + flat
             key += (torch._C.get_default_dtype(),)    # factories' and numbers' dtype
             if _strict():
-                key += ("strict dims", getattr(_STRICT, "shifted", False))
+                key += ("strict dims", getattr(_STRICT, "shifted", False),
+                        tuple(probe_shapes.key(t._node, _probes())
+                              for t in _dynamic_inputs(args, kwargs)))
             hit = _CACHE.get(key)
             if hit is not None:
                 if key in _WARNS:

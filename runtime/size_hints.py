@@ -19,6 +19,7 @@ from typing import List, Optional
 
 import torch
 
+from . import probe_shapes
 from .graph import Node, find_leaves
 
 _MAX_DEPTH = 64
@@ -42,7 +43,7 @@ def _example_shape(node: Node, grow: int, scale: int = 1):
         return None
     if meta_shape is None or len(meta_shape) != len(shape):
         return shape if not grow and scale == 1 else None
-    return tuple(s * scale + grow if d is None else s for s, d in zip(shape, meta_shape))
+    return tuple(probe_shapes.resized(node, shape, meta_shape, scale, grow))
 
 
 def hint(node: Node, grow: int = 0, depth: int = 0, scale: int = 1) -> Optional[int]:

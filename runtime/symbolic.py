@@ -28,6 +28,7 @@ from . import autocast_ops, autograd_effects, factory_dtypes, inference_ops, ite
 from . import flag_arguments, grad_flags, index_lists, size_text, tensor_state, trace_reads
 from . import attention_fast_path, carried_numbers, library_questions, tensor_of_items
 from . import inference_warnings, int_overflow, known_values, packed_sequences, unpool_sizes
+from . import probe_shapes, size_compares
 from . import number_checks
 from . import value_tests
 from . import branch_grad_flags, foreach_calls
@@ -675,6 +676,9 @@ def _record_call(func, args, kwargs, concrete: bool):
         answer = value_tests.CALLS[func](*args, **kwargs)
         if answer is not None:
             return answer
+    known = size_compares.decided(func, args, kwargs)    # (``n >= 0`` of a size: True)
+    if known is not None:
+        return known
     number = arithmetic_kind(op_name(func), args) if not kwargs else None
     if number in ("int", "float"):      # ``True + True`` is 2: bools count as ints
         args = _bools_as_ints(args)
@@ -772,6 +776,7 @@ def _dispatch_record(func, args, kwargs, concrete: bool = False):
     node = graph.add_node(op_name(target), target, node_args, node_kwargs, result.meta,
                           location=location, impure=impure)
     _note_grad(node, func, args, kwargs, result.meta)
+    probe_shapes.note(node, getattr(result, "probes", None))
     inference_ops.note(node, func, args, kwargs)
     tensor_state.note_layout(node, leaves if leaves is not None else
                              _symbolic_leaves((args, kwargs)))

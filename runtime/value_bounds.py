@@ -61,16 +61,17 @@ def _is_node(value) -> bool:
     return hasattr(value, "op") and hasattr(value, "graph")
 
 
-def _offset(node, depth: int = 0):
-    """``(base, c)`` with ``node`` = ``base + c`` through adds and subtractions of ints."""
-    if depth < _DEPTH and node.op in ("add", "sub") and len(node.args) == 2 and \
+def offset(node, depth: int = 0):
+    """``(base, c)`` with ``node`` = ``base + c`` through adds and subtractions of ints
+    (``0 + n`` is ``radd``)."""
+    if depth < _DEPTH and node.op in ("add", "radd", "sub") and len(node.args) == 2 and \
             not node.kwargs:
         a, b = node.args
-        if node.op == "add" and type(a) is int and _is_node(b):
+        if node.op != "sub" and type(a) is int and _is_node(b):
             a, b = b, a
         if _is_node(a) and type(b) is int:
-            base, c = _offset(a, depth + 1)
-            return base, c + (b if node.op == "add" else -b)
+            base, c = offset(a, depth + 1)
+            return base, c + (-b if node.op == "sub" else b)
     return node, 0
 
 
@@ -80,7 +81,7 @@ def static_width(data_size, start, stop) -> Optional[int]:
     a, b = _node(start), _node(stop)
     if a is None or b is None or type(data_size) is not int:
         return None
-    (base_a, c_a), (base_b, c_b) = _offset(a), _offset(b)
+    (base_a, c_a), (base_b, c_b) = offset(a), offset(b)
     width = c_b - c_a
     if base_a is not base_b or width < 0:
         return None

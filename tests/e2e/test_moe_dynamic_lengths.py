@@ -1,11 +1,14 @@
-"""MoE decoders (Mixtral, Qwen2-MoE) trace once per sequence length; dense ones twice (h88).
+"""MoE decoders (Mixtral, Qwen2-MoE) traced once per sequence length; dense ones twice (h88).
 
 Found with ``tograph.dynamic``'s log on a tiny Mixtral called at new (batch, length) sizes
-with a padding mask: the trace with both ``input_ids`` dims dynamic fails at
+with a padding mask: the trace with both ``input_ids`` dims dynamic failed at
 ``MixtralSparseMoeBlock.forward``'s ``hidden_states.reshape(batch_size, sequence_length,
 hidden_dim)`` -- not at the routing (``topk``, ``one_hot``, ``nonzero``, ``torch.where``,
-``index_add_`` all pass) -- so the batch dim alone is made dynamic and every new length
-traces again (values stay eager's). The case below is that shape pattern alone.
+``index_add_`` all pass): shape inference's probe resized every run-time dim alike, (B*S)
+doubled to 2BS where (2B)(2S) was asked. Each value is now probed at the shape it has when
+the inputs have theirs (``runtime/probe_shapes.py``, h94): one dynamic graph serves every
+size. The case below is that shape pattern alone; the models are in
+``tests/models/test_decoder_dynamic_lengths.py``.
 """
 import warnings
 
@@ -30,12 +33,6 @@ def _moe_shape(x):
     return (tokens * 2).reshape(batch, length, width)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Open: with both the batch and the length dynamic, reshaping the flattened (B*S, H) "
-    "tokens back to (B, S, H) is refused (shape_inference's probe doubles every run-time "
-    "size, B*S becomes 2BS where (2B)(2S) is asked: 'reshape holds only at the sizes it "
-    "was traced with'), so Mixtral and Qwen2-MoE trace with the batch dim only dynamic: "
-    "one trace per sequence length. Needs sizes known as products of input dims."))
 def test_flattened_tokens_reshaped_back_serve_every_length():
     conv = to_graph(_moe_shape, dynamic={"x": [0, 1]})
     for batch, length in [(2, 7), (3, 9), (4, 5)]:
