@@ -474,14 +474,27 @@ def test_a_number_also_passed_to_a_builtin_is_read(capsys):
 
 
 def _passing(self, a, n, m):
-    return self.f(a, n) + _ignores(a, i=n) + m(n)
+    return self.f(a, n) + _ignores(a, i=n) + m(a)
 
 
 def test_analysis_names_what_is_passed_on():
     node, _ = parser.parse_function(_passing)
     found = unread_arguments.unread(node)
     assert found == {"n": unread_arguments.Passed({(("attr", "self", "f"), 1),
-                                                   (("name", "_ignores"), "i"),
-                                                   (("name", "m"), 0)}),
-                     "a": unread_arguments.Passed({(("attr", "self", "f"), 0),
-                                                   (("name", "_ignores"), 0)})}   # (m: called)
+                                                   (("name", "_ignores"), "i")})}
+    # (a: also passed to m, a parameter: no callee known; m: called)
+
+
+def _local_callee(x, i):
+    _ignores = _reads               # noqa: F841 - a local of the global's name
+    return _ignores(x, i)
+
+
+def _callee_argument(x, i, _ignores):
+    return _ignores(x, i)
+
+
+@pytest.mark.parametrize("fn, extra", [(_local_callee, ()), (_callee_argument, (_reads,))])
+def test_a_local_callee_is_not_the_global_of_its_name(fn, extra):
+    g = _both(fn, [((_x(), i) + extra, {}) for i in range(4)])
+    assert _traces(g) + g.cache_info().fallbacks == 4

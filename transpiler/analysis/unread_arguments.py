@@ -52,9 +52,10 @@ def unread(node) -> dict:
             if isinstance(child, gast.Name) and child.id in uses and \
                     not isinstance(child.ctx, gast.Param) and parent is not node.args:
                 uses[child.id].append((child, parent))
+    bound = _bound_names(node)
     out = {}
     for p in params:
-        passed = _passed_on(uses[p], parents)
+        passed = _passed_on(uses[p], parents, bound)
         found = _elements_read([u for u in uses[p] if u[0] not in passed], node)
         if found is WHOLE and passed:
             found = Passed(frozenset(passed.values()))
@@ -76,9 +77,28 @@ class Passed(tuple):
         return super().__new__(cls, sorted(calls, key=repr))
 
 
-def _passed_on(uses, parents) -> dict:
+def _bound_names(fn) -> dict:
+    """{name: how} for the names ``fn`` binds anywhere ('param' for parameters, nested
+    ones too; 'local' for stores, deletes, defs, classes and imports)."""
+    bound = {}
+    for n in gast.walk(fn):
+        if isinstance(n, gast.Name) and not isinstance(n.ctx, gast.Load):
+            if bound.get(n.id) != 'local':
+                bound[n.id] = 'param' if isinstance(n.ctx, gast.Param) else 'local'
+        elif isinstance(n, (gast.FunctionDef, gast.AsyncFunctionDef, gast.ClassDef)) and \
+                n is not fn:
+            bound[n.name] = 'local'
+        elif isinstance(n, gast.alias):
+            bound[(n.asname or n.name).split('.')[0]] = 'local'
+        elif isinstance(n, (gast.Global, gast.Nonlocal)):
+            bound.update((name, 'local') for name in n.names)
+    return bound
+
+
+def _passed_on(uses, parents, bound) -> dict:
     """{use: (callee, slot)} for the uses that are a plain argument of a call of a name
-    or of an attribute of a name (no ``*``/``**`` in that call)."""
+    the function does not bind (a global or closure function) or of a method of a
+    parameter it never rebinds (``self.m``), no ``*``/``**`` in that call."""
     out = {}
     for name, parent in uses:
         if _type_question(name, parent):
@@ -95,9 +115,10 @@ def _passed_on(uses, parents) -> dict:
                 continue
             slot = next(i for i, a in enumerate(call.args) if a is name)
         func = call.func
-        if isinstance(func, gast.Name):
+        if isinstance(func, gast.Name) and func.id not in bound:
             out[name] = (('name', func.id), slot)
-        elif isinstance(func, gast.Attribute) and isinstance(func.value, gast.Name):
+        elif isinstance(func, gast.Attribute) and isinstance(func.value, gast.Name) and \
+                bound.get(func.value.id) == 'param':
             out[name] = (('attr', func.value.id, func.attr), slot)
     return out
 
