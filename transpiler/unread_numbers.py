@@ -17,6 +17,14 @@ path the trace took or not, in a nested function, stored on an object), a ``*arg
 ``isinstance``/``type`` rebound in its globals, a module with forward hooks (which receive
 the arguments), and a function without source.
 
+A number only passed on as a plain argument (``self.shared_step(batch, batch_idx,
+"train")``, ``helper(x, i=i)``) is unread where the function that name gives now (a
+global or closure function the caller never rebinds locally, or a method of the class of
+the bound ``self``) leaves it unread, 3 calls deep. That answer holds for those callees
+only: after each trace it is asked again (``changed``), and a callee rebound to one that
+reads the number (the guard of the old graph fails, and the new trace keys by value) is
+keyed by value from then on.
+
 Not seen: a callee reading its caller's frame (``sys._getframe(1).f_locals``).
 """
 from __future__ import annotations
