@@ -19,7 +19,6 @@ has not).
 from __future__ import annotations
 
 import math
-from collections import namedtuple
 from dataclasses import dataclass
 
 import pytest
@@ -1080,6 +1079,22 @@ def wlm_generate_words(words, temperature):
     return outf.getvalue()
 
 
+def repackage_hidden(h):
+    """word_language_model/main.py repackage_hidden."""
+    if isinstance(h, torch.Tensor):
+        return h.detach()
+    else:
+        return tuple(repackage_hidden(v) for v in h)
+
+
+def get_batch(source, i, bptt):
+    """word_language_model/main.py get_batch (`args.bptt` passed in)."""
+    seq_len = min(bptt, len(source) - 1 - i)
+    data = source[i:i + seq_len]
+    target = source[i + 1:i + 1 + seq_len].view(-1)
+    return data, target
+
+
 @program((torch.randint(0, 11, (40,), generator=_g(8)), 5, 4), (torch.randint(0, 11, (23,), generator=_g(9)), 3, 2))
 def wlm_evaluate(source, bptt, eval_batch_size):
     """pytorch/examples word_language_model/main.py `batchify`, `get_batch`,
@@ -1092,18 +1107,6 @@ def wlm_evaluate(source, bptt, eval_batch_size):
         data = data.view(bsz, -1).t().contiguous()
         return data
 
-    def repackage_hidden(h):
-        if isinstance(h, torch.Tensor):
-            return h.detach()
-        else:
-            return tuple(repackage_hidden(v) for v in h)
-
-    def get_batch(source, i):
-        seq_len = min(bptt, len(source) - 1 - i)
-        data = source[i:i + seq_len]
-        target = source[i + 1:i + 1 + seq_len].view(-1)
-        return data, target
-
     criterion = nn.NLLLoss()
     data_source = batchify(source, eval_batch_size)
     model = _WLM
@@ -1112,7 +1115,7 @@ def wlm_evaluate(source, bptt, eval_batch_size):
     hidden = model.init_hidden(eval_batch_size)
     with torch.no_grad():
         for i in range(0, data_source.size(0) - 1, bptt):
-            data, targets = get_batch(data_source, i)
+            data, targets = get_batch(data_source, i, bptt)
             output, hidden = model(data, hidden)
             hidden = repackage_hidden(hidden)
             total_loss += len(data) * criterion(output, targets).item()
@@ -1594,36 +1597,6 @@ def timm_label_smoothing_ce(x, target, smoothing):
     smooth_loss = -logprobs.mean(dim=-1)
     loss = confidence * nll_loss + smoothing * smooth_loss
     return loss.mean()
-
-
-SavedAction = namedtuple('SavedAction', ['log_prob', 'value'])
-
-
-@program(([1.0, 1.0, 1.0, 0.0], 0.99), ([1.0], 0.9), ([0.5, 2.0, 1.0], 0.5))
-def actor_critic_returns(rewards, gamma):
-    """pytorch/examples reinforcement_learning/actor_critic.py `finish_episode`'s returns
-    (Python floats into a list by `returns.insert(0, R)`, `torch.tensor(returns)`,
-    normalised with `eps = np.finfo(np.float32).eps.item()`) and the loss lists built with
-    `F.smooth_l1_loss(value, torch.tensor([R]))` over SavedAction namedtuples."""
-    eps = 1.1920928955078125e-07
-    g = torch.Generator().manual_seed(len(rewards))
-    saved_actions = [SavedAction(torch.randn(1, generator=g), torch.randn(1, generator=g))
-                     for _ in rewards]
-    R = 0
-    policy_losses = []
-    value_losses = []
-    returns = []
-    for r in rewards[::-1]:
-        R = r + gamma * R
-        returns.insert(0, R)
-    returns = torch.tensor(returns)
-    returns = (returns - returns.mean()) / (returns.std() + eps)
-    for (log_prob, value), R in zip(saved_actions, returns):
-        advantage = R - value.item()
-        policy_losses.append(-log_prob * advantage)
-        value_losses.append(F.smooth_l1_loss(value, torch.tensor([R])))
-    loss = torch.stack(policy_losses).sum() + torch.stack(value_losses).sum()
-    return loss, returns
 
 
 # ================================================================ more library code

@@ -20,15 +20,11 @@ results; strict raises ConversionError), or a strict xfail whose reason starts `
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import math
 import os
-import random
 import re
 import sys
 import time
-import warnings
 from collections import namedtuple
 from functools import partial
 
@@ -37,9 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.training.test_fresh_eyes_scripts_round3 import _snap
+from tests.training import test_fresh_eyes_scripts_round3 as round3
 from tests.training.test_fresh_eyes_techniques import _gen, _same
-from transpiler import ConversionError, FallbackWarning, to_graph
+from transpiler import ConversionError
 
 # The models copied into the inference suite (nanoGPT's GPT, pytorch-crf's CRF, ...) are
 # imported from it; its own imports resolve from tests/e2e.
@@ -59,33 +55,10 @@ def program(how="step"):
 
 # ----------------------------------------------------------------------------- runner
 def _run(name, mode):
-    """mode: 'eager', 'default' or 'strict'. One row per call, taken right after it."""
-    fn, how = _PROGRAMS[name]
-    strict = mode == "strict"
-    torch.set_grad_enabled(True)
-    torch.manual_seed(0)
-    random.seed(0)
-    wrap = (lambda m: m) if mode == "eager" or how != "model" else \
-        (lambda m: to_graph(m, strict=strict))
-    step, objs, calls = fn(wrap)
-    if mode != "eager" and how == "step":
-        step = to_graph(step, strict=strict)
-    torch.manual_seed(1)
-    random.seed(1)
-    rows, fbs = [], []
-    for i, c in enumerate(calls):
-        buf = io.StringIO()
-        with warnings.catch_warnings(record=True) as rec, contextlib.redirect_stdout(buf):
-            warnings.simplefilter("always")
-            try:
-                out = step(*c)
-            except ConversionError:
-                raise
-            except Exception as e:          # noqa: BLE001 -- eager's exception is compared
-                out = ("raised", type(e).__name__, str(e))
-        fbs += [str(w.message) for w in rec if issubclass(w.category, FallbackWarning)]
-        rows.append((i, _snap(out), _snap(objs), buf.getvalue(), torch.get_rng_state(),
-                     random.getstate()))
+    """Round 3's runner (mode 'eager', 'default' or 'strict'; one snapshot row per call),
+    on this file's program: it is added to round 3's registry under its own name."""
+    round3._PROGRAMS.setdefault(name, _PROGRAMS[name])
+    rows, fbs, _ = round3._run(name, mode)
     return rows, fbs
 
 
@@ -352,7 +325,7 @@ def prog_torchcrf_bilstm_default_mask(wrap):
 
 
 # ======================================================= pytorch/tutorials BiLSTM-CRF
-from tests.e2e.test_fresh_eyes_round5 import START_TAG, STOP_TAG, argmax, log_sum_exp  # noqa: E402
+from tests.e2e.test_fresh_eyes_round5 import START_TAG, STOP_TAG, log_sum_exp  # noqa: E402
 
 
 class BiLSTM_CRF(nn.Module):
@@ -622,7 +595,7 @@ def prog_examples_time_sequence_lbfgs_model(wrap):
 
 
 def _wlm_lstm(wrap):
-    from tests.e2e.test_fresh_eyes_round5 import RNNModel
+    from tests.e2e.test_fresh_eyes_round5 import RNNModel, get_batch, repackage_hidden
     torch.manual_seed(0)
     net = RNNModel('LSTM', 11, 6, 6, 2, dropout=0.2, tie_weights=True)
     model = wrap(net)
@@ -633,21 +606,9 @@ def _wlm_lstm(wrap):
     train_data = data.narrow(0, 0, nbatch * batch_size).view(batch_size, -1).t().contiguous()
     state = {"hidden": net.init_hidden(batch_size), "total_loss": 0.}
 
-    def repackage_hidden(h):
-        if isinstance(h, torch.Tensor):
-            return h.detach()
-        else:
-            return tuple(repackage_hidden(v) for v in h)
-
-    def get_batch(source, i):
-        seq_len = min(bptt, len(source) - 1 - i)
-        data = source[i:i + seq_len]
-        target = source[i + 1:i + 1 + seq_len].view(-1)
-        return data, target
-
     def step(i):
         model.train()
-        data, targets = get_batch(train_data, i)
+        data, targets = get_batch(train_data, i, bptt)
         hidden = repackage_hidden(state["hidden"])
         model.zero_grad()
         output, hidden = model(data, hidden)
