@@ -2015,9 +2015,9 @@ VERDICTS = {
     # strings looked up by run-time indices
     "batched_ctc_decoder_item_loop": ("fallback", "tokens.append(labels[idx])", ""),
     "wlm_generate_words": ("fallback", "word = _IDX2WORD[word_idx]", ""),
-    # (the named line and reason are misleading: see test_unique_consecutive_dim_minus_one)
-    "torchaudio_greedy_ctc_decoder": ("fallback", ("indices = [i for i in indices if i != self.blank]",
-                                                  'joined = "".join([self.labels[i] for i in indices])'), ""),
+    # (before 384ca16 it fell back on the comprehension, 'the condition has shape (N,)': the
+    # graph's unique_consecutive(dim=-1) had rank 2; see test_unique_consecutive_dim_minus_one)
+    "torchaudio_greedy_ctc_decoder": ("fallback", 'joined = "".join([self.labels[i] for i in indices])', ""),
     # a list held by the Beam grows in one branch of a tensor `if` only
     "opennmt_beam_search": ("fallback", "if self.next_ys[-1][0] == self._eos:", ""),
     # str() of an object holding `.item()`-derived values (round 3's average_meter verdict)
