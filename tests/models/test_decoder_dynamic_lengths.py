@@ -124,14 +124,27 @@ def test_batch_and_length_changing_take_two_traces(name, mask):
     assert _serve(name, BATCHED, mask, use_cache=False) == 2
 
 
-@pytest.mark.parametrize("name", MODELS)
+_SLIDING = pytest.mark.xfail(strict=True, reason=(
+    "Open: Mistral's sliding window (4096) makes masking_utils ask `kv_length >= "
+    "local_attention_size` of the length, whose answer changes at 4096: staged, one path "
+    "returns None and the other a mask (BranchMismatchError), so the dynamic trace is "
+    "refused and each length is traced as it is (values right). Needs a size test decided "
+    "by the traced sizes and guarded (a graph serving only lengths below 4096)."))
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_SLIDING) if n == "mistral" else n
+                                  for n in MODELS])
 def test_the_cache_made_without_a_mask_takes_two_traces(name):
     """Batch 1, lengths 5-23, no mask, the config's ``use_cache`` (on): the call makes a
-    ``DynamicCache`` and returns it; was one trace per length for every model. Mistral's
-    sliding window (4096) still asks ``kv_length >= 4096`` of the length: a question whose
-    answer changes with the length, so each length is traced as it is (values right)."""
-    traces = _serve(name, [(1, n) for n in LENGTHS], mask=False)
-    assert traces == (len(LENGTHS) if name == "mistral" else 2)
+    ``DynamicCache`` and returns it (compared too); was one trace per length for every
+    model."""
+    assert _serve(name, [(1, n) for n in LENGTHS], mask=False) == 2
+
+
+def test_the_sliding_window_model_stays_correct_at_every_length():
+    """What the xfail above leaves: Mistral's lengths are each traced (static), equal to
+    eager's logits and cache, never served by a graph of another length."""
+    assert _serve("mistral", [(1, n) for n in LENGTHS], mask=False) == len(LENGTHS)
 
 
 @pytest.mark.parametrize("name,mask", [("gpt2", False), ("mixtral", True)])
