@@ -1991,6 +1991,218 @@ def hf_min_length_and_top_k(input_ids, scores, min_length, eos_token_id):
     return scores_processed.masked_fill(indices_to_remove, -float("Inf"))
 
 
+# ================================================================ lucidrains, labml, chatbot tutorial
+def xt_top_k(logits, frac_num_tokens=0.1, k=None):
+    """lucidrains/x-transformers autoregressive_wrapper.py `top_k`."""
+    num_tokens = logits.shape[-1]
+    k = k if k is not None else math.ceil(frac_num_tokens * num_tokens)
+    k = min(k, num_tokens)
+    val, ind = torch.topk(logits, k)
+    probs = torch.full_like(logits, float('-inf'))
+    probs.scatter_(1, ind, val)
+    return probs
+
+
+def xt_top_p(logits, thres=0.9):
+    """x-transformers `top_p`: `F.pad(sorted_indices_to_remove, (1, -1), value=False)` (a
+    negative pad drops the last column)."""
+    sorted_logits, sorted_indices = torch.sort(logits, descending=True)
+    cum_probs = torch.cumsum(F.softmax(sorted_logits, dim=-1), dim=-1)
+    sorted_indices_to_remove = cum_probs > thres
+    sorted_indices_to_remove = F.pad(sorted_indices_to_remove, (1, -1), value=False)
+    sorted_logits[sorted_indices_to_remove] = float('-inf')
+    return sorted_logits.scatter(1, sorted_indices, sorted_logits)
+
+
+def xt_min_p(logits, min_p=0.1):
+    """x-transformers `min_p`."""
+    probs = logits.softmax(dim=-1)
+    max_probs = probs.amax(dim=-1, keepdim=True)
+    limit = min_p * max_probs
+    return torch.where(probs < limit, float('-inf'), logits)
+
+
+@program((_ints(2, 3, hi=13), 6, xt_top_k, 1.0, None), (_ints(2, 3, hi=13, seed=1), 5, xt_top_p, 0.7, 3),
+         (_ints(1, 2, hi=13, seed=2), 8, xt_min_p, 1.0, 4), (_ints(1, 2, hi=13, seed=3), 4, xt_top_p, 1.0, 0))
+def xtransformers_generate(prompts, seq_len, filter_logits_fn, temperature, eos_token):
+    """x-transformers AutoregressiveWrapper.generate (the 1.x loop): `out[:, -max_seq_len:]`,
+    a filter function passed in, multinomial, and with an eos token `if is_eos_tokens.any(dim
+    = -1).all():` mask everything after it via `F.pad(is_eos_tokens, (1, -1))` and cumsum,
+    `masked_fill(mask, pad_value)`, break; `out[:, t:]`. nanoGPT's model gives the logits."""
+    pad_value, max_seq_len = 0, 8
+    t = prompts.shape[-1]
+    out = prompts
+    for _ in range(seq_len):
+        logits = _GPT(out[:, -max_seq_len:])[0][:, -1]
+        filtered_logits = filter_logits_fn(logits)
+        probs = F.softmax(filtered_logits / temperature, dim=-1)
+        sample = torch.multinomial(probs, 1)
+        out = torch.cat((out, sample), dim=-1)
+        if eos_token is not None:
+            is_eos_tokens = (out == eos_token)
+            if is_eos_tokens.any(dim=-1).all():
+                shifted_is_eos_tokens = F.pad(is_eos_tokens, (1, -1))
+                mask = shifted_is_eos_tokens.float().cumsum(dim=-1) >= 1
+                out = out.masked_fill(mask, pad_value)
+                break
+    out = out[:, t:]
+    return out
+
+
+@program((_randn(3, 2, 1, 8), _randn(5, 2, 1, 8, seed=1), 4), (_randn(6, 1, 2, 8, seed=2), _randn(2, 1, 2, 8, seed=3), 8))
+def labml_rope_cached(x_short, x_long, d):
+    """labmlai annotated_deep_learning_paper_implementations labml_nn/transformers/rope/
+    __init__.py RotaryPositionalEmbeddings: `_build_cache` returns early when `self.cos_cached
+    is not None and x.shape[0] <= self.cos_cached.shape[0]`, else stores new cos/sin caches
+    on the module; `_neg_half`; partial rotation of the first `d` features. One module made
+    in the call, applied to a short, a long and the short sequence again."""
+    class RotaryPositionalEmbeddings(nn.Module):
+        def __init__(self, d: int, base: int = 10_000):
+            super().__init__()
+            self.base = base
+            self.d = d
+            self.cos_cached = None
+            self.sin_cached = None
+
+        def _build_cache(self, x: torch.Tensor):
+            if self.cos_cached is not None and x.shape[0] <= self.cos_cached.shape[0]:
+                return
+            seq_len = x.shape[0]
+            theta = 1. / (self.base ** (torch.arange(0, self.d, 2).float() / self.d)).to(x.device)
+            seq_idx = torch.arange(seq_len, device=x.device).float().to(x.device)
+            idx_theta = torch.einsum('n,d->nd', seq_idx, theta)
+            idx_theta2 = torch.cat([idx_theta, idx_theta], dim=1)
+            self.cos_cached = idx_theta2.cos()[:, None, None, :]
+            self.sin_cached = idx_theta2.sin()[:, None, None, :]
+
+        def _neg_half(self, x: torch.Tensor):
+            d_2 = self.d // 2
+            return torch.cat([-x[:, :, :, d_2:], x[:, :, :, :d_2]], dim=-1)
+
+        def forward(self, x: torch.Tensor):
+            self._build_cache(x)
+            x_rope, x_pass = x[..., :self.d], x[..., self.d:]
+            neg_half_x = self._neg_half(x_rope)
+            x_rope = (x_rope * self.cos_cached[:x.shape[0]]) + (neg_half_x * self.sin_cached[:x.shape[0]])
+            return torch.cat((x_rope, x_pass), dim=-1)
+
+    rope = RotaryPositionalEmbeddings(d)
+    a = rope(x_short)
+    b = rope(x_long)
+    c = rope(x_short)
+    return a, b, c, rope.cos_cached.shape[0]
+
+
+class EncoderRNN(nn.Module):
+    """pytorch/tutorials beginner_source/chatbot_tutorial.py EncoderRNN (bidirectional GRU
+    over pack_padded_sequence, the two directions summed)."""
+
+    def __init__(self, hidden_size, embedding, n_layers=1, dropout=0):
+        super(EncoderRNN, self).__init__()
+        self.n_layers = n_layers
+        self.hidden_size = hidden_size
+        self.embedding = embedding
+        self.gru = nn.GRU(hidden_size, hidden_size, n_layers,
+                          dropout=(0 if n_layers == 1 else dropout), bidirectional=True)
+
+    def forward(self, input_seq, input_lengths, hidden=None):
+        embedded = self.embedding(input_seq)
+        packed = nn.utils.rnn.pack_padded_sequence(embedded, input_lengths)
+        outputs, hidden = self.gru(packed, hidden)
+        outputs, _ = nn.utils.rnn.pad_packed_sequence(outputs)
+        outputs = outputs[:, :, :self.hidden_size] + outputs[:, :, self.hidden_size:]
+        return outputs, hidden
+
+
+class Attn(nn.Module):
+    """chatbot_tutorial.py Luong attention layer ('dot' and 'general' methods)."""
+
+    def __init__(self, method, hidden_size):
+        super(Attn, self).__init__()
+        self.method = method
+        if self.method not in ['dot', 'general', 'concat']:
+            raise ValueError(self.method, "is not an appropriate attention method.")
+        self.hidden_size = hidden_size
+        if self.method == 'general':
+            self.attn = nn.Linear(self.hidden_size, hidden_size)
+
+    def dot_score(self, hidden, encoder_output):
+        return torch.sum(hidden * encoder_output, dim=2)
+
+    def general_score(self, hidden, encoder_output):
+        energy = self.attn(encoder_output)
+        return torch.sum(hidden * energy, dim=2)
+
+    def forward(self, hidden, encoder_outputs):
+        if self.method == 'general':
+            attn_energies = self.general_score(hidden, encoder_outputs)
+        elif self.method == 'dot':
+            attn_energies = self.dot_score(hidden, encoder_outputs)
+        attn_energies = attn_energies.t()
+        return F.softmax(attn_energies, dim=1).unsqueeze(1)
+
+
+class LuongAttnDecoderRNN(nn.Module):
+    """chatbot_tutorial.py LuongAttnDecoderRNN."""
+
+    def __init__(self, attn_model, embedding, hidden_size, output_size, n_layers=1, dropout=0.1):
+        super(LuongAttnDecoderRNN, self).__init__()
+        self.attn_model = attn_model
+        self.hidden_size = hidden_size
+        self.output_size = output_size
+        self.n_layers = n_layers
+        self.dropout = dropout
+        self.embedding = embedding
+        self.embedding_dropout = nn.Dropout(dropout)
+        self.gru = nn.GRU(hidden_size, hidden_size, n_layers, dropout=(0 if n_layers == 1 else dropout))
+        self.concat = nn.Linear(hidden_size * 2, hidden_size)
+        self.out = nn.Linear(hidden_size, output_size)
+        self.attn = Attn(attn_model, hidden_size)
+
+    def forward(self, input_step, last_hidden, encoder_outputs):
+        embedded = self.embedding(input_step)
+        embedded = self.embedding_dropout(embedded)
+        rnn_output, hidden = self.gru(embedded, last_hidden)
+        attn_weights = self.attn(rnn_output, encoder_outputs)
+        context = attn_weights.bmm(encoder_outputs.transpose(0, 1))
+        rnn_output = rnn_output.squeeze(0)
+        context = context.squeeze(1)
+        concat_input = torch.cat((rnn_output, context), 1)
+        concat_output = torch.tanh(self.concat(concat_input))
+        output = self.out(concat_output)
+        output = F.softmax(output, dim=1)
+        return output, hidden
+
+
+torch.manual_seed(11)
+_CHAT_EMB = nn.Embedding(10, 6)
+_CHAT_ENC = EncoderRNN(6, _CHAT_EMB).eval()
+_CHAT_DEC = LuongAttnDecoderRNN('general', _CHAT_EMB, 6, 10).eval()
+
+
+@program((torch.tensor([[3], [4], [5], [2]]), torch.tensor([4]), 5), (torch.tensor([[7], [2]]), torch.tensor([2]), 3))
+def chatbot_greedy_search_decoder(input_seq, input_length, max_length):
+    """pytorch/tutorials chatbot_tutorial.py GreedySearchDecoder.forward: the encoder over a
+    packed sequence, `decoder_hidden = encoder_hidden[:decoder.n_layers]`, `decoder_input =
+    torch.ones(1, 1, dtype=torch.long) * SOS_token`, token and score tensors grown from
+    `torch.zeros([0])` by `torch.cat` for `max_length` steps."""
+    SOS_token = 1
+    encoder, decoder = _CHAT_ENC, _CHAT_DEC
+    with torch.no_grad():
+        encoder_outputs, encoder_hidden = encoder(input_seq, input_length)
+        decoder_hidden = encoder_hidden[:decoder.n_layers]
+        decoder_input = torch.ones(1, 1, dtype=torch.long) * SOS_token
+        all_tokens = torch.zeros([0], dtype=torch.long)
+        all_scores = torch.zeros([0])
+        for _ in range(max_length):
+            decoder_output, decoder_hidden = decoder(decoder_input, decoder_hidden, encoder_outputs)
+            decoder_scores, decoder_input = torch.max(decoder_output, dim=1)
+            all_tokens = torch.cat((all_tokens, decoder_input), dim=0)
+            all_scores = torch.cat((all_scores, decoder_scores), dim=0)
+            decoder_input = torch.unsqueeze(decoder_input, 0)
+    return all_tokens, all_scores
+
+
 # ----------------------------------------------------------------------------- verdicts
 class NeedlessFallback(AssertionError):
     """A clean fallback (eager's results, this file's line named) where the program should

@@ -1451,6 +1451,96 @@ def prog_annotated_transformer_run_epoch_model(wrap):
     return _annotated(wrap)
 
 
+# ======================================================= davda54/sam
+class SAM(torch.optim.Optimizer):
+    """davda54/sam sam.py (Sharpness-Aware Minimization) as published."""
+
+    def __init__(self, params, base_optimizer, rho=0.05, adaptive=False, **kwargs):
+        assert rho >= 0.0, f"Invalid rho, should be non-negative: {rho}"
+        defaults = dict(rho=rho, adaptive=adaptive, **kwargs)
+        super(SAM, self).__init__(params, defaults)
+        self.base_optimizer = base_optimizer(self.param_groups, **kwargs)
+        self.param_groups = self.base_optimizer.param_groups
+        self.defaults.update(self.base_optimizer.defaults)
+
+    @torch.no_grad()
+    def first_step(self, zero_grad=False):
+        grad_norm = self._grad_norm()
+        for group in self.param_groups:
+            scale = group["rho"] / (grad_norm + 1e-12)
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                self.state[p]["old_p"] = p.data.clone()
+                e_w = (torch.pow(p, 2) if group["adaptive"] else 1.0) * p.grad * scale.to(p)
+                p.add_(e_w)  # climb to the local maximum "w + e(w)"
+        if zero_grad:
+            self.zero_grad()
+
+    @torch.no_grad()
+    def second_step(self, zero_grad=False):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                p.data = self.state[p]["old_p"]  # get back to "w" from "w + e(w)"
+        self.base_optimizer.step()  # do the actual "sharpness-aware" update
+        if zero_grad:
+            self.zero_grad()
+
+    def _grad_norm(self):
+        shared_device = self.param_groups[0]["params"][0].device
+        norm = torch.norm(
+            torch.stack([
+                ((torch.abs(p) if group["adaptive"] else 1.0) * p.grad).norm(p=2).to(shared_device)
+                for group in self.param_groups for p in group["params"]
+                if p.grad is not None
+            ]),
+            p=2
+        )
+        return norm
+
+
+def _sam(wrap, adaptive):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+    model = wrap(net)
+    optimizer = SAM(net.parameters(), torch.optim.SGD, rho=0.5 if adaptive else 0.05, adaptive=adaptive,
+                    lr=0.1, momentum=0.9)
+
+    def step(inputs, targets):
+        # first forward-backward pass
+        loss = F.cross_entropy(model(inputs), targets, label_smoothing=0.1)
+        loss.mean().backward()
+        optimizer.first_step(zero_grad=True)
+        # second forward-backward pass
+        F.cross_entropy(model(inputs), targets, label_smoothing=0.1).mean().backward()
+        optimizer.second_step(zero_grad=True)
+        return loss.detach()
+    calls = _batches(4, (6, 5), (6,), ints={1: 3})
+    return step, [net, optimizer, optimizer.base_optimizer], calls
+
+
+@program()
+def prog_sam_two_steps(wrap):
+    """davda54/sam README's training loop: `loss.mean().backward();
+    optimizer.first_step(zero_grad=True)`, a second forward-backward, `second_step` that
+    puts the weights back by assigning `p.data = self.state[p]["old_p"]` and steps the base
+    SGD; the gradient norm stacks per-parameter norms in a comprehension."""
+    return _sam(wrap, False)
+
+
+@program()
+def prog_sam_adaptive(wrap):
+    """The same with `adaptive=True` (ASAM: `torch.pow(p, 2)` and `torch.abs(p)` factors)."""
+    return _sam(wrap, True)
+
+
+@program("model")
+def prog_sam_two_steps_model(wrap):
+    return _sam(wrap, False)
+
+
 # ----------------------------------------------------------------------------- verdicts
 VERDICTS = {
     # time.time() in the step: a graph would freeze the clock (README)
@@ -1475,6 +1565,17 @@ VERDICTS = {
         "(`self.true_dist = x * 2`, or after fill_/scatter_) convert, so the repro is this "
         "program. The odd calls also fall back on the log line (`'%6.2f' % (loss / ntokens)`: "
         "'float() of a symbolic tensor'), though `'%6.2f' % (x.sum(),)` alone converts"),
+    "prog_sam_two_steps": (
+        "needless", "optimizer.first_step(zero_grad=True)",
+        "needless fallback: a method a user's torch.optim.Optimizer subclass defines (SAM's "
+        "first_step/second_step: plain Python over param_groups, p.add_, `p.data = ...`, the "
+        "base optimizer's step) is refused ('only step() and zero_grad() of torch.optim's "
+        "optimizers are staged'); converting it as any user method would stage it. Repro: "
+        "`class MyOpt(torch.optim.SGD):\n @torch.no_grad()\n def nudge(self):\n  for g in "
+        "self.param_groups:\n   for p in g['params']:\n    p.add_(0.1)` and a step calling "
+        "`lin(x).sum().backward(); opt.nudge(); opt.step(); opt.zero_grad()`"),
+    "prog_sam_adaptive": ("needless", "optimizer.first_step(zero_grad=True)",
+                          "needless fallback: as prog_sam_two_steps (SAM.first_step refused)"),
     "prog_torchcrf_bilstm_default_mask": (
         "needless", "score = torch.where(mask[i].unsqueeze(1), next_score, score)",
         "needless fallback: pytorch-crf's default uint8 mask in torch.where (eager CPU accepts "
