@@ -2203,6 +2203,181 @@ def chatbot_greedy_search_decoder(input_seq, input_length, max_length):
     return all_tokens, all_scores
 
 
+# ================================================================ meta-llama/llama (v1/v2)
+def precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0):
+    """meta-llama/llama llama/model.py precompute_freqs_cis (torch.polar: complex64)."""
+    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+    t = torch.arange(end, device=freqs.device)
+    freqs = torch.outer(t, freqs).float()
+    freqs_cis = torch.polar(torch.ones_like(freqs), freqs)
+    return freqs_cis
+
+
+def reshape_for_broadcast(freqs_cis, x):
+    ndim = x.ndim
+    assert 0 <= 1 < ndim
+    assert freqs_cis.shape == (x.shape[1], x.shape[-1])
+    shape = [d if i == 1 or i == ndim - 1 else 1 for i, d in enumerate(x.shape)]
+    return freqs_cis.view(*shape)
+
+
+def apply_rotary_emb(xq, xk, freqs_cis):
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+    freqs_cis = reshape_for_broadcast(freqs_cis, xq_)
+    xq_out = torch.view_as_real(xq_ * freqs_cis).flatten(3)
+    xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(3)
+    return xq_out.type_as(xq), xk_out.type_as(xk)
+
+
+class LlamaAttention(nn.Module):
+    """llama/model.py Attention with its KV cache buffers written in forward
+    (`self.cache_k[:bsz, start_pos : start_pos + seqlen] = xk`), no model parallelism."""
+
+    def __init__(self, dim, n_heads, max_batch_size, max_seq_len):
+        super().__init__()
+        self.n_local_heads = n_heads
+        self.head_dim = dim // n_heads
+        self.wq = nn.Linear(dim, n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(dim, n_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(dim, n_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(n_heads * self.head_dim, dim, bias=False)
+        self.cache_k = torch.zeros((max_batch_size, max_seq_len, self.n_local_heads, self.head_dim))
+        self.cache_v = torch.zeros((max_batch_size, max_seq_len, self.n_local_heads, self.head_dim))
+
+    def forward(self, x, start_pos, freqs_cis, mask):
+        bsz, seqlen, _ = x.shape
+        xq, xk, xv = self.wq(x), self.wk(x), self.wv(x)
+        xq = xq.view(bsz, seqlen, self.n_local_heads, self.head_dim)
+        xk = xk.view(bsz, seqlen, self.n_local_heads, self.head_dim)
+        xv = xv.view(bsz, seqlen, self.n_local_heads, self.head_dim)
+        xq, xk = apply_rotary_emb(xq, xk, freqs_cis=freqs_cis)
+        self.cache_k = self.cache_k.to(xq)
+        self.cache_v = self.cache_v.to(xq)
+        self.cache_k[:bsz, start_pos: start_pos + seqlen] = xk
+        self.cache_v[:bsz, start_pos: start_pos + seqlen] = xv
+        keys = self.cache_k[:bsz, : start_pos + seqlen]
+        values = self.cache_v[:bsz, : start_pos + seqlen]
+        xq = xq.transpose(1, 2)
+        keys = keys.transpose(1, 2)
+        values = values.transpose(1, 2)
+        scores = torch.matmul(xq, keys.transpose(2, 3)) / math.sqrt(self.head_dim)
+        if mask is not None:
+            scores = scores + mask
+        scores = F.softmax(scores.float(), dim=-1).type_as(xq)
+        output = torch.matmul(scores, values)
+        output = output.transpose(1, 2).contiguous().view(bsz, seqlen, -1)
+        return self.wo(output)
+
+
+class TinyLlama(nn.Module):
+    """llama/model.py Transformer.forward (one attention block, RMSNorm-free): the causal
+    mask `torch.triu(torch.full((seqlen, seqlen), float("-inf")), diagonal=1)` padded with
+    zeros for the cached positions (`torch.hstack`), `freqs_cis[start_pos : start_pos +
+    seqlen]`, `@torch.inference_mode()`."""
+
+    def __init__(self, vocab=11, dim=8, n_heads=2, max_batch_size=2, max_seq_len=12):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(vocab, dim)
+        self.attention = LlamaAttention(dim, n_heads, max_batch_size, max_seq_len)
+        self.output = nn.Linear(dim, vocab, bias=False)
+        self.freqs_cis = precompute_freqs_cis(dim // n_heads, max_seq_len * 2)
+
+    @torch.inference_mode()
+    def forward(self, tokens, start_pos):
+        _bsz, seqlen = tokens.shape
+        h = self.tok_embeddings(tokens)
+        freqs_cis = self.freqs_cis[start_pos: start_pos + seqlen]
+        mask = None
+        if seqlen > 1:
+            mask = torch.full((seqlen, seqlen), float("-inf"), device=tokens.device)
+            mask = torch.triu(mask, diagonal=1)
+            mask = torch.hstack([torch.zeros((seqlen, start_pos), device=tokens.device), mask]).type_as(h)
+        h = h + self.attention(h, start_pos, freqs_cis, mask)
+        return self.output(h).float()
+
+
+torch.manual_seed(12)
+_LLAMA = TinyLlama().eval()
+
+
+@program(([[1, 4, 2], [3, 5]], 5, 0.0, 0.9), ([[2, 7, 7, 1]], 6, 0.8, 0.9), ([[3], [6, 6]], 4, 0.6, 0.5))
+def llama_generate(prompt_tokens, max_gen_len, temperature, top_p):
+    """meta-llama/llama llama/generation.py Llama.generate (logprobs off, no echo) with
+    `sample_top_p`: a pad-filled token tensor, `input_text_mask = tokens != pad_id`, the loop
+    `for cur_pos in range(min_prompt_len, total_len)` calling the model on
+    `tokens[:, prev_pos:cur_pos]` from `prev_pos` (the KV cache buffers written in place),
+    `torch.where(input_text_mask[:, cur_pos], tokens[:, cur_pos], next_token)`, `eos_reached
+    |= ...`, `if all(eos_reached): break` (the builtin over a tensor), then the `.tolist()`
+    outputs cut at eos."""
+    pad_id, eos_id = -1, 2
+    model = _LLAMA
+
+    def sample_top_p(probs, p):
+        probs_sort, probs_idx = torch.sort(probs, dim=-1, descending=True)
+        probs_sum = torch.cumsum(probs_sort, dim=-1)
+        mask = probs_sum - probs_sort > p
+        probs_sort[mask] = 0.0
+        probs_sort.div_(probs_sort.sum(dim=-1, keepdim=True))
+        next_token = torch.multinomial(probs_sort, num_samples=1)
+        next_token = torch.gather(probs_idx, -1, next_token)
+        return next_token
+
+    bsz = len(prompt_tokens)
+    min_prompt_len = min(len(t) for t in prompt_tokens)
+    max_prompt_len = max(len(t) for t in prompt_tokens)
+    total_len = min(12, max_gen_len + max_prompt_len)
+    tokens = torch.full((bsz, total_len), pad_id, dtype=torch.long)
+    for k, t in enumerate(prompt_tokens):
+        tokens[k, : len(t)] = torch.tensor(t, dtype=torch.long)
+    prev_pos = 0
+    eos_reached = torch.tensor([False] * bsz)
+    input_text_mask = tokens != pad_id
+    for cur_pos in range(min_prompt_len, total_len):
+        logits = model.forward(tokens[:, prev_pos:cur_pos], prev_pos)
+        if temperature > 0:
+            probs = torch.softmax(logits[:, -1] / temperature, dim=-1)
+            next_token = sample_top_p(probs, top_p)
+        else:
+            next_token = torch.argmax(logits[:, -1], dim=-1)
+        next_token = next_token.reshape(-1)
+        next_token = torch.where(input_text_mask[:, cur_pos], tokens[:, cur_pos], next_token)
+        tokens[:, cur_pos] = next_token
+        eos_reached |= (~input_text_mask[:, cur_pos]) & (next_token == eos_id)
+        prev_pos = cur_pos
+        if all(eos_reached):
+            break
+    out_tokens = []
+    for i, toks in enumerate(tokens.tolist()):
+        start = len(prompt_tokens[i])
+        toks = toks[start: len(prompt_tokens[i]) + max_gen_len]
+        if eos_id in toks:
+            eos_idx = toks.index(eos_id)
+            toks = toks[:eos_idx]
+        out_tokens.append(toks)
+    return out_tokens, tokens
+
+
+@program((torch.tensor([[1, 4, 2], [3, 5, 9]]), 4), (torch.tensor([[2, 7, 7, 1, 3]]), 5))
+def llama_prefill_then_greedy(prompt, steps):
+    """llama/model.py Transformer.forward used as its generate loop does without an eos
+    break: the prompt prefilled at start_pos 0 (KV cache buffers written in place on the
+    module), then one token per step at `start_pos = prompt_len + i` (the mask is None for
+    one token), greedy argmax, `torch.cat` growth; the cache rows read back are returned.
+    The caches are zeroed first (so a converted run cannot pass on eager's writes)."""
+    model = _LLAMA
+    model.attention.cache_k.zero_()
+    model.attention.cache_v.zero_()
+    logits = model.forward(prompt, 0)
+    tokens = prompt
+    next_token = torch.argmax(logits[:, -1], dim=-1, keepdim=True)
+    for i in range(steps):
+        tokens = torch.cat([tokens, next_token], dim=1)
+        logits = model.forward(next_token, prompt.shape[1] + i)
+        next_token = torch.argmax(logits[:, -1], dim=-1, keepdim=True)
+    return tokens, model.attention.cache_k[: prompt.shape[0], : tokens.shape[1]].clone()
+
+
 # ----------------------------------------------------------------------------- verdicts
 class NeedlessFallback(AssertionError):
     """A clean fallback (eager's results, this file's line named) where the program should
@@ -2234,6 +2409,10 @@ VERDICTS = {
     "opennmt_beam_search": ("fallback", "if self.next_ys[-1][0] == self._eos:", ""),
     # str() of an object holding `.item()`-derived values (round 3's average_meter verdict)
     "imagenet_accuracy_average_meter": ("fallback", "return str(top1), str(top5), top1.avg", ""),
+    # the `if all(eos_reached): break` makes the decode loop a graph loop whose slice
+    # `tokens[:, prev_pos:cur_pos]` is min_prompt_len long on the first iteration and 1 after:
+    # torch.full((seqlen, seqlen)) in the model has a run-time size
+    "llama_generate": ("fallback", 'mask = torch.full((seqlen, seqlen), float("-inf"), device=tokens.device)', ""),
     # `done_at` is an int on the `break` path and None otherwise, decided by a tensor `if`
     "hf_beam_hypotheses": ("fallback", "if hyps.is_done(lp[t].max(), t + 1):", ""),
     "pot_sinkhorn_knopp": (
