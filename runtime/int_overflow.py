@@ -178,16 +178,19 @@ def rerun_on_overflow(fn, graph):
     return run
 
 
-def _no_visible_effects(graph) -> bool:
+def _no_visible_effects(graph, allowed=None) -> bool:
     """No node of ``graph`` has an effect the caller could see: in-place writes into
     tensors the graph made itself (``i += 1`` on a ``torch.tensor(0)`` counter, through a
     loop's carried values; memory planning's ``out=`` buffers) and grad-mode switches
-    (restored by the executor when the graph raises) are not such effects."""
+    (restored by the executor when the graph raises) are not such effects, nor nodes
+    ``allowed(node)`` accepts (the caller undoes them)."""
     from .ops import is_impure, is_inplace
     owners = {id(sub): n for n in graph.walk() for sub in n.subgraphs}
     for n in graph.walk():
         if not callable(n.target) or n.attrs.get("planned_out") or n.op == "set_grad_enabled" \
                 or not is_impure(n.target, n.kwargs, n.args):
+            continue
+        if allowed is not None and allowed(n):
             continue
         if is_inplace(n.target, n.kwargs) and n.args and _made_here(n.args[0], owners):
             continue

@@ -34,7 +34,7 @@ from runtime import operators as tg
 from runtime import control_flow, path_values, region_state, subgraphs, tensor_state, trace_reads
 from runtime import appended_lists, argument_grads, argument_objects, autograd_effects
 from runtime import carried_numbers, returned_numbers
-from runtime import training_attributes
+from runtime import training_attributes, try_replays
 from . import appended_arguments
 from runtime import module_modes, module_numbers, module_writes
 from runtime.transformer_forwards import forward_of as _staged_forward
@@ -479,6 +479,27 @@ class GraphFunction:
             return self._call(args, kwargs, fast)
         except IntOverflow as e:        # a Python int past int64 (runtime.int_overflow)
             return self._overflowed(e, args, kwargs)
+        except Exception as e:          # raised in a try whose handler may catch it
+            replay = try_replays.replay_of(e)
+            if replay is None:
+                raise
+            return self._replayed(e, replay, args, kwargs)
+
+    def _replayed(self, e, replay, args: tuple, kwargs: dict):
+        """The graph raised inside a ``try`` whose handler may catch it: the call runs
+        eagerly, from the generator state the run started from (``runtime.try_replays``;
+        strict: ``ConversionError``)."""
+        where, state = replay
+        file, _, line = where.rpartition(":")
+        reason = (f"the graph raised {type(e).__name__} inside a try whose handler may catch "
+                  f"it (found when the graph ran)")
+        if self._strict:
+            raise ConversionError(reason, file, int(line) if line.isdigit() else None) from e
+        warnings.warn(FallbackWarning(f"{where}: {reason} -- running "
+                                      f"{getattr(self, '__name__', 'the function')} "
+                                      f"eagerly"), stacklevel=4)
+        try_replays.restore(state)
+        return self._fn(*args, **kwargs)
 
     def _overflowed(self, e, args: tuple, kwargs: dict):
         """The graph's Python int left int64: an effect-free graph's call runs eagerly
@@ -794,6 +815,9 @@ class GraphFunction:
     def _trace_with(self, args, kwargs, flat, spec, dynamic) -> _Traced:
         graph, structure, target = self._trace_graph(args, kwargs, flat, spec, dynamic or {},
                                                      sized_examples=True)
+        refused = try_replays.refusal(graph)    # (a try whose handler may catch a run's
+        if refused is not None:                 # error: only a graph without effects)
+            raise GraphError(refused)
         trace_log.traced_graph(target, graph)
         optimized = graph.optimize()
         env = {id(a): b for a, b in zip(iter_nodes(graph.outputs),
@@ -805,6 +829,7 @@ class GraphFunction:
         inputs = [next(params) if isinstance(v, torch.Tensor) and i not in repeats else None
                   for i, v in enumerate(flat)]
         executable = lower(optimized, inputs, outputs, name=_fn_name(target))
+        executable.fn = try_replays.replaying(executable.fn, graph)
         guard = _with_called(Snapshot.take(target, (), {}))
         guard.module_writes(list(getattr(graph, "module_writes", ())) +   # (and counters)
                             module_numbers.guarded(graph.carried_slots))

@@ -11,7 +11,7 @@ import builtins
 import contextlib
 import sys
 
-from .. import grad_fn_names, graph_ops
+from .. import grad_fn_names, graph_ops, try_replays
 from ..errors import GraphError, TracingError
 from ..graph import Node, node_count
 from ..symbolic import (contains_symbolic, current_graph, dispatch_record, is_symbolic,
@@ -140,7 +140,7 @@ class _TryGuard:
         if tracing_error_count() != errors:
             raise self._refuse("code that uses a tensor's value")
         if node_count() != nodes and self._graph_may_raise_caught():
-            raise self._refuse("tensor operations whose run-time errors it may catch")
+            try_replays.note(self.location)     # a call whose graph raises runs eagerly
 
 
 def _torch_error(t: type) -> bool:

@@ -351,15 +351,23 @@ def test_fallback_no_source():
     assert_same(out, NEG)
 
 
-@pytest.mark.parametrize("fn", [generator_user, try_except_user,
+@pytest.mark.parametrize("fn", [generator_user,
                                 from_exec],      # (counters convert: runtime/region_numbers.py)
                          ids=lambda f: f.__name__)
 def test_strict_raises_conversion_error(fn):
     g = to_graph(fn, strict=True)
     with pytest.raises(ConversionError) as info:
-        g(M if fn is not try_except_user and fn is not from_exec else POS)
+        g(M if fn is not from_exec else POS)
     if fn is not from_exec:
         assert _names_this_file_and_line(str(info.value)), str(info.value)
+
+
+def test_strict_converts_a_try_around_tensor_code():
+    """(A call whose graph raised inside it would run eagerly: runtime/try_replays.py;
+    strict mode would raise ConversionError on that call only.)"""
+    g = to_graph(try_except_user, strict=True)
+    for x in (POS, NEG, POS):
+        assert_same(g(x), try_except_user(x))
 
 
 def test_strict_nonlocal_and_callers_list():

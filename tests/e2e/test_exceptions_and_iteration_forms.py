@@ -320,16 +320,54 @@ _GOOD = (torch.tensor([[2.0, 0.0], [0.0, 4.0]]), torch.tensor([1.0, 2.0]))
 _SINGULAR = (torch.tensor([[1.0, 2.0], [2.0, 4.0]]), torch.tensor([1.0, 1.0]))
 
 
+_ROWS_GOOD = (torch.stack([_GOOD[0], _GOOD[0]]), _GOOD[1])
+_ROWS_SINGULAR = (torch.stack([_GOOD[0], _SINGULAR[0]]), _GOOD[1])
+
+
 @pytest.mark.parametrize("fn, calls", [
     (solve_or_lstsq, (_GOOD, _SINGULAR, _GOOD)),
-    (solve_except_runtime_error, (_GOOD, _SINGULAR)),
+    (solve_except_runtime_error, (_GOOD, _SINGULAR, _GOOD)),
     (solve_bare_except, (_GOOD, _SINGULAR)),
-    (solve_in_a_helper, (_GOOD, _SINGULAR)),
-    (solve_per_row_in_a_loop, ((torch.stack([_GOOD[0], _GOOD[0]]), _GOOD[1]),
-                               (torch.stack([_GOOD[0], _SINGULAR[0]]), _GOOD[1]))),
+    (solve_in_a_helper, (_GOOD, _SINGULAR, _GOOD)),
+    (solve_per_row_in_a_loop, (_ROWS_GOOD, _ROWS_SINGULAR, _ROWS_GOOD)),
 ], ids=lambda v: getattr(v, "__name__", ""))
-def test_a_handler_of_errors_the_graph_raises_when_it_runs_falls_back(fn, calls):
-    falls_back(fn, "try:", *calls, reason="try/except around tensor operations")
+def test_a_handler_of_errors_the_graph_raises_when_it_runs_replays_eagerly(fn, calls):
+    """The graph follows the try body; a call whose graph raises (a singular matrix) runs
+    eagerly with a FallbackWarning naming the try, so the handler does what eager's does
+    (``runtime/try_replays``); strict mode raises ConversionError on that call only."""
+    line = _line_of("try:", fn)
+    default, strict = to_graph(fn), to_graph(fn, strict=True)
+    for n, args in enumerate(calls):
+        singular = args is _SINGULAR or args is _ROWS_SINGULAR
+        exp = _run(fn, args)
+        got = _run(default, args)
+        assert bool(got[2]) == singular, f"call {n}: {got[2]}"
+        for message in got[2]:
+            _names_line(message, line)
+            assert "inside a try whose handler may catch it" in message, message
+        assert_same(got[0], exp[0], f"call {n}")
+        assert_same(got[4], exp[4], f"call {n}: arguments")
+        if singular:
+            with pytest.raises(ConversionError) as info:
+                strict(*args)
+            _names_line(str(info.value), line)
+        else:
+            assert_same(_run(strict, args)[0], exp[0], f"call {n} strict")
+
+
+def solve_then_write(A, b, out):
+    try:
+        x = torch.linalg.solve(A, b)
+    except torch.linalg.LinAlgError:
+        x = torch.zeros_like(b)
+    out.add_(1)
+    return x
+
+
+def test_a_replaying_try_in_a_function_with_effects_still_falls_back():
+    """A failed run could not be replayed when the graph writes an argument in place."""
+    falls_back(solve_then_write, "try:", (*_GOOD, torch.zeros(2)), (*_SINGULAR, torch.zeros(2)),
+               reason="with effects")
 
 
 def solve_then_print_in_finally(A, b):

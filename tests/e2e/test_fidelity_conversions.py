@@ -85,13 +85,13 @@ def test_try_finally_gradients():
     same_gradients(f, *SIGNS)
 
 
-def test_return_in_finally_falls_back():
+def test_return_in_finally_converts():
     def f(x):
         try:
             y = x * 2
         finally:
-            return x + 1          # noqa: B012  (swallows any exception: not converted)
-    falls_back(f, *SIGNS, match="try/except")
+            return x + 1          # noqa: B012  (swallows any exception)
+    converts(f, *SIGNS)     # (a call whose graph raised would run eagerly: try_replays)
 
 
 # ------------------------------------------------------------------ try / except
@@ -129,24 +129,25 @@ def test_try_except_around_tensor_code_that_graphs_cannot_raise_converts():
     converts(f, *SIGNS)
 
 
-def test_try_except_catching_runtime_errors_of_tensor_code_falls_back():
+def test_try_except_catching_runtime_errors_of_tensor_code_converts():
     def f(x):
         try:
             y = x * 2 if x.sum() > 0 else -x
         except Exception:
             y = x * 0.0
         return y
-    falls_back(f, *SIGNS, match="try/except")
+    converts(f, *SIGNS)     # (a call whose graph raised would run eagerly: try_replays)
 
 
-def test_a_refusal_caught_by_the_users_handler_still_falls_back():
+def test_a_tensor_value_read_in_a_try_converts():
     def f(x):
         try:
             n = int(x.sum() > 0)           # a tensor's value: known only when the graph runs
         except Exception:                  # would catch the tracing error
             n = 7
         return x * n
-    falls_back(f, *SIGNS, match="try/except")
+    converts(f, *SIGNS)     # (int() of a traced bool is a graph number; a call whose
+    # graph raised there would run eagerly: runtime/try_replays)
 
 
 # ------------------------------------------------------------------ early return, then rebinding

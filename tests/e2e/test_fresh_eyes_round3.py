@@ -2117,7 +2117,6 @@ FALLS_BACK = {
     "alias_method_sampling": "while small and large:",
     # try/except around tensor work (README: falls back)
     "try_except_tensor_value_error": "try:",
-    "int_tensor_python_arith": "try:",
     # README: a walrus in an operand evaluated on some paths and read elsewhere
     "walrus_while_running_sum": "while i < n and (s := x[:i + 1].sum()) <= limit:",
     # a Python str attribute ("ok" vs "") chosen by a tensor condition
@@ -2131,7 +2130,6 @@ FALLS_BACK = {
     # the untaken branch of a tensor `if` fails to broadcast while tracing
     "shape_mismatch_error": "return a + b",
     # a handler of LinAlgError (a RuntimeError the graph's solve raises when it runs)
-    "linalg_error_caught": "try:",
     # str() of an object holding `.item()` values (the class's __str__ line is named)
     "average_meter_created_inside": ".format(**self.__dict__)",
     # text made from `.item()` values returned (the function's first line is named)
@@ -2143,7 +2141,6 @@ FALLS_BACK = {
     "sorted_items_dict_of_tensors": "best = max(d, key=lambda k: d[k].item())",
     # a try whose handler catches what Python arithmetic on `.item()` values raises when
     # the graph runs (ZeroDivisionError, OverflowError: runtime/number_checks.py)
-    "precision_try_zero_division": "try:",
     "float_overflow_python_vs_tensor": "try:",
     # int() of a float past int64: the call reruns eagerly (runtime/number_checks.py)
     "fixed_point_quantise_int": "return int(x.item() * 1e20)",
@@ -2167,22 +2164,53 @@ XFAIL = {
 }
 
 
+# A try whose handler may catch what the graph raises when it runs: the graph follows
+# the body, and the calls whose graph raises (these indices) run eagerly with a
+# FallbackWarning naming the try (strict: ConversionError on those calls only;
+# runtime/try_replays.py). They fell back on every call before.
+REPLAYS = {
+    "int_tensor_python_arith": ("try:", set()),
+    "precision_try_zero_division": ("try:", {1}),
+    "linalg_error_caught": ("try:", {1}),
+}
+
+
 def _params():
     names = [fn.__name__ for fn, _, _, _ in PROGRAMS]
     assert len(names) == len(set(names))
     assert set(FALLS_BACK) <= set(names) and set(XFAIL) <= set(names)
+    assert set(REPLAYS) <= set(names) and not set(REPLAYS) & set(FALLS_BACK)
     out = []
     for fn, inputs, grad, state in PROGRAMS:
         name = fn.__name__
         marks = [pytest.mark.xfail(strict=True, reason=XFAIL[name])] if name in XFAIL else []
-        verdict = "falls_back" if name in FALLS_BACK else "converts"
-        out.append(pytest.param(fn, inputs, grad, state, verdict, FALLS_BACK.get(name), id=name, marks=marks))
+        verdict = "falls_back" if name in FALLS_BACK else \
+            "replays" if name in REPLAYS else "converts"
+        line = FALLS_BACK.get(name) or REPLAYS.get(name)
+        out.append(pytest.param(fn, inputs, grad, state, verdict, line, id=name, marks=marks))
     return out
 
 
 @pytest.mark.parametrize("fn, inputs, grad, state, verdict, line", _params())
 def test_program(fn, inputs, grad, state, verdict, line):
     default, strict = to_graph(fn), to_graph(fn, strict=True)
+    if verdict == "replays":
+        line, raising = line
+        for n, args in enumerate(inputs):
+            exp = _call(fn, args, grad, state)
+            got = _call(default, args, grad, state)
+            assert bool(got[2]) == (n in raising), f"call {n}: {got[2]}"
+            for message in got[2]:
+                _names_line(message, line)
+            _compare(got, exp, f"call {n}")
+            got = _call(strict, args, grad, state)
+            if n in raising:
+                assert got[3] is not None, f"call {n} strict: expected ConversionError"
+                _names_line(str(got[3]), line)
+            else:
+                assert got[3] is None, f"call {n} strict: {got[3]}"
+                _compare(got, exp, f"call {n} strict")
+        return
     for n, args in enumerate(inputs):
         exp = _call(fn, args, grad, state)
         got = _call(default, args, grad, state)

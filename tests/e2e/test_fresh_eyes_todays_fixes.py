@@ -1944,7 +1944,6 @@ FALLS_BACK = {
                            "finally with an effect after ops that may raise: README)",
     "sgd_subclass_clipping": "only torch.optim's own step() is staged: ClippedSGD.step() runs eagerly",
     "view_overlapping_writes": "a graph writing one of two arguments sharing storage (README)",
-    "exc_try_except_torch_shape_error": "try/except around torch errors (README)",
 }
 
 APPROX = {

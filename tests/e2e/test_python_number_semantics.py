@@ -382,15 +382,18 @@ def _ratio(x, d):
     return x.item() / d.item()
 
 
-@pytest.mark.parametrize("fn, calls", [
-    (caught_zero_division, [ints([1, 1], [1, 0]), ints([0, 0], [0, 0])]),
-    (caught_overflow, [f64(1e308), f64(3.0)]),
-    (caught_by_caller_of_helper, [f64(1.0, 0.0), f64(1.0, 2.0)]),
+@pytest.mark.parametrize("fn, calls, raising", [
+    (caught_zero_division, [ints([1, 1], [1, 0]), ints([0, 0], [0, 0]), ints([2, 0], [1, 1])],
+     {1}),
+    (caught_overflow, [f64(1e308), f64(3.0), f64(1e200)], {0, 2}),
+    (caught_by_caller_of_helper, [f64(1.0, 0.0), f64(1.0, 2.0), f64(3.0, 0.0)], {0, 2}),
 ], ids=lambda v: getattr(v, "__name__", ""))
-def test_try_catching_python_errors_falls_back(fn, calls):
+def test_try_catching_python_errors_replays_the_raising_calls(fn, calls, raising):
     """A ``try`` whose handler catches what the checked op raises cannot be decided when
-    tracing: the call falls back naming the ``try`` line (strict: ConversionError)."""
-    check(fn, calls, falls_back={0}, line="try:", refused=True)
+    tracing: the graph follows the body, and a call whose graph raises runs eagerly with a
+    FallbackWarning naming the ``try`` line (strict: ConversionError on that call only;
+    ``runtime/try_replays``). The other calls convert."""
+    check(fn, calls, falls_back=raising, line="try:")
 
 
 # ================================== 6. int() of floats, round(), math.floor past int64
@@ -440,8 +443,8 @@ def math_range_error_caught(x):
 
 def test_math_errors():
     check(math_range_error, [f64(1.0), f64(1000.0), f64(-1.0)])
-    check(math_range_error_caught, [f64(1000.0), f64(1.0)], falls_back={0}, line="try:",
-          refused=True)
+    check(math_range_error_caught, [f64(1000.0), f64(1.0), f64(2000.0)], falls_back={0, 2},
+          line="try:")      # (the calls whose graph raises run eagerly: try_replays)
 
 
 # ===================================== 7. an int past int64 in a loop of run-time length
