@@ -158,8 +158,25 @@ def _on_zeros(func):
     return run
 
 
+def _bool_condition(func, at):
+    """``func`` with a uint8 condition (argument ``at``) taken as bool: eager accepts
+    ``torch.where(uint8_mask, a, b)`` (pytorch-crf's default mask, deprecated with a
+    warning the node gives when it runs) but the meta kernel refuses it; the result's
+    shape and dtype do not depend on the condition's dtype."""
+    def run(*args, **kwargs):
+        if len(args) > at and isinstance(args[at], torch.Tensor) and args[at].dtype == torch.uint8:
+            args = (*args[:at], args[at].bool(), *args[at + 1:])
+        elif isinstance(kwargs.get("condition"), torch.Tensor) and \
+                kwargs["condition"].dtype == torch.uint8:
+            kwargs = dict(kwargs, condition=kwargs["condition"].bool())
+        return func(*args, **kwargs)
+    return run
+
+
 # ops whose output shape no meta or fake kernel gives, though it follows the input shapes
 _META_RULES = {
+    torch.where: _bool_condition(torch.where, 0),
+    torch.Tensor.where: _bool_condition(torch.Tensor.where, 1),
     torch.nn.functional.ctc_loss: _ctc_loss_meta,
     # ``torch.any(var < 0)``: raise ValueError for a negative variance
     torch.nn.functional.gaussian_nll_loss: _on_zeros(torch.nn.functional.gaussian_nll_loss),

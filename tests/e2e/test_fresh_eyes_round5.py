@@ -2423,13 +2423,8 @@ VERDICTS = {
         "list of run-time length. Repro: `def f(x):\n log = {'err': []}\n while x.sum() > "
         "1:\n  x = x * 0.5\n  log['err'].append(x.sum())\n return log` on "
         "torch.tensor([8.0, 8.0])"),
-    "torchcrf_log_likelihood": (
-        "needless", "score = torch.where(mask[i].unsqueeze(1), next_score, score)",
-        "needless fallback: torch.where with a uint8 condition (pytorch-crf's default mask, "
-        "`torch.ones_like(tags, dtype=torch.uint8)`) runs eagerly on CPU but the shape "
-        "inference refuses it ('expected predicate to be bool, got torch.uint8'). Repro: "
-        "`to_graph(lambda m, a, b: torch.where(m, a, b))(torch.tensor([1, 0], "
-        "dtype=torch.uint8), torch.ones(2), torch.zeros(2))`"),
+    # (was a needless fallback: torch.where's meta kernel refused the uint8 condition,
+    # which eager accepts; h96: the shape inference takes it as bool)
     "bilstm_crf_viterbi_decode": (
         "needless", "for feat in feats:",
         "needless fallback: a list of lists of `.item()` ints built in a `for` over a tensor "

@@ -1576,12 +1576,8 @@ VERDICTS = {
         "`lin(x).sum().backward(); opt.nudge(); opt.step(); opt.zero_grad()`"),
     "prog_sam_adaptive": ("needless", "optimizer.first_step(zero_grad=True)",
                           "needless fallback: as prog_sam_two_steps (SAM.first_step refused)"),
-    "prog_torchcrf_bilstm_default_mask": (
-        "needless", "score = torch.where(mask[i].unsqueeze(1), next_score, score)",
-        "needless fallback: pytorch-crf's default uint8 mask in torch.where (eager CPU accepts "
-        "it); see torchcrf_log_likelihood in tests/e2e/test_fresh_eyes_round5.py. Repro: "
-        "`to_graph(lambda m, a, b: torch.where(m, a, b))(torch.tensor([1, 0], "
-        "dtype=torch.uint8), torch.ones(2), torch.zeros(2))`"),
+    # (prog_torchcrf_bilstm_default_mask was a needless fallback: torch.where's uint8
+    # condition; converts since h96)
     "prog_cleanrl_td3_delayed_actor": (
         "needless", 'loop["global_step"] += 1',
         "needless fallback (with a misleading reason): a step whose result is None or a tensor "

@@ -1,0 +1,126 @@
+"""Needless fallbacks of fresh eyes round 5 (h96), differential: eager vs ``to_graph``
+(default and strict) over several calls, comparing results, Python state with exact types,
+gradients and trace counts (round 4's harness), with each case's neighbours (in a loop, in
+a method, with a tensor and a Python value) and the cases that must still fall back,
+naming the user's line.
+
+Fixed here: ``torch.where`` with a uint8 condition (pytorch-crf's default mask:
+``runtime/shape_inference.py`` takes it as bool for the meta kernel).
+"""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+from tests.e2e.test_needless_fallbacks_round4 import run, same
+from transpiler import ConversionError, to_graph
+
+THIS_FILE = __file__.rsplit("/", 1)[-1]
+
+
+def converts(make, traces=2, tol=0.0):
+    """Default and strict: no fallback, eager's records, at most ``traces`` traces."""
+    torch.manual_seed(0)
+    want, _, _ = run(make, "eager")
+    for mode in ("default", "strict"):
+        torch.manual_seed(0)
+        got, fell, g = run(make, mode)
+        assert not fell, fell
+        same(got, want, tol)
+        assert g.cache_info().traces <= traces, g.cache_info()
+    return want
+
+
+def falls_back(make, tag, tol=0.0):
+    """A FallbackWarning naming this file's line ending ``# <tag>``, eager's records;
+    strict: ConversionError."""
+    with open(__file__) as f:
+        lines = [i + 1 for i, line in enumerate(f.read().splitlines())
+                 if line.endswith(f"# {tag}")]
+    assert len(lines) == 1, lines
+    torch.manual_seed(0)
+    want, _, _ = run(make, "eager")
+    torch.manual_seed(0)
+    got, fell, _ = run(make, "default")
+    assert fell and f"{THIS_FILE}:{lines[0]}:" in fell[0], (fell, lines)
+    same(got, want, tol)
+    with pytest.raises(ConversionError):
+        torch.manual_seed(0)
+        run(make, "strict")
+
+
+def _none():
+    return None
+
+
+# ------------------------------------------------------------ torch.where, uint8 condition
+def _masks():
+    return [torch.tensor([1, 0, 1], dtype=torch.uint8), torch.tensor([0, 0, 1], dtype=torch.uint8),
+            torch.tensor([1, 1, 1], dtype=torch.uint8)]
+
+
+def test_where_uint8_condition():
+    def make():
+        def f(m, a, b):
+            return torch.where(m, a, b)
+        calls = [(m, torch.randn(3), torch.arange(3.0)) for m in _masks()]
+        return f, calls, _none
+    want = converts(make, traces=1)
+    assert want[0][0][1][1].dtype == torch.float32
+
+
+def test_where_uint8_condition_method_broadcast_and_number():
+    def make():
+        def f(m, a):
+            return a.where(m.unsqueeze(1), 0.5), torch.where(m.unsqueeze(1), a, -a).sum(1)
+        calls = [(m, torch.randn(3, 2)) for m in _masks()]
+        return f, calls, _none
+    converts(make, traces=1)
+
+
+def test_where_uint8_condition_in_loop_with_grads():
+    """pytorch-crf's forward algorithm: the uint8 mask row picks the new score per step."""
+    def make():
+        torch.manual_seed(0)
+        lin = nn.Linear(3, 3)
+
+        def f(x, mask):
+            score = x[0]
+            for i in range(1, x.shape[0]):
+                nxt = torch.logsumexp(score.unsqueeze(2) + lin(x[i]).unsqueeze(1), dim=1)
+                score = torch.where(mask[i].unsqueeze(1), nxt, score)
+            lin.zero_grad()
+            out = score.logsumexp(1).sum()
+            out.backward()
+            return out.detach()
+        g = torch.Generator().manual_seed(3)
+        calls = [(torch.randn(4, 2, 3, generator=g),
+                  (torch.rand(4, 2, generator=g) > 0.3).to(torch.uint8)) for _ in range(3)]
+        return f, calls, lambda: [p.grad for p in lin.parameters()]
+    converts(make, traces=1, tol=1e-5)
+
+
+def test_where_uint8_condition_under_tensor_if():
+    def make():
+        def f(m, a):
+            if a.sum() > 0:
+                out = torch.where(m, a, a * 2)
+            else:
+                out = torch.where(m, -a, a)
+            return out
+        calls = [(m, torch.randn(3) + s) for m, s in zip(_masks(), (3, -3, 3))]
+        return f, calls, _none
+    converts(make, traces=1)
+
+
+def test_where_single_argument_uint8_is_nonzero():
+    def make():
+        def f(m, a):
+            idx = torch.where(m)
+            return a[idx]
+        calls = [(m, torch.randn(3)) for m in _masks()]
+        return f, calls, _none
+    converts(make, traces=2)
