@@ -48,3 +48,68 @@ def tensor_of(args, kwargs):
     stacked = torch.stack([v.detach() for v in items])
     extra = {"device": kwargs["device"]} if kwargs.get("device") is not None else {}
     return stacked.to(dtype=dtype, copy=True, **extra)
+
+
+#: ``tensor_of_list``'s answer when the call is none of its cases
+NOT_MADE = object()
+
+# legacy constructors: their dtype; the tensor is made on the CPU
+_LEGACY = {torch.LongTensor: torch.int64, torch.IntTensor: torch.int32,
+           torch.FloatTensor: torch.float32, torch.DoubleTensor: torch.float64}
+
+
+def tensor_of_list(func, args, kwargs):
+    """``torch.tensor(keep, dtype=torch.long)`` / ``torch.LongTensor(keep)`` of a list grown
+    in a tensor loop (NMS's ``keep.append(order[0].item())``): its stack, detached and cast
+    (a new leaf, as eager reads the numbers). Only where eager's dtype does not depend on
+    the length (``torch.tensor([])`` is float32: without ``dtype=`` it is refused) and the
+    cast is the one eager makes: integer elements to any dtype, floats to floating dtypes,
+    bools to bool. NOT_MADE: not such a call."""
+    from .tensor_list import TensorList, element_kinds
+    if func in _LEGACY and len(args) == 1 and not kwargs and isinstance(args[0], _SEQUENCES):
+        return _legacy_of_items(func, args[0])
+    if len(args) != 1 or not isinstance(args[0], TensorList) or \
+            not (func in _LEGACY or func is torch.tensor or func is torch.as_tensor):
+        return NOT_MADE
+    allowed = set() if func in _LEGACY else {"dtype", "device"}
+    stack = args[0].stack
+    if set(kwargs) - allowed or stack.dim() != 1:
+        return NOT_MADE
+    dtype = _LEGACY.get(func) or kwargs.get("dtype")
+    if dtype is None:
+        from .errors import TracingError
+        from .source_info import format_location, user_location
+        raise TracingError(f"{format_location(user_location())}: {func.__name__}() without "
+                           f"dtype= of a list built in a tensor loop: eager's dtype follows "
+                           f"the elements, or is float32 when the list is empty, which is "
+                           f"known only when the graph runs")
+    kinds = element_kinds(stack)
+    if kinds is None or not _eager_cast(stack.dtype, dtype):
+        return NOT_MADE
+    device = torch.device("cpu") if func in _LEGACY else \
+        kwargs.get("device") or torch.get_default_device()
+    return args[0].stacked().detach().to(dtype=dtype, device=device, copy=True)
+
+
+def _legacy_of_items(func, items):
+    """``torch.LongTensor([i])`` of traced 0-d values (the notebook NMS's one box:
+    ``keep.append(order.item())``): as ``torch.tensor(items, dtype=...)`` on the CPU, where
+    each item's dtype casts as eager reads it."""
+    from .symbolic import SymbolicTensor
+    dtype = _LEGACY[func]
+    if not items or not all(isinstance(v, SymbolicTensor) and v.dim() == 0 and
+                            _eager_cast(v.dtype, dtype) for v in items):
+        return NOT_MADE
+    made = tensor_of((list(items),), {"dtype": dtype, "device": torch.device("cpu")})
+    return NOT_MADE if made is None else made
+
+
+def _eager_cast(have, want) -> bool:
+    """Whether eager reads elements of dtype ``have`` into dtype ``want`` as the cast
+    does (it refuses float tensors for an integer dtype, and Python floats for a legacy
+    integer constructor; Python floats it truncates for ``dtype=torch.long``: refused)."""
+    if have == torch.bool:
+        return want == torch.bool
+    if have.is_floating_point:
+        return want.is_floating_point
+    return not have.is_complex

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import torch
 
 from .. import autograd_effects, deferred_calls, flag_arguments, item_values, list_reads
-from .. import known_values, number_checks, tensor_state
+from .. import known_values, number_checks, tensor_of_items, tensor_state
 from .. import transformer_forwards
 from ..distributed_modules import refuse_distributed_module
 from ..errors import GraphError
@@ -375,6 +375,9 @@ def call(f, *args, **kwargs):
         read = list_reads.builtin_read(f, args, kwargs)     # len(losses), sum(losses[-5:])
         if read is not list_reads.NOT_READ:
             return read
+        made = tensor_of_items.tensor_of_list(f, args, kwargs)     # torch.tensor(keep, ...)
+        if made is not tensor_of_items.NOT_MADE:
+            return made
         refuse_unseen_call(f, args)     # a C object's method the effect watch cannot see
     special = _SYMBOLIC_BUILTINS.get(f) if _hashable(f) else None
     if special is not None:

@@ -2432,21 +2432,9 @@ VERDICTS = {
         "or numbers, not list'); the lengths are feats.shape[0] and 5. Repro: `def f(x):\n "
         "out = []\n for r in x:\n  out.append([r.argmax().item(), r.argmin().item()])\n "
         "return out` on torch.randn(3, 4) (a list of ints alone converts)"),
-    "nms_ultralytics_fallback": (
-        "needless", "return torch.tensor(keep, dtype=torch.long, device=boxes.device)",
-        "needless fallback: `torch.tensor(keep)` of a list of `.item()` ints grown in a tensor "
-        "`while` ('len() of a list built in a tensor loop'); the list is already a stacked "
-        "tensor of run-time length in the graph. Repro: `def f(order):\n keep = []\n while "
-        "order.numel() > 0:\n  keep.append(order[0].item())\n  order = order[1:][order[1:] > "
-        "order[0]]\n return torch.tensor(keep)` on torch.tensor([3, 1, 4, 1, 5])"),
-    "nms_yolov2_keep_tensors": (
-        "needless", "return torch.LongTensor(keep)",
-        "needless fallback: `torch.LongTensor(keep)` of 0-d tensors appended in a tensor "
-        "`while` (same cause as nms_ultralytics_fallback)"),
-    "nms_detection_notebook": (
-        "needless", "return torch.LongTensor(keep)",
-        "needless fallback: `torch.LongTensor(keep)` after the tensor `while` (one box: the "
-        "loop's `order.item()` branch and break); same cause as nms_ultralytics_fallback"),
+    # (nms_ultralytics_fallback, nms_yolov2_keep_tensors, nms_detection_notebook were
+    # needless fallbacks: `torch.tensor(keep, dtype=...)` / `torch.LongTensor(keep)` of a list
+    # grown in a tensor `while`, or of one `.item()`; h96: runtime/tensor_of_items.py)
 }
 
 

@@ -124,3 +124,131 @@ def test_where_single_argument_uint8_is_nonzero():
         calls = [(m, torch.randn(3)) for m in _masks()]
         return f, calls, _none
     converts(make, traces=2)
+
+
+# ---------------------------------------------- torch.tensor / LongTensor of a loop's list
+def _orders():
+    return [(torch.tensor([3, 1, 4, 1, 5]),), (torch.tensor([9, 2, 6]),), (torch.tensor([7]),),
+            (torch.zeros(0, dtype=torch.long),)]
+
+
+def test_tensor_of_items_grown_in_tensor_while():
+    """NMS's `keep.append(order[0].item())` then `torch.tensor(keep, dtype=torch.long)`
+    (an empty order too: an empty int64 tensor, as eager)."""
+    def make():
+        def f(order):
+            keep = []
+            while order.numel() > 0:
+                keep.append(order[0].item())
+                order = order[1:][order[1:] > order[0]]
+            return torch.tensor(keep, dtype=torch.long, device=order.device)
+        return f, _orders(), _none
+    want = converts(make, traces=4)     # (lengths 5, 3, 1, 0: 0 and 1 are specialized)
+    assert [r[0][1][1].tolist() for r in want] == [[3, 4, 5], [9], [7], []]
+
+
+def test_legacy_constructors_of_tensors_grown_in_tensor_while():
+    """yolov2's `keep.append(i)` of 0-d tensors, `torch.LongTensor(keep)`; and
+    FloatTensor/DoubleTensor of `.item()` floats with a Python threshold."""
+    def make():
+        def f(order, scale):
+            keep, vals = [], []
+            while order.numel() > 0:
+                keep.append(order[0])
+                vals.append(order[0].float().item() * scale)
+                order = order[1:][order[1:] > order[0]]
+            return torch.LongTensor(keep), torch.FloatTensor(vals), torch.DoubleTensor(vals)
+        return f, [o + (s,) for o, s in zip(_orders(), (0.5, 1.5, 2.0, 0.1))], _none
+    converts(make, traces=4)
+
+
+def test_tensor_of_list_in_method_and_nested_loop():
+    class Suppressor:
+        def __init__(self):
+            self.calls = 0
+
+        def nms(self, scores, thresh):
+            self.calls += 1
+            out = []
+            for row in range(scores.shape[0]):
+                order = scores[row].argsort(descending=True)
+                keep = []
+                while order.numel() > 0:
+                    keep.append(order[0].item())
+                    order = order[1:][scores[row][order[1:]] < scores[row][order[0]] - thresh]
+                out.append(torch.tensor(keep, dtype=torch.int32))
+            return out
+
+    def make():
+        s = Suppressor()
+        g = torch.Generator().manual_seed(5)
+        calls = [(torch.rand(2, 6, generator=g), t) for t in (0.1, 0.3, 0.05)]
+        return s.nms, calls, lambda: s.calls
+    converts(make, traces=3)
+
+
+def test_tensor_of_list_detached_from_grads():
+    """Eager reads the numbers: the result is a new leaf even when the elements require
+    grad; the loss still flows through the list's own stack."""
+    def make():
+        torch.manual_seed(0)
+        w = torch.nn.Parameter(torch.randn(4))
+
+        def f(x):
+            vals = []
+            y = x * w
+            while y.numel() > 0:
+                vals.append(y[0])
+                y = y[1:][y[1:] > y[0]]
+            t = torch.tensor(vals, dtype=torch.float64)
+            w.grad = None
+            torch.stack(vals).sum().backward()
+            return t, t.requires_grad
+        g = torch.Generator().manual_seed(2)
+        return f, [(torch.randn(4, generator=g),) for _ in range(3)], lambda: w.grad
+    converts(make)
+
+
+def test_legacy_long_tensor_of_one_item():
+    """The detection notebook's one box: `keep.append(order.item())`, break,
+    `torch.LongTensor(keep)` of a plain list holding one traced int."""
+    def make():
+        def f(scores):
+            _, order = scores.sort(0, descending=True)
+            keep = []
+            while order.numel() > 0:
+                if order.numel() == 1:
+                    keep.append(order.item())
+                    break
+                keep.append(order[0].item())
+                order = order[1:]
+            return torch.LongTensor(keep)
+        return f, [(torch.tensor([0.3]),), (torch.tensor([0.9]),)], _none
+    converts(make, traces=1)
+
+
+def test_tensor_of_list_without_dtype_falls_back():
+    """`torch.tensor(keep)` without dtype: eager's dtype is float32 for an empty list."""
+    def make():
+        def f(order):
+            keep = []
+            while order.numel() > 0:
+                keep.append(order[0].item())
+                order = order[1:][order[1:] > order[0]]
+            return torch.tensor(keep)  # no-dtype
+        return f, _orders(), _none
+    falls_back(make, "no-dtype")
+
+
+def test_long_of_float_items_falls_back():
+    """`torch.tensor(floats, dtype=torch.long)` truncates Python floats, refuses float
+    tensors: not made from the stack (the old refusal stands)."""
+    def make():
+        def f(x):
+            vals = []
+            while x.numel() > 0:
+                vals.append(x[0])
+                x = x[1:][x[1:] > x[0]]
+            return torch.tensor(vals, dtype=torch.long)  # float-to-long
+        return f, [(torch.tensor([0.5, 2.5, 1.0]),)], _none
+    falls_back(make, "float-to-long")
