@@ -126,14 +126,13 @@ class _Lowering:
     def expr(self, value, names: Dict[int, str]) -> str:
         if isinstance(value, Node):
             return names[id(value)]
-        if isinstance(value, bool) or value is None:
+        # exact types only: a subclass's repr need not be a literal (numpy 2's
+        # ``np.float64(5.65)``, an ``IntEnum``'s ``<Color.RED: 1>``): it is a global
+        kind = type(value)
+        if kind is bool or value is None or kind is int or kind is str:
             return repr(value)
-        if isinstance(value, int):
-            return repr(value)
-        if isinstance(value, float):
+        if kind is float:
             return repr(value) if math.isfinite(value) else f"float({str(value)!r})"
-        if isinstance(value, str):
-            return repr(value)
         if value is Ellipsis:
             return "..."
         if isinstance(value, torch.dtype):
