@@ -374,8 +374,14 @@ def element_type(value):
         return (), torch.int64
     if isinstance(value, float):
         return (), torch.get_default_dtype()
-    raise TracingError(f"{format_location(user_location())}: a list whose length is known only "
-                       f"at run time must hold tensors or numbers, not {type(value).__name__}")
+    raise UnstackableElement(f"{format_location(user_location())}: a list whose length is known "
+                             f"only at run time must hold tensors or numbers, not "
+                             f"{type(value).__name__}")
+
+
+class UnstackableElement(TracingError):
+    """A list grown in a tensor loop gets an element no stack can hold (a list of
+    ``.item()`` ints): a loop of static length unrolls instead (``operators.loops``)."""
 
 
 def stack_list(items: list, like) -> TensorList:

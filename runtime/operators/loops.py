@@ -29,7 +29,7 @@ from ..python_state import Watch
 from ..source_info import format_location, user_location
 from ..symbolic import (building, current_graph, is_symbolic, rebound_mark,
                         restore_rebound)
-from ..tensor_list import TensorList, note_converted, stack_list
+from ..tensor_list import TensorList, UnstackableElement, note_converted, stack_list
 from .cells import restoring_cells
 from .decisions import _LISTENERS, note
 from .iterables import _RangeSource, as_source, is_symbolic_iterable
@@ -159,7 +159,12 @@ def _staged_for(source, extra_test, body, state, names):
     full = (0,) + state
     full_names = ("index",) + tuple(names)
     try:
-        full = _prepare_state(loop_body, full, full_names, location, "for")
+        try:
+            full = _prepare_state(loop_body, full, full_names, location, "for")
+        except UnstackableElement:
+            if not _unrollable(source, n):
+                raise
+            return _unrolled(source, n, extra_test, body, unwrap_state(state), names)
         out = staged_while(loop_test, loop_body, full, names=full_names, location=location)
     except (_NeedsPeel, KindChange) as problem:
         # a variable first assigned in the loop, or a number the loop turns into a tensor
@@ -177,6 +182,31 @@ def _staged_for(source, extra_test, body, state, names):
         full = _prepare_state(loop_body, full, full_names, location, "for")
         out = staged_while(loop_test, loop_body, full, names=full_names, location=location)
     return unwrap_state(tuple(out[1:]))
+
+
+# the most iterations a loop of static length unrolls to keep a list of lists (each one
+# copies the body into the graph)
+_UNROLL_LIMIT = 256
+
+
+def _unrollable(source, n) -> bool:
+    return isinstance(n, int) and n <= _UNROLL_LIMIT and not isinstance(source, _RangeSource)
+
+
+def _unrolled(source, n: int, extra_test, body, state, names):
+    """A tensor ``for`` of static length whose body appends what no stack holds
+    (BiLSTM-CRF's ``backpointers.append(bptrs_t)``, a list of ``.item()`` ints): the
+    iterations unrolled, as over a Python sequence (the probe's effects were put back)."""
+    iterator = (source.item(i) for i in range(n))
+    for item in iterator:
+        if extra_test is not None:
+            go = extra_test(*state)
+            if is_symbolic(go):
+                return _guarded_rest(go, item, iterator, extra_test, body, state, names)
+            if not go:
+                break
+        state = tuple(body(item, *state))
+    return state
 
 
 def _truthy_python(value) -> bool:

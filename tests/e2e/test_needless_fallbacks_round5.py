@@ -5,7 +5,11 @@ a method, with a tensor and a Python value) and the cases that must still fall b
 naming the user's line.
 
 Fixed here: ``torch.where`` with a uint8 condition (pytorch-crf's default mask:
-``runtime/shape_inference.py`` takes it as bool for the meta kernel).
+``runtime/shape_inference.py`` takes it as bool for the meta kernel); NMS's
+``torch.tensor(keep, dtype=...)`` / ``torch.LongTensor(keep)`` of a list grown in a tensor
+``while`` (``runtime/tensor_of_items.py``); a list of lists (or other values no stack
+holds) appended in a ``for`` over a tensor of static length: the loop unrolls
+(``runtime/operators/loops.py``).
 """
 from __future__ import annotations
 
@@ -252,3 +256,76 @@ def test_long_of_float_items_falls_back():
             return torch.tensor(vals, dtype=torch.long)  # float-to-long
         return f, [(torch.tensor([0.5, 2.5, 1.0]),)], _none
     falls_back(make, "float-to-long")
+
+
+# ------------------------------------------- a list of lists in a for of static length
+def _rows():
+    g = torch.Generator().manual_seed(7)
+    return [(torch.randn(n, 4, generator=g),) for n in (3, 3, 5, 1)]
+
+
+def test_list_of_item_lists_in_for_over_tensor():
+    """BiLSTM-CRF's backpointers: `out.append([r.argmax().item(), r.argmin().item()])`."""
+    def make():
+        def f(x):
+            out = []
+            for r in x:
+                out.append([r.argmax().item(), r.argmin().item()])
+            return out
+        return f, _rows(), _none
+    want = converts(make, traces=3)
+    assert type(want[0][0][1][0][0]) is int
+
+
+def test_list_of_mixed_lists_and_dicts_with_state():
+    """Lists mixing a tensor and an int, dicts, an enumerate, a Python scale and a
+    tensor carried across iterations, in a method counting its calls."""
+    class Decoder:
+        def __init__(self):
+            self.calls = 0
+
+        def decode(self, x, scale):
+            self.calls += 1
+            hist, seen, acc = [], [], torch.zeros(4)
+            for k, r in enumerate(x):
+                acc = acc * scale + r
+                hist.append([acc.sum(), r.argmax().item()])
+                seen.append({"k": k, "best": acc.argmax().item()})
+            return hist, seen, acc
+
+    def make():
+        d = Decoder()
+        return d.decode, [a + (s,) for a, s in zip(_rows(), (0.5, 0.5, 2.0, 1.0))], \
+            lambda: d.calls
+    converts(make, traces=4, tol=1e-6)
+
+
+def test_list_of_lists_with_gradients():
+    def make():
+        torch.manual_seed(0)
+        lin = nn.Linear(4, 2)
+
+        def f(x):
+            rows = []
+            for r in x:
+                y = lin(r)
+                rows.append([y, y.argmax().item()])
+            lin.zero_grad()
+            loss = sum(p[0].sum() for p in rows)
+            loss.backward()
+            return loss.detach(), [p[1] for p in rows]
+        return f, _rows(), lambda: [p.grad for p in lin.parameters()]
+    converts(make, traces=3, tol=1e-6)
+
+
+def test_list_of_lists_in_a_loop_of_run_time_length_falls_back():
+    """A `while` on a tensor has no static length to unroll: the refusal stands."""
+    def make():
+        def f(x):
+            out = []
+            while x.numel() > 0:  # while-lists
+                out.append([x[0].item()])
+                x = x[1:][x[1:] > x[0]]
+            return out
+        return f, [(torch.tensor([1.0, 3.0, 2.0]),)], _none
+    falls_back(make, "while-lists")
