@@ -34,7 +34,7 @@ from runtime import operators as tg
 from runtime import control_flow, path_values, region_state, subgraphs, tensor_state, trace_reads
 from runtime import appended_lists, argument_grads, argument_objects, autograd_effects
 from runtime import carried_numbers, returned_numbers
-from runtime import training_attributes, try_replays
+from runtime import library_compiling, training_attributes, try_replays
 from . import appended_arguments
 from runtime import module_modes, module_numbers, module_writes
 from runtime.transformer_forwards import forward_of as _staged_forward
@@ -688,8 +688,12 @@ class GraphFunction:
         ran = user_errors.NOT_RUN       # (an eager run of this call after its trace failed)
         try:
             start = time.perf_counter()
+            asked = library_compiling.asked()
             try:
                 entry = self._trace(args, kwargs, flat, spec, dynamic)
+            except Exception as first:
+                entry = self._trace_as_eager(first, asked, state, args, kwargs, flat, spec,
+                                             dynamic)
             finally:
                 state.restore()
             entry.build_s = time.perf_counter() - start     # (hot_shapes' budget)
@@ -805,6 +809,21 @@ class GraphFunction:
                 state.restore()
         return graph, structure
 
+
+    def _trace_as_eager(self, first, asked, state, args, kwargs, flat, spec, dynamic):
+        """The trace failed after library code was told ``is_compiling()`` is True (a path
+        some libraries only run under torch.compile: a mask left None): trace once more
+        with eager's answer (``runtime.library_compiling``); the first error if that fails
+        too."""
+        if library_compiling.asked() == asked or isinstance(first, held_arguments.Changed) \
+                or getattr(first, "_tograph_user_error", False):
+            raise first
+        state.restore()
+        with library_compiling.as_eager():
+            try:
+                return self._trace(args, kwargs, flat, spec, dynamic)
+            except Exception:   # noqa: BLE001 - the first trace's reason is the one said
+                raise first from first.__cause__
 
     def _trace(self, args, kwargs, flat, spec, dynamic=None) -> _Traced:
         if dynamic:      # the sizes it serves: what the ops' shapes follow must be proven

@@ -20,7 +20,7 @@ import torch
 
 from .. import autograd_effects, deferred_calls, flag_arguments, item_values, list_reads
 from .. import known_values, number_checks, tensor_of_items, tensor_state
-from .. import transformer_forwards
+from .. import library_compiling, transformer_forwards
 from ..distributed_modules import refuse_distributed_module
 from ..errors import GraphError
 from ..introspection import RunTimeSize, mark, python_class
@@ -331,7 +331,7 @@ def call(f, *args, **kwargs):
     user's own code gets eager's answer (False): its result must stay eager's."""
     if current_graph() is not None and not args and not kwargs and \
             builtins.any(f is q for q in _compiling_queries()) and _library_caller():
-        return True
+        return library_compiling.answer()   # (False on a retrace after a failed trace)
     if current_graph() is not None and _nondeterministic(f):
         raise GraphError(f"{format_location(user_location())}: calls "
                          f"{getattr(f, '__qualname__', f)}(), a Python value that changes on "
