@@ -231,9 +231,10 @@ def _prepare_state(body, state, names, location, kind):
     """Lists the body appends to become TensorLists; a variable the body defines but that
     is undefined before the loop needs the first iteration peeled (or is an error)."""
     lists = [i for i, v in enumerate(state) if isinstance(v, list)]
+    dicts = [i for i, v in enumerate(state) if _holds_lists(v)]
     undefined = [i for i, v in enumerate(state) if isinstance(v, Undefined)]
     objects = list(object_states(state))
-    if not lists and not undefined:
+    if not lists and not dicts and not undefined:
         return state
     graph = current_graph()
     if graph is None:
@@ -263,7 +264,29 @@ def _prepare_state(body, state, names, location, kind):
         before, after = state[i], out[i]
         if isinstance(after, (list, TensorList)) and _grew(before, after, probe_state[i]):
             new_state[i] = _as_tensor_list(before, after, location)
+    for i in dicts:
+        new_state[i] = _dict_of_tensor_lists(state[i], out[i], probe_state[i], location)
     return tuple(new_state)
+
+
+def _holds_lists(value) -> bool:
+    return type(value) is dict and any(isinstance(v, list) for v in value.values())
+
+
+def _dict_of_tensor_lists(before: dict, after, probe: dict, location) -> dict:
+    """A plain dict whose lists the body appends to (POT's ``log['err'].append(err)``): a
+    new dict, those lists TensorLists (the dict and its lists are noted as converted: the
+    call falls back if the caller can see them). Unchanged if the body rebinds it or
+    grows none of its lists."""
+    if after is not probe:
+        return before
+    grown = {k: v for k, v in before.items() if isinstance(v, list) and
+             isinstance(after.get(k), (list, TensorList)) and _grew(v, after[k], probe[k])}
+    if not grown:
+        return before
+    note_converted(before)
+    return {k: _as_tensor_list(v, after[k], location) if k in grown else v
+            for k, v in before.items()}
 
 
 def _probe_copy(value):
@@ -272,7 +295,8 @@ def _probe_copy(value):
     object's state is put back after the probe)."""
     if isinstance(value, list):
         return list(value)
-    return dict(value) if type(value) is dict else value
+    return {k: list(v) if isinstance(v, list) else v for k, v in value.items()} \
+        if type(value) is dict else value
 
 
 def _grew(before: list, after, probe=None) -> bool:

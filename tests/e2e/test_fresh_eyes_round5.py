@@ -2416,13 +2416,14 @@ VERDICTS = {
     # `done_at` is an int on the `break` path and None otherwise, decided by a tensor `if`
     "hf_beam_hypotheses": ("fallback", "if hyps.is_done(lp[t].max(), t + 1):", ""),
     "pot_sinkhorn_knopp": (
-        "needless", "log['err'].append(err)",
-        "needless fallback: a list held in a dict made in the call (POT's `log = {'err': []}`) "
-        "appended in a tensor `while` falls back ('log['err']' changes while tracing the body "
-        "of a tensor-dependent loop) where the same list as a plain local converts to a "
-        "list of run-time length. Repro: `def f(x):\n log = {'err': []}\n while x.sum() > "
-        "1:\n  x = x * 0.5\n  log['err'].append(x.sum())\n return log` on "
-        "torch.tensor([8.0, 8.0])"),
+        "needless", "if ii % 10 == 0:",
+        "needless fallback: `err = 1` (a Python int) becomes a tensor norm in the first, "
+        "unrolled iteration after a tensor `if ...: break`, so the rest of that iteration is "
+        "a cond whose break path keeps the int ('err' is a f32[] tensor on one path and int 1 "
+        "on the other), though err decides only the loop's own test. (Its `log['err']"
+        ".append(err)`, a list held in a dict made in the call, converts since h96, as a plain "
+        "local list.) Repro: `def f(x):\n err = 1\n while err > 0.5:\n  if x.sum() > 100:\n"
+        "   break\n  x = x * 0.5\n  err = x.sum()\n return x` on torch.tensor([4.0, 4.0])"),
     # (was a needless fallback: torch.where's meta kernel refused the uint8 condition,
     # which eager accepts; h96: the shape inference takes it as bool)
     "bilstm_crf_viterbi_decode": (

@@ -9,7 +9,9 @@ Fixed here: ``torch.where`` with a uint8 condition (pytorch-crf's default mask:
 ``torch.tensor(keep, dtype=...)`` / ``torch.LongTensor(keep)`` of a list grown in a tensor
 ``while`` (``runtime/tensor_of_items.py``); a list of lists (or other values no stack
 holds) appended in a ``for`` over a tensor of static length: the loop unrolls
-(``runtime/operators/loops.py``).
+(``runtime/operators/loops.py``); a list held in a dict made in the call appended in a
+tensor loop (POT's ``log['err'].append(err)``: ``transpiler/analysis/activity.py`` makes
+``log`` loop state, ``runtime/operators/loops.py`` its grown lists TensorLists).
 """
 from __future__ import annotations
 
@@ -329,3 +331,90 @@ def test_list_of_lists_in_a_loop_of_run_time_length_falls_back():
             return out
         return f, [(torch.tensor([1.0, 3.0, 2.0]),)], _none
     falls_back(make, "while-lists")
+
+
+# ---------------------------------------------------- a list held in a dict, tensor loop
+def _halvings():
+    return [(torch.tensor([8.0, 8.0]),), (torch.tensor([3.0, 1.0]),), (torch.tensor([0.2, 0.1]),)]
+
+
+def test_dict_held_list_appended_in_tensor_while():
+    """POT's `log = {'err': []}` ... `log['err'].append(err)`; other keys kept."""
+    def make():
+        def f(x):
+            log = {'err': [], 'name': 'sinkhorn', 'n': 0}
+            while x.sum() > 1:
+                x = x * 0.5
+                log['err'].append(x.sum())
+            return x, log
+        return f, _halvings(), _none
+    want = converts(make, traces=3)
+    assert [len(r[0][1][1]["err"]) for r in want] == [4, 2, 0]
+
+
+def test_dict_held_lists_of_items_in_for_and_method():
+    class Solver:
+        def __init__(self):
+            self.calls = 0
+
+        def run(self, x, thr):
+            self.calls += 1
+            log = {'err': [], 'step': []}
+            for k in range(int(x.numel())):
+                if x[k] > thr:
+                    x = x * 0.9
+                log['err'].append(x.sum().item())
+                log['step'].append(x[k])
+            return log
+
+    def make():
+        s = Solver()
+        g = torch.Generator().manual_seed(1)
+        return s.run, [(torch.rand(4, generator=g), t) for t in (0.5, 0.2)], lambda: s.calls
+    converts(make)
+
+
+def test_dict_held_list_with_gradients():
+    def make():
+        torch.manual_seed(0)
+        w = torch.nn.Parameter(torch.tensor([0.9, 0.8]))
+
+        def f(x):
+            log = {'vals': []}
+            y = x
+            while y.sum() > 1:
+                y = y * w
+                log['vals'].append(y.sum())
+            w.grad = None
+            y.sum().backward()
+            return y.detach(), log['vals']
+        return f, _halvings(), lambda: w.grad
+    converts(make, traces=3, tol=1e-6)
+
+
+def test_dict_held_list_the_caller_sees_falls_back():
+    """A closure's dict: the caller's list must grow, so the call runs eagerly."""
+    def make():
+        log = {'err': []}
+
+        def f(x):
+            while x.sum() > 1:
+                x = x * 0.5
+                log['err'].append(x.sum())  # caller-dict
+            return x
+        return f, _halvings()[:1], lambda: log
+    falls_back(make, "caller-dict")
+
+
+def test_dict_held_list_also_named_falls_back():
+    """`errs` names the dict's list too: a new container would leave it empty."""
+    def make():
+        def f(x):
+            errs = []
+            log = {'err': errs}
+            while x.sum() > 1:  # aliased-list
+                x = x * 0.5
+                log['err'].append(x.sum())
+            return errs, log
+        return f, _halvings()[:1], _none
+    falls_back(make, "aliased-list")

@@ -27,7 +27,8 @@ _MUTATORS = frozenset({'append', 'extend', 'insert', 'pop', 'remove', 'clear', '
 
 
 def _mutated_receiver(call):
-    """``lst`` for ``lst.append(v)`` or ``tg.call(lst.append, v)``; also ``x`` of ``x.add_(1)``."""
+    """``lst`` for ``lst.append(v)`` or ``tg.call(lst.append, v)``; also ``x`` of ``x.add_(1)``
+    and ``d`` of ``d['k'].append(v)``."""
     callee = call.func
     if isinstance(callee, gast.Attribute) and callee.attr == 'call' and \
             isinstance(callee.value, gast.Name) and callee.value.id == 'tg' and call.args:
@@ -37,6 +38,13 @@ def _mutated_receiver(call):
         name = callee.attr
         if name in _MUTATORS or (name.endswith('_') and not name.endswith('__')):
             return callee.value.id
+    if isinstance(callee, gast.Attribute) and isinstance(callee.value, gast.Subscript) and \
+            callee.attr in _MUTATORS:
+        base = callee.value        # ``log['err'].append(v)`` modifies ``log`` (POT's log)
+        while isinstance(base, gast.Subscript):
+            base = base.value
+        if isinstance(base, gast.Name) and base.id != 'tg':
+            return base.id
     return None
 
 
