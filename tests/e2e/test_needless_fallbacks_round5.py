@@ -15,29 +15,14 @@ tensor loop (POT's ``log['err'].append(err)``: ``transpiler/analysis/activity.py
 """
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 import torch.nn as nn
 
-from tests.e2e.test_needless_fallbacks_round4 import run, same
-from transpiler import ConversionError, to_graph
+from tests.e2e.test_needless_fallbacks_round4 import converts, run, same
+from transpiler import ConversionError
 
 THIS_FILE = __file__.rsplit("/", 1)[-1]
-
-
-def converts(make, traces=2, tol=0.0):
-    """Default and strict: no fallback, eager's records, at most ``traces`` traces."""
-    torch.manual_seed(0)
-    want, _, _ = run(make, "eager")
-    for mode in ("default", "strict"):
-        torch.manual_seed(0)
-        got, fell, g = run(make, mode)
-        assert not fell, fell
-        same(got, want, tol)
-        assert g.cache_info().traces <= traces, g.cache_info()
-    return want
 
 
 def falls_back(make, tag, tol=0.0):
