@@ -238,8 +238,18 @@ def test_context_manager_from_outside_falls_back_every_call():
         to_graph(cm_global)(POS)
         to_graph(cm_global)(POS)
     assert GLOBAL_CM.enters == before + 2
-    with pytest.raises(ConversionError):
-        to_graph(cm_global, strict=True)(POS)
+
+
+def test_a_global_context_manager_with_counters_converts():
+    """Its counters are carried and its log's text appends are graph effects (h93):
+    every call enters and exits it as eagerly, strict mode included."""
+    g = to_graph(cm_global, strict=True)
+    for x in (POS, NEG, POS):
+        state = (GLOBAL_CM.enters, GLOBAL_CM.exits, list(GLOBAL_CM.log))
+        got = g(x)
+        assert torch.equal(got, x + 1)
+        assert (GLOBAL_CM.enters, GLOBAL_CM.exits) == (state[0] + 1, state[1] + 1)
+        assert GLOBAL_CM.log == state[2] + ["exit"]
 
 
 # --------------------------------------------------------------------------- nonlocal / calls
