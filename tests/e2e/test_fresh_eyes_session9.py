@@ -343,12 +343,15 @@ def eafp_cholesky_or_default(a):
 @plain((_spd(3, 0), _randn(3, 2)), (_spd(3, 1, singular=True), _randn(3, 2, seed=1)),
        (_spd(3, 2), _randn(3, 2, seed=2)), verdict="fallback", line="try:")
 def solve_else_clause(a, b):
-    """try/except/else: the else branch scales the solution."""
+    """try/except/else: the else branch scales the solution; a singular matrix takes the
+    pseudo-inverse."""
     try:
         x = torch.linalg.solve(a, b)
     except torch.linalg.LinAlgError:
-        x = torch.linalg.lstsq(a, b).solution
-        how = "lstsq"
+        # (not lstsq: torch's CPU lstsq of this exactly singular matrix gives zeros or the
+        # least-squares solution from run to run, eagerly)
+        x = torch.linalg.pinv(a) @ b
+        how = "pinv"
     else:
         x = x * 2
         how = "solve"
@@ -1375,6 +1378,44 @@ def return_in_finally_swallows(ids):
         return table[ids].sum(0)
     finally:
         return torch.zeros(2)  # noqa: B012
+
+
+@plain((_randn(2, 3),), (_randn(0, 3),), (_randn(1, 3, seed=1),), (_randn(2, 3, seed=2),))
+def scan_zero_one_two_steps(xs):
+    """Scans over 0, 1 and 2 steps (eager's result or error at each length)."""
+    c, ys = scan(lambda c, x: (c + x, (c * x).clone()), torch.zeros(3), xs, dim=0)
+    return c, ys, associative_scan(lambda u, v: u * v, xs.T, dim=1, reverse=True, combine_mode="generic")
+
+
+@pytest.mark.filterwarnings("ignore::transpiler.RetracingWarning")  # (each hook change retraces)
+def test_hooks_added_and_removed_between_calls():
+    """A hook added after the first trace, removed, a pre-hook, a global hook: the converted
+    module follows each change (values and hook calls equal eager's)."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1))
+    g, x, seen = to_graph(m), _randn(3, 2), []
+
+    def scale(mod, inp, out):
+        seen.append(type(mod).__name__)
+        return out * 10
+    same(g(x), m(x))
+    h = m[0].register_forward_hook(scale)
+    exp = m(x)
+    same(g(x), exp)
+    assert seen == ["Linear", "Linear"]
+    h.remove()
+    same(g(x), m(x))
+    hp = m[2].register_forward_pre_hook(lambda mod, a: (a[0] * 0,))
+    same(g(x), m(x))
+    hp.remove()
+    gh = nn.modules.module.register_module_forward_hook(
+        lambda mod, i, o: o + 1 if isinstance(mod, nn.ReLU) else None)
+    try:
+        same(g(x), m(x))
+    finally:
+        gh.remove()
+    same(g(x), m(x))
+    assert seen == ["Linear", "Linear"]
 
 
 def test_try_replay_warns_only_on_the_calls_that_raise():
