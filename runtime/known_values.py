@@ -12,9 +12,9 @@ A node's *known value* (``node.attrs[KEY]``, a real CPU tensor) is what the node
 on every run of its graph:
 
 - a factory of Python data (``torch.tensor``/``as_tensor`` of ints and bools, no tensors),
-  or any pure op whose arguments hold no tensor (``torch.div(h.size(1), 2 * w,
-  rounding_mode="trunc")``, Longformer's and LED's chunk count, then a ``view`` size;
-  ``torch.arange(n)``): torch wraps the numbers, the value is the same on every run;
+  or a 0-d result of any pure op whose arguments hold no tensor (``torch.div(h.size(1),
+  2 * w, rounding_mode="trunc")``, Longformer's and LED's chunk count, then a ``view``
+  size; ``torch.full((), n)``): torch wraps the numbers, the value is the same on every run;
 - the integer or bool result of a pure op whose tensor arguments all have known values
   (``lengths.to(int64)``, ``torch.sort(lengths)``, ``batch_sizes[0]``): it is run for real;
 - an integer or bool output that shape inference computed for real from known values
@@ -127,9 +127,12 @@ def _factory_value(func, args, kwargs):
         return None
     with torch._C.DisableTorchFunction():
         try:
-            return func(*args, **kwargs)
+            real = func(*args, **kwargs)
         except Exception:  # noqa: BLE001 - eager's error: the trace reports it as before
             return None
+    if func not in _FACTORIES and not (isinstance(real, torch.Tensor) and real.dim() == 0):
+        return None     # (a number, as sizes are: a tensor a module keeps, a mask, is not)
+    return real
 
 
 def note(func, args, kwargs, out, real) -> None:

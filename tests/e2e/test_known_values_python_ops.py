@@ -1,5 +1,5 @@
-"""Ops of Python numbers only (no tensor argument) have a value known while tracing
-(``runtime/known_values._factory_value``): torch wraps the numbers, and the graph makes the
+"""0-d results of ops of Python numbers only (no tensor argument) have a value known while
+tracing (``runtime/known_values._factory_value``): torch wraps the numbers, and the graph makes the
 same value on every run. Longformer/LED chunk a sequence with ``hidden.view(b,
 torch.div(hidden.size(1), 2 * w, rounding_mode="trunc"), 2 * w, d)``; the size was "known
 only when the graph runs" and the model fell back. Differential: eager vs ``to_graph``
@@ -24,11 +24,6 @@ def _floor_sizes(h):
     return h.reshape(h.shape[0], int(n), -1).sum(-1), n
 
 
-def _arange_list(h):
-    idx = torch.arange(h.shape[0]).tolist()
-    return h[idx[1:]].sum(0) * len(idx)
-
-
 def _full_count(h):
     k = torch.full((), h.shape[-1] // 2, dtype=torch.long)
     return h.narrow(-1, 0, int(k)) * k
@@ -37,7 +32,6 @@ def _full_count(h):
 CASES = [
     (_chunk, lambda n: (torch.randn(2, 8 * n, 3), 2)),
     (_floor_sizes, lambda n: (torch.randn(3, 4 * n),)),
-    (_arange_list, lambda n: (torch.randn(n + 1, 2),)),
     (_full_count, lambda n: (torch.randn(2, 2 * n + 2),)),
 ]
 
