@@ -18,7 +18,10 @@ Running the call again is right only when the failed run left nothing the caller
 the graph may have no effects (``int_overflow``'s rule: no in-place write into a tensor it
 did not make, no print, no optimizer or autograd call, ...; ``refusal`` keeps the fallback
 otherwise). Random draws are allowed: the default generator's state is taken before each
-run and put back before the replay, so eager draws what it would have drawn.
+run and put back before the replay, so eager draws what it would have drawn; so are staged
+checks (a tensor ``assert``, a ``raise`` under a tensor ``if``), whose one effect is the
+error the replay hands to eager's handler. ``contextlib.suppress(E)`` is such a ``try``
+(``operators.effects.suppress_traced``).
 """
 from __future__ import annotations
 
@@ -46,16 +49,21 @@ def note(location) -> None:
         setattr(graph, KEY, format_location(location))
 
 
-def _random_ok(node) -> bool:
-    """A draw from the default generator (its state is restored before a replay)."""
-    return op_name(node.target) in RANDOM and node.kwargs.get("generator") is None
+_CHECKS = {"assert_true", "raise_made"}     # staged checks: their one effect is to raise
+
+
+def _undone(node) -> bool:
+    """A draw from the default generator (its state is restored before a replay) or a
+    staged check (a tensor ``assert``, a ``raise`` under a tensor ``if``: it only raises)."""
+    name = op_name(node.target)
+    return name in _CHECKS or name in RANDOM and node.kwargs.get("generator") is None
 
 
 def refusal(graph) -> Optional[str]:
     """Why ``graph`` (a finished trace marked by ``note``) cannot replay a failed call, or
     None."""
     where = getattr(graph, KEY, None)
-    if where is None or _no_visible_effects(graph, allowed=_random_ok):
+    if where is None or _no_visible_effects(graph, allowed=_undone):
         return None
     return (f"{where}: try/except around tensor operations whose run-time errors it may "
             f"catch, in a function with effects (an in-place write, print, a generator's "

@@ -10,6 +10,7 @@ get graph meanings when an argument is symbolic: ``len``, ``range``, ``enumerate
 from __future__ import annotations
 
 import builtins
+import contextlib
 import functools
 import inspect
 import os
@@ -30,7 +31,7 @@ from ..source_info import format_location, user_location
 from ..symbolic import contains_symbolic, current_graph, is_symbolic
 from . import (checkpoints, custom_functions, module_hooks, outside_iterators,
                torch_checks, torchscript_calls, truth_builtins)
-from .effects import print_, torch_assert
+from .effects import print_, suppress_traced, torch_assert
 from .iterables import (SymbolicEnumerate, SymbolicRange, SymbolicReversed,
                         TensorList, is_symbolic_iterable, length_of, zip_of)
 from .logical import ifexp
@@ -366,6 +367,8 @@ def call(f, *args, **kwargs):
         result = scan_call(f, args, kwargs)      # associative_scan(combine_fn, xs, dim)
         if result is not NOT_SCAN:
             return result
+        if f is contextlib.suppress and not kwargs:     # a try/except: pass (try_replays)
+            return suppress_traced(*args)
         staged = autograd_effects.staged_call(f, args, kwargs)    # opt.step(), ...
         if staged is not autograd_effects.NOT_STAGED:
             return staged

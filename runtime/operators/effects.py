@@ -283,3 +283,16 @@ def eager_only(reason: str):
             raise GraphError(f"{format_location(location)}: {reason} around tensor-dependent "
                              f"code cannot be converted to a graph (an exception caught while "
                              f"tracing says nothing about later runs)")
+
+
+@contextlib.contextmanager
+def suppress_traced(*exceptions):
+    """``contextlib.suppress(*exceptions)`` entered while tracing: the ``try: ... except
+    exceptions: pass`` it is (``try_guard``), so an error the graph raises in its body when
+    it runs replays the call eagerly (``try_replays``), where eager suppresses it."""
+    with try_guard(lambda: exceptions):
+        try:
+            with try_body():
+                yield
+        except exceptions:
+            pass

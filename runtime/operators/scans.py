@@ -82,6 +82,17 @@ def _back(columns: List[List[torch.Tensor]], dim: int, reverse: bool) -> List[to
     return [torch.movedim(x, 0, dim) if dim < x.ndim else x for x in out]
 
 
+def _aliased(outs, ins) -> bool:
+    """Whether the combine function returned one tensor twice, or an input as it is:
+    torch's operators refuse that ("Higher order ops do not support aliasing")."""
+    seen = {id(t) for t in ins}
+    for t in outs:
+        if id(t) in seen:
+            return True
+        seen.add(id(t))
+    return False
+
+
 def _flat(tree, spec, what: str) -> list:
     leaves, got = pytree.tree_flatten(tree)
     if got != spec:
@@ -102,9 +113,14 @@ def _associative_scan(combine_fn: Callable, xs, dim: int, reverse: bool = False,
     acc = [x[0] for x in moved]
     columns = [[a] for a in acc]
     for i in range(1, n):
-        acc = _flat(combine_fn(pytree.tree_unflatten(acc, spec),
-                               pytree.tree_unflatten([x[i] for x in moved], spec)),
+        right = [x[i] for x in moved]
+        new = _flat(combine_fn(pytree.tree_unflatten(acc, spec),
+                               pytree.tree_unflatten(right, spec)),
                     spec, "associative_scan")
+        if _aliased(new, acc + right):       # (torch's operator raises eager's error)
+            return associative_scan(combine_fn, xs, dim, reverse=reverse,
+                                    combine_mode=combine_mode)
+        acc = new
         for column, a in zip(columns, acc):
             column.append(a)
     return pytree.tree_unflatten(_back(columns, dim, reverse), spec)
@@ -122,12 +138,16 @@ def _scan(combine_fn: Callable, init, xs, *, dim: int = 0, reverse: bool = False
     columns = None
     y_spec = None
     for i in range(n):
+        right = [x[i] for x in moved]
         result = combine_fn(pytree.tree_unflatten(carry, carry_spec),
-                            pytree.tree_unflatten([x[i] for x in moved], spec))
+                            pytree.tree_unflatten(right, spec))
         if not isinstance(result, (tuple, list)) or len(result) != 2:
             raise RuntimeError("scan: combine_fn must return a tuple (next_carry, y)")
-        carry = _flat(result[0], carry_spec, "scan")
+        new = _flat(result[0], carry_spec, "scan")
         ys, got = pytree.tree_flatten(result[1])
+        if _aliased(new + ys, carry + right):    # (torch's operator raises eager's error)
+            return scan(combine_fn, init, xs, dim=dim, reverse=reverse)
+        carry = new
         if columns is None:
             columns, y_spec = [[y] for y in ys], got
         elif got != y_spec:

@@ -178,3 +178,39 @@ def test_mamba_models_convert_and_match_eager(name):
         g(ids).logits.pow(2).mean().backward()
         for p, e in zip(model.parameters(), exp):
             torch.testing.assert_close(p.grad, e, rtol=1e-4, atol=1e-6)
+
+
+def _aliased_carry_and_output(x):
+    def step(c, xi):
+        s = c + xi
+        return s, s                     # torch refuses one tensor as carry and output
+    return scan(step, torch.zeros(3), x, dim=0)
+
+
+def _aliased_input(x):
+    return associative_scan(lambda a, b: b, x, dim=0, combine_mode="generic")
+
+
+@pytest.mark.parametrize("fn", [_aliased_carry_and_output, _aliased_input],
+                         ids=lambda f: f.__name__)
+def test_aliasing_combine_functions_raise_eagers_error(fn):
+    """torch's operators refuse a combine function returning one tensor twice or an input
+    as it is ("Higher order ops do not support aliasing"); the loop would have run it."""
+    x = torch.randn(4, 3)
+    try:
+        fn(x)
+        eager = None
+    except Exception as e:          # noqa: BLE001 - compared below
+        eager = e
+    for strict in (False, True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FallbackWarning)
+            try:
+                to_graph(fn, strict=strict)(x)
+                got = None
+            except Exception as e:  # noqa: BLE001
+                got = e
+        if eager is None:
+            assert got is None
+        else:
+            assert got is not None and (type(got) is type(eager) or strict), (got, eager)
