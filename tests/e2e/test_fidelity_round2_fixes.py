@@ -170,9 +170,28 @@ def raise_in_helper_caught(x):
     return y
 
 
-@pytest.mark.parametrize("fn", [raise_in_with, raise_in_while_in_with, raise_in_helper_caught])
+@pytest.mark.parametrize("fn", [raise_in_with, raise_in_while_in_with])
 def test_an_exception_of_a_tensor_branch_caught_falls_back(fn):
     falls_back(fn, POS, NEG)
+
+
+def test_a_staged_raise_caught_by_a_try_replays_the_raising_calls():
+    """The raise is a staged check; a call whose check raises runs eagerly so the handler
+    catches it (runtime/try_replays.py): a warning on that call only, eager's values."""
+    default, strict = to_graph(raise_in_helper_caught), to_graph(raise_in_helper_caught,
+                                                                  strict=True)
+    for args, raises in ((POS, False), (NEG, True), (POS, False)):
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            got = default(*_clone(args))
+        warned = [w for w in rec if issubclass(w.category, FallbackWarning)]
+        assert bool(warned) == raises, [str(w.message) for w in warned]
+        assert_same(got, raise_in_helper_caught(*_clone(args)))
+        if raises:
+            with pytest.raises(ConversionError):
+                strict(*_clone(args))
+        else:
+            assert_same(strict(*_clone(args)), raise_in_helper_caught(*_clone(args)))
 
 
 def test_an_exception_of_a_tensor_branch_not_caught_is_a_check_the_graph_makes():

@@ -594,9 +594,9 @@ def test_distribution_validation_raises_as_eager():
         g(*bad)
 
 
-def test_actor_critic_episode_over_a_state_tensor_falls_back():
-    """``for s in states`` (a tensor) is a ``while`` node; a list of tuples appended in it
-    cannot be loop state: falls back naming the line (open: unrolling static lengths)."""
+def test_actor_critic_episode_over_a_state_tensor_converts():
+    """``for s in states`` (a tensor of static length) appending tuples a stacked list
+    cannot hold unrolls (h96; it fell back naming the line)."""
     def make():
         model = Policy()
 
@@ -619,7 +619,7 @@ def test_actor_critic_episode_over_a_state_tensor_falls_back():
         return episode
     run_program(make, [(torch.randn(5, 4), [1.0, 1.0, 0.0, 1.0, 1.0], 0.99),
                        (torch.randn(3, 4), [1.0, 0.5, 1.0], 0.9)],
-                grad=True, falls_back_at="for s in states:")
+                grad=True)
 
 
 # ------------------------------------------------- facebookresearch/llama: generation.py
