@@ -2116,7 +2116,6 @@ FALLS_BACK = {
     "comprehension_tensor_conditions": "norms = {i: r.norm().item()",
     "alias_method_sampling": "while small and large:",
     # try/except around tensor work (README: falls back)
-    "try_except_tensor_value_error": "try:",
     # README: a walrus in an operand evaluated on some paths and read elsewhere
     "walrus_while_running_sum": "while i < n and (s := x[:i + 1].sum()) <= limit:",
     # a Python str attribute ("ok" vs "") chosen by a tensor condition
@@ -2172,6 +2171,7 @@ REPLAYS = {
     "int_tensor_python_arith": ("try:", set()),
     "precision_try_zero_division": ("try:", {1}),
     "linalg_error_caught": ("try:", {1}),
+    "try_except_tensor_value_error": ("try:", {1}),
 }
 
 

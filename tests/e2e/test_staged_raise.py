@@ -262,14 +262,26 @@ def caller_catches(x):
         return x - 1
 
 
-def test_under_try_falls_back_and_matches_eager():
-    for fn in (raise_under_try, caller_catches):
-        g = to_graph(fn)
-        with pytest.warns(FallbackWarning):
+def test_under_try_replays_the_raising_calls_and_matches_eager():
+    """A call whose staged raise fires runs eagerly so the handler catches it
+    (runtime/try_replays.py); the other calls run the graph (strict: ConversionError on
+    the raising call only)."""
+    g = to_graph(raise_under_try)   # (a raise under a try in the same function is not
+    with pytest.warns(FallbackWarning):         # staged: the function falls back)
+        assert_same(g(X * 10), raise_under_try(X * 10))
+    assert_same(g(X), raise_under_try(X))
+    with pytest.raises(ConversionError):
+        to_graph(raise_under_try, strict=True)(X)
+    for fn in (caller_catches,):
+        g, strict = to_graph(fn), to_graph(fn, strict=True)
+        with pytest.warns(FallbackWarning, match="inside a try"):
             assert_same(g(X * 10), fn(X * 10))
-        assert_same(g(X), fn(X))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FallbackWarning)
+            assert_same(g(X), fn(X))
+            assert_same(strict(X), fn(X))
         with pytest.raises(ConversionError):
-            to_graph(fn, strict=True)(X)
+            strict(X * 10)
 
 
 def raise_in_no_grad(x):
