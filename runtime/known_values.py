@@ -139,13 +139,12 @@ def note(func, args, kwargs, out, real) -> None:
     """After recording ``func`` with result ``out`` (traced tensors): mark the outputs
     whose value is known. ``real``: the op's outputs as shape inference computed them with
     the known values of its arguments (``substituted``), or None."""
-    if real is None:
-        if func not in _FACTORIES and (is_impure(func, kwargs, args) or
-                                       op_name(func) in _UNSET):
-            return
-        real = _factory_value(func, args, kwargs)
-    if real is None or is_impure(func, kwargs, args) or op_name(func) in _UNSET:
+    if is_impure(func, kwargs, args) or op_name(func) in _UNSET:
         return
+    if real is None:
+        real = _factory_value(func, args, kwargs)
+        if real is None:
+            return
     outs = out if isinstance(out, (list, tuple)) else (out,)
     reals = real if isinstance(real, (list, tuple)) else (real,)
     if len(outs) != len(reals):

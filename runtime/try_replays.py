@@ -46,7 +46,7 @@ def note(location) -> None:
     while graph.parent is not None:
         graph = graph.parent
     if getattr(graph, KEY, None) is None:
-        setattr(graph, KEY, format_location(location))
+        setattr(graph, KEY, location or ("<unknown location>", None))
 
 
 _CHECKS = {"assert_true", "raise_made"}     # staged checks: their one effect is to raise
@@ -65,10 +65,10 @@ def refusal(graph) -> Optional[str]:
     where = getattr(graph, KEY, None)
     if where is None or _no_visible_effects(graph, allowed=_undone):
         return None
-    return (f"{where}: try/except around tensor operations whose run-time errors it may "
-            f"catch, in a function with effects (an in-place write, print, a generator's "
-            f"draw, an optimizer or autograd call): a call that raises could not run again "
-            f"eagerly, so it cannot be converted to a graph")
+    return (f"{format_location(where)}: try/except around tensor operations whose run-time "
+            f"errors it may catch, in a function with effects (an in-place write, print, a "
+            f"generator's draw, an optimizer or autograd call): a call that raises could not "
+            f"run again eagerly, so it cannot be converted to a graph")
 
 
 def replaying(fn, graph):
@@ -90,7 +90,7 @@ def replaying(fn, graph):
 
 
 def replay_of(error: BaseException):
-    """``(where, rng_state)`` when ``error`` (or what it was raised from) came out of a
+    """``((file, line), rng_state)`` when ``error`` (or what it was raised from) came out of a
     replaying graph, else None."""
     for _ in range(4):
         if error is None:

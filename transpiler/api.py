@@ -487,31 +487,29 @@ class GraphFunction:
 
     def _replayed(self, e, replay, args: tuple, kwargs: dict):
         """The graph raised inside a ``try`` whose handler may catch it: the call runs
-        eagerly, from the generator state the run started from (``runtime.try_replays``;
-        strict: ``ConversionError``)."""
-        where, state = replay
-        file, _, line = where.rpartition(":")
-        reason = (f"the graph raised {type(e).__name__} inside a try whose handler may catch "
-                  f"it (found when the graph ran)")
-        if self._strict:
-            raise ConversionError(reason, file, int(line) if line.isdigit() else None) from e
-        warnings.warn(FallbackWarning(f"{where}: {reason} -- running "
-                                      f"{getattr(self, '__name__', 'the function')} "
-                                      f"eagerly"), stacklevel=4)
+        eagerly, from the generator state the run started from (``runtime.try_replays``)."""
+        (file, line), state = replay
         try_replays.restore(state)
-        return self._fn(*args, **kwargs)
+        return self._rerun_eagerly(e, file, line, f"the graph raised {type(e).__name__} "
+                                   f"inside a try whose handler may catch it (found when "
+                                   f"the graph ran)", args, kwargs)
 
     def _overflowed(self, e, args: tuple, kwargs: dict):
-        """The graph's Python int left int64: an effect-free graph's call runs eagerly
-        (strict: ``ConversionError``); other graphs raise the error."""
+        """The graph's Python int left int64: an effect-free graph's call runs eagerly;
+        other graphs raise the error."""
         if not e.rerun:
             raise e
-        reason = f"{str(e).split(': ', 1)[-1]} (found when the graph ran)"
+        return self._rerun_eagerly(e, e.file, e.line, f"{str(e).split(': ', 1)[-1]} (found "
+                                   f"when the graph ran)", args, kwargs)
+
+    def _rerun_eagerly(self, e, file, line, reason: str, args: tuple, kwargs: dict):
+        """A run of the graph found ``reason`` at the user's ``file:line``: the call runs
+        eagerly with a FallbackWarning (strict: ``ConversionError``)."""
         if self._strict:
-            raise ConversionError(reason, e.file, e.line) from e
-        warnings.warn(FallbackWarning(f"{e.file}:{e.line}: {reason} -- running "
+            raise ConversionError(reason, file, line) from e
+        warnings.warn(FallbackWarning(f"{file}:{line}: {reason} -- running "
                                       f"{getattr(self, '__name__', 'the function')} "
-                                      f"eagerly"), stacklevel=4)
+                                      f"eagerly"), stacklevel=5)
         return self._fn(*args, **kwargs)
 
     def _call(self, args, kwargs, fast=None):

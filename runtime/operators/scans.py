@@ -19,6 +19,7 @@ to torch's own operator, which raises or fails the trace as before.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, List
 
 import torch
@@ -27,7 +28,9 @@ from torch.utils import _pytree as pytree
 NOT_SCAN = object()
 
 
+@functools.lru_cache(maxsize=None)
 def _operators() -> dict:
+    """torch's scan operators -> the loop each stands for (looked up on first use)."""
     found = {}
     try:
         from torch._higher_order_ops.associative_scan import associative_scan
@@ -42,15 +45,10 @@ def _operators() -> dict:
     return found
 
 
-_OPERATORS: dict = {}
-
-
 def scan_call(f, args, kwargs):
     """The loop ``f`` (a torch scan operator) stands for, traced; or ``NOT_SCAN``."""
-    if not _OPERATORS:
-        _OPERATORS.update(_operators() or {None: None})
     try:
-        run = _OPERATORS.get(f)
+        run = _operators().get(f)
     except TypeError:                   # an unhashable callable
         return NOT_SCAN
     return NOT_SCAN if run is None else run(*args, **kwargs)

@@ -102,7 +102,7 @@ def test_a_call_whose_graph_raises_runs_eagerly(fn):
                 _same(got, exp)
 
 
-def test_the_graph_is_traced_once_and_serves_the_good_calls():
+def test_the_graph_keeps_the_body_after_replays():
     g = to_graph(recovered_lookup)
     for ids in (_GOOD, _BAD, _GOOD, _BAD, torch.tensor([4, 4, 4])):
         with warnings.catch_warnings():
