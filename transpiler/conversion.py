@@ -30,6 +30,7 @@ from transpiler.converters import conditional_expressions
 from transpiler.converters import continue_statements
 from transpiler.converters import control_flow
 from transpiler.converters import formatted_strings
+from transpiler.converters import frame_locals
 from transpiler.converters import functions
 from transpiler.converters import logical
 from transpiler.converters import match_statements
@@ -49,7 +50,7 @@ from transpiler.pyct import parser
 from transpiler.pyct import traversal
 
 BEFORE_ANALYSIS = (unsupported, match_statements, walrus_tests, comprehensions, functions,
-                   call_trees, formatted_strings, asserts, staged_raises,
+                   call_trees, frame_locals, formatted_strings, asserts, staged_raises,
                    try_statements, return_statements, break_statements, continue_statements)
 
 
@@ -83,6 +84,7 @@ _TRIGGERS = {
     break_statements: _LOOPS,
     continue_statements: _LOOPS,
     loops: _LOOPS,
+    frame_locals: (),                               # (a Name locals/vars/dir: checked apart)
 }
 
 
@@ -90,7 +92,15 @@ def _has_work(converter, found):
     kinds = _TRIGGERS.get(converter)
     if kinds is None:
         return True
+    if converter is frame_locals:
+        return not found.ids.isdisjoint(frame_locals.FRAME_READERS)
     return found.holds(kinds) or (converter is unsupported and 'tg' in found.ids)
+
+
+def _frame_names(code):
+    """The names ``locals()`` shows in a frame of ``code``, in CPython's order."""
+    cells = [n for n in code.co_cellvars if n not in code.co_varnames]
+    return tuple(code.co_varnames) + tuple(cells) + tuple(code.co_freevars)
 
 
 @dataclasses.dataclass
@@ -139,7 +149,7 @@ def _convert_tree(fn, probed=()):
     namer = naming.Namer(found.names.union(fn.__code__.co_freevars, fn.__code__.co_names))
     if isinstance(node, gast.Lambda):
         node = functions.as_function_def(node, namer.new('lam'))
-    ctx = base.Context(namer=namer, filename=filename)
+    ctx = base.Context(namer=namer, filename=filename, frame_names=_frame_names(fn.__code__))
     if found.holds(_BRANCHES):     # (on the user's code: before jumps become flags)
         definite_assignment.analyze(node)
     for converter in BEFORE_ANALYSIS:

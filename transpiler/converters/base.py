@@ -19,6 +19,7 @@ class Context:
     namer: naming.Namer
     filename: str
     holds_del: bool = True      # False: the tree has no ``del`` (check_no_del has nothing to find)
+    frame_names: tuple = ()     # the user function's local, cell and free variables (frame_locals)
 
 
 class Transformer(traversal.Transformer):
