@@ -208,7 +208,16 @@ def uses_tg(x):
     return tg
 
 
-@pytest.mark.parametrize('fn,reason', [(gen, 'yield'), (deletes, 'del y'), (uses_tg, "'tg'")])
+def exception_groups(x):
+    try:
+        y = x
+    except* ValueError:     # (converting it crashed inside the try converter: refused now)
+        y = 0
+    return y
+
+
+@pytest.mark.parametrize('fn,reason', [(gen, 'yield'), (deletes, 'del y'), (uses_tg, "'tg'"),
+                                       (exception_groups, 'try')])
 def test_errors_point_at_user_line(fn, reason):
     with pytest.raises(ConversionError) as info:
         conversion.to_source(fn)
@@ -217,6 +226,11 @@ def test_errors_point_at_user_line(fn, reason):
     with open(__file__) as f:
         assert reason.strip("'").split()[0] in f.readlines()[err.lineno - 1]
     assert str(err) == f'{err.filename}:{err.lineno}: {err.reason}'
+
+
+def test_exception_groups_are_refused_by_name():
+    with pytest.raises(ConversionError, match=r'try/except\* \(exception groups\)'):
+        conversion.to_source(exception_groups)
 
 
 def test_source_unavailable():

@@ -1,5 +1,5 @@
-"""Constructs we refuse, with the user's file:line: generators, async code
-and the name ``tg`` (reserved for the operator module the generated code calls)."""
+"""Constructs we refuse, with the user's file:line: generators, async code,
+``except*`` and the name ``tg`` (reserved for the operator module the generated code calls)."""
 import gast
 
 from transpiler.errors import ConversionError
@@ -12,6 +12,7 @@ _REFUSED = {
     gast.AsyncFunctionDef: 'async functions are not supported',
     gast.AsyncFor: 'async for is not supported',
     gast.AsyncWith: 'async with is not supported',
+    getattr(gast, 'TryStar', None): 'try/except* (exception groups) is not supported',
 }
 
 
