@@ -58,6 +58,7 @@ from .source_info import format_location, user_location
 NOT_STAGED = object()
 
 NONE, TENSOR, UNKNOWN = "none", "tensor", "unknown"
+_IN_BRANCH = "gradient of a tensor made in the function set in a branch or loop body"
 
 
 # ------------------------------------------------------------------------- graph targets
@@ -194,6 +195,9 @@ def _set(tensors, state: str, in_branch: bool) -> None:
     for t in tensors:
         states[_key(t) if isinstance(t, torch.Tensor) else id(t)] = \
             (t, UNKNOWN if in_branch else state)
+        if in_branch and not (isinstance(t, torch.Tensor) and not hasattr(t, "_node")):
+            states[_IN_BRANCH] = (None, UNKNOWN)    # (a tensor made in the function: the
+            # branch holds its own stand-in of it, so the read outside finds no entry)
 
 
 def note_set(t: torch.Tensor, value) -> None:
@@ -259,10 +263,20 @@ def read(t: torch.Tensor):
     from .symbolic import dispatch_record
     states = _states()
     entry = states.get(_key(t))
+    if entry is None and getattr(t, "_node", None) is not None and _IN_BRANCH in states:
+        entry = states[_IN_BRANCH]
     state = entry[1] if entry is not None else _initial(t)
     if state == UNKNOWN:
-        raise _refuse(".grad read after a backward or zero_grad in a branch or loop body "
-                      "(whether it is None depends on the path taken at run time);")
+        location = user_location()
+        error = GraphError(
+            f"{format_location(location)}: .grad read after a backward (or zero_grad) that "
+            f"runs in a branch or loop body decided by a tensor (a tensor `if`, `while` or "
+            f"`continue`, or a `.item()` compared): whether .grad is set there depends on "
+            f"the path taken at run time, which a graph cannot answer while tracing (take "
+            f"the gradient with torch.autograd.grad, or decide the branch with a Python "
+            f"value)")
+        error.location = location
+        raise error
     t = argument_grads.value(t)         # (an argument's: its placeholder)
     if state == NONE:
         dispatch_record(expect_no_grad, (t, _where()), {})

@@ -1,4 +1,4 @@
-"""Values of small integer tensors that a graph computes the same on every run.
+"""Values of small tensors that a graph computes the same on every run.
 
 ``pack_padded_sequence(x, [6, 4, 2])`` makes ``torch.as_tensor([6, 4, 2])`` (a node of
 Python data), and torch's packed-sequence code reads sizes from it: the packed data has
@@ -11,12 +11,14 @@ the same on every run: the node's value is fixed by the Python data the trace ba
 A node's *known value* (``node.attrs[KEY]``, a real CPU tensor) is what the node computes
 on every run of its graph:
 
-- a factory of Python data (``torch.tensor``/``as_tensor`` of ints and bools, no tensors),
-  or a 0-d result of any pure op whose arguments hold no tensor (``torch.div(h.size(1),
-  2 * w, rounding_mode="trunc")``, Longformer's and LED's chunk count, then a ``view``
-  size; ``torch.full((), n)``): torch wraps the numbers, the value is the same on every run;
-- the integer or bool result of a pure op whose tensor arguments all have known values
-  (``lengths.to(int64)``, ``torch.sort(lengths)``, ``batch_sizes[0]``): it is run for real;
+- a factory of Python data (``torch.tensor``/``as_tensor`` of numbers, no tensors), or
+  the result of any pure op whose arguments hold no tensor (``torch.div(h.size(1), 2 * w,
+  rounding_mode="trunc")``, Longformer's and LED's chunk count, then a ``view`` size;
+  ``torch.full((), n)``; ``torch.arange(n)``, whose ``tolist()`` a loop unrolls over):
+  torch wraps the numbers, the value is the same on every run;
+- the result of a pure op whose tensor arguments all have known values (``lengths.to(
+  int64)``, ``torch.sort(lengths)``, ``batch_sizes[0]``, ``torch.tensor(n, dtype=float32)
+  .sqrt()``, a ViT grid's side): it is run for real;
 - an integer or bool output that shape inference computed for real from known values
   beside meta ones (``_pack_padded_sequence``'s ``batch_sizes``, ``_pad_packed_sequence``'s
   ``lengths``): its data read only known values;
@@ -24,13 +26,17 @@ on every run of its graph:
   number of sequences (``packed_sequences``).
 
 Shape inference runs ops with known values real and other tensors meta
-(``substituted``), and ``int()``/``bool()``/``.item()``/``.tolist()`` of such a value answer
-from it (``answer``): no guard is needed, the graph makes the same value every time.
+(``substituted``; never an op with an effect: ``set_attribute`` of a causal mask that a
+module caches on ``self`` runs when the graph runs, not while inferring), and
+``int()``/``bool()``/``.item()``/``.tolist()`` of such a value answer from it (``answer``):
+no guard is needed, the graph makes the same value every time. Integer, bool and real
+floating values only (no complex, nothing that requires grad), on the CPU.
 ``torch.empty`` and its kin (garbage), random and in-place ops make no known value, and a
 value whose storage is written in place (``views``: the write and every view of it)
 loses it from then on; inside a loop body, only values made in that body have one (a
 later iteration may see a write the body makes after reading). Limited to
-``MAX_ELEMENTS`` elements.
+``MAX_ELEMENTS`` elements (checked on the traced outputs' static shapes before an op of
+Python numbers is run for real: ``torch.ones(B, T, T)`` is not computed here).
 
 Requires: ``views`` (storage tokens and their first in-place write).
 """
@@ -72,14 +78,19 @@ def value(t) -> Optional[torch.Tensor]:
 def substituted(func, args, kwargs, to_meta):
     """``(args, kwargs)`` with each tensor that has a known value replaced by that value
     and every other tensor by ``to_meta(t)``; None when no argument has a known value (or
-    the op writes in place: inference runs on the traced tensors themselves)."""
-    if not find_leaves((args, kwargs), _with_known, slices=False) or is_inplace(func, kwargs):
-        return None
+    the op has an effect: inference runs on the traced tensors themselves). Beside a meta
+    tensor only integer and bool values go real (sizes, indices, lengths: a float one,
+    an LSTM's zero state, stays meta, as torch's kernels want one device for the data)."""
+    if not find_leaves((args, kwargs), _with_known, slices=False) or \
+            is_impure(func, kwargs, args):
+        return None     # (an effect, ``set_attribute`` of a known value, must not run here)
     found = [False]
+    every = all(value(t) is not None for t in find_leaves((args, kwargs), _is_tensor,
+                                                          slices=False))
 
     def conv(t):
         known = value(t)
-        if known is None:
+        if known is None or not every and (known.is_floating_point() or known.is_complex()):
             return to_meta(t)
         found[0] = True
         return known.clone()            # (an op may return its input: keep ours intact)
@@ -96,16 +107,25 @@ def _is_tensor(v) -> bool:
     return isinstance(v, torch.Tensor)
 
 
-def _small_integer(v) -> bool:
-    return isinstance(v, torch.Tensor) and not v.is_meta and v.device.type == "cpu" and \
-        (not v.is_floating_point() and not v.is_complex()) and v.numel() <= MAX_ELEMENTS and \
-        type(v) is torch.Tensor
+def _small(v) -> bool:
+    return type(v) is torch.Tensor and not v.is_meta and v.device.type == "cpu" and \
+        not v.is_complex() and not v.requires_grad and v.numel() <= MAX_ELEMENTS
+
+
+def _small_outputs(outs) -> bool:
+    """Whether every traced output has a static shape of at most ``MAX_ELEMENTS``."""
+    for o in outs:
+        meta = getattr(getattr(o, "_node", None), "meta", None)
+        if not getattr(meta, "is_static", False) or \
+                int(torch.Size(meta.shape).numel()) > MAX_ELEMENTS:
+            return False
+    return True
 
 
 def _python_data(v) -> bool:
     if isinstance(v, (list, tuple)):
         return all(_python_data(x) for x in v)
-    return type(v) in (int, bool)
+    return type(v) in (int, bool, float)
 
 
 def _plain_value(v) -> bool:
@@ -130,8 +150,6 @@ def _factory_value(func, args, kwargs):
             real = func(*args, **kwargs)
         except Exception:  # noqa: BLE001 - eager's error: the trace reports it as before
             return None
-    if func not in _FACTORIES and not (isinstance(real, torch.Tensor) and real.dim() == 0):
-        return None     # (a number, as sizes are: a tensor a module keeps, a mask, is not)
     return real
 
 
@@ -141,17 +159,19 @@ def note(func, args, kwargs, out, real) -> None:
     the known values of its arguments (``substituted``), or None."""
     if is_impure(func, kwargs, args) or op_name(func) in _UNSET:
         return
+    outs = out if isinstance(out, (list, tuple)) else (out,)
     if real is None:
+        if not _small_outputs(outs):
+            return      # (not run for real: ``torch.ones(B, T, T)``)
         real = _factory_value(func, args, kwargs)
         if real is None:
             return
-    outs = out if isinstance(out, (list, tuple)) else (out,)
     reals = real if isinstance(real, (list, tuple)) else (real,)
     if len(outs) != len(reals):
         return
     for o, r in zip(outs, reals):
         node = getattr(o, "_node", None)
-        if node is not None and _small_integer(r) and tuple(r.shape) == tuple(o.shape) and \
+        if node is not None and _small(r) and tuple(r.shape) == tuple(o.shape) and \
                 r.dtype == o.dtype:
             node.attrs[KEY] = r
 

@@ -1004,6 +1004,7 @@ class GraphFunction:
                                             ) if changed else None  # (helpers' bindings too)
             if slots and carry is not None:     # (set only once the served ones were:
                 slots = carry[0] + slots        # ``if (state.step + 1) % k == 0:``)
+            carried_failed = None
             if slots:           # a counter rebound (``nonlocal step; step += 1``): carried
                 snapshot.restore()
                 try:
@@ -1016,6 +1017,7 @@ class GraphFunction:
                             getattr(e, "names_its_line", False):
                         raise           # (but a read of a list it appends to: that line;
                         # an effect the counter's branch cannot stage: module_modes)
+                    carried_failed = e  # (and why carrying it failed: said too)
             if changed:
                 held = held_arguments.changed(snapshot, sargs, skwargs, self._held)
                 grown = appended_arguments.appended(args, kwargs, sargs, skwargs, held)
@@ -1025,7 +1027,8 @@ class GraphFunction:
                     error.appended = grown      # (lists grown by numbers: transpiler.
                     raise error                 # appended_arguments)
                 error = GraphError(f"{changed} (a Python side effect that a graph cannot repeat "
-                                   f"on every call)")
+                                   f"on every call)"
+                                   f"{_carry_failure(carried_failed, changed, self._fn)}")
                 error.location = getattr(snapshot, "changed_line", None) or \
                     _assignment_line(target, changed) or next(
                     filter(None, (_assignment_line(hook, changed) for m in reached
@@ -1284,6 +1287,19 @@ def _location(e: Exception, fn) -> Tuple[Optional[str], Optional[int]]:
 
 
 _PLAIN = (ConversionError, GraphError, NotImplementedError, UnboundLocalError)
+
+
+def _carry_failure(e: Optional[Exception], changed: str, fn) -> str:
+    """Why the trace that carried the changed number as a graph value failed (``e``), as
+    the end of the refusal's text: the construct that keeps the number from converting."""
+    if e is None:
+        return ""
+    reason = _reason(e, fn)
+    if reason.startswith(changed):
+        return ""       # (the same change again: nothing more to say)
+    file, line = _location(e, fn)
+    where = f"{file}:{line}: " if file else ""
+    return f"; nor can the number be carried as a graph value: {where}{reason}"
 
 
 def _reason(e: Exception, fn) -> str:

@@ -771,11 +771,7 @@ def floor_divide_heads(x):
     return x.view(x.shape[0], int(heads), 4).softmax(-1)
 
 
-@plain((_randn(5, 2),), (_randn(3, 2, seed=1),), (_randn(6, 2, seed=2),),
-       verdict="needless", line="torch.arange(x.shape[0]).tolist()", reason=(
-           "needless fallback: `torch.arange(n).tolist()` of a static size n is the same on every "
-           "run but is not a known value (only 0-d results of ops of Python numbers are: a "
-           "module-cached mask made so must stay a graph value)"))
+@plain((_randn(5, 2),), (_randn(3, 2, seed=1),), (_randn(6, 2, seed=2),))
 def arange_tolist_loop(x):
     total = x.new_zeros(2)
     for i in torch.arange(x.shape[0]).tolist():
@@ -783,13 +779,7 @@ def arange_tolist_loop(x):
     return total
 
 
-@plain((_randn(2, 16, 3),), (_randn(2, 9, 3, seed=1),), (_randn(1, 25, 3, seed=2),),
-       verdict="needless", line="return tokens.transpose(1, 2).reshape(", reason=(
-           "needless fallback: `int(torch.tensor(n, dtype=torch.float32).sqrt())` of a Python "
-           "size is not a known value (its value is the same on every run with that shape), so "
-           "the reshape by it falls back ('depends on a tensor's value'). Repro: `def f(t):\n "
-           "side = int(torch.tensor(t.shape[1], dtype=torch.float32).sqrt())\n return "
-           "t.reshape(t.shape[0], side, side)` on torch.randn(2, 16)"))
+@plain((_randn(2, 16, 3),), (_randn(2, 9, 3, seed=1),), (_randn(1, 25, 3, seed=2),))
 def vit_square_grid_from_tensor_sqrt(tokens):
     """A ViT feature map back to (B, C, H, W), with the side from torch.sqrt of the count."""
     side = int(torch.tensor(tokens.shape[1], dtype=torch.float32).sqrt())
@@ -1147,11 +1137,7 @@ def known_int_ops_signs_and_wraps(x):
     return t, f, fd, w, true, x[:, : -t]
 
 
-@plain((_randn(0, 2),), (_randn(3, 2),),
-       verdict="needless", line="idx = torch.arange(x.shape[0]).tolist()", reason=(
-           "needless fallback: `torch.arange(n).tolist()` of a static size n is the same on every "
-           "run but is not a known value (only 0-d results of ops of Python numbers are: a "
-           "module-cached mask made so must stay a graph value)"))
+@plain((_randn(0, 2),), (_randn(3, 2),))
 def arange_tolist_empty(x):
     idx = torch.arange(x.shape[0]).tolist()
     return len(idx), x.sum(0) if idx else x.new_zeros(2)

@@ -1549,19 +1549,21 @@ VERDICTS = {
     "prog_examples_time_sequence_lbfgs": ("fallback", "optimizer.step(closure)", ""),
     "prog_tutorial_neural_style_lbfgs": ("fallback", "optimizer.step(closure)", ""),
     # `.grad` read after a backward that a tensor `if ...: continue` may skip (README: whether
-    # it is None depends on the path); the reason given is "tracing failed with
-    # AttributeError: 'NoneType' object has no attribute 'data'" rather than that rule
+    # it is None depends on the path); the reason names that rule since h100 (it was
+    # "tracing failed with AttributeError: 'NoneType' object has no attribute 'data'")
     "prog_tutorial_fgsm_test": ("fallback", "data_grad = data.grad.data", ""),
     # the first call turns `best_score` from None into a float (an attribute of an object that
     # existed before the call changes kind); later calls convert
     "prog_early_stopping_deepinpainting": ("fallback", "self.best_score = score", ""),
     "prog_annotated_transformer_run_epoch": (
         "needless", ('totals["n_accum"] += 1', 'print(("Epoch Step: %6d'),
-        "needless fallback, with a wrong reason: every call falls back naming `totals[\"n_accum\"] "
-        "+= 1` ('the function mutates closure variable totals'), yet with LabelSmoothing.forward's "
+        "needless fallback: every call falls back naming `totals[\"n_accum\"] += 1` ('the "
+        "function mutates closure variable totals'; since h100 the reason goes on to name the "
+        "construct that keeps the counter from being carried: 'loss_compute ... (its "
+        "criterion.true_dist)' at the loss_compute call), and with LabelSmoothing.forward's "
         "`self.true_dist = true_dist` line removed the even calls convert (only call 0, where "
         "totals' ints become tensors, falls back), so the refusal comes from that module "
-        "attribute write and is reported at another line; simpler module-attribute writes "
+        "attribute write; simpler module-attribute writes "
         "(`self.true_dist = x * 2`, or after fill_/scatter_) convert, so the repro is this "
         "program. The odd calls also fall back on the log line (`'%6.2f' % (loss / ntokens)`: "
         "'float() of a symbolic tensor'), though `'%6.2f' % (x.sum(),)` alone converts"),
@@ -1580,11 +1582,13 @@ VERDICTS = {
     # condition; converts since h96)
     "prog_cleanrl_td3_delayed_actor": (
         "needless", 'loop["global_step"] += 1',
-        "needless fallback (with a misleading reason): a step whose result is None or a tensor "
-        "depending on a counter it keeps in a dict (`actor_loss = None; if global_step % "
-        "policy_frequency == 0: actor_loss = ...`) falls back on every call blaming 'the "
-        "function mutates closure variable' although the same counter mutation converts when "
-        "the result's structure does not depend on it; specializing on the counter (as on "
+        "needless fallback: a step whose result is None or a tensor depending on a counter it "
+        "keeps in a dict (`actor_loss = None; if global_step % policy_frequency == 0: "
+        "actor_loss = ...`) falls back on every call (since h100 the reason names both lines: "
+        "'mutates closure variable loop ...; nor can the number be carried as a graph value: "
+        "<the if's line>: actor_loss is a tensor on one path and None on the other'), although "
+        "the same counter mutation converts when the result's structure does not depend on "
+        "it; specializing on the counter (as on "
         "any Python value read) would convert. Repro: `loop = {'n': 0}\ndef step(x):\n out = "
         "None\n if loop['n'] % 2 == 0:\n  out = lin(x).sum()\n loop['n'] += 1\n return out` "
         "called 4 times: traces=0, fallbacks=2"),
