@@ -10,6 +10,7 @@ import ast
 import dataclasses
 import inspect
 import logging
+import types
 import weakref
 
 
@@ -34,6 +35,7 @@ from transpiler.converters import frame_locals
 from transpiler.converters import functions
 from transpiler.converters import logical
 from transpiler.converters import match_statements
+from transpiler.converters import private_names
 from transpiler.converters import probes
 from transpiler.converters import loops
 from transpiler.converters import return_statements
@@ -49,7 +51,7 @@ from transpiler.pyct import naming
 from transpiler.pyct import parser
 from transpiler.pyct import traversal
 
-BEFORE_ANALYSIS = (unsupported, match_statements, walrus_tests, comprehensions, functions,
+BEFORE_ANALYSIS = (private_names, unsupported, match_statements, walrus_tests, comprehensions, functions,
                    call_trees, frame_locals, formatted_strings, asserts, staged_raises,
                    try_statements, return_statements, break_statements, continue_statements)
 
@@ -95,6 +97,36 @@ def _has_work(converter, found):
     if converter is frame_locals:
         return not found.ids.isdisjoint(frame_locals.FRAME_READERS)
     return found.holds(kinds) or (converter is unsupported and 'tg' in found.ids)
+
+
+def _enclosing_class(qualname):
+    """The innermost class whose body holds the function named ``qualname``, or None."""
+    parts = qualname.split('.')[:-1]
+    for i in range(len(parts) - 1, -1, -1):
+        following = parts[i + 1] if i + 1 < len(parts) else None
+        if parts[i] != '<locals>' and following != '<locals>':
+            return parts[i]
+    return None
+
+
+def _code_names(code):
+    names = set(code.co_names) | set(code.co_varnames) | set(code.co_cellvars) | \
+        set(code.co_freevars)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+def _private_names(fn):
+    """``{'__x': '_Cls__x'}`` for the class-private names Python mangled in ``fn``."""
+    cls = _enclosing_class(getattr(fn, '__qualname__', ''))
+    prefix = '_' + cls.lstrip('_') if cls and cls.lstrip('_') else None
+    if prefix is None:
+        return {}
+    mark = prefix + '__'
+    return {n[len(prefix):]: n for n in _code_names(fn.__code__)
+            if n.startswith(mark) and not n.endswith('__')}
 
 
 def _frame_names(code):
@@ -149,7 +181,8 @@ def _convert_tree(fn, probed=()):
     namer = naming.Namer(found.names.union(fn.__code__.co_freevars, fn.__code__.co_names))
     if isinstance(node, gast.Lambda):
         node = functions.as_function_def(node, namer.new('lam'))
-    ctx = base.Context(namer=namer, filename=filename, frame_names=_frame_names(fn.__code__))
+    ctx = base.Context(namer=namer, filename=filename, frame_names=_frame_names(fn.__code__),
+                       private_names=_private_names(fn))
     if found.holds(_BRANCHES):     # (on the user's code: before jumps become flags)
         definite_assignment.analyze(node)
     for converter in BEFORE_ANALYSIS:

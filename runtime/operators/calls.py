@@ -268,6 +268,17 @@ def _nondeterministic(f) -> bool:
         or f is os.urandom or f is os.getpid
 
 
+@functools.lru_cache(maxsize=None)
+def _stack_readers():
+    """Functions that read the interpreter's stack from where they are called: in converted
+    code that is this module's ``call`` and the generated functions' frames, not the user's."""
+    import traceback
+    found = [sys._getframe, inspect.currentframe, inspect.stack, traceback.extract_stack,
+             traceback.format_stack, traceback.print_stack, traceback.walk_stack]
+    found += [f for f in (getattr(sys, "_getframemodulename", None),) if f is not None]
+    return tuple(found)
+
+
 def _text_call(f, args, kwargs):
     """``str``/``repr``/``ascii``/``format``, ``template.format(...)`` and
     ``sep.join(...)`` of traced values: text rendered when the graph runs. None: ``f`` is
@@ -337,6 +348,10 @@ def call(f, *args, **kwargs):
         raise GraphError(f"{format_location(user_location())}: calls "
                          f"{getattr(f, '__qualname__', f)}(), a Python value that changes on "
                          f"every call; a graph would freeze the value seen while tracing")
+    if current_graph() is not None and builtins.any(f is r for r in _stack_readers()):
+        raise GraphError(f"{format_location(user_location())}: calls "
+                         f"{getattr(f, '__qualname__', f)}(), which reads the interpreter's "
+                         f"stack: converted code runs in generated frames, not the user's")
     if f is builtins.print:
         return print_(*args, **kwargs)
     if f is torch._assert and current_graph() is not None:

@@ -62,17 +62,17 @@ def _harness_call(f, args):
 
 def get_function_args():
     """luchador's helper: the caller's arguments, read from its frame."""
-    caller = inspect.currentframe().f_back
+    caller = inspect.currentframe().f_back  # @frame_back
     args = inspect.getargvalues(caller)[-1]
     return {k: v for k, v in args.items() if k != "self"}
 
 
 def caller_name():
-    return sys._getframe(1).f_code.co_name
+    return sys._getframe(1).f_code.co_name  # @caller_name
 
 
 def caller_where():
-    frame = inspect.stack()[1]
+    frame = inspect.stack()[1]  # @caller_where
     return os.path.basename(frame.filename), frame.lineno, frame.function
 
 
@@ -218,7 +218,7 @@ def globals_in_tensor_if(x, n):
 # ---------------------------------------------------------------- frames and stacks
 
 def getargvalues_own(x, n):
-    info = inspect.getargvalues(inspect.currentframe())
+    info = inspect.getargvalues(inspect.currentframe())  # @getargvalues
     return x + n, info.args, info.varargs, info.keywords
 
 
@@ -233,11 +233,11 @@ def callee_reads_caller_arg_names(x, lr, depth=2):
 
 
 def own_code_name(x, n):
-    return x + n, sys._getframe().f_code.co_name, inspect.currentframe().f_code.co_name
+    return x + n, sys._getframe().f_code.co_name, inspect.currentframe().f_code.co_name  # @own_name
 
 
 def own_filename_and_line(x, n):
-    frame = inspect.currentframe()
+    frame = inspect.currentframe()  # @own_frame
     return x + n, os.path.basename(frame.f_code.co_filename), frame.f_lineno  # @own_line
 
 
@@ -510,7 +510,7 @@ class WarnsFromMethod(nn.Module):
 
 def owning_module_name():
     """tutu0038/pytorch LLMprofiler: walk the stack for the nn.Module that called us."""
-    frame = inspect.currentframe().f_back
+    frame = inspect.currentframe().f_back  # @owning_frame
     while frame is not None:
         owner = frame.f_locals.get("self")
         if isinstance(owner, nn.Module):
@@ -808,23 +808,18 @@ def _fn(f):
     return lambda: f
 
 
-_FRAME = ("sys._getframe()/inspect.currentframe()/inspect.stack()/traceback in converted code see "
-          "tograph's runtime/operators/calls.py `call` frame (the call goes through tg.call)")
+_FRAME = ("Stack reads (sys._getframe, inspect.currentframe/stack, traceback) in converted code "
+          "fall back since they saw generated frames; the eager rerun then runs under tograph's "
+          "wrapper (transpiler/api.py), so the function's caller is a tograph frame, as under "
+          "any Python decorator")
 
 CASES = [
     # locals / vars / dir / globals
     Case("locals_hparams", _fn(locals_hparams), [(_X3, 0.1), (torch.ones(2, 2), 0.5, 3)]),
-    Case("locals_keys_after_tensor_if", _fn(locals_keys_after_tensor_if), CALLS, "bug",
-         reason="BUG: locals() after a tensor if lacks a name both branches bind when no later "
-                "code reads that name directly: sorted(d) is ['n', 'x'], eager ['n', 'x', 'y'], "
-                "silently (with `return y + n, sorted(d)` it is right). Repro: def f(x, n): "
-                "if x.sum() > 0: y = x * 2 / else: y = -x / d = locals(); return x + n, sorted(d)"),
-    Case("locals_value_after_tensor_if", _fn(locals_value_after_tensor_if), CALLS, "needless",
-         "locals_value_after_if",
-         reason="needless fallback: `d = locals()` after a tensor if, then `d['y']`: 'tracing "
-                "failed with KeyError: y' (eager's results); straight-line `y = x * 2; d = "
-                "locals(); d['y']` converts (same root as locals_keys_after_tensor_if: a name the "
-                "branches bind that no later code reads by name is not carried out of the cond)"),
+    Case("locals_keys_after_tensor_if", _fn(locals_keys_after_tensor_if), CALLS),
+    # (was BUG: the name the branches bind was not carried out of the cond; fixed by the lead)
+    Case("locals_value_after_tensor_if", _fn(locals_value_after_tensor_if), CALLS),
+    # (was needless fallback: KeyError 'y'; fixed with locals_keys_after_tensor_if)
     Case("locals_in_tensor_if", _fn(locals_in_tensor_if), CALLS, "fallback", "locals_tensor_if"),
     Case("locals_in_python_for", _fn(locals_in_python_for), CALLS, "fallback", "locals_for"),
     Case("locals_in_comprehension", _fn(locals_in_comprehension), CALLS, "fallback",
@@ -845,50 +840,22 @@ CASES = [
     Case("globals_is_module_dict", _fn(globals_is_module_dict), CALLS),
     Case("globals_in_tensor_if", _fn(globals_in_tensor_if), CALLS),
     # frames and stacks
-    Case("getargvalues_own", _fn(getargvalues_own), CALLS, "bug",
-         reason="BUG: inspect.getargvalues(inspect.currentframe()) describes tg.call's frame: "
-                "args ['f'], varargs 'args', keywords 'kwargs'; eager ['x', 'n'], None, None, "
-                "silently. " + _FRAME),
+    Case("getargvalues_own", _fn(getargvalues_own), CALLS, "fallback", "getargvalues"),
     Case("callee_reads_caller_args", _fn(callee_reads_caller_args), CALLS, "fallback",
-         "caller_args"),
-    Case("callee_reads_caller_arg_names", _fn(callee_reads_caller_arg_names), CALLS, "bug",
-         "caller_arg_names",
-         reason="BUG: a callee reading its caller's frame (luchador get_function_args, d2l "
-                "save_hyperparameters: inspect.getargvalues(inspect.currentframe().f_back)) "
-                "sees a generated frame: sorted(hp) is ['caller', 'tg'], eager ['depth', 'lr', "
-                "'x'], silently. Repro: def args(): return sorted(inspect.getargvalues("
-                "inspect.currentframe().f_back)[-1]) / def f(x, lr): return x * lr, args()"),
-    Case("own_code_name", _fn(own_code_name), CALLS, "bug",
-         reason="BUG: sys._getframe().f_code.co_name and inspect.currentframe().f_code.co_name "
-                "give 'call', eager 'own_code_name', silently. Repro: def f(x): return x + 1, "
-                "sys._getframe().f_code.co_name. " + _FRAME),
-    Case("own_filename_and_line", _fn(own_filename_and_line), CALLS, "bug",
-         reason="BUG: inspect.currentframe() .f_code.co_filename/.f_lineno give calls.py, 408; "
-                "eager this file and the calling line, silently. " + _FRAME),
-    Case("caller_name_of_helper", _fn(caller_name_of_helper), CALLS, "bug",
-         reason="BUG: a helper's sys._getframe(1).f_code.co_name is the helper itself "
-                "('caller_name'), eager its caller ('caller_name_of_helper'), silently. Repro: "
-                "def who(): return sys._getframe(1).f_code.co_name / def f(x): return x * 2, "
-                "who(). " + _FRAME),
+         "frame_back"),
+    Case("callee_reads_caller_arg_names", _fn(callee_reads_caller_arg_names), CALLS, "fallback",
+         "frame_back"),
+    Case("own_code_name", _fn(own_code_name), CALLS, "fallback", "own_name"),
+    Case("own_filename_and_line", _fn(own_filename_and_line), CALLS, "fallback", "own_frame"),
+    Case("caller_name_of_helper", _fn(caller_name_of_helper), CALLS, "fallback", "caller_name"),
     Case("caller_of_function", _fn(caller_of_function), CALLS, "bug",
-         reason="BUG: sys._getframe(1) in converted code is the function's own frame "
-                "('caller_of_function'), eager its caller ('_harness_call'), silently. " + _FRAME),
-    Case("stack_caller_where", _fn(stack_caller_where), CALLS, "bug",
-         reason="BUG: inspect.stack()[1] in a helper names ('<tograph generated caller_where "
-                "#N>', 2, 'caller_where'), eager (this file, the calling line, "
-                "'stack_caller_where'), silently. " + _FRAME),
-    Case("extract_stack_last", _fn(extract_stack_last), CALLS, "bug",
-         reason="BUG: traceback.extract_stack()[-1] is runtime/operators/calls.py:410 in call "
-                "('result = f(*args, **kwargs)'), eager this file's line, silently. " + _FRAME),
-    Case("format_stack_last", _fn(format_stack_last), CALLS, "bug",
-         reason="BUG: traceback.format_stack(limit=1) names runtime/operators/calls.py line "
-                "410, in call, eager this file's line, silently. " + _FRAME),
-    Case("frame_in_tensor_if", _fn(frame_in_tensor_if), CALLS, "bug",
-         reason="BUG: sys._getframe().f_code.co_name inside a tensor if gives 'call', eager "
-                "'frame_in_tensor_if', silently. " + _FRAME),
-    Case("retrieve_name_then_print", _fn(retrieve_name_then_print), CALLS, "bug",
-         reason="BUG: inspect.stack()[0].function gives 'call': prints 'call shape: (3,)', "
-                "eager 'retrieve_name_then_print shape: (3,)', silently. " + _FRAME),
+         reason="BUG: sys._getframe(1) in a to_graph function falls back (a stack read) and "
+                "the eager rerun's caller is tograph's '_call', eager's '_harness_call'. " + _FRAME),
+    Case("stack_caller_where", _fn(stack_caller_where), CALLS, "fallback", "caller_where"),
+    Case("extract_stack_last", _fn(extract_stack_last), CALLS, "fallback", "extract_stack"),
+    Case("format_stack_last", _fn(format_stack_last), CALLS, "fallback", "format_stack"),
+    Case("frame_in_tensor_if", _fn(frame_in_tensor_if), CALLS, "fallback", "frame_if"),
+    Case("retrieve_name_then_print", _fn(retrieve_name_then_print), CALLS, "fallback", "stack0"),
     # eval / exec
     Case("eval_top", _fn(eval_top), CALLS),
     Case("eval_global", _fn(eval_global), CALLS),
@@ -907,20 +874,14 @@ CASES = [
     Case("class_cell_in_tensor_if", lambda: torch.manual_seed(8) and ClassCellInTensorIf(),
          CALLS3),
     Case("method_qualnames", lambda: torch.manual_seed(9) and MethodNames(), CALLS3),
-    Case("private_name_mangling", Private, CALLS3, "needless", "private",
-         reason="needless fallback: `self.__scale` (a class-private name) in a converted "
-                "forward is not mangled to `self._Private__scale`: 'tracing failed with "
-                "AttributeError: 'Private' object has no attribute '__scale'' (eager's results, "
-                "names the line). See private_optional_silent for the silent form"),
-    Case("private_optional_silent", lambda: PrivateOptional(3.0), CALLS3, "bug",
-         "private_optional",
-         reason="BUG: class-private names are not mangled in converted methods: `try: s = "
-                "self.__scale / except AttributeError: s = 1.0` takes the except path, x * 1.0, "
-                "eager x * 3.0, silently. Repro: class P(nn.Module): __init__ sets "
-                "self.__scale = 3.0; forward as above"),
+    Case("private_name_mangling", Private, CALLS3),   # (was needless fallback: not mangled)
+    Case("private_optional_silent", lambda: PrivateOptional(3.0), CALLS3),   # (was BUG)
     Case("warn_from_method_stacklevel2", WarnsFromMethod,
          [(torch.ones(2, 3),), (torch.ones(2, 3, 4),), (torch.ones(5),)]),
-    Case("profiler_walks_stack", lambda: torch.manual_seed(10) and Profiled(), CALLS3),
+    # (converted, it read the generated frames, which happen to hold `self`; stack reads fall
+    # back since they see generated frames: sys._getframe, inspect.stack, traceback)
+    Case("profiler_walks_stack", lambda: torch.manual_seed(10) and Profiled(), CALLS3, "fallback",
+         "owning_frame"),
     Case("decorator_on_to_graph_reads_code", _fn(plain), CALLS, "bug",
          convert=lambda f, strict: count_args(to_graph(f, strict=strict)),
          reason="BUG: a decorator stacked on to_graph that reads fn.__code__ (argument names "
@@ -939,13 +900,7 @@ CASES = [
     # super / __class__ / type(self)
     Case("super_deep_tensor_if", lambda: torch.manual_seed(0) and Leaf(), CALLS3),
     Case("super_in_for_class_cell", lambda: torch.manual_seed(1) and LeafChild(), CALLS3),
-    Case("super_in_lambda", lambda: torch.manual_seed(2) and SuperInLambda(), CALLS3, "bug",
-         "super_lambda",
-         reason="BUG: zero-argument super() in a lambda inside forward: eager raises TypeError "
-                "'super(type, obj): obj must be an instance or subtype of type' (the lambda's "
-                "first argument is a tensor), converted returns Mid.forward's value, silently. "
-                "Repro: f = lambda t: super().forward(t); return f(x). (The nested def and "
-                "comprehension spellings raise eager's TypeError.)"),
+    Case("super_in_lambda", lambda: torch.manual_seed(2) and SuperInLambda(), CALLS3),   # (was BUG)
     Case("super_in_nested_def", lambda: torch.manual_seed(3) and SuperInNestedDef(), CALLS3),
     Case("super_in_comprehension", lambda: torch.manual_seed(4) and SuperInComprehension(),
          CALLS3),

@@ -48,6 +48,18 @@ def _mutated_receiver(call):
     return None
 
 
+def _frame_reads(call):
+    """The names ``tg.frame_locals(locals, ('x', 'y'), 'f')`` shows (converters.frame_locals):
+    it reads every one of them that is bound, so each stays live up to it (``y`` bound by a
+    tensor ``if`` and read by no later code must still come out of the ``if``)."""
+    callee = call.func
+    if isinstance(callee, gast.Attribute) and callee.attr == 'frame_locals' and \
+            isinstance(callee.value, gast.Name) and callee.value.id == 'tg' and \
+            len(call.args) == 3 and isinstance(call.args[1], gast.Tuple):
+        return {e.value for e in call.args[1].elts}
+    return ()
+
+
 @dataclasses.dataclass
 class Scope:
     params: frozenset
@@ -95,6 +107,7 @@ class Effects:
                     receiver = _mutated_receiver(node)
                     if receiver is not None:
                         self.mutated.add(receiver)
+                    self.reads.update(_frame_reads(node))
                 children_of(node, stack)
 
     def target(self, node, deleting=False):

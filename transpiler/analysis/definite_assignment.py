@@ -180,12 +180,25 @@ class _Walk:
         return ends
 
 
+_FRAME_READERS = frozenset({'locals', 'vars', 'dir'})
+
+
+def _reads_frame(node):
+    """``locals()``, ``vars()`` or ``dir()``: it tells which names are bound."""
+    return isinstance(node, gast.Call) and isinstance(node.func, gast.Name) and \
+        node.func.id in _FRAME_READERS and not node.args and not node.keywords
+
+
 def _never_qualify(fn):
-    """Names bound by ``:=``, read by code that runs later, or declared global/nonlocal."""
+    """Names bound by ``:=``, read by code that runs later, or declared global/nonlocal;
+    every name, where the function reads its frame (``locals()`` sees whether a name is
+    bound, so no path may stand in a placeholder for it)."""
     out = set()
     for node in traversal.walk(fn):
         if node is fn:
             continue
+        if _reads_frame(node):
+            return activity.block_bound(fn.body) | out
         if isinstance(node, gast.NamedExpr) and isinstance(node.target, gast.Name):
             out.add(node.target.id)
         elif isinstance(node, _LATER):

@@ -27,6 +27,15 @@ class CallTransformer(base.Transformer):
         self.first_params.pop()
         return node
 
+    def visit_Lambda(self, node):
+        # (a zero-argument ``super()`` in a lambda takes the lambda's own first argument,
+        # as Python's does: eager's TypeError when that is no instance)
+        args = node.args.posonlyargs + node.args.args
+        self.first_params.append(args[0].id if args else None)
+        node = self.generic_visit(node)
+        self.first_params.pop()
+        return node
+
     def visit_GeneratorExp(self, node):
         # A generator expression stays lazy (no body function), but its calls go through
         # tg.call like any other: print/warnings/logging in it were run once, at trace time,
