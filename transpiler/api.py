@@ -708,11 +708,10 @@ class GraphFunction:
                 # checked: eager fails the same way (shape inference). Eager runs up to its
                 # error, so what it does before (BatchNorm counting the batch) happens too;
                 # the error raised is the traced one (eager's text, the user's line in a note)
-                try:
-                    self._fn(*args, **kwargs)
-                except Exception:       # noqa: BLE001 - eager's own error, as expected
-                    pass
-                raise
+                ran = user_errors.run_eagerly(self._fn, args, kwargs, e)
+                if ran.error is not None:
+                    raise
+                e = user_errors.misjudged(e)    # eager ran through: a fallback, its result
             reason = _reason(e, self._fn)
             file, line = _location(e, self._fn)
             if file and library_file(file) and user_location():   # (torch's own line: the

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from runtime.errors import GraphError
+
 
 class Outcome:
     """What an eager run of the call did (see the module docstring); ``ran``: whether it
@@ -69,3 +71,14 @@ def run_eagerly(fn, args: tuple, kwargs: dict, traced: BaseException) -> Outcome
     except Exception as e:          # noqa: BLE001 - eager's own error, handed back
         return Outcome(error=e, raised_same=same_error(e, traced))
     return Outcome(result=result)
+
+
+def misjudged(traced: BaseException) -> GraphError:
+    """The conversion failure to fall back on when shape inference judged an op's error
+    the user's own (eager fails so on these shapes) and eager then ran through: the values
+    the check stood in for the traced tensors were not the ones eager saw (a size list read
+    from a traced tensor), so the error was the trace's."""
+    error = GraphError(f"{_first_line(_text(traced))} while tracing, though eager runs this "
+                       f"call (an error of the trace's stand-in values)")
+    error.location = getattr(traced, "location", None)
+    return error
