@@ -159,6 +159,27 @@ class RunTimeSize(tuple):
 
     __str__ = __repr__
 
+    # a slice, sum or repeat of a torch.Size is a torch.Size (``x.shape[1:]``,
+    # ``x.shape[:1] + (3,)``), printed and compared as one
+    def __getitem__(self, index):
+        got = tuple.__getitem__(self, index)
+        return RunTimeSize(got) if isinstance(index, slice) else got
+
+    def __add__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return RunTimeSize(tuple(self) + tuple(other))
+
+    def __radd__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return RunTimeSize(tuple(other) + tuple(self))
+
+    def __mul__(self, n):
+        return RunTimeSize(tuple.__mul__(self, n))
+
+    __rmul__ = __mul__
+
 
 def legacy_type(dtype: torch.dtype, args, kwargs, where: str):
     """``x.type(...)`` of a CPU tensor of ``dtype``: the type name (no argument), or the

@@ -185,8 +185,10 @@ def _kind_template(value, item: bool = False):
     if type(value) in (list, tuple, dict, RunTimeSize):
         items = list(value.values()) if type(value) is dict else list(value)
         kinds = tuple(_kind_template(v, True) for v in items)
-        if any(kinds):
+        if any(kinds) or type(value) is RunTimeSize:     # (a shape stays a torch.Size)
             return ("size" if type(value) is RunTimeSize else type(value).__name__, kinds)
+    if type(value) is torch.Size:       # (a graph holds a static shape as a tuple)
+        return ("size", ("",) * len(value))
     return ""
 
 

@@ -904,10 +904,7 @@ CASES = [
     Case("super_in_nested_def", lambda: torch.manual_seed(3) and SuperInNestedDef(), CALLS3),
     Case("super_in_comprehension", lambda: torch.manual_seed(4) and SuperInComprehension(),
          CALLS3),
-    Case("type_name_log_print", lambda: torch.manual_seed(5) and NamedLogging(), CALLS3, "bug",
-         reason="BUG: the log record's %s of tuple(out.shape) reads '(tensor(4), 3)' once the "
-                "batch dimension is dynamic, eager '(4, 3)'; its print is right (see "
-                "log_dynamic_shape)"),
+    Case("type_name_log_print", lambda: torch.manual_seed(5) and NamedLogging(), CALLS3),   # (was BUG: dynamic dims reached log args as tensors)
     Case("signature_dispatch", SignatureDispatch, MASKS),
     # warnings
     Case("warn_top", _fn(warn_top), CALLS),
@@ -940,11 +937,7 @@ CASES = [
          "forward_warn2"),
     # logging
     Case("log_top", _fn(log_top), CALLS),
-    Case("log_dynamic_shape", _fn(log_dynamic_shape), CALLS3, "bug",
-         reason="BUG: LOG.info('batch shape %s', tuple(x.shape)) over shapes (2, 3), (4, 3), "
-                "(1, 3): the later records read '(tensor(4), 3)', '(tensor(1), 3)', eager "
-                "'(4, 3)', '(1, 3)': a dynamic dimension reaches the record's args as a 0-d "
-                "tensor (print, f-strings and warnings text are right)"),
+    Case("log_dynamic_shape", _fn(log_dynamic_shape), CALLS3),   # (was BUG: dynamic dims reached log args as tensors)
     Case("log_tensor_arg_in_tensor_if", _fn(log_tensor_arg_in_tensor_if), CALLS),
     Case("log_in_python_for", _fn(log_in_python_for), CALLS),
     Case("log_in_helper", _fn(log_in_helper), CALLS),

@@ -179,3 +179,26 @@ def test_native_failing_assert_raises_eagers_message():
                 warnings.catch_warnings():
             warnings.simplefilter("ignore", FallbackWarning)
             g(torch.randn(n, 3))
+
+
+def _shape_arithmetic(x):
+    a, b = x.shape[1:], x.shape[:1] + (3,)
+    c, d = (1,) + x.shape, x.shape * 2
+    print(a, b, c, d, type(a).__name__, type(c).__name__)
+    return x.new_zeros(b) + x.sum(), len(d), a == torch.Size([3]), str(a)
+
+
+def test_slices_sums_and_repeats_of_a_run_time_shape_stay_sizes(capsys):
+    """``x.shape[1:]`` of a shape with a run-time dimension was a plain tuple in the
+    dynamic graph (printed ``(3,)``, eager ``torch.Size([3])``); so were ``+`` and ``*``."""
+    g = to_graph(_shape_arithmetic)
+    for n in (2, 4, 1, 6, 3):
+        x = torch.ones(n, 3)
+        want = _shape_arithmetic(x)
+        eager_text = capsys.readouterr().out
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FallbackWarning)
+            got = g(x)
+        assert capsys.readouterr().out == eager_text
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1:] == want[1:]
