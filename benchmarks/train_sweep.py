@@ -3,21 +3,25 @@
     .venv/bin/python -m benchmarks.train_sweep                       # every architecture
     .venv/bin/python -m benchmarks.train_sweep --models gpt2,bert --jobs 1 --out /tmp/ts
 
-For every model type of transformers' causal-LM, masked-LM and sequence-classification
-mappings: its config class's defaults shrunk (2 layers, hidden 64, 4 heads, vocab 99,
-dropout probabilities 0; ``shrink``), the head model built from it (causal LM, else masked
-LM, else sequence classification; random weights, no downloads), in train mode, two copies
-with the same weights. Three SGD steps, eager against ``to_graph`` of the second copy, at
-two batch/sequence sizes ((2, 8), (3, 5), (2, 8)): the loss from ``labels=`` (else the sum
-of the first float output), every parameter's gradient and, after the steps, every
-parameter, each within 1e-5 of that tensor's max abs value on eager's side.
+For every model type of transformers' causal-LM, seq2seq-LM, masked-LM and
+sequence-classification mappings: its config class's defaults shrunk (2 layers, hidden 64,
+4 heads, vocab 99, dropout probabilities 0, a hybrid's layer kinds each once, sub-configs
+alike; ``shrink``), the head model built from it (in that order of preference; random
+weights, no downloads), in train mode, two copies with the same weights. Three SGD steps
+(lr 0.01), eager against ``to_graph`` of the second copy, at two batch/sequence sizes
+((2, 8), (3, 5), (2, 8)): the loss from ``labels=`` (else the sum of the first float
+output), every parameter's gradient and, after the steps, every parameter, each within
+1e-5 of that tensor's max abs value on eager's side (or of 1e-4 of the step's largest
+gradient, for gradients that are zero but for rounding). A difference above that is judged
+against a float64 eager run: within twice eager's own float32 error it is rounding.
 
 Verdicts: ``ok`` (converts and matches), ``fallback`` (a FallbackWarning, its reason; eager's
-results), ``MISMATCH`` (silently different), ``crash`` (the converted model raised where
-eager did not), ``not built`` (building or the eager steps raised), ``timeout``. Each
+results), ``MISMATCH`` (silently different, or unjudged where float64 does not run),
+``crash`` (the converted model raised where eager did not), ``not built`` (building or the
+eager steps raised), ``timeout``, ``killed`` (the child died: -9 is the OOM killer). Each
 architecture runs in a forked child (torch and transformers are imported once) with a time
-limit. Writes ``<out>/train_sweep.json`` and ``<out>/TRAIN_SWEEP.md`` (``--out`` defaults to
-``benchmarks/results``).
+limit. Writes ``<out>/train_sweep.json`` and ``<out>/TRAIN_SWEEP.md`` after each row
+(``--out`` defaults to ``benchmarks/results``).
 """
 from __future__ import annotations
 
@@ -310,10 +314,10 @@ def run_all(types, jobs: int, limit: float, log):
                 try:
                     row = conn.recv()
                 except EOFError:
-                    row = {"model": name, "head": "", "verdict": "crash",
+                    row = {"model": name, "head": "", "verdict": "killed",
                            "detail": f"child exited {proc.exitcode}", "worst": None}
-            elif not proc.is_alive():
-                row = {"model": name, "head": "", "verdict": "crash",
+            elif not proc.is_alive():       # (-9: the kernel's OOM killer, on a loaded
+                row = {"model": name, "head": "", "verdict": "killed",   # machine)
                        "detail": f"child died (exit {proc.exitcode})", "worst": None}
             elif time.monotonic() - t0 > limit:
                 proc.kill()
@@ -328,7 +332,7 @@ def run_all(types, jobs: int, limit: float, log):
     return sorted(rows, key=lambda r: r["model"])
 
 
-VERDICTS = ("ok", "fallback", "MISMATCH", "crash", "timeout", "not built")
+VERDICTS = ("ok", "fallback", "MISMATCH", "crash", "timeout", "killed", "not built")
 
 
 def counts(rows) -> dict:
@@ -343,7 +347,8 @@ def markdown(rows, note: str) -> str:
         "", "Written by `benchmarks/train_sweep.py` (its docstring says what is run). " + note,
         "", f"Tried {len(rows)}, built and trained eagerly {built}: converts and matches "
         f"{c['ok']}, falls back (eager's results) {c['fallback']}, MISMATCH {c['MISMATCH']},"
-        f" crash {c['crash']}, timeout {c['timeout']}. Not built: {c['not built']}.", "",
+        f" crash {c['crash']}, timeout {c['timeout']}, killed {c['killed']}. Not built: "
+        f"{c['not built']}.", "",
         "| model type | head | verdict | worst rel. diff | detail | s |",
         "|---|---|---|---|---|---|"]
     for r in rows:
@@ -375,16 +380,25 @@ def main(argv=None) -> int:
     import transformers  # noqa: F401 - imported once, before the children fork
     import transpiler  # noqa: F401
     types = [m.strip() for m in args.models.split(",") if m.strip()] or all_types()
-    rows = run_all(types, args.jobs, args.limit, lambda r: print(
-        f"{r['model']:<28} {r['verdict']:<9} {r.get('seconds', '')}s {r['detail'][:150]}",
-        flush=True))
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "train_sweep.json"), "w") as f:
-        json.dump(rows, f, indent=1)
-    with open(os.path.join(args.out, "TRAIN_SWEEP.md"), "w") as f:
-        f.write(markdown(rows, args.note))
+    done = []
+
+    def log(row):               # (written after each row: a run cut short keeps its rows)
+        print(f"{row['model']:<28} {row['verdict']:<9} {row.get('seconds', '')}s "
+              f"{row['detail'][:150]}", flush=True)
+        done.append(row)
+        write(sorted(done, key=lambda r: r["model"]), args.out, args.note)
+    rows = run_all(types, args.jobs, args.limit, log)
+    write(rows, args.out, args.note)
     print(counts(rows))
     return 0
+
+
+def write(rows, out: str, note: str) -> None:
+    with open(os.path.join(out, "train_sweep.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    with open(os.path.join(out, "TRAIN_SWEEP.md"), "w") as f:
+        f.write(markdown(rows, note))
 
 
 if __name__ == "__main__":
