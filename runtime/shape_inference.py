@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import builtins
 import threading
 from typing import Any, Dict, NamedTuple, Optional
 
@@ -28,7 +29,7 @@ from .meta import TensorMeta
 from .ops import is_inplace
 from .introspection import KEY as NUMBER_KEY
 from .tensor_state import meta_strided
-from .size_hints import hint, run_time_sizes, with_hints
+from .size_hints import _is_size, hint, run_time_sizes, with_hints
 
 _CACHE: Dict[Any, "Inferred"] = {}
 _WARNS: set = set()     # keys of _CACHE whose op warned (``inference_warnings``)
@@ -619,10 +620,43 @@ def infer(func, args, kwargs) -> Inferred:
         try:
             return _infer(func, args, kwargs)
         except Exception as e:
+            given = _given_view_shape(func, args, kwargs)
+            if given is not None:
+                return given
             sizes = run_time_sizes(args, kwargs)
             if not sizes:
                 raise
             return _infer_sized(func, args, kwargs, sizes, e)
+
+
+_VIEWS = (torch.Tensor.view, torch.Tensor.reshape, torch.reshape)
+
+
+def _given_view_shape(func, args, kwargs) -> Optional[Inferred]:
+    """``x.view(B, E)`` / ``reshape`` to a shape given in full (no -1) of an ``x`` with a
+    run-time dimension (a boolean-mask selection's row count): that shape, whatever example
+    sizes inference guessed for ``x`` (two unknowns' guesses need not multiply out); the
+    op checks the element count when the graph runs, raising eager's error."""
+    if kwargs or len(args) < 2 or not builtins.any(func is v for v in _VIEWS):
+        return None
+    meta = _symbolic_meta(args[0])
+    if meta is None or meta.shape is None or None not in meta.shape:
+        return None
+    dims = args[1:]
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = tuple(dims[0])
+    shape, example = [], []
+    for d in dims:
+        if type(d) is int and d >= 0:
+            shape.append(d)
+            example.append(d)
+        elif _is_size(d) and hint(d._node) is not None:
+            shape.append(None)
+            example.append(hint(d._node))
+        else:
+            return None
+    return Inferred(TensorMeta(tuple(shape), meta.dtype),
+                    torch.empty(example, dtype=meta.dtype, device="meta"))
 
 
 def _infer_sized(func, args, kwargs, sizes, error) -> Inferred:

@@ -2942,14 +2942,8 @@ VERDICTS = {
         "`def f(z):\n t = 1\n for _ in range(3):\n  if z.sum() > 100:\n   break\n  t_next = (1 + "
         "math.sqrt(1 + 4 * t**2)) / 2\n  z = z * 2\n  t = t_next\n return z, t` on torch.ones(2). (Strict mode's "
         "ConversionError names the enclosing `if fast:` line instead.)"),
-    "pointernet_decoder": (
-        "needless", "decoder_input = embedded_inputs[embedding_mask.data].view(",
-        "needless fallback: on a second signature, `x[mask].view(B, E)` of a boolean-mask selection "
-        "(a run-time size) fails shape inference with an invented size ('view: ... shape [3, 4] is "
-        "invalid for input of size 16'); the view's size check belongs to run time. The first "
-        "signature converts. Repro: `def f(x, m): return x[m].view(x.size(0), x.size(2))` called with "
-        "(torch.randn(2, 5, 4), torch.eye(5, dtype=torch.bool)[[1, 3]].unsqueeze(-1).expand(2, 5, 4)) "
-        "then (torch.randn(3, 3, 4), torch.eye(3, dtype=torch.bool)[[0, 2, 1]].unsqueeze(-1).expand(3, 3, 4))"),
+    # (pointernet_decoder was a needless fallback: `x[mask].view(B, E)` on a second signature
+    # failed shape inference on guessed sizes; a view to a shape given in full takes it)
     "torchvision_seg_evaluate_confmat": (
         "needless", "self.mat += torch.bincount(inds, minlength=n**2).reshape(n, n)",
         "needless fallback: `torch.bincount(x, minlength=n**2).reshape(n, n)` (torchvision's "
