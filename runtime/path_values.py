@@ -69,6 +69,11 @@ class PathValue:
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __mod__ = _refuse
     __truediv__ = __rtruediv__ = __floordiv__ = __neg__ = __int__ = __float__ = _refuse
     __index__ = __setattr__ = __reduce__ = __reduce_ex__ = __copy__ = __deepcopy__ = _refuse
+    __pow__ = __rpow__ = __rfloordiv__ = __rmod__ = __divmod__ = __rdivmod__ = _refuse
+    __pos__ = __abs__ = __invert__ = __round__ = __trunc__ = __floor__ = __ceil__ = _refuse
+    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = _refuse
+    __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = __matmul__ = __rmatmul__ = _refuse
+    __complex__ = _refuse
 
     def __getattr__(self, name):        # a method of the value (``log.append``)
         if name.startswith("_"):

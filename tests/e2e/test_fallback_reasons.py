@@ -247,3 +247,26 @@ def _counter_only():
 def test_counter_alone_converts():
     """The neighbour: the same counter, the result not depending on it."""
     converts(_counter_only, _CALLS)
+
+
+def _momentum_after_break():
+    """FISTA's momentum ``t`` rebound after a tensor ``if ...: break`` (h99): ``t**2`` of the
+    number the path chose. Its reason was an internal "unsupported operand type(s) for **
+    or pow(): 'PathValue' and 'int'"."""
+    import math
+
+    def f(z):
+        t = 1
+        for _ in range(3):
+            if z.sum() > 100:
+                break
+            t_next = (1 + math.sqrt(1 + 4 * t**2)) / 2  # POW-LINE
+            z = z * 2
+            t = t_next
+        return z, t
+    return f
+
+
+def test_a_path_chosen_number_under_pow_names_the_rule():
+    fallback_reason(_momentum_after_break, [(torch.ones(2),), (torch.full((2,), 60.0),)],
+                    ["# POW-LINE"], ["a Python value that tensor-dependent control flow chose"])

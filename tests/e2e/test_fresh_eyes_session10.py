@@ -2936,8 +2936,9 @@ VERDICTS = {
         "needless", ("t_next = (1 + math.sqrt(1 + 4 * t**2)) / 2", "if fast:",
                      # call 3 (lr='auto'): a tensor step as softshrink's float lambd, a clean refusal
                      "z_next = F.softshrink(z_prev - lr * rss_grad(z_prev), alpha * lr)"),
-        "needless fallback, with an internal reason ('tracing failed with TypeError: unsupported "
-        "operand type(s) for ** or pow(): 'PathValue' and 'int''): a Python number rebound after a "
+        "needless fallback (its reason was an internal 'TypeError: unsupported operand type(s) for "
+        "** or pow(): 'PathValue' and 'int''; since session 10 'a Python value that tensor-dependent "
+        "control flow chose ... is used while tracing'): a Python number rebound after a "
         "tensor `if ...: break` in a loop (FISTA's momentum `t`) cannot be raised to a power. Repro: "
         "`def f(z):\n t = 1\n for _ in range(3):\n  if z.sum() > 100:\n   break\n  t_next = (1 + "
         "math.sqrt(1 + 4 * t**2)) / 2\n  z = z * 2\n  t = t_next\n return z, t` on torch.ones(2). (Strict mode's "
