@@ -77,17 +77,18 @@ def _zero_dropout(kwargs: dict, defaults: dict) -> None:
             kwargs[key] = 0.0
 
 
-def _mixed_layers(kwargs: dict, defaults: dict) -> None:
-    """A hybrid's per-layer pattern (``layer_types``: linear attention, mamba, sliding
-    window...) cut to 2 layers can hold one kind only (Bamba's first layers are mamba:
-    its cache then has no attention layer): each kind once, in order, as many layers."""
+def _mixed_layers(kwargs: dict, defaults: dict, most: int = 8) -> None:
+    """A hybrid's per-layer pattern (``layer_types``: linear attention, sliding window...)
+    cut to 2 layers can hold one kind only (Qwen3-Next's first layers are linear: its
+    cache then has no attention layer): the pattern's shortest prefix holding every kind
+    of every such list, up to ``most`` layers (else 2 layers, as the constructor makes)."""
     layers = defaults.get("num_hidden_layers")
-    for key, value in defaults.items():
-        if isinstance(value, list) and layers and len(value) == layers and \
-                all(isinstance(v, str) for v in value) and len(set(value)) > 1:
-            kinds = list(dict.fromkeys(value))
-            kwargs[key] = kinds
-            kwargs["num_hidden_layers"] = len(kinds)
+    lists = {k: v for k, v in defaults.items() if isinstance(v, list) and layers and
+             len(v) == layers and all(isinstance(x, str) for x in v) and len(set(v)) > 1}
+    for n in range(2, most + 1):
+        if lists and all(set(v[:n]) == set(v) for v in lists.values()):
+            kwargs.update({k: v[:n] for k, v in lists.items()}, num_hidden_layers=n)
+            return
 
 
 def _sub_config(config_cls, key: str, value: dict):
