@@ -620,13 +620,16 @@ def infer(func, args, kwargs) -> Inferred:
         try:
             return _infer(func, args, kwargs)
         except Exception as e:
-            given = _given_view_shape(func, args, kwargs)
-            if given is not None:
-                return given
             sizes = run_time_sizes(args, kwargs)
-            if not sizes:
-                raise
-            return _infer_sized(func, args, kwargs, sizes, e)
+            try:
+                if not sizes:
+                    raise
+                return _infer_sized(func, args, kwargs, sizes, e)
+            except Exception:
+                given = _given_view_shape(func, args, kwargs)   # (the guesses disagree)
+                if given is None:
+                    raise
+                return given
 
 
 _VIEWS = (torch.Tensor.view, torch.Tensor.reshape, torch.reshape)
