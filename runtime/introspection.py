@@ -176,7 +176,8 @@ class RunTimeSize(tuple):
         return RunTimeSize(tuple(other) + tuple(self))
 
     def __mul__(self, n):
-        return RunTimeSize(tuple.__mul__(self, n))
+        got = tuple.__mul__(self, n)
+        return got if got is NotImplemented else RunTimeSize(got)
 
     __rmul__ = __mul__
 

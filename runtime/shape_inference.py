@@ -15,8 +15,8 @@ they run under ``FakeTensorMode`` with a ``ShapeEnv``, where such sizes come out
 from __future__ import annotations
 
 import contextlib
-import re
 import builtins
+import re
 import threading
 from typing import Any, Dict, NamedTuple, Optional
 
@@ -29,7 +29,7 @@ from .meta import TensorMeta
 from .ops import is_inplace
 from .introspection import KEY as NUMBER_KEY
 from .tensor_state import meta_strided
-from .size_hints import _is_size, hint, run_time_sizes, with_hints
+from .size_hints import is_size, hint, run_time_sizes, with_hints
 
 _CACHE: Dict[Any, "Inferred"] = {}
 _WARNS: set = set()     # keys of _CACHE whose op warned (``inference_warnings``)
@@ -653,7 +653,7 @@ def _given_view_shape(func, args, kwargs) -> Optional[Inferred]:
         if type(d) is int and d >= 0:
             shape.append(d)
             example.append(d)
-        elif _is_size(d) and hint(d._node) is not None:
+        elif is_size(d) and hint(d._node) is not None:
             shape.append(None)
             example.append(hint(d._node))
         else:

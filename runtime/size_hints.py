@@ -111,8 +111,8 @@ _TESTS = {"eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "log
 def note_chosen(leaf, paths) -> None:
     """Mark a cond's result ``leaf`` a run-time size when its ``paths``' values are ints
     and sizes, at least one a size."""
-    sizes = [v for v in paths if _is_size(v)]
-    if sizes and all(_is_size(v) or type(v) is int for v in paths):
+    sizes = [v for v in paths if is_size(v)]
+    if sizes and all(is_size(v) or type(v) is int for v in paths):
         leaf._node.attrs["python_int"] = True
 
 
@@ -196,7 +196,7 @@ def note_operand(placeholder: Node, outer) -> None:
         placeholder.attrs[OPERAND] = node
 
 
-def _is_size(v) -> bool:
+def is_size(v) -> bool:
     node = getattr(v, "_node", None)
     return isinstance(v, torch.Tensor) and node is not None and \
         node.attrs.get("python_int", False) and v.dim() == 0
@@ -204,12 +204,12 @@ def _is_size(v) -> bool:
 
 def run_time_sizes(args, kwargs) -> List[torch.Tensor]:
     """The symbolic sizes (``python_int``) among the arguments, in lists and tuples too."""
-    return find_leaves((args, kwargs), _is_size, slices=False)
+    return find_leaves((args, kwargs), is_size, slices=False)
 
 
 def with_hints(value, ints: dict):
     """``value`` with each symbolic size replaced by ``ints[id(size)]``."""
-    if _is_size(value) and id(value) in ints:
+    if is_size(value) and id(value) in ints:
         return ints[id(value)]
     if isinstance(value, tuple):
         items = tuple(with_hints(v, ints) for v in value)

@@ -86,16 +86,15 @@ _TRIGGERS = {
     break_statements: _LOOPS,
     continue_statements: _LOOPS,
     loops: _LOOPS,
-    frame_locals: (),                               # (a Name locals/vars/dir: checked apart)
 }
 
 
 def _has_work(converter, found):
+    if converter is frame_locals:                   # (a Name locals/vars/dir)
+        return not found.ids.isdisjoint(activity.FRAME_READERS)
     kinds = _TRIGGERS.get(converter)
     if kinds is None:
         return True
-    if converter is frame_locals:
-        return not found.ids.isdisjoint(frame_locals.FRAME_READERS)
     return found.holds(kinds) or (converter is unsupported and 'tg' in found.ids)
 
 

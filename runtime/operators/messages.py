@@ -25,7 +25,7 @@ from ..errors import GraphError
 from ..source_info import _SOURCE_MAPS, _is_library, format_location, map_location, \
     user_location
 from ..symbolic import contains_symbolic, current_graph, dispatch_record
-from .text import _kind_template, layout, needs_layout
+from .text import kind_template, layout, needs_layout
 
 NOT_STAGED = object()
 _GENERATED = "<tograph generated"
@@ -101,7 +101,7 @@ def _log(logger, name: str, args, kwargs):
     frame = frames[0]
     loc = map_location(frame.f_code.co_filename, frame.f_lineno) or \
         (frame.f_code.co_filename, frame.f_lineno)
-    kinds = tuple(_kind_template(v) or None for v in values)   # (shapes rebuilt as such)
+    kinds = tuple(kind_template(v) or None for v in values)   # (shapes rebuilt as such)
     head = (logger.name, level, loc[0], loc[1], functions[0].f_code.co_name, kinds, extra)
     if needs_layout((message,)):            # an f-string of tensors as the message
         texts, (parts,) = layout((message,))

@@ -173,7 +173,7 @@ def _check_text(value, kind, how: str, spec: str) -> None:
             f"of at most 6 digits, e.g. f'{{v:.4f}}', converts)")
 
 
-def _kind_template(value, item: bool = False):
+def kind_template(value, item: bool = False):
     """How to read a printed value at run time: a number kind for a Python number's
     stand-in, ("list"/"tuple"/"dict", item templates) for a container holding one, ""
     for as it is (Python prints container items with repr: all digits)."""
@@ -184,7 +184,7 @@ def _kind_template(value, item: bool = False):
         return kind or ""
     if type(value) in (list, tuple, dict, RunTimeSize):
         items = list(value.values()) if type(value) is dict else list(value)
-        kinds = tuple(_kind_template(v, True) for v in items)
+        kinds = tuple(kind_template(v, True) for v in items)
         if any(kinds) or type(value) is RunTimeSize:     # (a shape stays a torch.Size)
             return ("size" if type(value) is RunTimeSize else type(value).__name__, kinds)
     if type(value) is torch.Size:       # (a graph holds a static shape as a tuple)
@@ -326,7 +326,7 @@ def layout(texts) -> Tuple[tuple, tuple]:
             if isinstance(p, str):
                 parts.append(p)
                 continue
-            parts.append((len(values), p.how, p.spec, _kind_template(p.value)))
+            parts.append((len(values), p.how, p.spec, kind_template(p.value)))
             values.append(p.value)
         entries.append(tuple(parts))
     return tuple(values), tuple(entries)
@@ -334,5 +334,5 @@ def layout(texts) -> Tuple[tuple, tuple]:
 
 def needs_layout(values) -> bool:
     """Whether printing ``values`` needs run-time text (not the values as they are)."""
-    return any(isinstance(v, DeferredText) or (contains_symbolic(v) and _kind_template(v))
+    return any(isinstance(v, DeferredText) or (contains_symbolic(v) and kind_template(v))
                for v in values)

@@ -48,6 +48,15 @@ def _mutated_receiver(call):
     return None
 
 
+FRAME_READERS = frozenset({'locals', 'vars', 'dir'})
+
+
+def reads_frame(node) -> bool:
+    """``locals()``, ``vars()`` or ``dir()`` (no arguments): it reads the caller's frame."""
+    return isinstance(node, gast.Call) and isinstance(node.func, gast.Name) and \
+        node.func.id in FRAME_READERS and not node.args and not node.keywords
+
+
 def _frame_reads(call):
     """The names ``tg.frame_locals(locals, ('x', 'y'), 'f')`` shows (converters.frame_locals):
     it reads every one of them that is bound, so each stays live up to it (``y`` bound by a

@@ -180,25 +180,16 @@ class _Walk:
         return ends
 
 
-_FRAME_READERS = frozenset({'locals', 'vars', 'dir'})
-
-
-def _reads_frame(node):
-    """``locals()``, ``vars()`` or ``dir()``: it tells which names are bound."""
-    return isinstance(node, gast.Call) and isinstance(node.func, gast.Name) and \
-        node.func.id in _FRAME_READERS and not node.args and not node.keywords
-
-
 def _never_qualify(fn):
     """Names bound by ``:=``, read by code that runs later, or declared global/nonlocal;
-    every name, where the function reads its frame (``locals()`` sees whether a name is
-    bound, so no path may stand in a placeholder for it)."""
+    None (every name) where the function reads its frame: ``locals()`` sees whether a name
+    is bound, so no path may stand in a placeholder for it."""
     out = set()
     for node in traversal.walk(fn):
         if node is fn:
             continue
-        if _reads_frame(node):
-            return activity.block_bound(fn.body) | out
+        if activity.reads_frame(node):
+            return None
         if isinstance(node, gast.NamedExpr) and isinstance(node.target, gast.Name):
             out.add(node.target.id)
         elif isinstance(node, _LATER):
@@ -213,10 +204,12 @@ def read_when_bound(fn):
     a = fn.args
     params = {x.id for x in a.posonlyargs + a.args + a.kwonlyargs}
     params |= {x.id for x in (a.vararg, a.kwarg) if x is not None}
+    never = _never_qualify(fn)
+    if never is None:
+        return frozenset()
     walk = _Walk()
     walk.block(fn.body, frozenset(params))
-    return frozenset((activity.block_bound(fn.body) | walk.captured) - walk.unsafe
-                     - _never_qualify(fn))
+    return frozenset((activity.block_bound(fn.body) | walk.captured) - walk.unsafe - never)
 
 
 def analyze(tree):

@@ -14,11 +14,8 @@ alone.
 """
 import gast
 
+from transpiler.analysis.activity import reads_frame
 from transpiler.converters import base
-
-FRAME_READERS = frozenset({'locals', 'vars', 'dir'})
-_OWN_FRAMES = (gast.SetComp, gast.DictComp, gast.GeneratorExp)
-_NESTED = (gast.FunctionDef, gast.Lambda)
 
 
 class _FrameLocals(gast.NodeTransformer):
@@ -47,15 +44,13 @@ class _FrameLocals(gast.NodeTransformer):
 
     def visit_Call(self, node):
         node = self.generic_visit(node)
-        func = node.func
-        if not (isinstance(func, gast.Name) and func.id in FRAME_READERS and not node.args
-                and not node.keywords):
+        if not reads_frame(node):
             return node
         top = self.depth == 0
         names = gast.Tuple(elts=[gast.Constant(value=n, kind=None) for n in self.names],
                            ctx=gast.Load()) if top else gast.Constant(value=None, kind=None)
         scope = gast.Constant(value=self.scope, kind=None)
-        return base.tg_call('frame_locals', [func, names, scope], node)
+        return base.tg_call('frame_locals', [node.func, names, scope], node)
 
 
 def transform(node, ctx):
