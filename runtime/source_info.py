@@ -12,7 +12,7 @@ import os
 import sys
 import weakref
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, FrozenSet, Optional, Tuple
 
 Location = Tuple[str, int]
 
@@ -23,15 +23,21 @@ _SKIP_DIRS = tuple(
 _TORCH_DIR = None
 _STDLIB = os.path.dirname(os.__file__) + os.sep
 _SOURCE_MAPS: Dict[str, Dict[int, Location]] = {}
+_HIDDEN: Dict[str, FrozenSet[str]] = {}     # generated file -> its functions no eager frame
 
 
-def register_source_map(filename: str, line_map: Dict[int, Location], owner=None) -> None:
+def register_source_map(filename: str, line_map: Dict[int, Location], owner=None,
+                        hidden: FrozenSet[str] = frozenset()) -> None:
     """Declare that lines of generated file ``filename`` come from user locations.
     ``owner``: the object the generated code lives as long as (its code object): when it
-    is freed, so are the map and the file's ``linecache`` text (``forget``)."""
+    is freed, so are the map and the file's ``linecache`` text (``forget``). ``hidden``:
+    the names of the functions the file's converters made up that eager has no frame of
+    (a loop's or a branch's body: ``generated_scope``)."""
     if owner is not None and filename in _SOURCE_MAPS:
         return                      # registered already, with its owner
     _SOURCE_MAPS[filename] = dict(line_map)
+    if hidden:
+        _HIDDEN[filename] = frozenset(hidden)
     _LIBRARY.pop(filename, None)
     if owner is not None:
         weakref.finalize(owner, forget, filename)
@@ -41,8 +47,15 @@ def forget(filename: str) -> None:
     """Drop what is kept for generated file ``filename``: its source map, its
     ``linecache`` text, what ``_is_library`` noted of it."""
     _SOURCE_MAPS.pop(filename, None)
+    _HIDDEN.pop(filename, None)
     _LIBRARY.pop(filename, None)
     linecache.cache.pop(filename, None)
+
+
+def generated_scope(code) -> bool:
+    """Whether ``code`` is a function converters made up (a loop's or a branch's body):
+    its frames are part of the frame of the function around it, as eager runs it."""
+    return code.co_name in _HIDDEN.get(code.co_filename, ())
 
 
 def map_location(filename: str, lineno: int) -> Optional[Location]:

@@ -120,7 +120,8 @@ def _converted(fn, probed):
     converted = conversion.convert(fn, {"tg": tg}, probed, cache_dir=options.cache_dir and
                                    os.path.join(options.cache_dir, "converted"))
     inner = converted.fn
-    register_source_map(converted.filename, converted.line_map, owner=inner.__code__)
+    register_source_map(converted.filename, converted.line_map, owner=inner.__code__,
+                        hidden=converted.hidden)
 
     @functools.wraps(inner)
     def run(*args, **kwargs):

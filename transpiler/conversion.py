@@ -49,6 +49,7 @@ from transpiler.pyct import codegen
 from transpiler.pyct import loader
 from transpiler.pyct import naming
 from transpiler.pyct import parser
+from transpiler.pyct import qualnames
 from transpiler.pyct import traversal
 
 BEFORE_ANALYSIS = (private_names, unsupported, match_statements, walrus_tests, comprehensions, functions,
@@ -140,6 +141,7 @@ class Converted:
     source: str         # the generated source (what to_code shows)
     filename: str       # fake file name of the generated code, registered in linecache
     line_map: dict      # generated lineno -> (user filename, user lineno)
+    hidden: frozenset   # names of the generated functions that are no frame of eager's
 
 
 @dataclasses.dataclass
@@ -148,6 +150,7 @@ class _Compiled:
     source: str
     filename: str
     line_map: dict
+    hidden: frozenset
 
 
 # original code object -> {(its file, first line, extra names, probed): _Compiled}, freed
@@ -200,6 +203,7 @@ def _convert_tree(fn, probed=()):
         if _has_work(converter, found):
             node = converter.transform(node, ctx)
     _strip_signature(node)
+    anno.setanno(node, anno.Key.GENERATED_NAMES, frozenset(namer.created))
     return node
 
 
@@ -292,7 +296,7 @@ def convert(fn, extra_globals, probed=(), cache_dir=None):
         disk_key = conversion_cache.key(fn, extra_globals, probed) if cache_dir else None
         found = conversion_cache.load(cache_dir, disk_key)
         if found is not None:
-            code, source, line_map = found
+            code, source, line_map, hidden = found
             code = conversion_cache.renamed(code, filename)
             loader.register(filename, source)
         else:
@@ -303,12 +307,15 @@ def convert(fn, extra_globals, probed=(), cache_dir=None):
                                                      if n not in fn.__code__.co_freevars]
             code = loader.compile_function(source, tree.name, outer, filename, parsed,
                                            like=fn.__code__)
-            conversion_cache.store(cache_dir, disk_key, code, source, line_map)
+            hidden, renamed = qualnames.scopes(tree)
+            code = qualnames.restore(code, fn.__code__.co_qualname, hidden, renamed)
+            conversion_cache.store(cache_dir, disk_key, code, source, line_map, hidden)
         weakref.finalize(code, loader.forget, filename)
-        compiled = compiled_for[key] = _Compiled(code, source, filename, line_map)
+        compiled = compiled_for[key] = _Compiled(code, source, filename, line_map, hidden)
         _log_conversion(fn, source)
     cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
     new_fn = loader.make_function(compiled.code, fn.__globals__, cells, extra_globals, like=fn)
     if bound_self is not None:
         new_fn = new_fn.__get__(bound_self)
-    return Converted(new_fn, compiled.source, compiled.filename, dict(compiled.line_map))
+    return Converted(new_fn, compiled.source, compiled.filename, dict(compiled.line_map),
+                     compiled.hidden)

@@ -1,7 +1,7 @@
 """On-disk cache of converted functions: a new process skips converting unchanged code.
 
-    found = conversion_cache.load(directory, key)   # (code, source, line_map) or None
-    conversion_cache.store(directory, key, code, source, line_map)
+    found = conversion_cache.load(directory, key)   # (code, source, line_map, hidden) or None
+    conversion_cache.store(directory, key, code, source, line_map, hidden)
 
 Converting is most of a model's first call (transformers' forward functions: ~30-40 of
 them, 1 s of CPU); the result depends only on what ``key`` hashes: the function's source
@@ -9,8 +9,8 @@ text as the parser reads it (``inspect.getsourcelines``), its file and first lin
 names its code object uses (free variables and globals: the namer avoids them), its name
 (lambdas parse apart), the extra names and probed variables asked for, the Python, gast
 and astunparse versions and the converter's own source files. An entry is one file
-``<directory>/<key>.conv``: ``marshal`` of (key, generated source, line map, code object),
-then the sha256 of those bytes; it is written to a temporary file and renamed into place,
+``<directory>/<key>.conv``: ``marshal`` of (key, generated source, line map, code object,
+the generated functions that are no frame of eager's: ``pyct.qualnames``), then the sha256 of those bytes; it is written to a temporary file and renamed into place,
 and read back only if the digest and the key inside match (anything else is a miss). The
 directory is used only if it is this user's own and no one else may write to it (the
 cache holds code that will run). Loaded code gets a new fake file name
@@ -28,7 +28,7 @@ import tempfile
 import astunparse
 import gast
 
-FORMAT = 1
+FORMAT = 2
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _CONVERTER_SOURCES = ('conversion.py', 'errors.py', 'pyct', 'converters', 'analysis')
 
@@ -98,7 +98,7 @@ def _usable(directory):
 
 
 def load(directory, entry_key):
-    """(code, source, line_map) stored under ``entry_key``, or None."""
+    """(code, source, line_map, hidden) stored under ``entry_key``, or None."""
     if not directory or entry_key is None or not _usable(directory):
         return None
     try:
@@ -110,20 +110,21 @@ def load(directory, entry_key):
     if len(data) <= 32 or hashlib.sha256(payload).digest() != digest:
         return None
     try:
-        stored_key, source, line_map, code = marshal.loads(payload)
+        stored_key, source, line_map, code, hidden = marshal.loads(payload)
     except (EOFError, ValueError, TypeError):
         return None
-    if stored_key != entry_key or not isinstance(source, str) or not isinstance(line_map, dict):
+    if stored_key != entry_key or not isinstance(source, str) or \
+            not isinstance(line_map, dict) or not isinstance(hidden, frozenset):
         return None
-    return code, source, line_map
+    return code, source, line_map, hidden
 
 
-def store(directory, entry_key, code, source, line_map):
+def store(directory, entry_key, code, source, line_map, hidden):
     """Write the entry (best effort: a failure leaves no file and is not an error)."""
     if not directory or entry_key is None or not _usable(directory):
         return
     try:
-        payload = marshal.dumps((entry_key, source, dict(line_map), code))
+        payload = marshal.dumps((entry_key, source, dict(line_map), code, frozenset(hidden)))
     except ValueError:
         return
     tmp = None

@@ -22,8 +22,8 @@ import warnings
 
 from .. import graph_ops
 from ..errors import GraphError
-from ..source_info import _SOURCE_MAPS, _is_library, format_location, map_location, \
-    user_location
+from ..source_info import _SOURCE_MAPS, _is_library, format_location, generated_scope, \
+    map_location, user_location
 from ..symbolic import contains_symbolic, current_graph, dispatch_record
 from .text import kind_template, layout, needs_layout
 
@@ -173,9 +173,10 @@ def _module_forward(frame) -> bool:
 
 def eager_frames(frame):
     """The user frames from ``frame`` out, one per eager frame (the innermost frame of a
-    converted function and the functions nested in it stands for it: its line), how many
-    of them, innermost first, are converted code, and each one's outermost frame (the
-    converted function itself, around its branch and loop-body functions)."""
+    converted function and the branch and loop-body functions nested in it stands for it:
+    its line; a ``def``, lambda or list comprehension of the user's is a frame of its
+    own), how many of them, innermost first, are converted code, and each one's outermost
+    frame (the converted function itself, around its branch and loop-body functions)."""
     frames, functions, inside, outside = [], [], 0, False
     while frame is not None:
         code = frame.f_code
@@ -184,7 +185,7 @@ def eager_frames(frame):
             generated = name.startswith(_GENERATED)
             last = functions[-1].f_code if functions else None
             if generated and last is not None and last.co_filename == name and \
-                    _nests(code, last):
+                    generated_scope(last) and _nests(code, last):
                 functions[-1] = frame   # the function around a branch body: one eager frame
             else:
                 frames.append(frame)

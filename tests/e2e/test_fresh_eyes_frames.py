@@ -892,10 +892,8 @@ CASES = [
     Case("module_name", _fn(module_name), CALLS),
     Case("qualname_nested", _fn(qualname_nested), CALLS),
     Case("qualname_lambda", _fn(qualname_lambda), CALLS),
-    Case("qualname_nested_in_for", _fn(qualname_nested_in_for), CALLS, "bug",
-         reason="BUG: a def inside a Python for has __qualname__ 'qualname_nested_in_for."
-                "<locals>.loop_body.<locals>.step' (the generated loop body shows), eager "
-                "'qualname_nested_in_for.<locals>.step', silently"),
+    # (was BUG: the generated loop body showed, 'f.<locals>.loop_body.<locals>.step')
+    Case("qualname_nested_in_for", _fn(qualname_nested_in_for), CALLS),
     Case("own_qualname_by_name", _fn(own_qualname_by_name), CALLS),
     # super / __class__ / type(self)
     Case("super_deep_tensor_if", lambda: torch.manual_seed(0) and Leaf(), CALLS3),
@@ -941,16 +939,11 @@ CASES = [
     Case("log_tensor_arg_in_tensor_if", _fn(log_tensor_arg_in_tensor_if), CALLS),
     Case("log_in_python_for", _fn(log_in_python_for), CALLS),
     Case("log_in_helper", _fn(log_in_helper), CALLS),
-    Case("log_in_listcomp", _fn(log_in_listcomp), CALLS, "bug",
-         reason="BUG: a record logged inside a list comprehension has funcName "
-                "'log_in_listcomp', eager '<listcomp>' (Python 3.11), silently"),
-    Case("log_in_nested_def", _fn(log_in_nested_def), CALLS, "bug",
-         reason="BUG: a record logged in nested def `report` has funcName 'log_in_nested_def', "
-                "eager 'report', silently. Repro: def f(x): def report(t): LOG.info('r'); "
-                "return t / return report(x)"),
-    Case("log_in_lambda", _fn(log_in_lambda), CALLS, "bug",
-         reason="BUG: a record logged in a lambda has funcName 'log_in_lambda', eager "
-                "'<lambda>', silently"),
+    # (were BUGs: the record's funcName was the converted function's, not '<listcomp>',
+    # 'report' or '<lambda>': a user's def, lambda and comprehension are frames of their own)
+    Case("log_in_listcomp", _fn(log_in_listcomp), CALLS),
+    Case("log_in_nested_def", _fn(log_in_nested_def), CALLS),
+    Case("log_in_lambda", _fn(log_in_lambda), CALLS),
     Case("log_stacklevel2", _fn(log_stacklevel2), CALLS, "bug", "log_stacklevel",
          reason="BUG: logger stacklevel falls back as the README says, but the eager rerun "
                 "is called from transpiler/api.py, so LOG.info(..., stacklevel=2) names "

@@ -18,10 +18,13 @@ scope for its variables. One whose filter binds a name (``:=``) binds it in the 
 lambdas, and other ones using ``:=``, stay as they are (set/dict comprehensions and
 generator expressions too).
 """
+import sys
+
 import gast
 
 from transpiler.converters import base
 from transpiler.converters import walrus_comprehensions
+from transpiler.pyct import anno
 from transpiler.pyct import origin
 from transpiler.pyct import templates
 from transpiler.pyct import traversal
@@ -90,6 +93,8 @@ class ComprehensionTransformer(base.Transformer):
                                      target=gen.target, iter_=gen.iter, body=body)
         fn = templates.replace('def fn_name():\n    items = []\n    body\n    return items',
                                comp, fn_name=fn_name, items=items, body=body)
+        if sys.version_info < (3, 12):      # (its own frame; inlined since PEP 709)
+            anno.setanno(fn[0], anno.Key.EAGER_SCOPE, '<listcomp>')
         call = gast.Call(func=gast.Name(id=fn_name, ctx=gast.Load(), annotation=None,
                                         type_comment=None), args=[], keywords=[])
         origin.inherit(call, comp)

@@ -9,6 +9,7 @@ RESERVED = frozenset({'tg'})   # the operator module the generated code calls
 class Namer:
     def __init__(self, used):
         self._used = set(used) | set(dir(builtins)) | RESERVED
+        self.created = set()        # the names ``new`` gave (pyct.qualnames)
 
     def new(self, base):
         """``base`` if free, else ``base_1``, ``base_2``, ...; the name is then taken."""
@@ -17,4 +18,5 @@ class Namer:
             i += 1
             name = f'{base}_{i}'
         self._used.add(name)
+        self.created.add(name)
         return name
