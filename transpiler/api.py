@@ -21,7 +21,6 @@ import operator
 import os
 import time
 import types
-import warnings
 
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
@@ -61,7 +60,7 @@ from runtime.symbolic import current_graph, tracing, wrap_node
 from runtime.tensor_list import take_converted
 from runtime.threads import TRACE_LOCK, PerThreadList
 
-from . import fallback_retry
+from . import caller_frames, fallback_retry
 from .random_state import RandomState
 from . import (argument_aliases, argument_offsets, call_entry, conversion, held_arguments,
                lazy_init, method_binding, trace_log)
@@ -75,7 +74,7 @@ from .dynamic_shapes import DynamicShapes, argument_leaves
 from .hot_shapes import HotShapes
 from .retracing import (_GRAD_MODE, CacheLimitWarning, RetracingWarning, Retraces,  # noqa: F401
                         _is_call_modes, _mode, describe_change as _describe_change,
-                        warn_cache_limit)
+                        warn_at_caller, warn_cache_limit)
 from .signature_cache import INLINE, SignatureCache
 
 
@@ -441,7 +440,7 @@ class GraphFunction:
             if self._partial is not None:
                 args, kwargs = self._partial[0] + args, {**self._partial[1], **kwargs}
             if _EAGERLY[0]:                         # run_eagerly(True): the original Python
-                return self._fn(*args, **kwargs)
+                return caller_frames.call(self._fn, args, kwargs)
             if current_graph() is not None and callable(self._fn):    # called by a function
                 return tg.call(self._fn, *args, **kwargs)   # being traced: traced inline there
             for enter in self._entries.inline:      # a signature's call as one function
@@ -467,7 +466,7 @@ class GraphFunction:
                         if entry.retry is not None and entry.retry.due():
                             return self._call(args, kwargs, fast)   # (traced again there)
                         entry.used = cache.hits = cache.hits + 1
-                        return self._fn(*args, **kwargs)
+                        return caller_frames.call(self._fn, args, kwargs)
                     if entry.holds():
                         entry.used = cache.hits = cache.hits + 1
                         if entry.__class__ is _Traced and len(cache.inline) < INLINE:
@@ -508,10 +507,10 @@ class GraphFunction:
         eagerly with a FallbackWarning (strict: ``ConversionError``)."""
         if self._strict:
             raise ConversionError(reason, file, line) from e
-        warnings.warn(FallbackWarning(f"{file}:{line}: {reason} -- running "
-                                      f"{getattr(self, '__name__', 'the function')} "
-                                      f"eagerly"), stacklevel=5)
-        return self._fn(*args, **kwargs)
+        warn_at_caller(FallbackWarning(f"{file}:{line}: {reason} -- running "
+                                       f"{getattr(self, '__name__', 'the function')} "
+                                       f"eagerly"))
+        return caller_frames.call(self._fn, args, kwargs)
 
     def _call(self, args, kwargs, fast=None):
         if self._no_source is not None:
@@ -555,7 +554,7 @@ class GraphFunction:
             self._inline(entry, args, kwargs)
         if isinstance(entry, _Fallback):
             ran, entry.ran = entry.ran, None
-            return ran.result if ran is not None else self._fn(*args, **kwargs)
+            return ran.result if ran is not None else caller_frames.call(self._fn, args, kwargs)
         if entry.writes:                # to argument objects (a KV cache grown)
             out, writes = entry(flat)
             argument_objects.write_back(flat.found, writes)
@@ -625,9 +624,9 @@ class GraphFunction:
             trace_log.fell_back(self, self._no_source, file, line, False)
             self._store(None, _Fallback(self._no_source, file, line))
 
-            warnings.warn(FallbackWarning(f"{file}:{line}: {self._no_source} -- running it "
-                                          f"as it is"), stacklevel=4)
-        return self._fn(*args, **kwargs)
+            warn_at_caller(FallbackWarning(f"{file}:{line}: {self._no_source} -- running it "
+                                           f"as it is"))
+        return caller_frames.call(self._fn, args, kwargs)
 
     def graph(self, *args, **kwargs) -> "runtime.Graph":
         """The graph traced for this input signature, before optimization."""
@@ -730,9 +729,9 @@ class GraphFunction:
             if not isinstance(e, (ConversionError, GraphError)):    # the user's own error?
                 ran = user_errors.run_eagerly(self._fn, args, kwargs, e)
             if not ran.raised_same and fallback_retry.warns(reason, previous):
-                warnings.warn(FallbackWarning(f"{file}:{line}: {reason} -- running "
-                                              f"{getattr(self, '__name__', 'the function')} "
-                                              f"eagerly"), stacklevel=5)
+                warn_at_caller(FallbackWarning(f"{file}:{line}: {reason} -- running "
+                                               f"{getattr(self, '__name__', 'the function')} "
+                                               f"eagerly"))
             entry = _Fallback(reason, file, line, retry)
         finally:
             del _CALLED[:]              # (the guard has them: no table keeps them after)

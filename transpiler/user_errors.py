@@ -23,6 +23,8 @@ from typing import Any, Optional
 
 from runtime.errors import GraphError
 
+from . import caller_frames
+
 
 class Outcome:
     """What an eager run of the call did (see the module docstring); ``ran``: whether it
@@ -67,7 +69,7 @@ def same_error(eager: BaseException, traced: BaseException) -> bool:
 def run_eagerly(fn, args: tuple, kwargs: dict, traced: BaseException) -> Outcome:
     """Run ``fn`` eagerly on the call whose trace raised ``traced``: its ``Outcome``."""
     try:
-        result = fn(*args, **kwargs)
+        result = caller_frames.call(fn, args, kwargs)
     except Exception as e:          # noqa: BLE001 - eager's own error, handed back
         return Outcome(error=e, raised_same=same_error(e, traced))
     return Outcome(result=result)

@@ -247,7 +247,7 @@ def caller_name_of_helper(x, n):
 
 
 def caller_of_function(x, n):
-    return x + n, sys._getframe(1).f_code.co_name
+    return x + n, sys._getframe(1).f_code.co_name  # @caller_of_function
 
 
 def stack_caller_where(x, n):
@@ -577,9 +577,9 @@ def warn_stacklevel2_in_fallback(x, n):
 
 
 def caller_frame_in_fallback(x, n):
-    who = sys._getframe(1).f_code.co_name
+    who = sys._getframe(1).f_code.co_name  # @caller_frame_get
     if x.sum() > 0:
-        k = len(locals())  # @caller_frame_fallback
+        k = len(locals())
     else:
         k = 1
     return x + k, who
@@ -848,9 +848,8 @@ CASES = [
     Case("own_code_name", _fn(own_code_name), CALLS, "fallback", "own_name"),
     Case("own_filename_and_line", _fn(own_filename_and_line), CALLS, "fallback", "own_frame"),
     Case("caller_name_of_helper", _fn(caller_name_of_helper), CALLS, "fallback", "caller_name"),
-    Case("caller_of_function", _fn(caller_of_function), CALLS, "bug",
-         reason="BUG: sys._getframe(1) in a to_graph function falls back (a stack read) and "
-                "the eager rerun's caller is tograph's '_call', eager's '_harness_call'. " + _FRAME),
+    # (was BUG: the eager rerun's caller was tograph's frame; transpiler/caller_frames.py)
+    Case("caller_of_function", _fn(caller_of_function), CALLS, "fallback", "caller_of_function"),
     Case("stack_caller_where", _fn(stack_caller_where), CALLS, "fallback", "caller_where"),
     Case("extract_stack_last", _fn(extract_stack_last), CALLS, "fallback", "extract_stack"),
     Case("format_stack_last", _fn(format_stack_last), CALLS, "fallback", "format_stack"),
@@ -907,18 +906,12 @@ CASES = [
     # warnings
     Case("warn_top", _fn(warn_top), CALLS),
     Case("warn_stacklevel2", _fn(warn_stacklevel2), CALLS),
-    Case("warn_stacklevel2_in_fallback", _fn(warn_stacklevel2_in_fallback), CALLS, "bug",
-         "warn_fallback_locals",
-         reason="BUG: a function that falls back reruns eagerly from transpiler/api.py, so its "
-                "warnings.warn(..., stacklevel=2) names transpiler/api.py:557, eager the "
-                "caller's line. Repro: def f(x): warnings.warn('old', DeprecationWarning, "
-                "stacklevel=2) / if x.sum() > 0: k = len(locals()) / else: k = 1 / return x + k"),
-    Case("caller_frame_in_fallback", _fn(caller_frame_in_fallback), CALLS, "bug",
-         "caller_frame_fallback",
-         reason="BUG: in a function that falls back, sys._getframe(1) is tograph's "
-                "transpiler/api.py frame (co_name '_call'), eager the caller "
-                "('_harness_call'): the eager rerun is not called from the caller's frame "
-                "(see warn_stacklevel2_in_fallback)"),
+    # (was BUG: the eager rerun's warning named transpiler/api.py; caller_frames.py)
+    Case("warn_stacklevel2_in_fallback", _fn(warn_stacklevel2_in_fallback), CALLS, "fallback",
+         "warn_fallback_locals"),
+    # (was BUG: sys._getframe(1) was tograph's api.py frame in the eager rerun)
+    Case("caller_frame_in_fallback", _fn(caller_frame_in_fallback), CALLS, "fallback",
+         "caller_frame_get"),
     Case("warn_in_tensor_if", _fn(warn_in_tensor_if), CALLS),
     Case("warn_in_tensor_while", _fn(warn_in_tensor_while), CALLS),
     Case("warn_in_python_for", _fn(warn_in_python_for), CALLS),
@@ -944,16 +937,11 @@ CASES = [
     Case("log_in_listcomp", _fn(log_in_listcomp), CALLS),
     Case("log_in_nested_def", _fn(log_in_nested_def), CALLS),
     Case("log_in_lambda", _fn(log_in_lambda), CALLS),
-    Case("log_stacklevel2", _fn(log_stacklevel2), CALLS, "bug", "log_stacklevel",
-         reason="BUG: logger stacklevel falls back as the README says, but the eager rerun "
-                "is called from transpiler/api.py, so LOG.info(..., stacklevel=2) names "
-                "transpiler/api.py:557, eager the caller's line (see "
-                "warn_stacklevel2_in_fallback)"),
+    # (was BUG: the eager rerun's record named transpiler/api.py; caller_frames.py)
+    Case("log_stacklevel2", _fn(log_stacklevel2), CALLS, "fallback", "log_stacklevel"),
     Case("log_decorator_reads_code", _fn(counted), CALLS),
-    Case("log_decorator_caller_from_stack", _fn(called_from), CALLS, "bug",
-         reason="BUG: Zinfir/Messenger's logging decorator: inspect.stack()[1][3] inside the "
-                "converted wrapper is 'decorated' (the wrapper itself), eager the caller "
-                "'_harness_call', silently. " + _FRAME),
+    # (was BUG: inspect.stack()[1][3] was tograph's wrapper; caller_frames.py)
+    Case("log_decorator_caller_from_stack", _fn(called_from), CALLS, "fallback", "logged_caller"),
 ]
 
 
