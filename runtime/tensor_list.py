@@ -14,7 +14,7 @@ import torch.utils._pytree as pytree
 from . import grad_flags, views
 from .errors import TracingError
 from .grad_flags import grad_of
-from .introspection import kind_of, merged_kind
+from .introspection import kind_of, mark, merged_kind
 from .source_info import format_location, user_location
 from .threads import PerThreadList
 
@@ -123,7 +123,7 @@ class TensorList:
         """Remove and return the element at ``index`` (an int: where the rest closes up
         must be known while tracing)."""
         index = self._position(index, "pop()")
-        item = self._read(self.stack[index])
+        item = self._row(index)
         n = self.length()
         at = index if index >= 0 else n + index
         self._grow(torch.cat([self.stack[self._bounds(slice(None, at))],
@@ -229,7 +229,7 @@ class TensorList:
         return dims[0] if dims and dims[0] is not None else self.stack.shape[0]
 
     def item(self, i):
-        return self._read(self.stack[i])
+        return self._row(i)
 
     def __getitem__(self, index):
         if isinstance(index, slice):
@@ -242,7 +242,29 @@ class TensorList:
                 return part
             part._grow(self.stack[self._bounds(index)], flags=frozenset())
             return part
-        return self._read(self.stack[index])
+        return self._row(index)
+
+    def _row(self, index):
+        """The element at ``index``: the number it stands for where the list holds Python
+        numbers of one kind (``L[i]`` of ``.item()`` ints is an int, as eagerly); a list
+        that mixes numbers with tensors or numbers of other kinds, whose element's type
+        would depend on the index, needs the index while tracing."""
+        kinds = element_kinds(self.stack)
+        if kinds is not None and len(kinds) > 1 and kinds != {None}:
+            raise TracingError(
+                f"{format_location(user_location())}: an element of a list built in a tensor "
+                f"loop is read, and the list mixes "
+                f"{', '.join(sorted(k or 'tensor' for k in kinds))} elements: the element's "
+                f"type would depend on which one is read")
+        if getattr(index, "_node", None) is not None:     # (known when the graph runs)
+            from .operators.staged_raises import raise_if
+            n = self.length()
+            raise_if((index >= n) | (index < -n),
+                     lambda: (IndexError, ("list index out of range",)))
+        value = self._read(self.stack[index])
+        if kinds is not None and len(kinds) == 1 and None not in kinds:
+            mark(value, next(iter(kinds)))
+        return value
 
     def _bounds(self, index: slice) -> slice:
         """``index`` with bounds counted from the end made explicit when the length is

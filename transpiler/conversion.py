@@ -40,6 +40,7 @@ from transpiler.converters import probes
 from transpiler.converters import loops
 from transpiler.converters import return_statements
 from transpiler.converters import staged_raises
+from transpiler.converters import subscripts
 from transpiler.converters import try_statements
 from transpiler.converters import unsupported
 from transpiler.converters import walrus_tests
@@ -68,7 +69,7 @@ class _Expressions(logical.LogicalTransformer, conditional_expressions.IfExpTran
         return cls(ctx).visit(node)
 
 
-AFTER_ANALYSIS = (control_flow, loops, _Expressions)
+AFTER_ANALYSIS = (control_flow, loops, _Expressions, subscripts)
 
 _LOOPS = (gast.For, gast.While, gast.ListComp)       # (comprehensions makes list
                                                      # comprehensions ``for`` loops)
@@ -87,6 +88,7 @@ _TRIGGERS = {
     break_statements: _LOOPS,
     continue_statements: _LOOPS,
     loops: _LOOPS,
+    subscripts: (gast.Subscript,),
 }
 
 

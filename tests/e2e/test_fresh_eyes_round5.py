@@ -2426,14 +2426,8 @@ VERDICTS = {
         "   break\n  x = x * 0.5\n  err = x.sum()\n return x` on torch.tensor([4.0, 4.0])"),
     # (was a needless fallback: torch.where's meta kernel refused the uint8 condition,
     # which eager accepts; h96: the shape inference takes it as bool)
-    "bilstm_crf_viterbi_decode": (
-        "needless", "best_tag_id = bptrs_t[best_tag_id]",
-        "needless fallback: a Python list of `.item()` ints indexed by a run-time int "
-        "(`bptrs_t[best_tag_id]`: 'use as an index or int of a symbolic tensor'); the list's "
-        "items share a dtype, so the read could index their stack. (Its list of lists built "
-        "in the `for feat in feats` loop converts since h96: a loop of static length unrolls.) "
-        "Repro: `def f(x):\n l = [x[0].argmax().item(), x[1].argmax().item()]\n return "
-        "l[x[2].argmax().item() % 2]` on torch.randn(3, 4)"),
+    # (bilstm_crf_viterbi_decode was a needless fallback: a list of `.item()` ints indexed by
+    # a run-time int, `bptrs_t[best_tag_id]`; session 11: runtime/operators/item_reads.py)
     # (nms_ultralytics_fallback, nms_yolov2_keep_tensors, nms_detection_notebook were
     # needless fallbacks: `torch.tensor(keep, dtype=...)` / `torch.LongTensor(keep)` of a list
     # grown in a tensor `while`, or of one `.item()`; h96: runtime/tensor_of_items.py)

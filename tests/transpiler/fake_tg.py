@@ -150,6 +150,11 @@ def finally_block(mark):
 UNREAD = object()   # a branch's value for a variable no later code reads
 
 
+@_count
+def getitem(obj, index):
+    return obj[index]
+
+
 class _Module:
     """``tg`` as the generated code sees it."""
     Undefined, Unassigned = Undefined, Unassigned
@@ -161,6 +166,7 @@ class _Module:
     try_guard, try_body = staticmethod(try_guard), staticmethod(try_body)
     node_mark, finally_block = staticmethod(node_mark), staticmethod(finally_block)
     fstring, percent = staticmethod(fstring), staticmethod(percent)
+    getitem = staticmethod(getitem)
 
 
 tg = _Module()
