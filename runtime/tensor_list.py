@@ -123,6 +123,7 @@ class TensorList:
         """Remove and return the element at ``index`` (an int: where the rest closes up
         must be known while tracing)."""
         index = self._position(index, "pop()")
+        self.nonempty(IndexError, "pop from empty list")
         item = self._row(index)
         n = self.length()
         at = index if index >= 0 else n + index
@@ -222,6 +223,17 @@ class TensorList:
             raise TracingError(f"{format_location(user_location())}: {what} of a list built "
                                f"in a tensor loop needs a Python int index")
         return index
+
+    def nonempty(self, error: type, message: str) -> None:
+        """Raise ``error(message)``, as eager does, where the list is empty: now if its
+        length is known, or when the graph runs (a staged check) if not."""
+        n = self.length()
+        if isinstance(n, int):
+            if n == 0:
+                raise error(message)
+            return
+        from .operators.staged_raises import raise_if
+        raise_if(n == 0, lambda: (error, (message,)))
 
     def length(self):
         meta = getattr(self.stack, "_node", None)

@@ -208,6 +208,7 @@ def _dim_of(args, kwargs) -> int:
 def _stack(tensors, *args, **kwargs):
     if isinstance(tensors, TensorList):
         dim = _dim_of(args, kwargs)
+        tensors.nonempty(RuntimeError, "stack expects a non-empty TensorList")
         stack = tensors.stacked()
         return stack if dim == 0 else torch.movedim(stack, 0, dim)
     return torch.stack(tensors, *args, **kwargs)
@@ -216,6 +217,7 @@ def _stack(tensors, *args, **kwargs):
 def _cat(tensors, *args, **kwargs):
     if isinstance(tensors, TensorList):
         dim = _dim_of(args, kwargs)
+        tensors.nonempty(ValueError, "torch.cat(): expected a non-empty list of Tensors")
         stack = tensors.stacked()
         d = dim if dim >= 0 else dim + stack.dim() - 1
         moved = torch.movedim(stack, 0, d)

@@ -418,21 +418,10 @@ VERDICTS.update({
         "path returns an int; without the `with` it converts. Repro: def f(x):\n with "
         "contextlib.nullcontext():\n  if x > 0:\n   return 1\n  return 0\n"
         "to_graph(f)(torch.tensor(1))", expect="ok"),
-    "return_with_default_in_finally": xfail(
-        "BUG: silently wrong, also for Python ints: `try: return 2 finally: if x > 0: return "
-        "1; return 0` returns 2 for x = 0 (eager 0: the finally's return wins). Repro: "
-        "def f(x):\n try:\n  return 2\n finally:\n  if x > 0:\n   return 1\n  return 0\n"
-        "to_graph(f)(0) == 2"),
-    "raise_during_return_caught": xfail(
-        "BUG: silently wrong (no tensors at all): `try: return helper() except ValueError: "
-        "pass; return 1`, where helper raises ValueError, returns None (eager 1). Repro: "
-        "def helper(): raise ValueError()\ndef f():\n try:\n  return helper()\n except "
-        "ValueError:\n  pass\n return 1\nto_graph(f)() is None"),
-    "raise_during_return_caught_in_tail_branch": xfail(
-        "BUG: silently wrong: the same after `if c: return 2` returns None for c=False and 2 "
-        "for c=torch.tensor(False) (eager 1 both). Repro: def f(c):\n if c:\n  return 2\n "
-        "try:\n  return helper()\n except ValueError:\n  pass\n return 1\n"
-        "to_graph(f)(torch.tensor(False)) == 2"),
+    # (return_with_default_in_finally, raise_during_return_caught and
+    # raise_during_return_caught_in_tail_branch were BUGs: a finally's statements after a
+    # pending return were skipped, and `return helper()` set the flag before helper raised;
+    # session 11: converters/jumps.py, return_statements.py)
     # tests/generator_test.py
     "basic_generator": fallback("generator functions are refused by name (TF: "
                                 "NotImplementedError); eager's generator comes back"),
@@ -498,15 +487,8 @@ VERDICTS.update({
     "list_nested_fill": fallback("a list of rows whose length is known only when the graph "
                                  "runs (TF: 'cannot stack a list without knowing its element "
                                  "type')"),
-    "list_simple_empty": xfail(
-        "BUG: silently different: a tensor loop popping a list empty, then torch.stack(l), "
-        "returns an empty tensor where eager raises RuntimeError 'stack expects a non-empty "
-        "TensorList' (see list_pop_past_empty)"),
-    "list_pop_past_empty": xfail(
-        "BUG: silently wrong: popping more items than the list holds in a tensor loop returns "
-        "[] where eager raises IndexError('pop from empty list'). Repro: def f(n):\n l = "
-        "[torch.tensor(1), torch.tensor(2)]\n for _ in range(n):\n  l.pop()\n return l\n"
-        "to_graph(f, strict=True)(torch.tensor(3)) == []"),
+    # (list_simple_empty and list_pop_past_empty were BUGs: a list popped empty in a tensor
+    # loop gave [] / an empty stack where eager raises; session 11: TensorList.nonempty)
     "list_mutation": xfail(_ARG_NUMBER_WRITE, expect="ok"),
     # converters/continue_statements_test.py
     "continue_basic_inplace_alias": fallback(

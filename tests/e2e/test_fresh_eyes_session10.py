@@ -2959,11 +2959,12 @@ VERDICTS = {
         "; s.l = [torch.ones(2)]\n def forward(s, x):\n  s.l = [t.to(x.dtype) for t in s.l]\n  return "
         "x + s.l[0]` -- to_graph(M())(torch.ones(2)) falls back"),
     "py_faster_rcnn_voc_eval_match": (
-        "needless", "if not R['det'][jmax]:",
-        "needless fallback (the open round-5 item, BiLSTM-CRF's `bptrs_t[best_tag_id]`): a Python "
-        "list indexed by a run-time int (`R['det'][jmax]`, jmax an argmax) and written under a tensor "
-        "`if` ('use as an index or int of a symbolic tensor'). Repro: `def f(x):\n det = [False, "
-        "False]\n j = x.argmax()\n if not det[j]:\n  det[j] = True\n return det` on torch.tensor([0., 1.])"),
+        "needless", "R['det'][jmax] = 1",
+        "needless fallback: a Python list written at a run-time int (`R['det'][jmax] = 1`, jmax "
+        "an argmax) under a tensor `if` ('use as an index or int of a symbolic tensor'); the read "
+        "`if not R['det'][jmax]:` converts since session 11 (runtime/operators/item_reads.py). "
+        "Repro: `def f(x):\n det = [False, False]\n j = x.argmax()\n if not det[j]:\n  det[j] = "
+        "True\n return det` on torch.tensor([0., 1.])"),
     # ---- fallbacks as documented
     # a size read from a tensor (`.item()`) for a factory
     "torchdiffeq_fixed_grid_midpoint": ("fallback", "t_infer = torch.arange(0, niters", ""),

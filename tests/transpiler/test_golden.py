@@ -133,15 +133,15 @@ def test_return():
             do_return = False
             retval = tg.UndefinedReturn()
             def if_body(do_return, retval):
-                do_return = True
                 retval = 1
+                do_return = True
                 return (do_return, retval)
             def else_body(do_return, retval):
                 return (do_return, retval)
             (do_return, retval) = tg.if_stmt((x > 0), if_body, else_body, (do_return, retval), ('do_return', 'retval'))
             def if_body_1(retval):
-                do_return = True
                 retval = 2
+                do_return = True
                 return (retval,)
             def else_body_1(retval):
                 return (retval,)

@@ -24,7 +24,8 @@ class BreakTransformer(base.Transformer):
             return [node] + orelse
         brk = self.ctx.namer.new('brk')
         flag = templates.replace('brk = False', node, brk=brk)
-        lowering = jumps.Lowering(gast.Break, lambda b: templates.replace('brk = True', b, brk=brk), brk)
+        lowering = jumps.Lowering(gast.Break, lambda b: templates.replace('brk = True', b, brk=brk), brk,
+                                  namer=self.ctx.namer)
         node.body, _, _ = lowering.block(node.body)
         add_loop_test(node, base.not_(brk))
         if orelse:

@@ -20,7 +20,8 @@ class ContinueTransformer(base.Transformer):
             return node
         cont = self.ctx.namer.new('cont')
         lowering = jumps.Lowering(gast.Continue,
-                                  lambda c: templates.replace('cont = True', c, cont=cont), cont)
+                                  lambda c: templates.replace('cont = True', c, cont=cont), cont,
+                                  namer=self.ctx.namer)
         body, _, _ = lowering.block(node.body)
         node.body = templates.replace('cont = False', node, cont=cont) + body
         return node

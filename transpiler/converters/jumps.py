@@ -16,8 +16,9 @@ class Lowering:
     """Configure with the jump type, its replacement, the flag, and whether jumps inside
     nested loops belong to us (returns do; breaks/continues belong to the inner loop)."""
 
-    def __init__(self, jump_type, replace, flag, into_loops=False, on_loop=None):
+    def __init__(self, jump_type, replace, flag, into_loops=False, on_loop=None, namer=None):
         self.jump_type = jump_type
+        self.namer = namer            # (fresh names: a finally's pending jump)
         self.replace = replace        # jump stmt -> list of stmts
         self.flag = flag
         self.into_loops = into_loops
@@ -55,18 +56,41 @@ class Lowering:
                     self.on_loop(stmt)
             stmt.orelse, may_else, _ = self.block(stmt.orelse)
             return [stmt], may or may_else, False
-        if isinstance(stmt, (gast.With, gast.Try)):
-            may = False
-            for field in ('body', 'orelse', 'finalbody'):
-                if hasattr(stmt, field):
-                    new, m, _ = self.block(getattr(stmt, field))
-                    setattr(stmt, field, new)
-                    may |= m
-            for h in getattr(stmt, 'handlers', []):
-                h.body, m, _ = self.block(h.body)
-                may |= m
+        if isinstance(stmt, gast.Try):
+            return self._try(stmt)
+        if isinstance(stmt, gast.With):
+            stmt.body, may, _ = self.block(stmt.body)
             return [stmt], may, False
         return [stmt], False, False
+
+    def _try(self, stmt):
+        """A ``try``: its ``else`` runs only if the body did not jump; its ``finally`` runs
+        whatever is pending, and a jump there replaces the pending one (Python's rules):
+        it runs with the flag down, raised again after it if it jumped or one was pending."""
+        stmt.body, may_body, _ = self.block(stmt.body)
+        may = may_body
+        for h in stmt.handlers:
+            h.body, m, _ = self.block(h.body)
+            may |= m
+        if stmt.orelse:
+            first = stmt.orelse[0]
+            orelse, m, _ = self.block(stmt.orelse)
+            if may_body and orelse:
+                orelse = templates.replace('if flag_test:\n    rest', first, ('rest',),
+                                           flag_test=base.not_(self.flag), rest=orelse)
+            stmt.orelse, may = orelse, may or m
+        if stmt.finalbody:
+            first = stmt.finalbody[0]
+            final, m, _ = self.block(stmt.finalbody)
+            if m and may:
+                pending = self.namer.new(self.flag + '_pending') if self.namer else \
+                    self.flag + '_pending'
+                final = (templates.replace('pending = flag\nflag = False', first,
+                                           pending=pending, flag=self.flag) + final +
+                         templates.replace('flag = flag or pending', stmt.finalbody[-1],
+                                           pending=pending, flag=self.flag))
+            stmt.finalbody, may = final, may or m
+        return [stmt], may, False
 
 
 def contains(stmts, jump_type, into_loops):

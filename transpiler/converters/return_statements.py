@@ -2,7 +2,7 @@
 
     do_return = False
     retval = tg.UndefinedReturn()
-    ...  return v  ->  do_return = True; retval = v      (later statements: if not do_return)
+    ...  return v  ->  retval = v; do_return = True      (later statements: if not do_return)
     loops that may return stop: while-test `not do_return and test`, for extra test
     return retval
 
@@ -59,7 +59,8 @@ class ReturnTransformer(base.Transformer):
 
         def replace(ret):
             value = ret.value if ret.value is not None else gast.Constant(value=None, kind=None)
-            return templates.replace('do_return = True\nretval = value', ret,
+            # the value first: if computing it raises (and a handler catches), no return
+            return templates.replace('retval = value\ndo_return = True', ret,
                                      do_return=do_return, retval=retval, value=value)
 
         def on_loop(loop):
@@ -68,7 +69,8 @@ class ReturnTransformer(base.Transformer):
                 loop.orelse = templates.replace('if not_flag:\n    orelse', loop.orelse[0],
                                                 not_flag=base.not_(do_return), orelse=loop.orelse)
 
-        lowered, _, _ = jumps.Lowering(gast.Return, replace, do_return, True, on_loop).block(body)
+        lowered, _, _ = jumps.Lowering(gast.Return, replace, do_return, True, on_loop,
+                                       self.ctx.namer).block(body)
         node.body = (templates.replace('do_return = False\nretval = tg.UndefinedReturn()', node,
                                        do_return=do_return, retval=retval)
                      + lowered + templates.replace('return retval', body[-1], retval=retval))
