@@ -412,12 +412,8 @@ VERDICTS.update({
     "else_destroys_var": fallback("`del` in a tensor branch: bound on one path only"),
     # tests/early_return_test.py
     "return_possibly_undefined": fallback(_NONE_PATH),
-    "return_with_default_in_contexmanager": xfail(
-        "needless fallback: `return 1` under a tensor `if` inside a `with`, then `return 0`, "
-        "falls back ('retval' is NoneType None on one path and a i64[] tensor) though every "
-        "path returns an int; without the `with` it converts. Repro: def f(x):\n with "
-        "contextlib.nullcontext():\n  if x > 0:\n   return 1\n  return 0\n"
-        "to_graph(f)(torch.tensor(1))", expect="ok"),
+    # (return_with_default_in_contexmanager was a needless fallback: a `with` ending in a
+    # return was taken to fall through, so `return None` was added; session 11)
     # (return_with_default_in_finally, raise_during_return_caught and
     # raise_during_return_caught_in_tail_branch were BUGs: a finally's statements after a
     # pending return were skipped, and `return helper()` set the flag before helper raised;

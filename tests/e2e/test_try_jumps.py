@@ -170,3 +170,30 @@ def test_printed_as_eager(fn, capsys):
         got = converted(x)
         assert capsys.readouterr().out == want_out, x
         _same(got, want)
+
+
+def return_inside_with_under_tensor_if(x):
+    import contextlib
+    with contextlib.nullcontext():
+        if x > 0:
+            return 1
+        return 0
+
+
+def suppressed_raise_falls_through(x):
+    import contextlib
+    with contextlib.suppress(ValueError):
+        if x > 0:
+            return x * 2
+        raise ValueError("negative")
+
+
+@pytest.mark.parametrize("fn", [return_inside_with_under_tensor_if,
+                                suppressed_raise_falls_through], ids=lambda f: f.__name__)
+def test_returns_inside_with(fn):
+    converted = to_graph(fn)
+    for x in INPUTS:
+        _same(converted(x), fn(x))
+    if fn is return_inside_with_under_tensor_if:     # (converts: every path returns an int)
+        strict = to_graph(fn, strict=True)
+        assert strict(torch.tensor(2)) == 1 and strict(torch.tensor(-2)) == 0

@@ -35,6 +35,8 @@ def _falls_through(stmts):
         ends = (_falls_through(last.body) and (not last.orelse or _falls_through(last.orelse))
                 or any(_falls_through(h.body) for h in last.handlers))
         return ends and (not last.finalbody or _falls_through(last.finalbody))
+    if isinstance(last, gast.With):     # (a manager that suppresses an error: the function
+        return _falls_through(last.body)    # ends with no return, UndefinedReturn is None)
     if isinstance(last, gast.While) and isinstance(last.test, gast.Constant) and \
             last.test.value is True:
         return jumps.contains(last.body, gast.Break, False)   # only a break leaves it
