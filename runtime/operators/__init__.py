@@ -11,6 +11,7 @@ from .iterables import TensorList
 from .logical import and_, ifexp, is_bool, not_, or_
 from .loops import for_stmt, while_stmt
 from .match_patterns import match_case
+from .membership import contains
 from .outside_iterators import iterated
 from .probes import probe
 from .staged_raises import raise_if
@@ -18,7 +19,7 @@ from .special_values import UNREAD, Unassigned, Undefined, UndefinedReturn, is_u
 from .text import fstring, percent
 
 __all__ = ["TensorList", "UNREAD", "Unassigned", "Undefined", "UndefinedReturn", "and_", "assert_stmt", "call",
-           "eager_only", "for_stmt", "frame_locals", "fstring", "getitem", "if_stmt", "ifexp", "is_bool", "is_undefined", "iterated", "match_case",
+           "contains", "eager_only", "for_stmt", "frame_locals", "fstring", "getitem", "if_stmt", "ifexp", "is_bool", "is_undefined", "iterated", "match_case",
            "not_", "or_",
            "percent", "print_", "probe", "raise_if", "set_converter", "try_body", "try_guard",
            "finally_block", "node_mark", "while_stmt"]

@@ -155,6 +155,11 @@ def getitem(obj, index):
     return obj[index]
 
 
+@_count
+def contains(element, container, negate):
+    return (element not in container) if negate else (element in container)
+
+
 class _Module:
     """``tg`` as the generated code sees it."""
     Undefined, Unassigned = Undefined, Unassigned
@@ -166,7 +171,7 @@ class _Module:
     try_guard, try_body = staticmethod(try_guard), staticmethod(try_body)
     node_mark, finally_block = staticmethod(node_mark), staticmethod(finally_block)
     fstring, percent = staticmethod(fstring), staticmethod(percent)
-    getitem = staticmethod(getitem)
+    getitem, contains = staticmethod(getitem), staticmethod(contains)
 
 
 tg = _Module()

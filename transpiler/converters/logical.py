@@ -4,6 +4,7 @@
     a and b and c  ->  tg.and_(a, lambda: b, lambda: c)      (short-circuit, returns an operand)
     a and b or c   ->  tg.ifexp(a, lambda: tg.or_(b, lambda: c), lambda: c)
     not x          ->  tg.not_(x)
+    a in b         ->  tg.contains(a, b, False)              (``not in``: True)
     a < b < c      ->  tg.and_(a < b, lambda: b < c)         (b evaluated once: a walrus
                                                               temporary when b is not a name
                                                               or constant)
@@ -64,8 +65,13 @@ class LogicalTransformer(base.OperandTransformer):
 
     def _is_bool(self, node):
         """``x is True`` / ``x is not False`` -> ``tg.is_bool(x, True, False)``: ``x`` may
-        stand for a Python bool known only at run time."""
+        stand for a Python bool known only at run time. ``a in b`` / ``a not in b`` ->
+        ``tg.contains(a, b, negate)``: of a traced tensor ``b``, a bool known when the graph
+        runs."""
         op, right = node.ops[0], node.comparators[0]
+        if isinstance(op, (gast.In, gast.NotIn)):
+            negate = gast.Constant(value=isinstance(op, gast.NotIn), kind=None)
+            return self._call('contains', [node.left, right, negate], node)
         if not isinstance(op, (gast.Is, gast.IsNot)) or not isinstance(right, gast.Constant) \
                 or not isinstance(right.value, bool):
             return node
