@@ -5,9 +5,10 @@ returns, in the PyTorch examples' actor-critic; ``torch.tensor([loss.item(), acc
 the result is a new leaf, detached, with the items' dtype (a tensor's own dtype when all
 items are tensors of one dtype; int64, bool or the default float dtype for stand-ins of
 Python numbers of one kind, as for the numbers themselves). The graph stacks the
-detached items and casts them. Other mixes (a tensor beside a number, nested lists, two
-dtypes: torch's promotion of those follows other rules) return None: the op is recorded
-as before, and refused.
+detached items and casts them; nested lists of such items, rows of one length
+(``torch.tensor([[x.sum()]])``), are that stack reshaped. Other mixes (a tensor beside a
+number, ragged rows, two dtypes: torch's promotion of those follows other rules) return
+None: the op is recorded as before, and refused.
 
 Requires: ``symbolic`` (imported when called: it calls this module).
 """
@@ -30,9 +31,10 @@ def tensor_of(args, kwargs):
     if len(args) != 1 or not isinstance(args[0], _SEQUENCES) or not args[0] or \
             set(kwargs) - {"dtype", "device"}:
         return None
-    items = list(args[0])
-    if not all(isinstance(v, SymbolicTensor) and v.dim() == 0 for v in items):
+    found = _nested(args[0], SymbolicTensor)
+    if found is None:
         return None
+    shape, items = found
     kinds = {"int" if _python_int(v) or _python_index(v) else kind_of(v) for v in items}
     if kinds == {None}:                         # tensors: their one dtype
         dtypes = {v.dtype for v in items}
@@ -46,8 +48,23 @@ def tensor_of(args, kwargs):
         return None
     dtype = kwargs.get("dtype") or dtype
     stacked = torch.stack([v.detach() for v in items])
+    if len(shape) > 1:                          # (nested lists: rows of one length)
+        stacked = stacked.reshape(shape)
     extra = {"device": kwargs["device"]} if kwargs.get("device") is not None else {}
     return stacked.to(dtype=dtype, copy=True, **extra)
+
+
+def _nested(items, symbolic):
+    """(shape, the 0-d traced values in order) of a list of them, or of lists of such lists
+    of one length each (``torch.tensor([[a, b], [c, d]])``); None for anything else."""
+    if not isinstance(items, _SEQUENCES):
+        return ((), [items]) if isinstance(items, symbolic) and items.dim() == 0 else None
+    if not items:
+        return None
+    parts = [_nested(v, symbolic) for v in items]
+    if any(p is None for p in parts) or len({p[0] for p in parts}) != 1:
+        return None
+    return (len(parts),) + parts[0][0], [v for _, values in parts for v in values]
 
 
 #: ``tensor_of_list``'s answer when the call is none of its cases
