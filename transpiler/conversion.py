@@ -137,6 +137,18 @@ def _frame_names(code):
     return tuple(code.co_varnames) + tuple(cells) + tuple(code.co_freevars)
 
 
+def _nested_frame_names(code, out=None):
+    """{(name, first line): ``_frame_names``} of the functions and lambdas nested in
+    ``code`` (None where two share a name and a line: which one is meant is unknown)."""
+    out = {} if out is None else out
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            key = (const.co_name, const.co_firstlineno)
+            out[key] = _frame_names(const) if key not in out else None
+            _nested_frame_names(const, out)
+    return out
+
+
 @dataclasses.dataclass
 class Converted:
     fn: object          # the converted function (bound again if a bound method was given)
@@ -186,6 +198,7 @@ def _convert_tree(fn, probed=()):
     if isinstance(node, gast.Lambda):
         node = functions.as_function_def(node, namer.new('lam'))
     ctx = base.Context(namer=namer, filename=filename, frame_names=_frame_names(fn.__code__),
+                       nested_frame_names=_nested_frame_names(fn.__code__),
                        private_names=_private_names(fn))
     if found.holds(_BRANCHES):     # (on the user's code: before jumps become flags)
         definite_assignment.analyze(node)

@@ -198,6 +198,44 @@ def locals_in_nested_def(x, n):
     return x * n, inner(x)
 
 
+def def_in_loop_reads_locals(x, n):
+    out = []
+    for i in range(2):
+        def inner(v):
+            if v.sum() > 0:
+                return sorted(locals())  # (in a loop body)
+            return []
+        out.append(inner(x))
+    return x, out
+
+
+def lambda_reads_locals(x, n):
+    names = lambda a, b=1: sorted(locals())
+    return x + n, names(n)
+
+
+def nested_def_with_closure_and_branch(x, n):
+    scale = n * 2
+
+    def inner(v, k=3):
+        if v.sum() > 0:
+            w = v * scale
+        else:
+            w = v - scale
+        return w, sorted(locals())
+    return inner(x)
+
+
+@pytest.mark.parametrize("fn", [locals_in_nested_def, lambda_reads_locals,
+                                nested_def_with_closure_and_branch],
+                         ids=lambda f: f.__name__)
+def test_a_users_nested_function_reads_its_own_frame(fn):
+    converted = to_graph(fn, strict=True)
+    for x, n in [(torch.ones(2), 2), (-torch.ones(3), 1)]:
+        want, got = fn(x, n), converted(x, n)
+        assert repr(got) == repr(want)      # (the tensors' values, the names' lists)
+
+
 def locals_in_ifexp(x, n):
     d = sorted(locals()) if n > 1 else []
     return x, d
@@ -208,7 +246,7 @@ def locals_in_ifexp(x, n):
     (locals_in_python_branch, "d = sorted(locals())"),
     (locals_in_list_comprehension, "return x * 2, [v for v in locals().values()"),
     (locals_in_loop, "out.append(len(locals()))"),
-    (locals_in_nested_def, "return sorted(locals())"),
+    (def_in_loop_reads_locals, "return sorted(locals())  # (in a loop body)"),
     (locals_in_ifexp, "d = sorted(locals()) if n > 1 else []"),
 ], ids=lambda v: getattr(v, "__name__", "line"))
 @pytest.mark.filterwarnings("default::transpiler.FallbackWarning")

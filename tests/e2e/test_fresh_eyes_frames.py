@@ -824,15 +824,10 @@ CASES = [
     Case("locals_in_python_for", _fn(locals_in_python_for), CALLS, "fallback", "locals_for"),
     Case("locals_in_comprehension", _fn(locals_in_comprehension), CALLS, "fallback",
          "locals_listcomp"),
-    Case("locals_in_lambda", _fn(locals_in_lambda), CALLS, "needless", "locals_lambda",
-         reason="needless fallback: locals() in the user's own lambda reads the lambda's own "
-                "frame (to_code keeps the lambda; its frame holds only a, b, as eager's), yet "
-                "the call falls back ('locals() inside a converted ... lambda ... reads a "
-                "generated function's frame'). Repro: f = lambda a, b=1: sorted(locals())"),
-    Case("locals_in_nested_def", _fn(locals_in_nested_def), CALLS, "needless", "locals_nested",
-         reason="needless fallback: locals() in the user's nested def reads that def's own "
-                "frame (to_code keeps `def inner(a, b=2)`), yet the call falls back. Repro: "
-                "def inner(a, b=2): return sorted(locals())"),
+    # (were needless fallbacks: a user's lambda and nested def read their own frames;
+    # session 11, converters/frame_locals.py)
+    Case("locals_in_lambda", _fn(locals_in_lambda), CALLS),
+    Case("locals_in_nested_def", _fn(locals_in_nested_def), CALLS),
     Case("vars_sorted", _fn(vars_sorted), CALLS),
     Case("dir_in_forward", dir_in_forward_factory, CALLS3),
     Case("vars_of_self_in_forward", vars_of_self_factory, CALLS3),

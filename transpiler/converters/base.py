@@ -20,6 +20,7 @@ class Context:
     filename: str
     holds_del: bool = True      # False: the tree has no ``del`` (check_no_del has nothing to find)
     frame_names: tuple = ()     # the user function's local, cell and free variables (frame_locals)
+    nested_frame_names: dict = dataclasses.field(default_factory=dict)  # of its nested defs
     private_names: dict = None  # ``__x`` -> ``_Cls__x`` as Python mangled them (private_names)
 
 
