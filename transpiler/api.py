@@ -346,6 +346,12 @@ class _Fallback:
 
 
 # --------------------------------------------------------------------------- GraphFunction
+def _function_attribute(graph_function, name: str):
+    if graph_function._partial is not None:
+        raise AttributeError(f"'functools.partial' object has no attribute '{name}'")
+    return getattr(graph_function._fn, name)
+
+
 class GraphFunction:
     """A converted function: callable like the original, traced per input signature."""
 
@@ -413,6 +419,14 @@ class GraphFunction:
     @property
     def python_function(self):
         return self._fn
+
+    # what code reads of a function (a decorator logging ``fn.__code__.co_varnames``):
+    # the original's, as through ``functools.wraps``; a partial's and a module's have none
+    __code__ = property(lambda self: _function_attribute(self, "__code__"))
+    __defaults__ = property(lambda self: _function_attribute(self, "__defaults__"))
+    __kwdefaults__ = property(lambda self: _function_attribute(self, "__kwdefaults__"))
+    __globals__ = property(lambda self: _function_attribute(self, "__globals__"))
+    __closure__ = property(lambda self: _function_attribute(self, "__closure__"))
 
     # -- calling
     def _signature(self, args, kwargs):
