@@ -268,9 +268,9 @@ class TensorList:
                 f"loop is read, and the list mixes "
                 f"{', '.join(sorted(k or 'tensor' for k in kinds))} elements: the element's "
                 f"type would depend on which one is read")
-        if getattr(index, "_node", None) is not None:     # (known when the graph runs)
-            from .operators.staged_raises import raise_if
-            n = self.length()
+        n = self.length()
+        if getattr(index, "_node", None) is not None or not isinstance(n, int):
+            from .operators.staged_raises import raise_if     # (known when the graph runs)
             raise_if((index >= n) | (index < -n),
                      lambda: (IndexError, ("list index out of range",)))
         value = self._read(self.stack[index])

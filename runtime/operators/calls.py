@@ -123,16 +123,39 @@ def _lt(b, a):
 
 
 def _int(x, *rest):
-    return _number(number_checks.int_of(x, user_location()), "int") \
+    return _number(number_checks.int_of(_scalar(x, ValueError, _ONE_ELEMENT),
+                                        user_location()), "int") \
         if _unknown(x) and not rest else builtins.int(_known(x), *rest)
 
 
 def _float(x):
-    return _number(x.to(torch.float64), "float") if _unknown(x) else builtins.float(_known(x))
+    return _number(_scalar(x, ValueError, _ONE_ELEMENT).to(torch.float64), "float") \
+        if _unknown(x) else builtins.float(_known(x))
 
 
 def _bool(x):
-    return _number(x != 0, "bool") if _unknown(x) else builtins.bool(_known(x))
+    return _number(_scalar(x, RuntimeError, _AMBIGUOUS) != 0, "bool") if _unknown(x) else \
+        builtins.bool(_known(x))
+
+
+_ONE_ELEMENT = "only one element tensors can be converted to Python scalars"
+_AMBIGUOUS = "Boolean value of Tensor with more than one value is ambiguous"
+
+
+def _scalar(x, error: type, message: str):
+    """``x`` as the one number ``int``/``float``/``bool`` reads (0-d); eager's error for a
+    tensor of another element count (it would be the whole tensor, silently). A size
+    known only when the graph runs is left to the op."""
+    meta = x._node.meta if getattr(x, "_node", None) is not None else None
+    shape = meta.shape if meta is not None else None
+    if shape is None or builtins.any(d is None for d in shape) or shape == ():
+        return x
+    n = 1
+    for d in shape:
+        n *= d
+    if n != 1:
+        raise error(message)
+    return x.reshape(())
 
 
 def _unknown(x) -> bool:

@@ -1701,25 +1701,10 @@ VERDICTS = {
         "in-place change of the result no longer reaches the argument. Repro: `def f(x):\\n outs = [x]\\n"
         " while x.sum() > 1:\\n  x = x / 2\\n  outs.append(x)\\n return outs[0]` -- t = torch.tensor([0.2, "
         "0.3]); f(t) is t eagerly, not from to_graph; f(t).add_(1) changes t only eagerly"),
-    "int_of_batched_argmax": (
-        "bug", None,
-        "BUG: int() of a multi-element integer or bool tensor returns that tensor where eager raises "
-        "ValueError('only one element tensors can be converted to Python scalars') (int() of a float "
-        "tensor raises as eager does). Repro: `def f(x): return int(x)` -- to_graph(f)(torch.tensor([3, 4])) "
-        "gives tensor([3, 4]) (also strict)"),
-    "float_of_per_row_loss": (
-        "bug", None,
-        "BUG: float() of a multi-element tensor returns a float64 tensor where eager raises "
-        "ValueError('only one element tensors can be converted to Python scalars'). Repro: "
-        "`def f(x): return float(x)` -- to_graph(f)(torch.ones(2)) gives tensor([1., 1.], dtype=float64)"),
+    # (int_of_batched_argmax was a strict xfail; fixed in session 11)
+    # (float_of_per_row_loss was a strict xfail; fixed in session 11)
 
-    "grown_list_first_and_last": (
-        "bug", None,
-        "BUG (wrong error): a list grown in a tensor loop read at a constant index past its run-time "
-        "length raises IndexError('index 0 is out of bounds for dimension 0 with size 0') (torch's text) "
-        "where eager raises IndexError('list index out of range'); a run-time index gets eager's text. "
-        "Repro: `def f(x):\n h = []\n while x.sum() > 0.1:\n  x = x / 2\n  h.append(x.sum().item())\n"
-        " return h[0]` on torch.tensor([0.01, 0.02])"),
+    # (grown_list_first_and_last was a strict xfail; fixed in session 11)
 
     # ---- needless fallbacks: xfail(strict=True, raises=NeedlessFallback)
     # A number or text written into an argument (README "open": number writes into argument objects
@@ -1815,11 +1800,7 @@ VERDICTS = {
         "needless fallback: a list of ints sliced at run-time bounds (`items[k:k + 2]`, `items[-k:]`); "
         "lists of run-time length exist (lists grown in tensor loops). Repro: "
         "`def f(k): return [1, 2, 3, 4][:k.item()]` on torch.tensor(2)"),
-    "sample_token_multinomial": (
-        "needless", "return vocab_ids[int(idx)]",
-        "needless fallback: int() of a one-element 1-d tensor (`int(torch.multinomial(p, 1))`, "
-        "`int(t.argmax(0, keepdim=True))`) falls back where int() of the 0-d tensor converts. Repro: "
-        "`def f(k): return [3, 5, 7][int(k)]` on torch.tensor([1])"),
+    # (sample_token_multinomial was a strict xfail; fixed in session 11)
     "grown_float_list_mean": (
         "needless", "return sum(vals) / len(vals)",
         "needless fallback: `sum(vals) / len(vals)` of floats appended in a tensor loop ('iteration over "
