@@ -111,9 +111,10 @@ class Unobservable:
 class Fill:
     """A zero tensor of ``meta``, made inside the subgraph whose output it stands for."""
 
-    def __init__(self, meta: TensorMeta, example=None):
+    def __init__(self, meta: TensorMeta, example=None, kind=None):
         self.meta = meta
         self.example = example
+        self.kind = kind        # the Python number kind of the value it stands beside
 
     def make(self) -> torch.Tensor:
         """The zeros (a node marked ``fill`` when traced: its value is never read, so an
@@ -144,7 +145,8 @@ def _fill_like(value, side=None):
     objects = {id(v.obj): v for v in _object_states(side)}
     leaves, spec = pytree.tree_flatten(value, is_leaf=_is_object_state)
     filled = [objects.get(id(v.obj)) or type(v).of(v.obj) if _is_object_state(v) else
-              Fill(_leaf_meta(v), _example(v)) if _leaf_meta(v) is not None else
+              Fill(_leaf_meta(v), _example(v), introspection.kind_of(v))
+              if _leaf_meta(v) is not None else
               type(v)(0, v.options) if isinstance(v, PathValue) else v    # (its index may
               for v in leaves]                                  # be a node of that path)
     return pytree.tree_unflatten(filled, spec)

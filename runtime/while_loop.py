@@ -147,7 +147,10 @@ def _staged_while(cond_fn, body, state: tuple, names, location, graph, locations
             widenable = _leaf_meta(flat[i]) is None or isinstance(flat[i], Fill)
             wider = _widen(slot, new, widenable, _leaf_name(names, spec, i), where)
             if wider is not None:
-                wider.grad, wider.kind = slot.grad, slot.kind
+                if slot.meta is None and _unobservable(slot.const):    # (no path reads it:
+                    wider.grad, wider.kind = grad_of(new), kind_of(new)  # the body's own)
+                else:
+                    wider.grad, wider.kind = slot.grad, slot.kind
                 wider.varies = True         # (a new shape: strides known only at run time)
                 slots[i] = by_path[paths[i]] = wider
                 changed = True
@@ -271,7 +274,8 @@ def _slots_for(state, known: dict):
         if slot is None:
             meta = _leaf_meta(value)
             slot = Slot(meta, None if meta is not None else value, _example(value),
-                        grad_of(value), kind_of(value),
+                        grad_of(value), value.kind if isinstance(value, Fill) else
+                        kind_of(value),
                         meta is not None and tensor_state.layout_of(value) is None)
         flat.append(value)
         slots.append(slot)

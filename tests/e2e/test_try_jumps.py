@@ -197,3 +197,38 @@ def test_returns_inside_with(fn):
     if fn is return_inside_with_under_tensor_if:     # (converts: every path returns an int)
         strict = to_graph(fn, strict=True)
         assert strict(torch.tensor(2)) == 1 and strict(torch.tensor(-2)) == 0
+
+
+def int_returned_from_tensor_while(x):
+    k = 0
+    while x.sum() > 0:
+        x = x - 1
+        k += 1
+        if k >= 2:
+            return k
+    return -k
+
+
+def tuple_returned_from_tensor_while(a):
+    x = a.clone()
+    it = 0
+    while (x * x - a).abs().max() > 1e-3:
+        x = 0.5 * (x + a / x)
+        it += 1
+        if it >= 4:
+            return x, it, False
+    return x, it, True
+
+
+@pytest.mark.parametrize("fn", [int_returned_from_tensor_while,
+                                tuple_returned_from_tensor_while], ids=lambda f: f.__name__)
+def test_a_number_returned_from_a_tensor_loop_stays_a_number(fn):
+    converted = to_graph(fn, strict=True)
+    for x in [torch.tensor([3.0, 2.0]), torch.tensor([0.5]), torch.tensor([-1.0]),
+              torch.tensor([100.0]), torch.tensor([2.0])]:
+        want, got = fn(x), converted(x)
+        if isinstance(want, tuple):
+            torch.testing.assert_close(got[0], want[0])
+            assert got[1:] == want[1:] and [type(g) for g in got] == [type(w) for w in want]
+        else:
+            assert got == want and type(got) is type(want)
