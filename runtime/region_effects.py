@@ -101,7 +101,7 @@ def refuse_unseen_call(f, args) -> None:
     function: its cache fills per path traced, not per path taken."""
     from .symbolic import current_graph
     graph = current_graph()
-    if graph is None or graph.parent is None:
+    if graph is None or graph.parent is None or _pure_query(f):
         return
     if f is builtins.next and args:
         owner, name = args[0], "next"
@@ -121,6 +121,15 @@ def refuse_unseen_call(f, args) -> None:
         f"iteration")
     error.location = location
     raise error
+
+
+# C functions that only answer a question about the interpreter's state, the same on
+# every path (torchvision's ``_is_tracing()``: None outside ``torch.jit.trace``)
+_PURE_QUERIES = (torch._C._get_tracing_state,)
+
+
+def _pure_query(f) -> bool:
+    return any(f is q for q in _PURE_QUERIES)
 
 
 def _unseen(owner) -> bool:
