@@ -547,7 +547,7 @@ STANDINS.update({
     "while_with_local_var", "independent_ifs", "dependent_imbalanced_inner_if",
     "list_simple_empty", "for_else", "condexp_nested_orelse", "cf_dispatches_by_cond_only", "cf_if_basic",
     "cf_if_unbalanced", "cf_if_local_var", "cf_if_unaffected_nonlocal",
-    "cf_output_defined_in_prior_except", "ret_while_loop", "logical_bool_ops",
+    "cf_output_defined_in_prior_except", "logical_bool_ops",
     "logical_comparison",
 })
 
